@@ -1,0 +1,239 @@
+"""Node profiles: the SLO throughput of one node holding j layers of a model.
+
+A roofline per decode/prefill step, for a node of ``n`` GPUs running tensor parallel over all n:
+
+    compute_s = FLOPs / (n * peak_flops * eta_c[gpu])
+    memory_s  = bytes / (n * hbm_bandwidth * eta_m[gpu])
+    step_s    = max(compute_s, memory_s) + j * t_layer + j * 2 * allreduce_s     (allreduce if n > 1)
+
+FLOPs per layer: 2 x active params x tokens (dense math) + attention (2·T·L·d for causal prefill
+of T tokens of prompts of length L; 4·b·c·d for decode of b sequences at context c).
+Bytes per layer: weights touched (dense: all; MoE: shared part + the experts the batch routes to,
+expected 1-(1-k/E)^tokens of them) + the KV cache read (decode) or written (prefill).
+All-reduce: two per layer (attention and MLP), a ring over n GPUs moving 2(n-1)/n x the
+activation bytes at ``link_gbs x eta_link`` plus a fixed latency.
+Memory: weights of the j layers plus the KV cache of the batch must fit in
+``n x memory x MEM_UTILIZATION`` minus a per-GPU reserve; otherwise the profile is 0.
+
+The profile is the best tokens/s over batch sizes whose step fits the latency budget: decode
+batches b sequences (throughput b / step), prefill batches k whole prompts (k·L / step). The
+smallest useful batch is one sequence (decode) or one whole prompt (prefill).
+
+The efficiency factors ``eta_c, eta_m`` per GPU, ``t_layer``, ``eta_link`` and the all-reduce
+latency are fitted to measured public profiles by :mod:`solvers.calibrate`; GPUs with no
+measurements borrow the factors of their architecture sibling (:data:`SIBLING`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from solvers.paths import PERF_FACTORS_PATH
+from solvers.types import ModelSpec, NodeConfig, Phase
+
+MEM_UTILIZATION = 0.90  # vLLM's default gpu_memory_utilization
+RESERVE_GB_PER_GPU = 1.0  # CUDA context, activations, fragmentation
+ACT_BYTES = 2.0  # 16-bit activations
+
+# GPUs without measured profiles take the factors of the nearest measured relative. The chosen
+# relative is named in the calibration report; the leave-one-GPU-out error says how far to trust it.
+SIBLING: dict[str, str] = {
+    "A100-40GB": "A100", "A100-80GB": "A100",  # same chip, one set of factors
+    "L40S": "L4",  # Ada, GDDR6, PCIe
+    "A10G": "L4",  # GDDR6 PCIe inference card (Ampere GA102)
+    "H200": "H100",  # same Hopper die, more and faster HBM
+    "T4": "T4", "L4": "L4", "V100": "V100", "H100": "H100",
+}
+
+
+@dataclass(frozen=True)
+class RequestShape:
+    """Mean request lengths the profile is computed for (tokens)."""
+
+    input_tokens: float = 1024.0
+    output_tokens: float = 256.0
+
+    def __post_init__(self) -> None:
+        for name in ("input_tokens", "output_tokens"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 1):
+                raise ValueError(f"RequestShape: field '{name}' must be >= 1, got {v!r}")
+
+    @property
+    def mean_context(self) -> float:
+        """Average KV context of a decode step over a request's output."""
+        return self.input_tokens + self.output_tokens / 2.0
+
+    @property
+    def max_context(self) -> float:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class PerfFactors:
+    """Fitted efficiency factors (see module docstring)."""
+
+    eta_c: Mapping[str, float] = field(default_factory=lambda: {"default": 0.6})
+    eta_m: Mapping[str, float] = field(default_factory=lambda: {"default": 0.8})
+    t_layer_ms: float = 0.02
+    eta_link: float = 0.7
+    allreduce_latency_us: float = 10.0
+
+    def key(self, gpu: str) -> str:
+        k = SIBLING.get(gpu, gpu)
+        return k if k in self.eta_c else "default"
+
+    def compute_eff(self, gpu: str) -> float:
+        return self.eta_c[self.key(gpu)]
+
+    def memory_eff(self, gpu: str) -> float:
+        return self.eta_m[self.key(gpu)]
+
+    def to_json(self) -> dict[str, object]:
+        return {"eta_c": dict(self.eta_c), "eta_m": dict(self.eta_m), "t_layer_ms": self.t_layer_ms,
+                "eta_link": self.eta_link, "allreduce_latency_us": self.allreduce_latency_us}
+
+    @staticmethod
+    def from_json(data: Mapping[str, object]) -> PerfFactors:
+        return PerfFactors(
+            eta_c=dict(data["eta_c"]),  # type: ignore[call-overload]
+            eta_m=dict(data["eta_m"]),  # type: ignore[call-overload]
+            t_layer_ms=float(data["t_layer_ms"]),  # type: ignore[arg-type]
+            eta_link=float(data["eta_link"]),  # type: ignore[arg-type]
+            allreduce_latency_us=float(data["allreduce_latency_us"]),  # type: ignore[arg-type]
+        )
+
+
+@lru_cache(maxsize=2)
+def load_factors(path: Path = PERF_FACTORS_PATH) -> PerfFactors:
+    """The factors ``atoll perf calibrate`` wrote; the documented priors if it never ran."""
+    if not Path(path).exists():
+        return PerfFactors()
+    return PerfFactors.from_json(json.loads(Path(path).read_text())["factors"])
+
+
+def _moe_touched_fraction(model: ModelSpec, tokens: float) -> float:
+    """Share of a layer's weights a step touches when it routes ``tokens`` tokens."""
+    if model.experts <= 1:
+        return 1.0
+    k_over_e = model.active_experts / model.experts
+    # total = dense + experts; active = dense + k/E * experts
+    expert = (model.params_b - model.active_params_b) / (1.0 - k_over_e)
+    dense = model.params_b - expert
+    touched = 1.0 - (1.0 - k_over_e) ** max(tokens, 1.0)
+    return (dense + expert * touched) / model.params_b
+
+
+def _allreduce_s(config: NodeConfig, msg_bytes: float, factors: PerfFactors) -> float:
+    n = config.count
+    if n == 1:
+        return 0.0
+    bw = config.gpu.link_gbs * 1e9 * factors.eta_link
+    return 2.0 * (n - 1) / n * msg_bytes / bw + factors.allreduce_latency_us * 1e-6
+
+
+def step_terms(model: ModelSpec, layers: int, phase: Phase, *, tokens: float,
+               context: float) -> tuple[float, float, float]:
+    """(FLOPs, HBM bytes, all-reduce message bytes) of one step; shared with the calibration fit.
+
+    Prefill: ``tokens`` prompt tokens in prompts of length ``context``. Decode: ``tokens``
+    sequences (one new token each) at KV context ``context``.
+    """
+    d_attn = model.heads * model.head_dim
+    dense_flops = 2.0 * model.layer_active_params * tokens
+    if phase is Phase.PREFILL:
+        attn_flops = 2.0 * tokens * context * d_attn
+        kv_bytes = tokens * model.kv_bytes_per_token_layer
+    else:
+        attn_flops = 4.0 * tokens * context * d_attn
+        kv_bytes = tokens * context * model.kv_bytes_per_token_layer
+    weight_bytes = model.layer_weight_bytes * _moe_touched_fraction(model, tokens)
+    return (layers * (dense_flops + attn_flops), layers * (weight_bytes + kv_bytes),
+            tokens * model.hidden * ACT_BYTES)
+
+
+def step_seconds(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase, *,
+                 tokens: float, context: float, factors: PerfFactors) -> float:
+    """Time of one forward step over ``layers`` layers (arguments as in :func:`step_terms`)."""
+    gpu, n = config.gpu, config.count
+    flops, nbytes, msg = step_terms(model, layers, phase, tokens=tokens, context=context)
+    compute = flops / (n * gpu.bf16_tflops * 1e12 * factors.compute_eff(gpu.name))
+    memory = nbytes / (n * gpu.hbm_bandwidth_gbs * 1e9 * factors.memory_eff(gpu.name))
+    comm = layers * 2.0 * _allreduce_s(config, msg, factors)
+    return max(compute, memory) + layers * factors.t_layer_ms * 1e-3 + comm
+
+
+def kv_capacity_tokens(model: ModelSpec, config: NodeConfig, layers: int) -> float:
+    """Tokens of KV cache that fit beside the weights of ``layers`` layers (<= 0: no fit)."""
+    usable = config.count * (config.gpu.memory_gb * MEM_UTILIZATION - RESERVE_GB_PER_GPU) * 1e9
+    free = usable - layers * model.layer_weight_bytes
+    return free / (layers * model.kv_bytes_per_token_layer)
+
+
+def _largest_within(limit: int, fits: object) -> int:
+    """Largest integer k in [1, limit] with fits(k) true, given fits is monotone (true then false)."""
+    assert callable(fits)
+    if limit < 1 or not fits(1):
+        return 0
+    lo, hi = 1, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def node_profile(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase,
+                 budget_ms: float, *, shape: RequestShape = RequestShape(),
+                 factors: PerfFactors | None = None) -> float:
+    """Highest tokens/s one node sustains holding ``layers`` layers with each step <= budget_ms.
+
+    Prefill tokens/s counts prompt tokens; decode tokens/s counts generated tokens. Returns 0
+    when the layers plus the KV cache of the smallest useful batch do not fit, or when even that
+    batch misses the budget.
+    """
+    if not 1 <= layers <= model.layers:
+        raise ValueError(f"layers must be in 1..{model.layers} for {model.name}, got {layers}")
+    if not (math.isfinite(budget_ms) and budget_ms > 0):
+        raise ValueError(f"budget_ms must be a positive number, got {budget_ms!r}")
+    f = factors or load_factors()
+    cap = kv_capacity_tokens(model, config, layers)
+    budget_s = budget_ms * 1e-3
+    if phase is Phase.PREFILL:
+        length = shape.input_tokens
+        max_k = int(min(cap / length, 4096))
+
+        def fits_prefill(k: int) -> bool:
+            return step_seconds(model, config, layers, phase, tokens=k * length, context=length,
+                                factors=f) <= budget_s
+
+        k = _largest_within(max_k, fits_prefill)
+        if k == 0:
+            return 0.0
+        return k * length / step_seconds(model, config, layers, phase, tokens=k * length,
+                                         context=length, factors=f)
+    ctx = shape.mean_context
+    max_b = int(min(cap / shape.max_context, 4096))
+
+    def fits_decode(b: int) -> bool:
+        return step_seconds(model, config, layers, phase, tokens=b, context=ctx,
+                            factors=f) <= budget_s
+
+    b = _largest_within(max_b, fits_decode)
+    if b == 0:
+        return 0.0
+    return b / step_seconds(model, config, layers, phase, tokens=b, context=ctx, factors=f)
+
+
+def max_layers_that_fit(model: ModelSpec, config: NodeConfig, shape: RequestShape) -> int:
+    """Most layers a node holds with room for one full-length sequence of KV cache."""
+    usable = config.count * (config.gpu.memory_gb * MEM_UTILIZATION - RESERVE_GB_PER_GPU) * 1e9
+    per_layer = model.layer_weight_bytes + shape.max_context * model.kv_bytes_per_token_layer
+    return max(0, min(model.layers, int(usable // per_layer)))

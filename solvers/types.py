@@ -1,0 +1,207 @@
+"""Domain types shared by every layer (frozen dataclasses, validated on construction).
+
+They live in ``solvers/`` because it is the bottom layer: everything above imports them from
+here, nothing here imports from above.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass, field
+
+NODE_GPU_COUNTS: tuple[int, ...] = (1, 2, 4, 8)
+
+
+def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{owner}: field '{name}' must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{owner}: field '{name}' must be finite and {bound}, got {value!r}")
+
+
+def _integer(owner: str, name: str, value: int, *, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}: field '{name}' must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{owner}: field '{name}' must be >= {minimum}, got {value!r}")
+
+
+class Phase(enum.StrEnum):
+    """Serving phase; with disaggregated serving each phase is its own service."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(frozen=True)
+class GpuType:
+    """One GPU card.
+
+    memory_gb: HBM/GDDR per GPU (GB, 1e9 bytes); hbm_bandwidth_gbs: memory bandwidth per GPU
+    (GB/s); bf16_tflops: dense 16-bit tensor throughput per GPU (TFLOPS; fp16 for cards without
+    bf16); link_gbs: intra-node GPU-to-GPU bandwidth per direction (GB/s).
+    """
+
+    name: str
+    memory_gb: float
+    hbm_bandwidth_gbs: float
+    bf16_tflops: float
+    link_gbs: float
+    family: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"GpuType {self.name!r}"
+        if not isinstance(self.name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", self.name):
+            raise ValueError(f"{owner}: field 'name' must be a non-empty identifier, got {self.name!r}")
+        for f in ("memory_gb", "hbm_bandwidth_gbs", "bf16_tflops", "link_gbs"):
+            _positive(owner, f, getattr(self, f))
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """A node: ``count`` GPUs of one type, written like "2xH100"."""
+
+    gpu: GpuType
+    count: int
+
+    def __post_init__(self) -> None:
+        _integer(f"NodeConfig {self.gpu.name}", "count", self.count)
+        if self.count not in NODE_GPU_COUNTS:
+            raise ValueError(
+                f"NodeConfig {self.gpu.name}: field 'count' must be one of {NODE_GPU_COUNTS}, "
+                f"got {self.count}"
+            )
+
+    @property
+    def name(self) -> str:
+        return f"{self.count}x{self.gpu.name}"
+
+    @property
+    def memory_gb(self) -> float:
+        return self.gpu.memory_gb * self.count
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A node config sold in a region, with on-demand and spot prices ($/node-hour)."""
+
+    region: str
+    config: str
+    on_demand_per_hour: float
+    spot_per_hour: float | None
+    instance: str
+    spot_estimated: bool = False
+
+    def __post_init__(self) -> None:
+        owner = f"Offer {self.region}/{self.config}"
+        _positive(owner, "on_demand_per_hour", self.on_demand_per_hour)
+        if self.spot_per_hour is not None:
+            _positive(owner, "spot_per_hour", self.spot_per_hour)
+
+    def price(self, *, spot: bool = False) -> float:
+        if spot and self.spot_per_hour is not None:
+            return self.spot_per_hour
+        return self.on_demand_per_hour
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Latency budgets: prefill time-to-first-token and decode time-per-output-token (ms)."""
+
+    ttft_ms: float
+    tpot_ms: float
+
+    def __post_init__(self) -> None:
+        _positive("Slo", "ttft_ms", self.ttft_ms)
+        _positive("Slo", "tpot_ms", self.tpot_ms)
+
+    def budget_ms(self, phase: Phase) -> float:
+        return self.ttft_ms if phase is Phase.PREFILL else self.tpot_ms
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """An LLM's public architecture facts and its SLO.
+
+    params_b / active_params_b: total and per-token active parameters (billions); for MoE models
+    memory holds every expert while compute and weight traffic follow the active parameters.
+    bytes_per_param: average stored bytes per weight (2 for bf16; ~0.5-0.6 for MXFP4 experts).
+    """
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    params_b: float
+    active_params_b: float
+    bytes_per_param: float
+    slo: Slo
+    experts: int = 1
+    active_experts: int = 1
+    vocab: int = 32000
+    precision: str = "bf16"
+    role: str = "serving"
+    aliases: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        owner = f"ModelSpec {self.name!r}"
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"{owner}: field 'name' must be a non-empty string")
+        for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "experts", "active_experts",
+                  "vocab"):
+            _integer(owner, f, getattr(self, f))
+        for f in ("params_b", "active_params_b", "bytes_per_param"):
+            _positive(owner, f, getattr(self, f))
+        if self.active_params_b > self.params_b:
+            raise ValueError(
+                f"{owner}: field 'active_params_b' ({self.active_params_b}) exceeds 'params_b' "
+                f"({self.params_b})"
+            )
+        if self.heads % self.kv_heads:
+            raise ValueError(
+                f"{owner}: field 'kv_heads' ({self.kv_heads}) must divide 'heads' ({self.heads})"
+            )
+        if self.active_experts > self.experts:
+            raise ValueError(f"{owner}: field 'active_experts' exceeds 'experts'")
+        if self.role not in ("serving", "calibration"):
+            raise ValueError(f"{owner}: field 'role' must be 'serving' or 'calibration'")
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params_b * 1e9 * self.bytes_per_param
+
+    @property
+    def layer_weight_bytes(self) -> float:
+        """Bytes held per transformer layer (embeddings spread evenly: a <2% simplification)."""
+        return self.weight_bytes / self.layers
+
+    @property
+    def layer_active_params(self) -> float:
+        return self.active_params_b * 1e9 / self.layers
+
+    @property
+    def layer_active_bytes(self) -> float:
+        """Weight bytes read per decode step per layer (active experts only)."""
+        return self.layer_active_params * self.bytes_per_param
+
+    @property
+    def kv_bytes_per_token_layer(self) -> float:
+        # K and V, 16-bit cache
+        return 2.0 * self.kv_heads * self.head_dim * 2.0
+
+
+@dataclass(frozen=True)
+class Service:
+    """The unit that has a demand and an SLO: (model, phase)."""
+
+    model: str
+    phase: Phase
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/{self.phase.value}"
