@@ -15,7 +15,7 @@ from control import cli_catalog
 from control.output import UserError, console
 
 # Modules that contribute sub-commands; each has add_parser(subparsers).
-_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [  # type: ignore[type-arg]
+_GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     cli_catalog.add_parser,
 ]
 

@@ -111,7 +111,8 @@ def ape(rows: Sequence[Observation], f: PerfFactors) -> np.ndarray:
     return np.abs(predict_seconds(d, f, keys) / d.measured - 1.0)
 
 
-def split(rows: Sequence[Observation], seed: int = 0) -> tuple[list[Observation], list[Observation]]:
+def split(rows: Sequence[Observation],
+          seed: int = 0) -> tuple[list[Observation], list[Observation]]:
     """Per dataset, a seeded share of configuration groups is held out."""
     rng = np.random.default_rng(seed)
     train: list[Observation] = []

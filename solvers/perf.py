@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +39,11 @@ from solvers.types import ModelSpec, NodeConfig, Phase
 MEM_UTILIZATION = 0.90  # vLLM's default gpu_memory_utilization
 RESERVE_GB_PER_GPU = 1.0  # CUDA context, activations, fragmentation
 ACT_BYTES = 2.0  # 16-bit activations
+# Pipeline stages on different nodes pass activations over the network. 25 Gbit/s is the
+# bandwidth of the smaller instances of every family we price (g5/g6/g6e.xlarge..4xlarge are
+# "up to 25 Gbit/s"); larger nodes have more, so this is conservative.
+INTER_NODE_GBS = 25.0 / 8.0
+INTER_NODE_LATENCY_MS = 0.1
 
 # GPUs without measured profiles take the factors of the nearest measured relative. The chosen
 # relative is named in the calibration report; the leave-one-GPU-out error says how far to trust it.
@@ -168,6 +173,12 @@ def step_seconds(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase
     return max(compute, memory) + layers * factors.t_layer_ms * 1e-3 + comm
 
 
+def activation_transfer_seconds(model: ModelSpec, tokens: float) -> float:
+    """Time to send one step's activations (``tokens`` rows of the hidden state) to the next
+    pipeline stage over the network."""
+    return tokens * model.hidden * ACT_BYTES / (INTER_NODE_GBS * 1e9) + INTER_NODE_LATENCY_MS * 1e-3
+
+
 def kv_capacity_tokens(model: ModelSpec, config: NodeConfig, layers: int) -> float:
     """Tokens of KV cache that fit beside the weights of ``layers`` layers (<= 0: no fit)."""
     usable = config.count * (config.gpu.memory_gb * MEM_UTILIZATION - RESERVE_GB_PER_GPU) * 1e9
@@ -175,9 +186,8 @@ def kv_capacity_tokens(model: ModelSpec, config: NodeConfig, layers: int) -> flo
     return free / (layers * model.kv_bytes_per_token_layer)
 
 
-def _largest_within(limit: int, fits: object) -> int:
+def _largest_within(limit: int, fits: Callable[[int], bool]) -> int:
     """Largest integer k in [1, limit] with fits(k) true, given fits is monotone (true then false)."""
-    assert callable(fits)
     if limit < 1 or not fits(1):
         return 0
     lo, hi = 1, limit
@@ -192,12 +202,13 @@ def _largest_within(limit: int, fits: object) -> int:
 
 def node_profile(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase,
                  budget_ms: float, *, shape: RequestShape = RequestShape(),
-                 factors: PerfFactors | None = None) -> float:
+                 factors: PerfFactors | None = None, send_activations: bool = False) -> float:
     """Highest tokens/s one node sustains holding ``layers`` layers with each step <= budget_ms.
 
     Prefill tokens/s counts prompt tokens; decode tokens/s counts generated tokens. Returns 0
     when the layers plus the KV cache of the smallest useful batch do not fit, or when even that
-    batch misses the budget.
+    batch misses the budget. ``send_activations``: the node is a pipeline stage with a successor,
+    and the step's activation transfer to it counts against the budget.
     """
     if not 1 <= layers <= model.layers:
         raise ValueError(f"layers must be in 1..{model.layers} for {model.name}, got {layers}")
@@ -210,26 +221,22 @@ def node_profile(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase
         length = shape.input_tokens
         max_k = int(min(cap / length, 4096))
 
-        def fits_prefill(k: int) -> bool:
-            return step_seconds(model, config, layers, phase, tokens=k * length, context=length,
-                                factors=f) <= budget_s
+        def prefill_s(k: int) -> float:
+            t = step_seconds(model, config, layers, phase, tokens=k * length, context=length,
+                             factors=f)
+            return t + (activation_transfer_seconds(model, k * length) if send_activations else 0.0)
 
-        k = _largest_within(max_k, fits_prefill)
-        if k == 0:
-            return 0.0
-        return k * length / step_seconds(model, config, layers, phase, tokens=k * length,
-                                         context=length, factors=f)
+        k = _largest_within(max_k, lambda k: prefill_s(k) <= budget_s)
+        return k * length / prefill_s(k) if k else 0.0
     ctx = shape.mean_context
     max_b = int(min(cap / shape.max_context, 4096))
 
-    def fits_decode(b: int) -> bool:
-        return step_seconds(model, config, layers, phase, tokens=b, context=ctx,
-                            factors=f) <= budget_s
+    def decode_s(b: int) -> float:
+        t = step_seconds(model, config, layers, phase, tokens=b, context=ctx, factors=f)
+        return t + (activation_transfer_seconds(model, b) if send_activations else 0.0)
 
-    b = _largest_within(max_b, fits_decode)
-    if b == 0:
-        return 0.0
-    return b / step_seconds(model, config, layers, phase, tokens=b, context=ctx, factors=f)
+    b = _largest_within(max_b, lambda b: decode_s(b) <= budget_s)
+    return b / decode_s(b) if b else 0.0
 
 
 def max_layers_that_fit(model: ModelSpec, config: NodeConfig, shape: RequestShape) -> int:

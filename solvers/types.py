@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 NODE_GPU_COUNTS: tuple[int, ...] = (1, 2, 4, 8)
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
 
 def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -54,8 +55,8 @@ class GpuType:
 
     def __post_init__(self) -> None:
         owner = f"GpuType {self.name!r}"
-        if not isinstance(self.name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", self.name):
-            raise ValueError(f"{owner}: field 'name' must be a non-empty identifier, got {self.name!r}")
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ValueError(f"{owner}: field 'name' must be letters, digits, '.', '_' or '-'")
         for f in ("memory_gb", "hbm_bandwidth_gbs", "bf16_tflops", "link_gbs"):
             _positive(owner, f, getattr(self, f))
 
@@ -205,3 +206,55 @@ class Service:
     @property
     def name(self) -> str:
         return f"{self.model}/{self.phase.value}"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One pipeline stage: a contiguous block of ``layers`` layers served by ``nodes``
+    (config names), which are data-parallel copies whose throughputs add."""
+
+    layers: int
+    nodes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _integer("Stage", "layers", self.layers)
+        if not self.nodes:
+            raise ValueError("Stage: field 'nodes' must name at least one node config")
+
+
+@dataclass(frozen=True)
+class Template:
+    """A serving template: a multiset of node configs in one region with its best pipeline
+    placement and the SLO throughput (tokens/s of its service) one instance delivers.
+
+    ``nodes`` is the multiset as sorted (config name, count) pairs; ``stages`` are in pipeline
+    order and their layers sum to the model's layers.
+    """
+
+    service: Service
+    region: str
+    nodes: tuple[tuple[str, int], ...]
+    stages: tuple[Stage, ...]
+    throughput: float
+
+    def __post_init__(self) -> None:
+        _positive(f"Template {self.service.name}", "throughput", self.throughput)
+        if list(self.nodes) != sorted(self.nodes):
+            raise ValueError(f"Template {self.service.name}: field 'nodes' must be sorted")
+        stage_nodes = sorted(n for s in self.stages for n in s.nodes)
+        multiset = sorted(c for c, k in self.nodes for _ in range(k))
+        if stage_nodes != multiset:
+            raise ValueError(
+                f"Template {self.service.name}: stages use {stage_nodes}, nodes say {multiset}"
+            )
+
+    @property
+    def node_count(self) -> int:
+        return sum(k for _, k in self.nodes)
+
+    @property
+    def key(self) -> str:
+        """Stable identifier: service, region and node multiset (and the layer split)."""
+        mix = "+".join(f"{k}*{c}" for c, k in self.nodes)
+        split = "|".join(f"{s.layers}:{','.join(s.nodes)}" for s in self.stages)
+        return f"{self.service.name}@{self.region}[{mix}]({split})"
