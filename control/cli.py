@@ -11,12 +11,13 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from control import cli_catalog
+from control import cli_catalog, cli_demo
 from control.output import UserError, console
 
 # Modules that contribute sub-commands; each has add_parser(subparsers).
 _GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     cli_catalog.add_parser,
+    cli_demo.add_parser,
 ]
 
 
