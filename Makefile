@@ -1,6 +1,6 @@
 # Both targets create .venv when it is missing: torch first (the pinned CPU wheel), then
 # the package in editable mode with its dev extra.
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
