@@ -1,0 +1,332 @@
+"""The online allocation ILP (DESIGN.md §4): template instances per (template, region).
+
+Sets: templates t (each of one service s(t) of model m(t), one region), node configs c.
+Data: n_tc nodes of config c in t; p_t = sum_c n_tc x price(region, c) ($/h); theta_t tokens/s;
+d_s demand; A_rc availability; r_t running instances; K start-up weight.
+
+    x_t in Z>=0                       instances (variables only for re-optimized models)
+    a_t >= x_t - r_t, a_t >= 0        instances added beyond the running ones
+    sum_t n_tc x_t <= A_rc - F_rc     per (region, config); F = usage of the models held fixed
+    cost mode:  sum_{t of s} theta_t x_t >= d_s
+    minimize    sum_t p_t x_t + K sum_t p_t a_t
+
+Goodput mode (scarcity) is lexicographic. Stage 1 maximizes sum_m f_m, 0 <= f_m <= 1, with
+f_m d_s <= sum_{t of s} theta_t x_t for both services of model m: f_m is the share of model m's
+requests served, since a request needs both its prefill and its decode. Every model weighs the
+same, whatever its token volume. Stage 2 minimizes the cost objective with sum_m f_m >= F* - eps.
+
+x_t <= u_t = min(ceil(d_s / theta_t), min_c floor(A_rc / n_tc)) loses no optimum: beyond
+ceil(d_s / theta_t) instances t alone covers d_s, so dropping one keeps every constraint and
+cannot raise the objective. Templates of services without demand stay at zero for the same
+reason. Optional restriction: one GPU type per model (binary y_mg, x_t <= u_t y_m,g(t)).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+
+import pulp
+
+from solvers.highs_warm import WarmHiGHS
+from solvers.problem import (
+    Allocation,
+    AllocationProblem,
+    AllocationResult,
+    SolveStatus,
+    gpu_type_of,
+    model_of,
+)
+
+__all__ = ["Allocation", "AllocationProblem", "AllocationResult", "SolveStatus", "solve_allocation"]
+
+SOLVERS = ("highs", "cbc")
+_FEAS_TOL = 1e-6
+
+
+class _Instance:
+    """What the ILP needs, derived once from a problem: free and fixed templates, bounds."""
+
+    def __init__(self, problem: AllocationProblem) -> None:
+        self.problem = problem
+        running = problem.running or Allocation()
+        free_models = problem.free_models
+        self.fixed: dict[str, int] = {}
+        self.free: list[str] = []  # template keys that get a variable
+        self.fixed_use: dict[tuple[str, str], int] = defaultdict(int)
+        for t in problem.templates:
+            if t.service.model not in free_models:
+                if running[t.key]:
+                    self.fixed[t.key] = running[t.key]
+                    for c, k in t.nodes:
+                        self.fixed_use[(t.region, c)] += k * running[t.key]
+            elif problem.demand.get(t.service.name, 0.0) > 0:
+                if problem.one_gpu_type_per_model and len({gpu_type_of(c) for c, _ in t.nodes}) > 1:
+                    continue
+                self.free.append(t.key)
+        self.residual: dict[tuple[str, str], float] = {}
+        self.overused: list[str] = []
+        for rc in problem.prices:
+            cap = problem.available(rc) - self.fixed_use.get(rc, 0)
+            if cap < 0:
+                self.overused.append(f"{rc[0]}/{rc[1]} (fixed models hold {self.fixed_use[rc]}, "
+                                     f"available {problem.available(rc):g})")
+            self.residual[rc] = max(cap, 0.0)
+        self.bound: dict[str, int] = {}
+        for key in self.free:
+            t = problem.template(key)
+            u = math.ceil(problem.demand[t.service.name] / t.throughput - 1e-9)
+            for c, k in t.nodes:
+                u = min(u, int(self.residual[(t.region, c)] // k))
+            self.bound[key] = max(u, 0)
+        self.free = [k for k in self.free if self.bound[k] > 0]
+        self.services = sorted(s for s, d in problem.demand.items()
+                               if d > 0 and model_of(s) in free_models)
+        self.models = sorted({model_of(s) for s in self.services})
+        self.running = running
+
+
+def _build(inst: _Instance, stage: str, floor_share: float | None = None,
+           ) -> tuple[pulp.LpProblem, dict[str, pulp.LpVariable]]:
+    """stage: "cost" (demand rows), "share" (goodput stage 1) or "cost_at_share" (stage 2)."""
+    p = inst.problem
+    sense = pulp.LpMaximize if stage == "share" else pulp.LpMinimize
+    prob = pulp.LpProblem("allocation", sense)
+    x = {k: prob.add_variable(f"x{i:06d}", 0, inst.bound[k], cat=pulp.LpInteger)
+         for i, k in enumerate(inst.free)}
+    by_rc: dict[tuple[str, str], list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
+    by_service: dict[str, list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
+    by_model_type: dict[tuple[str, str], list[str]] = defaultdict(list)
+    objective: list[tuple[pulp.LpVariable, float]] = []
+    for i, (key, var) in enumerate(x.items()):
+        t = p.template(key)
+        for c, k in t.nodes:
+            by_rc[(t.region, c)].append((var, float(k)))
+        by_service[t.service.name].append((var, t.throughput))
+        by_model_type[(t.service.model, gpu_type_of(t.nodes[0][0]))].append(key)
+        cost = p.template_cost(key)
+        r = inst.running[key]
+        if r == 0:
+            objective.append((var, cost * (1.0 + p.startup_weight)))
+        else:
+            objective.append((var, cost))
+            if p.startup_weight > 0:
+                add = prob.add_variable(f"a{i:06d}", 0, inst.bound[key])
+                objective.append((add, cost * p.startup_weight))
+                prob += pulp.LpAffineExpression([(add, 1.0), (var, -1.0)]) >= -r, f"add{i:06d}"
+    for j, (rc, terms) in enumerate(sorted(by_rc.items())):
+        prob += pulp.LpAffineExpression(terms) <= inst.residual[rc], f"avail{j:05d}"
+    if p.one_gpu_type_per_model:
+        n_rows = 0
+        for j, m in enumerate(inst.models):
+            types = sorted(g for (mm, g) in by_model_type if mm == m)
+            y = {g: prob.add_variable(f"y{j:05d}_{i:02d}", cat=pulp.LpBinary) for i, g in enumerate(types)}
+            if y:
+                prob += pulp.lpSum(y.values()) == 1, f"onetype{j:05d}"
+            for g, yv in y.items():
+                for key in by_model_type[(m, g)]:
+                    n_rows += 1
+                    prob += (pulp.LpAffineExpression([(x[key], 1.0), (yv, -float(inst.bound[key]))])
+                             <= 0, f"type{n_rows:06d}")
+    if stage == "cost":
+        for j, s in enumerate(inst.services):
+            prob += pulp.LpAffineExpression(by_service[s]) >= p.demand[s], f"demand{j:05d}"
+    else:
+        f = {m: prob.add_variable(f"f{j:05d}", 0, 1) for j, m in enumerate(inst.models)}
+        for j, s in enumerate(inst.services):
+            prob += (pulp.LpAffineExpression([*by_service[s], (f[model_of(s)], -p.demand[s])]) >= 0,
+                     f"share{j:05d}")
+        if stage == "share":
+            objective = [(v, 1.0) for v in f.values()]
+        else:
+            prob += pulp.lpSum(f.values()) >= floor_share, "share_floor"
+    prob.setObjective(pulp.LpAffineExpression(objective))
+    return prob, x
+
+
+def _start_values(inst: _Instance, prob: pulp.LpProblem, x: Mapping[str, pulp.LpVariable],
+                  start: Allocation) -> dict[str, float]:
+    """A full MIP start from an allocation: x clipped to its bound, a and f implied by x."""
+    p = inst.problem
+    values: dict[str, float] = {}
+    cap: dict[str, float] = defaultdict(float)
+    for i, (key, var) in enumerate(x.items()):
+        v = min(start[key], inst.bound[key])
+        values[var.name] = v
+        values[f"a{i:06d}"] = max(0, v - inst.running[key])
+        cap[p.template(key).service.name] += v * p.template(key).throughput
+    for j, m in enumerate(inst.models):
+        values[f"f{j:05d}"] = min([1.0] + [cap[s] / p.demand[s] for s in inst.services
+                                           if model_of(s) == m])
+    names = {v.name for v in prob.variables()}
+    return {k: v for k, v in values.items() if k in names}
+
+
+class _Run:
+    def __init__(self, prob: pulp.LpProblem, solver: str, time_limit: float | None, gap: float,
+                 start: Mapping[str, float] | None) -> None:
+        t0 = time.perf_counter()
+        self.bound: float | None = None
+        self.start_status = None
+        if solver == "highs":
+            backend = WarmHiGHS(start=start, msg=False, timeLimit=time_limit, gapRel=gap)
+            prob.solve(backend)
+            info = prob.solverModel.getInfo()
+            self.bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
+            self.start_status = backend.start_status
+            self.solve_seconds = backend.run_seconds
+            self.model_seconds = backend.model_seconds
+            self.stop = str(prob.solverModel.getModelStatus()).rsplit(".", 1)[-1]
+        else:
+            if start:
+                for v in prob.variables():
+                    if v.name in start:
+                        v.setInitialValue(start[v.name])
+            prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, gapRel=gap,
+                                         warmStart=bool(start)))
+            self.solve_seconds = time.perf_counter() - t0
+            self.model_seconds = 0.0
+            self.stop = pulp.LpStatus[prob.status]
+        self.sol_status = prob.sol_status
+
+
+def _status_of(run: _Run) -> SolveStatus:
+    if run.sol_status == pulp.LpSolutionOptimal:
+        return SolveStatus.OPTIMAL
+    if run.sol_status == pulp.LpSolutionIntegerFeasible:
+        return SolveStatus.FEASIBLE_TIME_LIMIT
+    if run.sol_status == pulp.LpSolutionInfeasible:
+        return SolveStatus.INFEASIBLE
+    return SolveStatus.ERROR
+
+
+def _extract(inst: _Instance, x: Mapping[str, pulp.LpVariable]) -> Allocation | str:
+    counts = dict(inst.fixed)
+    for key, var in x.items():
+        v = var.varValue
+        if v is None or abs(v - round(v)) > 1e-5 or v < -1e-6:
+            return f"solver returned a non-integer value {v!r} for {key}"
+        if round(v):
+            counts[key] = int(round(v))
+    return Allocation.of(counts)
+
+
+def max_capacity_alone(problem: AllocationProblem, service: str,
+                       residual: Mapping[tuple[str, str], float]) -> float:
+    """Most tokens/s ``service`` can get on its own within ``residual`` availability (exact)."""
+    prob = pulp.LpProblem("alone", pulp.LpMaximize)
+    terms = []
+    by_rc: dict[tuple[str, str], list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
+    for i, t in enumerate(problem.templates_of(service)):
+        ub = min([int(residual.get((t.region, c), 0) // k) for c, k in t.nodes])
+        if ub <= 0:
+            continue
+        v = prob.add_variable(f"x{i:06d}", 0, ub, cat=pulp.LpInteger)
+        terms.append((v, t.throughput))
+        for c, k in t.nodes:
+            by_rc[(t.region, c)].append((v, float(k)))
+    if not terms:
+        return 0.0
+    for j, (rc, row) in enumerate(sorted(by_rc.items())):
+        prob += pulp.LpAffineExpression(row) <= residual[rc], f"avail{j:05d}"
+    prob.setObjective(pulp.LpAffineExpression(terms))
+    prob.solve(WarmHiGHS(msg=False, timeLimit=30.0))
+    return float(pulp.value(prob.objective) or 0.0)
+
+
+def _diagnose(inst: _Instance) -> str:
+    p = inst.problem
+    short = []
+    for s in inst.services:
+        cap = max_capacity_alone(p, s, inst.residual)
+        if cap < p.demand[s] * (1 - _FEAS_TOL):
+            short.append(f"{s} (demand {p.demand[s]:.6g} tokens/s, at most {cap:.6g} alone)")
+    what = ("cannot be met even alone within availability: " + "; ".join(short) if short else
+            "can each be met alone but not together: they compete for the same node configs")
+    return (f"demand is infeasible in cost mode; services {what}. "
+            "Use mode='goodput' to serve as much as possible")
+
+
+def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | None = None,
+                     solver: str = "highs") -> AllocationResult:
+    """Solve the allocation ILP exactly (to ``problem.gap``); see the module docstring."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; valid solvers: {', '.join(SOLVERS)}")
+    t0 = time.perf_counter()
+    build = solve = 0.0
+
+    def result(status: SolveStatus, allocation: Allocation | None, message: str = "",
+               bound: float | None = None, start_status: object = None) -> AllocationResult:
+        return AllocationResult.from_allocation(
+            problem, status, allocation, message=message, bound=bound,
+            build_seconds=build, solve_seconds=solve, solver=solver,
+            warm_start_accepted=None if start_status is None else str(start_status).endswith("kOk"))
+
+    try:
+        inst = _Instance(problem)
+        if inst.overused:
+            build = time.perf_counter() - t0
+            return result(SolveStatus.INFEASIBLE, None, "models held fixed exceed availability at "
+                          + "; ".join(inst.overused) + "; re-optimize them too")
+        missing = [s for s in inst.services if not any(problem.template(k).service.name == s
+                                                       for k in inst.free)]
+        if missing and problem.mode == "cost":
+            build = time.perf_counter() - t0
+            return result(SolveStatus.INFEASIBLE, None, _diagnose(inst))
+        if not inst.free:  # nothing to decide: every free service is without demand
+            build = time.perf_counter() - t0
+            return result(SolveStatus.OPTIMAL, Allocation.of(inst.fixed),
+                          bound=problem.objective_constant(inst.fixed))
+        remaining = problem.time_limit
+        stages = ["cost"] if problem.mode == "cost" else ["share", "cost_at_share"]
+        statuses: list[SolveStatus] = []
+        floor_share: float | None = None
+        start_alloc = warm_start
+        last: tuple[_Run, dict[str, pulp.LpVariable]] | None = None
+        first_start_status = None
+        for stage in stages:
+            tb = time.perf_counter()
+            prob, x = _build(inst, stage, floor_share)
+            start = _start_values(inst, prob, x, start_alloc) if start_alloc is not None else None
+            build += time.perf_counter() - tb
+            run = _Run(prob, solver, remaining, problem.gap, start)
+            build += run.model_seconds
+            solve += run.solve_seconds
+            if first_start_status is None:
+                first_start_status = run.start_status
+            if remaining is not None:
+                remaining = max(remaining - (time.perf_counter() - tb), 0.05)
+            status = _status_of(run)
+            if status in (SolveStatus.INFEASIBLE, SolveStatus.ERROR):
+                if last is not None:  # stage 2 failed: keep the stage-1 plan
+                    break
+                if status is SolveStatus.INFEASIBLE:
+                    return result(status, None, _diagnose(inst) if problem.mode == "cost" else
+                                  "infeasible", start_status=first_start_status)
+                why = ("time limit reached before any feasible allocation was found"
+                       if run.stop in ("kTimeLimit", "Not Solved") else f"solver stopped: {run.stop}")
+                return result(status, None, why, start_status=first_start_status)
+            statuses.append(status)
+            last = (run, x)
+            if stage == "share":
+                achieved = pulp.value(prob.objective) or 0.0
+                floor_share = achieved - _FEAS_TOL * max(1, len(inst.models))
+                extracted = _extract(inst, x)
+                start_alloc = extracted if isinstance(extracted, Allocation) else None
+        if last is None:  # unreachable: the loop returns before leaving it empty
+            return result(SolveStatus.ERROR, None, "no stage was solved")
+        run, x = last
+        allocation = _extract(inst, x)
+        if isinstance(allocation, str):
+            return result(SolveStatus.ERROR, None, allocation)
+        final = (SolveStatus.OPTIMAL if all(s is SolveStatus.OPTIMAL for s in statuses)
+                 and len(statuses) == len(stages) else SolveStatus.FEASIBLE_TIME_LIMIT)
+        bound = None
+        if run.bound is not None and stages[len(statuses) - 1] != "share":
+            bound = run.bound + problem.objective_constant(inst.fixed)
+        msg = "" if len(statuses) == len(stages) else "goodput stage 2 failed; returning the stage-1 plan"
+        return result(final, allocation, msg, bound=bound, start_status=first_start_status)
+    except Exception as exc:  # noqa: BLE001 — the contract: a status, never an exception
+        return result(SolveStatus.ERROR, None, f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,96 @@
+"""Check any plan against an allocation problem without a solver.
+
+Recomputes from the templates and prices alone: feasibility (known template keys, integral and
+non-negative counts, availability per (region, config), demand in cost mode, models outside the
+re-optimized subset at their running counts, one GPU type per model when the problem asks),
+node cost, start-up cost, capacity and served demand per service, served share per model.
+Used to cross-check the ILP's extraction path and to score the baselines on equal terms.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from solvers.problem import Allocation, AllocationProblem, gpu_type_of, served_shares
+
+_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class PlanEvaluation:
+    """feasible = no violations; objective = cost_per_hour + K x startup_cost_per_hour."""
+
+    feasible: bool
+    violations: tuple[str, ...]
+    cost_per_hour: float
+    startup_cost_per_hour: float
+    objective: float
+    node_usage: Mapping[tuple[str, str], float]
+    capacity: Mapping[str, float]
+    served: Mapping[str, float]
+    served_share: Mapping[str, float]
+    goodput_fraction: float
+
+
+def evaluate_plan(problem: AllocationProblem,
+                  allocation: Allocation | Mapping[str, float]) -> PlanEvaluation:
+    counts: Mapping[str, float] = (allocation.as_dict() if isinstance(allocation, Allocation)
+                                   else dict(allocation))
+    running = (problem.running or Allocation()).as_dict()
+    violations: list[str] = []
+    usage: dict[tuple[str, str], float] = defaultdict(float)
+    capacity: dict[str, float] = defaultdict(float)
+    cost = startup = 0.0
+    types_by_model: dict[str, set[str]] = defaultdict(set)
+    for key, n in counts.items():
+        try:
+            t = problem.template(key)
+        except KeyError:
+            violations.append(f"unknown template key {key!r}")
+            continue
+        if not (isinstance(n, int | float) and math.isfinite(n)):
+            violations.append(f"{key}: count {n!r} is not a number")
+            continue
+        if n < 0:
+            violations.append(f"{key}: negative count {n}")
+        if n != round(n):
+            violations.append(f"{key}: count {n} is not an integer")
+        price = 0.0
+        for c, k in t.nodes:
+            usage[(t.region, c)] += k * n
+            price += k * problem.prices[(t.region, c)]
+        cost += n * price
+        startup += max(0.0, n - running.get(key, 0)) * price
+        capacity[t.service.name] += n * t.throughput
+        if n > 0:
+            types_by_model[t.service.model].update(gpu_type_of(c) for c, _ in t.nodes)
+    for rc, used in sorted(usage.items()):
+        if used > problem.available(rc) + _TOL:
+            violations.append(f"{rc[0]}/{rc[1]}: uses {used:g} nodes, {problem.available(rc):g} available")
+    if problem.mode == "cost":
+        for s, d in sorted(problem.demand.items()):
+            if s.rpartition("/")[0] in problem.free_models and capacity.get(s, 0.0) < d * (1 - _TOL):
+                violations.append(f"{s}: capacity {capacity.get(s, 0.0):.6g} below demand {d:.6g} tokens/s")
+    if problem.reoptimize is not None:
+        for key in sorted(set(counts) | set(running)):
+            try:
+                model = problem.template(key).service.model
+            except KeyError:
+                continue
+            if model not in problem.reoptimize and counts.get(key, 0) != running.get(key, 0):
+                violations.append(f"{key}: model {model} is held fixed at {running.get(key, 0)} "
+                                  f"instances, plan has {counts.get(key, 0)}")
+    if problem.one_gpu_type_per_model:
+        for m, types in sorted(types_by_model.items()):
+            if len(types) > 1:
+                violations.append(f"{m}: uses GPU types {sorted(types)}, one allowed")
+    served, shares, goodput = served_shares(problem.demand, capacity, problem.models)
+    return PlanEvaluation(
+        feasible=not violations, violations=tuple(violations), cost_per_hour=cost,
+        startup_cost_per_hour=startup, objective=cost + problem.startup_weight * startup,
+        node_usage=dict(usage), capacity=dict(capacity), served=served, served_share=shares,
+        goodput_fraction=goodput,
+    )

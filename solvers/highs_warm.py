@@ -1,0 +1,99 @@
+"""PuLP's HiGHS interface with a warm start and a bulk model build.
+
+PuLP 3.3's ``HiGHS`` class ignores ``warmStart`` and adds the model one column and one row at a
+time. This subclass keeps PuLP's status mapping (``findSolutionValues`` sets ``prob.status`` and
+``prob.sol_status``) but builds the matrix with one ``addCols``/``addRows`` call each and hands
+the start to ``Highs.setSolution`` after the rows exist, right before ``run()``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import highspy
+import numpy as np
+import pulp
+from pulp import constants
+
+
+class WarmHiGHS(pulp.HiGHS):
+    """HiGHS through highspy with an optional MIP start (variable name -> value)."""
+
+    def __init__(self, *, start: Mapping[str, float] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start = dict(start) if start else None
+        self.start_status: highspy.HighsStatus | None = None
+        self.model_seconds = 0.0
+        self.run_seconds = 0.0
+
+    def buildSolverModel(self, lp: pulp.LpProblem) -> None:  # noqa: N802 (PuLP's name)
+        t0 = time.perf_counter()
+        h = lp.solverModel
+        inf = highspy.kHighsInf
+        variables = lp.variables()
+        mult = -1.0 if lp.sense == constants.LpMaximize else 1.0
+        n = len(variables)
+        costs = np.empty(n)
+        lower = np.empty(n)
+        upper = np.empty(n)
+        integer: list[int] = []
+        for i, var in enumerate(variables):
+            var.index = i
+            costs[i] = mult * lp.objective.get(var, 0.0)
+            lower[i] = -inf if var.lowBound is None else var.lowBound
+            upper[i] = inf if var.upBound is None else var.upBound
+            if var.cat == constants.LpInteger and self.mip:
+                integer.append(i)
+        h.addCols(n, costs, lower, upper, 0, np.zeros(n, dtype=np.int32),
+                  np.zeros(0, dtype=np.int32), np.zeros(0))
+        if integer:
+            h.changeColsIntegrality(len(integer), np.asarray(integer, dtype=np.int32),
+                                    np.full(len(integer), 1, dtype=np.uint8))
+        constraints = list(lp._constraints.values())
+        m = len(constraints)
+        row_lower = np.empty(m)
+        row_upper = np.empty(m)
+        starts = np.empty(m, dtype=np.int32)
+        index: list[int] = []
+        value: list[float] = []
+        for r, con in enumerate(constraints):
+            con.index = r
+            starts[r] = len(index)
+            for var, coef in con.items():
+                if coef != 0:
+                    index.append(var.index)
+                    value.append(coef)
+            lb, ub = con.getLb(), con.getUb()
+            row_lower[r] = -inf if lb is None else lb
+            row_upper[r] = inf if ub is None else ub
+        if m:
+            h.addRows(m, row_lower, row_upper, len(index), starts,
+                      np.asarray(index, dtype=np.int32), np.asarray(value, dtype=np.float64))
+        self.model_seconds = time.perf_counter() - t0
+
+    def findSolutionValues(self, lp: pulp.LpProblem) -> tuple[int, int]:  # noqa: N802 (PuLP's name)
+        # PuLP's table misses some stop reasons (e.g. kSolutionLimit after a node limit); map
+        # any stop with an incumbent to "integer feasible" and the rest to "no solution".
+        try:
+            return tuple(super().findSolutionValues(lp))
+        except KeyError:
+            info = lp.solverModel.getInfo()
+            if info.primal_solution_status == 2:  # kSolutionStatusFeasible
+                solution = lp.solverModel.getSolution()
+                for var in lp.variables():
+                    var.varValue = solution.col_value[var.index]
+                return constants.LpStatusOptimal, constants.LpSolutionIntegerFeasible
+            return constants.LpStatusNotSolved, constants.LpSolutionNoSolutionFound
+
+    def callSolver(self, lp: pulp.LpProblem) -> None:  # noqa: N802 (PuLP's name)
+        h = lp.solverModel
+        if self.start:
+            variables = lp.variables()
+            idx = np.arange(len(variables), dtype=np.int32)
+            vals = np.array([float(self.start.get(v.name, 0.0)) for v in variables])
+            self.start_status = h.setSolution(len(variables), idx, vals)
+        t0 = time.perf_counter()
+        h.run()
+        self.run_seconds = time.perf_counter() - t0

@@ -1,0 +1,278 @@
+"""Allocation problem and result types shared by the ILP, the evaluator and the baselines.
+
+An :class:`Allocation` is an integer count of instances per template key; an
+:class:`AllocationProblem` is everything the online stage needs to choose one; an
+:class:`AllocationResult` is a solved plan with its metadata. ``solvers.allocation`` re-exports
+all of them.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from solvers.types import Template
+
+MODES = ("cost", "goodput")
+RegionConfig = tuple[str, str]
+
+
+def model_of(service_name: str) -> str:
+    """"Qwen3-32B/decode" -> "Qwen3-32B"."""
+    return service_name.rpartition("/")[0]
+
+
+def gpu_type_of(config: str) -> str:
+    """"4xL40S" -> "L40S"."""
+    return config.partition("x")[2]
+
+
+class SolveStatus(enum.StrEnum):
+    OPTIMAL = "optimal"  # proven within the requested relative gap
+    FEASIBLE_TIME_LIMIT = "feasible_time_limit"  # stopped (time/node limit) with an incumbent
+    INFEASIBLE = "infeasible"
+    ERROR = "error"  # solver failure, or a limit hit before any feasible allocation
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Instances per template key, as sorted (key, count) pairs without zeros (hashable)."""
+
+    counts: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        seen = set()
+        for pair in self.counts:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)):
+                raise TypeError(f"Allocation: field 'counts' needs (template key, count) pairs, got {pair!r}")
+            key, n = pair
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"Allocation: count of {key!r} must be an integer >= 0, got {n!r}")
+            if key in seen:
+                raise ValueError(f"Allocation: template key {key!r} appears twice")
+            seen.add(key)
+        object.__setattr__(self, "counts", tuple(sorted((k, n) for k, n in self.counts if n)))
+
+    @classmethod
+    def of(cls, counts: Mapping[str, int]) -> Allocation:
+        return cls(tuple(counts.items()))
+
+    def __getitem__(self, key: str) -> int:
+        return self.as_dict().get(key, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.counts)
+
+    @property
+    def total_instances(self) -> int:
+        return sum(n for _, n in self.counts)
+
+
+def _is_number(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and not math.isnan(v)
+
+
+def _frozen_map(owner: str, name: str, value: Any) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{owner}: field '{name}' must be a mapping, got {type(value).__name__}")
+    return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True)
+class AllocationProblem:
+    """One online allocation instance.
+
+    demand: service name ("model/phase") -> tokens/s. availability: (region, config) -> most
+    nodes that can be held; a pair missing from the mapping has none; ``None`` = unlimited.
+    prices: (region, config) -> $/node-hour, for every pair a template uses. running: the plan
+    in place (start-up penalty and fixed models refer to it). startup_weight K = start-up time /
+    re-plan interval. reoptimize: model names to re-solve, the others held at their running
+    counts (``None`` = all). gap: relative optimality gap at which the solver may stop.
+    """
+
+    templates: tuple[Template, ...]
+    demand: Mapping[str, float]
+    availability: Mapping[RegionConfig, float] | None
+    prices: Mapping[RegionConfig, float]
+    running: Allocation | None = None
+    startup_weight: float = 0.0
+    reoptimize: frozenset[str] | None = None
+    mode: str = "cost"
+    time_limit: float | None = None
+    gap: float = 1e-4
+    one_gpu_type_per_model: bool = False
+    _by_key: Mapping[str, Template] = field(init=False, repr=False, compare=False)
+    _by_service: Mapping[str, tuple[Template, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        owner = "AllocationProblem"
+        templates = tuple(self.templates)
+        object.__setattr__(self, "templates", templates)
+        by_key: dict[str, Template] = {}
+        by_service: dict[str, list[Template]] = defaultdict(list)
+        for t in templates:
+            if not isinstance(t, Template):
+                raise TypeError(f"{owner}: field 'templates' must hold Template objects, got {t!r}")
+            if t.key in by_key:
+                raise ValueError(f"{owner}: field 'templates' has the key {t.key!r} twice")
+            by_key[t.key] = t
+            by_service[t.service.name].append(t)
+        object.__setattr__(self, "_by_key", MappingProxyType(by_key))
+        object.__setattr__(self, "_by_service",
+                           MappingProxyType({s: tuple(ts) for s, ts in by_service.items()}))
+        demand = _frozen_map(owner, "demand", self.demand)
+        for s, d in demand.items():
+            if not (_is_number(d) and math.isfinite(d) and d >= 0):
+                raise ValueError(f"{owner}: field 'demand' of service {s!r} must be finite and >= 0, "
+                                 f"got {d!r}")
+        object.__setattr__(self, "demand", demand)
+        prices = _frozen_map(owner, "prices", self.prices)
+        for rc, v in prices.items():
+            if not (_is_number(v) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{owner}: field 'prices' of {rc!r} must be finite and >= 0, got {v!r}")
+        used = {(t.region, c) for t in templates for c, _ in t.nodes}
+        missing = sorted(used - set(prices))
+        if missing:
+            raise ValueError(f"{owner}: field 'prices' lacks (region, config) pairs used by templates: "
+                             f"{missing[:5]}{' ...' if len(missing) > 5 else ''}")
+        object.__setattr__(self, "prices", prices)
+        if self.availability is not None:
+            avail = _frozen_map(owner, "availability", self.availability)
+            for rc, v in avail.items():
+                if not (_is_number(v) and v >= 0):
+                    raise ValueError(f"{owner}: field 'availability' of {rc!r} must be >= 0, got {v!r}")
+            object.__setattr__(self, "availability", avail)
+        if self.running is not None:
+            if not isinstance(self.running, Allocation):
+                raise TypeError(f"{owner}: field 'running' must be an Allocation or None")
+            unknown = [k for k, _ in self.running.counts if k not in by_key]
+            if unknown:
+                raise ValueError(f"{owner}: field 'running' names unknown template keys {unknown[:3]}")
+        k = self.startup_weight
+        if not (_is_number(k) and math.isfinite(k) and k >= 0):
+            raise ValueError(f"{owner}: field 'startup_weight' must be finite and >= 0, got {k!r}")
+        if self.reoptimize is not None:
+            reopt = frozenset(self.reoptimize)
+            known = self.models
+            unknown = sorted(reopt - set(known))
+            if unknown:
+                raise ValueError(f"{owner}: field 'reoptimize' names unknown models {unknown}; "
+                                 f"valid models: {', '.join(known)}")
+            object.__setattr__(self, "reoptimize", reopt)
+        if self.mode not in MODES:
+            raise ValueError(f"{owner}: field 'mode' must be one of {', '.join(MODES)}, got {self.mode!r}")
+        tl = self.time_limit
+        if tl is not None and not (_is_number(tl) and tl > 0):
+            raise ValueError(f"{owner}: field 'time_limit' must be > 0 seconds or None, got {tl!r}")
+        if not (_is_number(self.gap) and 0 <= self.gap < 1):
+            raise ValueError(f"{owner}: field 'gap' must be in [0, 1), got {self.gap!r}")
+
+    @property
+    def models(self) -> list[str]:
+        """Every model named by a template or a demand, in first-appearance order."""
+        seen: dict[str, None] = {}
+        for t in self.templates:
+            seen.setdefault(t.service.model)
+        for s in self.demand:
+            seen.setdefault(model_of(s))
+        return list(seen)
+
+    @property
+    def free_models(self) -> frozenset[str]:
+        return frozenset(self.models) if self.reoptimize is None else self.reoptimize
+
+    def template(self, key: str) -> Template:
+        try:
+            return self._by_key[key]
+        except KeyError:
+            raise KeyError(f"unknown template key {key!r}") from None
+
+    def templates_of(self, service: str) -> tuple[Template, ...]:
+        return self._by_service.get(service, ())
+
+    def available(self, rc: RegionConfig) -> float:
+        if self.availability is None:
+            return math.inf
+        return float(self.availability.get(rc, 0))
+
+    def template_cost(self, key: str) -> float:
+        t = self._by_key[key]
+        return sum(k * self.prices[(t.region, c)] for c, k in t.nodes)
+
+    def objective_constant(self, fixed: Mapping[str, int]) -> float:
+        """Cost of instances held fixed (they add nothing, so no start-up penalty)."""
+        return sum(n * self.template_cost(k) for k, n in fixed.items())
+
+    def with_changes(self, **changes: Any) -> AllocationProblem:
+        return replace(self, **changes)
+
+
+def served_shares(demand: Mapping[str, float], capacity: Mapping[str, float],
+                  models: Iterable[str]) -> tuple[dict[str, float], dict[str, float], float]:
+    """served per service = min(demand, capacity); a model's share = min over its services with
+    demand of served / demand (a request needs both phases); goodput fraction = the mean share
+    over models with demand, every model weighted equally (as the goodput objective)."""
+    served = {s: min(d, capacity.get(s, 0.0)) for s, d in demand.items()}
+    shares: dict[str, float] = {}
+    for m in models:
+        fr = [served[s] / d for s, d in demand.items() if model_of(s) == m and d > 0]
+        if fr:
+            shares[m] = min(fr)
+    goodput = sum(shares.values()) / len(shares) if shares else 1.0
+    return served, shares, goodput
+
+
+@dataclass(frozen=True)
+class AllocationResult:
+    """A solved plan. ``objective`` = cost_per_hour + K x startup_cost_per_hour of the whole plan
+    (fixed models included); ``gap`` = proven relative gap of that objective (NaN when unknown:
+    goodput stage 1 only, or CBC); ``allocation`` is None when no plan was found."""
+
+    status: SolveStatus
+    allocation: Allocation | None
+    objective: float
+    cost_per_hour: float
+    startup_cost_per_hour: float
+    gap: float
+    build_seconds: float
+    solve_seconds: float
+    capacity: Mapping[str, float]
+    served: Mapping[str, float]
+    served_share: Mapping[str, float]
+    goodput_fraction: float
+    message: str = ""
+    solver: str = "highs"
+    warm_start_accepted: bool | None = None
+
+    @classmethod
+    def from_allocation(cls, problem: AllocationProblem, status: SolveStatus,
+                        allocation: Allocation | None, *, message: str = "",
+                        bound: float | None = None, build_seconds: float = 0.0,
+                        solve_seconds: float = 0.0, solver: str = "highs",
+                        warm_start_accepted: bool | None = None) -> AllocationResult:
+        nan = math.nan
+        if allocation is None:
+            return cls(status, None, nan, nan, nan, nan, build_seconds, solve_seconds, {}, {}, {},
+                       nan, message, solver, warm_start_accepted)
+        running = problem.running or Allocation()
+        cost = startup = 0.0
+        capacity: dict[str, float] = defaultdict(float)
+        for key, n in allocation.counts:
+            c = problem.template_cost(key)
+            cost += n * c
+            startup += max(0, n - running[key]) * c
+            t = problem.template(key)
+            capacity[t.service.name] += n * t.throughput
+        objective = cost + problem.startup_weight * startup
+        served, shares, goodput = served_shares(problem.demand, capacity, problem.models)
+        if bound is not None:
+            gap = max(0.0, objective - bound) / max(abs(objective), 1e-9)
+        else:
+            gap = nan
+        return cls(status, allocation, objective, cost, startup, gap, build_seconds, solve_seconds,
+                   dict(capacity), served, shares, goodput, message, solver, warm_start_accepted)

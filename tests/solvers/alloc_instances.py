@@ -1,0 +1,69 @@
+"""Small seeded random allocation instances and a brute-force oracle (shared by the tests)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from solvers.evaluate import evaluate_plan
+from solvers.problem import Allocation, AllocationProblem
+from solvers.types import Phase, Service, Stage, Template
+
+CONFIGS = ("1xA", "2xA", "1xB")
+
+
+def template(model: str, phase: Phase, region: str, nodes: dict[str, int], throughput: float) -> Template:
+    pairs = tuple(sorted(nodes.items()))
+    flat = tuple(c for c, k in pairs for _ in range(k))
+    return Template(Service(model, phase), region, pairs, (Stage(4, flat),), throughput)
+
+
+def random_problem(seed: int, *, n_models: int = 2, regions: tuple[str, ...] = ("r1",),
+                   max_templates: int = 6, avail_max: int = 4, demand_max: float = 10.0,
+                   mode: str = "cost", with_running: bool = False,
+                   one_type: bool = False) -> AllocationProblem:
+    rng = random.Random(seed)
+    models = [f"m{i}" for i in range(n_models)]
+    services = [Service(m, p) for m in models for p in Phase]
+    templates: dict[str, Template] = {}
+    order = iter(services)  # every service gets a template before any gets a second
+    while len(templates) < max_templates:
+        s = next(order, None) or rng.choice(services)
+        mix: dict[str, int] = {}
+        for _ in range(rng.randint(1, 2)):
+            c = rng.choice(CONFIGS)
+            mix[c] = mix.get(c, 0) + 1
+        t = template(s.model, s.phase, rng.choice(regions), mix, float(rng.randint(2, 12)))
+        templates.setdefault(t.key, t)
+    prices = {(r, c): float(rng.randint(1, 6)) for r in regions for c in CONFIGS}
+    avail = {(r, c): rng.randint(1, avail_max) for r in regions for c in CONFIGS}
+    demand = {s.name: float(rng.choice([0, rng.randint(1, int(demand_max))])) for s in services}
+    running = None
+    reopt = None
+    k = 0.0
+    if with_running:
+        running = Allocation.of({key: rng.randint(0, 1) for key in templates})
+        reopt = frozenset(rng.sample(models, rng.randint(1, n_models)))
+        k = rng.choice([0.0, 0.5, 2.0])
+    return AllocationProblem(tuple(templates.values()), demand, avail, prices, running=running,
+                             startup_weight=k, reoptimize=reopt, mode=mode, gap=0.0,
+                             one_gpu_type_per_model=one_type)
+
+
+def brute_force(problem: AllocationProblem) -> tuple[float, float] | None:
+    """(best goodput fraction, least objective at it) over every integer allocation within
+    availability (availability bounds every count, so the enumeration is exhaustive)."""
+    keys = [t.key for t in problem.templates]
+    ranges = []
+    for t in problem.templates:
+        ub = min(int(problem.available((t.region, c)) // k) for c, k in t.nodes)
+        ranges.append(range(ub + 1))
+    best: tuple[float, float] | None = None
+    for combo in itertools.product(*ranges):
+        ev = evaluate_plan(problem, dict(zip(keys, combo, strict=True)))
+        if not ev.feasible:
+            continue
+        score = (-round(ev.goodput_fraction, 9), ev.objective)
+        if best is None or score < (-round(best[0], 9), best[1]):
+            best = (ev.goodput_fraction, ev.objective)
+    return best
