@@ -1,0 +1,115 @@
+"""Availability processes: how many nodes of each (region, config) can be held at each step.
+
+- ``static`` (the solver scenarios' ``ample`` and ``scarce``): a fixed cap per (region, config).
+- ``spot``: the cap moves with real spot availability traces (SkyPilot's "Can't Be Late"
+  traces, ../shared/data/spot-traces-cantbelate, NSDI'24). Each trace counts the spot nodes
+  obtainable out of 16 every 300 s. A (region, config) cap at time t is
+  ``floor(base_cap x trace(t) / 16)``. Which trace drives which region (the traces are AWS V100
+  only, so every region borrows one; the assignment keeps one trace per region so that configs in
+  a region share its spot market):
+
+  ========================  ==================================================
+  region                    trace (availability/16-node/aws-08-27-2023/)
+  ========================  ==================================================
+  aws:us-east-2             us-east-2b_v100_1.json (the region's own zone)
+  aws:ap-northeast-2        us-west-2a_v100_1.json (no Asian trace exists)
+  gcp:us-central1           us-west-2c_v100_1.json (no GCP GPU trace of that length)
+  ========================  ==================================================
+
+  Configs of one region read the region's trace at different seeded offsets (drawn at reset from
+  the environment's generator), so they are not preempted in lockstep; the same seed gives the
+  same offsets, hence the same capacities.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SPOT_TRACE_DIR = Path("spot-traces-cantbelate") / "availability" / "16-node" / "aws-08-27-2023"
+SPOT_TRACES: dict[str, str] = {
+    "aws:us-east-2": "us-east-2b_v100_1.json",
+    "aws:ap-northeast-2": "us-west-2a_v100_1.json",
+    "gcp:us-central1": "us-west-2c_v100_1.json",
+}
+SPOT_TRACE_NODES = 16
+
+Cell = tuple[str, str]  # (region, config)
+
+
+@dataclass(frozen=True)
+class SpotTrace:
+    """Spot nodes obtainable (out of ``nodes``) every ``gap_seconds``."""
+
+    values: tuple[int, ...]
+    gap_seconds: float
+    nodes: int
+    source: str
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ValueError(f"SpotTrace {self.source}: field 'values' is empty")
+        if min(self.values) < 0 or max(self.values) > self.nodes:
+            raise ValueError(f"SpotTrace {self.source}: values must lie in 0..{self.nodes}")
+
+    def fraction(self, seconds: float) -> float:
+        i = int(seconds // self.gap_seconds) % len(self.values)
+        return self.values[i] / self.nodes
+
+
+def load_spot_trace(data: Path, region: str) -> SpotTrace:
+    if region not in SPOT_TRACES:
+        raise KeyError(f"no spot trace for region {region!r}; regions with one: "
+                       f"{', '.join(sorted(SPOT_TRACES))}")
+    path = data / SPOT_TRACE_DIR / SPOT_TRACES[region]
+    if not path.exists():
+        raise FileNotFoundError(f"spot trace missing: {path} — check ATOLL_SHARED_DATA")
+    doc = json.loads(path.read_text())
+    return SpotTrace(values=tuple(int(v) for v in doc["data"]),
+                     gap_seconds=float(doc["metadata"]["gap_seconds"]), nodes=SPOT_TRACE_NODES,
+                     source=str(path))
+
+
+@dataclass
+class StaticAvailability:
+    """A fixed cap per (region, config)."""
+
+    caps: Mapping[Cell, int]
+
+    def reset(self, rng: np.random.Generator) -> None:  # noqa: ARG002 - same interface as spot
+        return None
+
+    def capacity(self, seconds: float) -> dict[Cell, int]:  # noqa: ARG002
+        return dict(self.caps)
+
+
+@dataclass
+class SpotAvailability:
+    """Caps that follow real spot traces, one trace per region, seeded offsets per config."""
+
+    base: Mapping[Cell, int]
+    traces: Mapping[str, SpotTrace]
+    offsets: dict[Cell, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        missing = sorted({r for r, _ in self.base} - set(self.traces))
+        if missing:
+            raise ValueError(f"SpotAvailability: no trace for regions {missing}")
+
+    def reset(self, rng: np.random.Generator) -> None:
+        self.offsets = {}
+        for cell in sorted(self.base):
+            trace = self.traces[cell[0]]
+            span = len(trace.values) * trace.gap_seconds
+            self.offsets[cell] = float(rng.integers(0, len(trace.values))) * trace.gap_seconds % span
+
+    def capacity(self, seconds: float) -> dict[Cell, int]:
+        if not self.offsets:
+            raise RuntimeError("SpotAvailability.capacity called before reset(rng)")
+        return {cell: math.floor(cap * self.traces[cell[0]].fraction(seconds + self.offsets[cell]))
+                for cell, cap in self.base.items()}
