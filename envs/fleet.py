@@ -1,0 +1,172 @@
+"""The fleet's instance state: running, starting (with time left) and draining instances per
+template, and how plans, preemptions and time move them.
+
+Semantics (DESIGN.md §6):
+- a new plan adds instances that serve only after their start-up time; removals first cancel
+  instances still starting (they serve nothing yet), then drain running ones, which stop serving
+  at once and are billed for the drain time;
+- when availability of a (region, config) drops below the nodes held, instances holding that
+  config are preempted at once (starting ones first, then running; among templates in an order
+  drawn from the caller's generator, so the same seed preempts the same instances);
+- every node of a running, starting or draining instance is billed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from solvers.problem import Allocation
+from solvers.types import ModelSpec, NodeConfig, Template
+
+NODE_BOOT_S = 180.0  # VM boot + container start of a GPU node (3 min)
+WEIGHT_LOAD_GBS = 1.0  # weights pulled from object storage per node, GB/s
+
+Cell = tuple[str, str]
+
+
+def startup_seconds(template: Template, model: ModelSpec, configs: Mapping[str, NodeConfig]) -> float:
+    """Boot plus loading the weights of the stage a node holds; the nodes start in parallel, so
+    the slowest node sets the instance's start-up time."""
+    worst = 0.0
+    for stage in template.stages:
+        for node in stage.nodes:
+            if node not in configs:
+                raise KeyError(f"unknown node config {node!r} in template {template.key}")
+            load = stage.layers * model.layer_weight_bytes / (WEIGHT_LOAD_GBS * 1e9)
+            worst = max(worst, load)
+    return NODE_BOOT_S + worst
+
+
+@dataclass
+class FleetState:
+    """Instance counts by template key; ``starting`` and ``draining`` hold (count, seconds left)."""
+
+    running: dict[str, int] = field(default_factory=dict)
+    starting: dict[str, list[list[float]]] = field(default_factory=dict)
+    draining: dict[str, list[list[float]]] = field(default_factory=dict)
+
+    def held(self, key: str) -> int:
+        """Instances that hold nodes now (and count against availability)."""
+        return (self.running.get(key, 0) + sum(int(c) for c, _ in self.starting.get(key, []))
+                + sum(int(c) for c, _ in self.draining.get(key, [])))
+
+    def planned(self) -> Allocation:
+        """The plan in force: running plus starting instances (draining ones are leaving)."""
+        keys = set(self.running) | set(self.starting)
+        return Allocation.of({k: self.running.get(k, 0)
+                              + sum(int(c) for c, _ in self.starting.get(k, [])) for k in keys})
+
+    def ready(self) -> dict[str, int]:
+        return {k: n for k, n in self.running.items() if n}
+
+    def starting_count(self, key: str) -> int:
+        return sum(int(c) for c, _ in self.starting.get(key, []))
+
+    def apply_plan(self, target: Allocation, startup_s: Mapping[str, float],
+                   drain_s: float) -> int:
+        """Move toward ``target``; returns the number of instances added."""
+        added = 0
+        keys = set(target.as_dict()) | set(self.running) | set(self.starting)
+        for key in sorted(keys):
+            have = self.running.get(key, 0) + self.starting_count(key)
+            want = target[key]
+            if want > have:
+                self.starting.setdefault(key, []).append([float(want - have), startup_s[key]])
+                added += want - have
+            elif want < have:
+                self._remove(key, have - want, drain_s)
+        return added
+
+    def _remove(self, key: str, n: int, drain_s: float) -> None:
+        # Cancel the instances furthest from ready first: they have served nothing.
+        queue = sorted(self.starting.get(key, []), key=lambda e: -e[1])
+        while n and queue:
+            take = min(n, int(queue[0][0]))
+            queue[0][0] -= take
+            n -= take
+            if queue[0][0] == 0:
+                queue.pop(0)
+        self.starting[key] = queue
+        if n:
+            self.running[key] = self.running.get(key, 0) - n
+            if drain_s > 0:
+                self.draining.setdefault(key, []).append([float(n), drain_s])
+
+    def advance(self, seconds: float) -> None:
+        """Let time pass: start-ups that finish join ``running``; drains that end release nodes."""
+        for key, entries in self.starting.items():
+            keep = []
+            for count, left in entries:
+                if left <= seconds + 1e-9:
+                    self.running[key] = self.running.get(key, 0) + int(count)
+                else:
+                    keep.append([count, left - seconds])
+            self.starting[key] = keep
+        for key, entries in self.draining.items():
+            self.draining[key] = [[c, left - seconds] for c, left in entries if left > seconds + 1e-9]
+
+    def nodes_held(self, templates: Mapping[str, Template]) -> dict[Cell, int]:
+        use: dict[Cell, int] = defaultdict(int)
+        for key in set(self.running) | set(self.starting) | set(self.draining):
+            n = self.held(key)
+            if n:
+                t = templates[key]
+                for config, k in t.nodes:
+                    use[(t.region, config)] += n * k
+        return dict(use)
+
+    def preempt(self, capacity: Mapping[Cell, int], templates: Mapping[str, Template],
+                rng: np.random.Generator) -> dict[str, int]:
+        """Remove instances at once until every (region, config) is within ``capacity``."""
+        lost: dict[str, int] = defaultdict(int)
+        use = self.nodes_held(templates)
+        for cell in sorted(use):
+            excess = use[cell] - capacity.get(cell, 0)
+            if excess <= 0:
+                continue
+            holders = sorted(k for k in templates if self.held(k) and cell in
+                             {(templates[k].region, c) for c, _ in templates[k].nodes})
+            order = [holders[i] for i in rng.permutation(len(holders))]
+            for key in order:
+                per = dict(templates[key].nodes)[cell[1]]
+                while excess > 0 and self.held(key):
+                    self._drop_one(key)
+                    lost[key] += 1
+                    excess -= per
+                    for config, k in templates[key].nodes:
+                        use[(templates[key].region, config)] -= k
+                if excess <= 0:
+                    break
+        return dict(lost)
+
+    def _drop_one(self, key: str) -> None:
+        # A preempted instance is gone at once: no drain. Starting ones go first.
+        for bucket in (self.starting, self.draining):
+            entries = bucket.get(key, [])
+            if entries:
+                entries[-1][0] -= 1
+                if entries[-1][0] <= 0:
+                    entries.pop()
+                return
+        self.running[key] -= 1
+
+
+def node_hours_cost(state: FleetState, templates: Mapping[str, Template],
+                    prices: Mapping[Cell, float], seconds: float) -> float:
+    """$ for holding every running, starting and draining node for ``seconds``."""
+    total = 0.0
+    for key in set(state.running) | set(state.starting) | set(state.draining):
+        n = state.held(key)
+        if n:
+            t = templates[key]
+            total += n * sum(k * prices[(t.region, c)] for c, k in t.nodes)
+    return total * seconds / 3600.0
+
+
+def steps_for(seconds: float, step_s: float) -> int:
+    return max(1, math.ceil(seconds / step_s - 1e-9))
