@@ -22,6 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from solvers.allocation import solve_allocation
 from solvers.evaluate import PlanEvaluation, evaluate_plan
@@ -83,7 +84,7 @@ def _free_services(problem: AllocationProblem) -> list[str]:
     return sorted(services, key=lambda s: (order[model_of(s)], s))
 
 
-def _useful_per_dollar(problem: AllocationProblem, t: Template, left: float) -> tuple[float, float, str]:
+def _useful_per_dollar(problem: AllocationProblem, t: Template, *, left: float) -> tuple[float, float, str]:
     cost = problem.template_cost(t.key)
     return min(t.throughput, left) / max(cost, 1e-12), -cost, t.key  # ties: cheaper, then by key
 
@@ -109,7 +110,7 @@ def homo(problem: AllocationProblem) -> MethodResult:
             cands = [t for t in options[s] if fits(t)]
             if not cands:
                 continue
-            best = max(cands, key=lambda t, left=left: _useful_per_dollar(problem, t, left))
+            best = max(cands, key=partial(_useful_per_dollar, problem, left=left))
             counts[best.key] = counts.get(best.key, 0) + 1
             capacity[s] += best.throughput
             for c, k in best.nodes:
