@@ -1,0 +1,206 @@
+"""Evaluation scenarios: models, GPU types, regions, request shapes, demand mixes, availability.
+
+``core``: Phi-4-14B, GPT-OSS-20B, Qwen3-32B on L4/A10G/L40S x {1,2,4,8} in aws:us-east-2 and
+aws:ap-northeast-2, 10 req/s per model. ``extended``: the six default models, adds A100-80GB,
+H100 and gcp:us-central1, 25 req/s per model.
+
+Request lengths come from the Azure LLM inference 2023 traces, assigned to models alternately
+as in the Coral paper (model 0 "code", model 1 "conv", ...): per model a
+``RequestShape(mean input, mean output)``; demand tokens/s = req/s x mean input (prefill
+service) and req/s x mean output (decode service).
+
+Mixes keep the total request rate: ``even`` (every model the same), ``large-heavy`` (80% of
+requests to the largest third of the models by total parameters, rounded to at least one
+model, split evenly; 20% evenly over the rest), ``small-heavy`` (80% to the smallest third).
+
+Availability per (region, config): ``ample`` = AMPLE_NODES nodes of every offered config
+(every method is feasible); ``scarce`` = ceil((1 + headroom) x u_rc), where u_rc is the number
+of nodes of config c in region r used by the cheapest plan of the even mix under ample
+availability (the cost-mode ILP), headroom 0.25 (core) / 0.75 (extended); configs that plan
+does not use get none. So the total node capacity is only 25% / 75% above (plus rounding up)
+what the cheapest even plan needs, and only in the configs it chose.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from solvers.allocation import solve_allocation
+from solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, load_catalog
+from solvers.models import DEFAULT_MODELS, get_model
+from solvers.paths import shared_data_dir
+from solvers.perf import RequestShape
+from solvers.problem import AllocationProblem, SolveStatus
+from solvers.registry import Registry, UnknownNameError
+from solvers.types import NODE_GPU_COUNTS, Phase, Service, Template
+
+AMPLE_NODES = 1000
+AVAILABILITIES: tuple[str, ...] = ("ample", "scarce")
+MIXES: tuple[str, ...] = ("even", "large-heavy", "small-heavy")
+HEAVY_SHARE = 0.8
+AZURE_TRACES: Mapping[str, str] = {"code": "AzureLLMInferenceTrace_code.csv",
+                                   "conv": "AzureLLMInferenceTrace_conv.csv"}
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    name: str
+    models: tuple[str, ...]
+    gpu_types: tuple[str, ...]
+    regions: tuple[str, ...]
+    req_per_s: float  # per model in the even mix
+    scarce_headroom: float
+    traces: tuple[str, ...] = ("code", "conv")
+
+    def __post_init__(self) -> None:
+        owner = f"ScenarioSpec {self.name!r}"
+        if not self.models:
+            raise ValueError(f"{owner}: field 'models' must name at least one model")
+        if not (self.req_per_s > 0 and math.isfinite(self.req_per_s)):
+            raise ValueError(f"{owner}: field 'req_per_s' must be > 0, got {self.req_per_s!r}")
+        if self.scarce_headroom < 0:
+            raise ValueError(f"{owner}: field 'scarce_headroom' must be >= 0")
+        unknown = [t for t in self.traces if t not in AZURE_TRACES]
+        if unknown or not self.traces:
+            raise ValueError(f"{owner}: field 'traces' must be from {sorted(AZURE_TRACES)}, got {unknown}")
+
+    @property
+    def configs(self) -> tuple[str, ...]:
+        return tuple(f"{n}x{g}" for g in self.gpu_types for n in NODE_GPU_COUNTS)
+
+
+SCENARIOS: Registry[ScenarioSpec] = Registry("scenario", {
+    "core": ScenarioSpec("core", ("Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"), ("L4", "A10G", "L40S"),
+                         ("aws:us-east-2", "aws:ap-northeast-2"), 10.0, 0.25),
+    "extended": ScenarioSpec("extended", DEFAULT_MODELS, DEFAULT_GPU_TYPES, DEFAULT_REGIONS, 25.0, 0.75),
+})
+
+
+def _choice(kind: str, value: str, valid: Sequence[str], plural: str = "") -> str:
+    if value not in valid:
+        raise UnknownNameError(f"unknown {kind} {value!r}; valid {plural or kind + 's'}: {', '.join(valid)}")
+    return value
+
+
+@lru_cache(maxsize=8)
+def trace_shape(trace: str, data_dir: Path | None = None) -> RequestShape:
+    """Mean context (input) and generated (output) tokens of one Azure LLM 2023 trace."""
+    import pandas as pd
+
+    _choice("trace", trace, list(AZURE_TRACES))
+    path = (data_dir or shared_data_dir()) / "azure-llm-inference-2023" / AZURE_TRACES[trace]
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: Azure LLM inference 2023 trace not found")
+    frame = pd.read_csv(path, usecols=["ContextTokens", "GeneratedTokens"])
+    return RequestShape(float(frame["ContextTokens"].mean()), float(frame["GeneratedTokens"].mean()))
+
+
+def request_shapes(spec: ScenarioSpec, data_dir: Path | None = None) -> dict[str, RequestShape]:
+    return {m: trace_shape(spec.traces[i % len(spec.traces)], data_dir) for i, m in enumerate(spec.models)}
+
+
+def request_rates(spec: ScenarioSpec, mix: str) -> dict[str, float]:
+    """req/s per model; every mix has the same total, len(models) x req_per_s."""
+    _choice("mix", mix, MIXES, "mixes")
+    total = spec.req_per_s * len(spec.models)
+    if mix == "even" or len(spec.models) == 1:
+        return {m: spec.req_per_s for m in spec.models}
+    by_size = sorted(spec.models, key=lambda m: get_model(m).params_b, reverse=(mix == "large-heavy"))
+    k = max(1, round(len(spec.models) / 3))
+    heavy, rest = by_size[:k], by_size[k:]
+    rates = {m: HEAVY_SHARE * total / k for m in heavy}
+    rates.update({m: (1 - HEAVY_SHARE) * total / len(rest) for m in rest})
+    return {m: rates[m] for m in spec.models}
+
+
+def scenario_demand(spec: ScenarioSpec, mix: str, shapes: Mapping[str, RequestShape] | None = None,
+                    ) -> dict[str, float]:
+    """service name -> tokens/s: prefill = req/s x mean input, decode = req/s x mean output."""
+    shapes = shapes or request_shapes(spec)
+    demand = {}
+    for m, rate in request_rates(spec, mix).items():
+        demand[Service(m, Phase.PREFILL).name] = rate * shapes[m].input_tokens
+        demand[Service(m, Phase.DECODE).name] = rate * shapes[m].output_tokens
+    return demand
+
+
+def scenario_prices(spec: ScenarioSpec, *, spot: bool = False) -> dict[tuple[str, str], float]:
+    """On-demand $/node-hour of every config of the scenario's GPU types each region offers."""
+    catalog = load_catalog()
+    wanted = set(spec.configs)
+    return {(r, c): o.price(spot=spot) for r in spec.regions
+            for c, o in catalog.offers_in(r).items() if c in wanted}
+
+
+def ample_availability(spec: ScenarioSpec) -> dict[tuple[str, str], int]:
+    return {rc: AMPLE_NODES for rc in scenario_prices(spec)}
+
+
+def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
+                       progress: bool = False) -> tuple[Template, ...]:
+    """The template library of the scenario, built per model with that model's request shape
+    (the library takes one shape per build, so each model is its own build, cached on disk)."""
+    lib: Any = importlib.import_module("solvers.templates")
+    base: Any = getattr(lib, "SCENARIO_LIBRARIES", {}).get(spec.name)
+    shapes = request_shapes(spec)
+    out: list[Template] = []
+    for m in spec.models:
+        if base is not None:
+            ls = replace(base, models=(m,), shape=shapes[m])
+        else:
+            ls = lib.LibrarySpec(models=(m,), regions=spec.regions, gpu_types=spec.gpu_types,
+                                 shape=shapes[m])
+        out.extend(lib.build_library(ls, cache_dir=cache_dir, workers=workers, progress=progress).templates)
+    return tuple(out)
+
+
+_SCARCE: dict[tuple[str, int], dict[tuple[str, str], int]] = {}
+
+
+def scarce_availability(spec: ScenarioSpec, templates: Sequence[Template]) -> dict[tuple[str, str], int]:
+    """ceil((1 + headroom) x nodes of each (region, config) in the cheapest even-mix plan)."""
+    memo = (spec.name, hash(tuple(t.key for t in templates)))
+    if memo in _SCARCE:
+        return dict(_SCARCE[memo])
+    problem = AllocationProblem(tuple(templates), scenario_demand(spec, "even"), ample_availability(spec),
+                                scenario_prices(spec))
+    res = solve_allocation(problem)
+    if res.allocation is None or res.status is not SolveStatus.OPTIMAL:
+        raise RuntimeError(f"scenario {spec.name}: the even-mix plan behind 'scarce' availability "
+                           f"failed ({res.status.value}: {res.message})")
+    used: dict[tuple[str, str], int] = {}
+    for key, n in res.allocation.counts:
+        t = problem.template(key)
+        for c, k in t.nodes:
+            used[(t.region, c)] = used.get((t.region, c), 0) + k * n
+    caps = {rc: (math.ceil((1 + spec.scarce_headroom) * used[rc] - 1e-9) if rc in used else 0)
+            for rc in problem.prices}
+    _SCARCE[memo] = caps
+    return dict(caps)
+
+
+AVAILABILITY: Mapping[str, Callable[[ScenarioSpec, Sequence[Template]], dict[tuple[str, str], int]]] = {
+    "ample": lambda spec, _templates: ample_availability(spec),
+    "scarce": scarce_availability,
+}
+
+
+def build_problem(scenario: str, availability: str = "ample", mix: str = "even", *,
+                  templates: Sequence[Template] | None = None, mode: str = "cost",
+                  time_limit: float | None = None, gap: float = 1e-4,
+                  cache_dir: Path | None = None, progress: bool = False) -> AllocationProblem:
+    """The allocation problem of a scenario; ``templates`` overrides the library (tests)."""
+    spec = SCENARIOS[scenario]
+    _choice("availability", availability, AVAILABILITIES, "availabilities")
+    _choice("mix", mix, MIXES, "mixes")
+    if templates is None:
+        templates = scenario_templates(spec, cache_dir=cache_dir, progress=progress)
+    return AllocationProblem(tuple(templates), scenario_demand(spec, mix),
+                             AVAILABILITY[availability](spec, templates), scenario_prices(spec),
+                             mode=mode, time_limit=time_limit, gap=gap)
