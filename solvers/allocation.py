@@ -23,10 +23,12 @@ reason. Optional restriction: one GPU type per model (binary y_mg, x_t <= u_t y_
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pulp
 
@@ -47,9 +49,11 @@ _FEAS_TOL = 1e-6
 
 
 class _Instance:
-    """What the ILP needs, derived once from a problem: free and fixed templates, bounds."""
+    """What one ILP round needs: free and fixed templates, the availability rows enforced in
+    this round (``rows``), bounds, and the templates left after dominance pruning."""
 
-    def __init__(self, problem: AllocationProblem) -> None:
+    def __init__(self, problem: AllocationProblem, rows: frozenset[tuple[str, str]] | None = None,
+                 keep: frozenset[str] = frozenset()) -> None:
         self.problem = problem
         running = problem.running or Allocation()
         free_models = problem.free_models
@@ -74,18 +78,65 @@ class _Instance:
                 self.overused.append(f"{rc[0]}/{rc[1]} (fixed models hold {self.fixed_use[rc]}, "
                                      f"available {problem.available(rc):g})")
             self.residual[rc] = max(cap, 0.0)
+        # rows without room for one node always count: they only remove templates
+        self.rows = frozenset(rc for rc, v in self.residual.items() if v < 1 or rows is None
+                              or rc in rows)
         self.bound: dict[str, int] = {}
         for key in self.free:
             t = problem.template(key)
             u = math.ceil(problem.demand[t.service.name] / t.throughput - 1e-9)
             for c, k in t.nodes:
-                u = min(u, int(self.residual[(t.region, c)] // k))
+                if (t.region, c) in self.rows:
+                    u = min(u, int(self.residual[(t.region, c)] // k))
             self.bound[key] = max(u, 0)
-        self.free = [k for k in self.free if self.bound[k] > 0]
+        self.running = running
+        self.free = self._undominated([k for k in self.free if self.bound[k] > 0], keep)
         self.services = sorted(s for s, d in problem.demand.items()
                                if d > 0 and model_of(s) in free_models)
         self.models = sorted({model_of(s) for s in self.services})
-        self.running = running
+
+    def _undominated(self, keys: list[str], keep: frozenset[str]) -> list[str]:
+        """Drop t when a t' of the same service (and GPU type, under the one-type rule) has
+        cost <= and throughput >= and uses no node of an enforced row, or the same nodes of
+        enforced rows as t. Moving an instance from t to t' then keeps every enforced row and
+        demand row and cannot raise the objective (t has no running instance, so its added
+        cost (1 + K) p_t is at least t's worst case (1 + K) p_t'). Running and warm-start
+        templates are kept."""
+        p = self.problem
+        groups: dict[tuple[str, str, tuple[tuple[str, int], ...]], list[str]] = defaultdict(list)
+        for key in keys:
+            t = p.template(key)
+            kind = gpu_type_of(t.nodes[0][0]) if p.one_gpu_type_per_model else ""
+            usage = tuple((c, k) for c, k in t.nodes if (t.region, c) in self.rows)
+            groups[(t.service.name, kind, usage)].append(key)
+
+        def frontier(members: list[str]) -> tuple[list[float], list[float]]:
+            costs: list[float] = []
+            thr: list[float] = []
+            for key in sorted(members, key=lambda k: (p.template_cost(k), -p.template(k).throughput, k)):
+                if not thr or p.template(key).throughput > thr[-1]:
+                    costs.append(p.template_cost(key))
+                    thr.append(p.template(key).throughput)
+            return costs, thr
+
+        def best_within(front: tuple[list[float], list[float]], cost: float) -> float:
+            i = bisect.bisect_right(front[0], cost + 1e-12)
+            return front[1][i - 1] if i else -math.inf
+
+        out: list[str] = []
+        for (service, kind, usage), members in groups.items():
+            free_front = frontier(groups.get((service, kind, ()), []))
+            ordered = sorted(members, key=lambda k: (p.template_cost(k), -p.template(k).throughput, k))
+            best = -math.inf
+            for key in ordered:
+                t = p.template(key)
+                cost = p.template_cost(key)
+                dominated = t.throughput <= best or (usage and best_within(free_front, cost) >= t.throughput)
+                if not dominated or key in keep or self.running[key]:
+                    out.append(key)
+                best = max(best, t.throughput)
+        order = {t.key: i for i, t in enumerate(p.templates)}
+        return sorted(out, key=order.__getitem__)
 
 
 def _build(inst: _Instance, stage: str, floor_share: float | None = None,
@@ -103,7 +154,8 @@ def _build(inst: _Instance, stage: str, floor_share: float | None = None,
     for i, (key, var) in enumerate(x.items()):
         t = p.template(key)
         for c, k in t.nodes:
-            by_rc[(t.region, c)].append((var, float(k)))
+            if (t.region, c) in inst.rows:
+                by_rc[(t.region, c)].append((var, float(k)))
         by_service[t.service.name].append((var, t.throughput))
         by_model_type[(t.service.model, gpu_type_of(t.nodes[0][0]))].append(key)
         cost = p.template_cost(key)
@@ -249,84 +301,142 @@ def _diagnose(inst: _Instance) -> str:
             "Use mode='goodput' to serve as much as possible")
 
 
-def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | None = None,
-                     solver: str = "highs") -> AllocationResult:
-    """Solve the allocation ILP exactly (to ``problem.gap``); see the module docstring."""
-    if solver not in SOLVERS:
-        raise ValueError(f"unknown solver {solver!r}; valid solvers: {', '.join(SOLVERS)}")
-    t0 = time.perf_counter()
-    build = solve = 0.0
+@dataclass
+class _Round:
+    """The outcome of solving one round (one set of enforced rows), all stages."""
 
-    def result(status: SolveStatus, allocation: Allocation | None, message: str = "",
-               bound: float | None = None, start_status: object = None) -> AllocationResult:
-        return AllocationResult.from_allocation(
-            problem, status, allocation, message=message, bound=bound,
-            build_seconds=build, solve_seconds=solve, solver=solver,
-            warm_start_accepted=None if start_status is None else str(start_status).endswith("kOk"))
+    status: SolveStatus
+    allocation: Allocation | None = None
+    bound: float | None = None
+    message: str = ""
+    complete: bool = True  # every stage solved (goodput stage 2 may fail and keep stage 1)
 
-    try:
-        inst = _Instance(problem)
-        if inst.overused:
-            build = time.perf_counter() - t0
-            return result(SolveStatus.INFEASIBLE, None, "models held fixed exceed availability at "
-                          + "; ".join(inst.overused) + "; re-optimize them too")
-        missing = [s for s in inst.services if not any(problem.template(k).service.name == s
-                                                       for k in inst.free)]
-        if missing and problem.mode == "cost":
-            build = time.perf_counter() - t0
-            return result(SolveStatus.INFEASIBLE, None, _diagnose(inst))
-        if not inst.free:  # nothing to decide: every free service is without demand
-            build = time.perf_counter() - t0
-            return result(SolveStatus.OPTIMAL, Allocation.of(inst.fixed),
-                          bound=problem.objective_constant(inst.fixed))
-        remaining = problem.time_limit
-        stages = ["cost"] if problem.mode == "cost" else ["share", "cost_at_share"]
+
+def _violated_rows(inst: _Instance, allocation: Allocation) -> set[tuple[str, str]]:
+    p = inst.problem
+    use: dict[tuple[str, str], int] = defaultdict(int)
+    for key, n in allocation.counts:
+        t = p.template(key)
+        for c, k in t.nodes:
+            use[(t.region, c)] += k * n
+    return {rc for rc, u in use.items() if u > p.available(rc) + 1e-9}
+
+
+class _Solver:
+    """Runs the stages of one round and keeps the time and start bookkeeping across rounds."""
+
+    def __init__(self, problem: AllocationProblem, solver: str, warm_start: Allocation | None) -> None:
+        self.problem, self.solver, self.warm_start = problem, solver, warm_start
+        self.build = self.solve = 0.0
+        self.start_status: object = None
+        self.deadline = None if problem.time_limit is None else time.perf_counter() + problem.time_limit
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else max(self.deadline - time.perf_counter(), 0.05)
+
+    def round(self, inst: _Instance) -> _Round:
+        stages = ["cost"] if self.problem.mode == "cost" else ["share", "cost_at_share"]
         statuses: list[SolveStatus] = []
         floor_share: float | None = None
-        start_alloc = warm_start
+        start_alloc = self.warm_start
         last: tuple[_Run, dict[str, pulp.LpVariable]] | None = None
-        first_start_status = None
         for stage in stages:
             tb = time.perf_counter()
             prob, x = _build(inst, stage, floor_share)
             start = _start_values(inst, prob, x, start_alloc) if start_alloc is not None else None
-            build += time.perf_counter() - tb
-            run = _Run(prob, solver, remaining, problem.gap, start)
-            build += run.model_seconds
-            solve += run.solve_seconds
-            if first_start_status is None:
-                first_start_status = run.start_status
-            if remaining is not None:
-                remaining = max(remaining - (time.perf_counter() - tb), 0.05)
+            self.build += time.perf_counter() - tb
+            run = _Run(prob, self.solver, self.remaining(), self.problem.gap, start)
+            self.build += run.model_seconds
+            self.solve += run.solve_seconds
+            if self.start_status is None and start is not None:
+                self.start_status = run.start_status
             status = _status_of(run)
             if status in (SolveStatus.INFEASIBLE, SolveStatus.ERROR):
                 if last is not None:  # stage 2 failed: keep the stage-1 plan
                     break
-                if status is SolveStatus.INFEASIBLE:
-                    return result(status, None, _diagnose(inst) if problem.mode == "cost" else
-                                  "infeasible", start_status=first_start_status)
-                why = ("time limit reached before any feasible allocation was found"
+                why = ("infeasible" if status is SolveStatus.INFEASIBLE else
+                       "time limit reached before any feasible allocation was found"
                        if run.stop in ("kTimeLimit", "Not Solved") else f"solver stopped: {run.stop}")
-                return result(status, None, why, start_status=first_start_status)
+                return _Round(status, message=why)
             statuses.append(status)
             last = (run, x)
             if stage == "share":
-                achieved = pulp.value(prob.objective) or 0.0
-                floor_share = achieved - _FEAS_TOL * max(1, len(inst.models))
+                floor_share = (pulp.value(prob.objective) or 0.0) - _FEAS_TOL * max(1, len(inst.models))
                 extracted = _extract(inst, x)
                 start_alloc = extracted if isinstance(extracted, Allocation) else None
         if last is None:  # unreachable: the loop returns before leaving it empty
-            return result(SolveStatus.ERROR, None, "no stage was solved")
+            return _Round(SolveStatus.ERROR, message="no stage was solved")
         run, x = last
         allocation = _extract(inst, x)
         if isinstance(allocation, str):
-            return result(SolveStatus.ERROR, None, allocation)
-        final = (SolveStatus.OPTIMAL if all(s is SolveStatus.OPTIMAL for s in statuses)
-                 and len(statuses) == len(stages) else SolveStatus.FEASIBLE_TIME_LIMIT)
+            return _Round(SolveStatus.ERROR, message=allocation)
+        complete = len(statuses) == len(stages)
+        final = (SolveStatus.OPTIMAL if complete and all(s is SolveStatus.OPTIMAL for s in statuses)
+                 else SolveStatus.FEASIBLE_TIME_LIMIT)
         bound = None
         if run.bound is not None and stages[len(statuses) - 1] != "share":
-            bound = run.bound + problem.objective_constant(inst.fixed)
-        msg = "" if len(statuses) == len(stages) else "goodput stage 2 failed; returning the stage-1 plan"
-        return result(final, allocation, msg, bound=bound, start_status=first_start_status)
+            bound = run.bound + self.problem.objective_constant(inst.fixed)
+        return _Round(final, allocation, bound, "" if complete else
+                      "goodput stage 2 failed; returning the stage-1 plan", complete)
+
+
+MAX_ROUNDS = 12
+
+
+def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | None = None,
+                     solver: str = "highs") -> AllocationResult:
+    """Solve the allocation ILP exactly (to ``problem.gap``); see the module docstring.
+
+    Availability rows are generated lazily: a round enforces only the rows found violated so
+    far (plus rows without room for a node) and prunes templates dominated under them; when a
+    round's optimum satisfies every row it is optimal for the full problem too (a relaxation's
+    optimum that is feasible is optimal). After MAX_ROUNDS rounds every row is enforced.
+    """
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; valid solvers: {', '.join(SOLVERS)}")
+    t0 = time.perf_counter()
+    runner = _Solver(problem, solver, warm_start)
+
+    def result(status: SolveStatus, allocation: Allocation | None, message: str = "",
+               bound: float | None = None) -> AllocationResult:
+        start = runner.start_status
+        return AllocationResult.from_allocation(
+            problem, status, allocation, message=message, bound=bound,
+            build_seconds=runner.build, solve_seconds=runner.solve, solver=solver,
+            warm_start_accepted=None if start is None else str(start).endswith("kOk"))
+
+    try:
+        keep = frozenset(k for k, _ in warm_start.counts) if warm_start is not None else frozenset()
+        inst = _Instance(problem, frozenset(), keep)
+        if inst.overused:
+            runner.build = time.perf_counter() - t0
+            return result(SolveStatus.INFEASIBLE, None, "models held fixed exceed availability at "
+                          + "; ".join(inst.overused) + "; re-optimize them too")
+        served_by = {problem.template(k).service.name for k in inst.free}
+        if problem.mode == "cost" and any(s not in served_by for s in inst.services):
+            runner.build = time.perf_counter() - t0
+            return result(SolveStatus.INFEASIBLE, None, _diagnose(inst))
+        rows: set[tuple[str, str]] = set()
+        for round_no in range(MAX_ROUNDS + 1):
+            if round_no:
+                tb = time.perf_counter()
+                inst = _Instance(problem, None if round_no == MAX_ROUNDS else frozenset(rows), keep)
+                runner.build += time.perf_counter() - tb
+            if not inst.free:  # nothing to decide: every free service is without demand
+                return result(SolveStatus.OPTIMAL, Allocation.of(inst.fixed),
+                              bound=problem.objective_constant(inst.fixed))
+            out = runner.round(inst)
+            if out.allocation is None:
+                msg = _diagnose(inst) if out.status is SolveStatus.INFEASIBLE and problem.mode == "cost" \
+                    else out.message
+                return result(out.status, None, msg)
+            violated = _violated_rows(inst, out.allocation)
+            if not violated:
+                return result(out.status, out.allocation, out.message, bound=out.bound)
+            rows |= violated
+            if runner.deadline is not None and time.perf_counter() >= runner.deadline:
+                return result(SolveStatus.ERROR, None, "time limit reached before a plan within "
+                              "availability was found")
+        return result(SolveStatus.ERROR, None, "row generation did not converge")
     except Exception as exc:  # noqa: BLE001 — the contract: a status, never an exception
         return result(SolveStatus.ERROR, None, f"{type(exc).__name__}: {exc}")
