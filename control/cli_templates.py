@@ -1,0 +1,127 @@
+"""``atoll templates build``: build (or load from cache) the serving-template library."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from control.output import UserError, console, emit_json
+from solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS
+from solvers.models import DEFAULT_MODELS
+from solvers.perf import RequestShape
+from solvers.registry import UnknownNameError
+from solvers.templates import SCENARIO_LIBRARIES, LibrarySpec, TemplateLibrary, build_library
+
+
+def _split(value: str | None) -> tuple[str, ...] | None:
+    return tuple(v.strip() for v in value.split(",") if v.strip()) if value else None
+
+
+def _scenario_shapes(name: str) -> tuple[tuple[str, RequestShape], ...]:
+    """Per-model request shapes of a scenario of :mod:`solvers.scenarios` (Azure trace means), so
+    that this command warms the same cache entries the allocation will read."""
+    try:
+        from solvers.scenarios import SCENARIOS, request_shapes
+    except ImportError:
+        return ()
+    if name not in SCENARIOS:
+        return ()
+    try:
+        return tuple(request_shapes(SCENARIOS[name]).items())
+    except FileNotFoundError as exc:
+        console.print(f"[yellow]note:[/] {exc}; using the default request shape")
+        return ()
+
+
+def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
+    """The library spec: a scenario's (if given) with any explicit option overriding it."""
+    shape = None
+    if args.input_tokens is not None or args.output_tokens is not None:
+        default = RequestShape()
+        try:
+            shape = RequestShape(default.input_tokens if args.input_tokens is None else args.input_tokens,
+                                 default.output_tokens if args.output_tokens is None else args.output_tokens)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+    if args.scenario is not None:
+        if args.scenario not in SCENARIO_LIBRARIES:
+            raise UserError(f"unknown scenario {args.scenario!r}; valid scenarios: "
+                            f"{', '.join(sorted(SCENARIO_LIBRARIES))}")
+        base = SCENARIO_LIBRARIES[args.scenario]
+        fields: dict[str, Any] = {"models": base.models, "regions": base.regions, "gpu_types": base.gpu_types,
+                                  "n_max": base.n_max, "rho": base.rho, "shape": base.shape,
+                                  "model_shapes": () if shape else _scenario_shapes(args.scenario)}
+    else:
+        fields = {"models": DEFAULT_MODELS, "regions": DEFAULT_REGIONS, "gpu_types": DEFAULT_GPU_TYPES}
+    for arg, name in (("models", "models"), ("regions", "regions"), ("gpus", "gpu_types")):
+        if (value := _split(getattr(args, arg))) is not None:
+            fields[name] = value
+    if args.n_max is not None:
+        fields["n_max"] = args.n_max
+    if args.rho is not None:
+        fields["rho"] = args.rho
+    if shape is not None:
+        fields["shape"] = shape
+    kept = set(fields["models"])
+    fields["model_shapes"] = tuple((m, s) for m, s in fields.get("model_shapes", ()) if m in kept)
+    try:
+        return args.scenario, LibrarySpec(**fields)
+    except (ValueError, TypeError, UnknownNameError) as exc:
+        raise UserError(str(exc)) from exc
+
+
+def library_document(scenario: str | None, lib: TemplateLibrary) -> dict[str, Any]:
+    return {"scenario": scenario, "templates_per_service": lib.counts(),
+            "total_templates": len(lib.templates),
+            "build_seconds": lib.build_seconds, "from_cache": lib.from_cache, "cache_key": lib.key,
+            "spec": lib.spec.to_json()}
+
+
+def cmd_templates_build(args: argparse.Namespace) -> int:
+    scenario, spec = spec_from_args(args)
+    if args.workers is not None and args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    try:
+        lib = build_library(spec, cache_dir=args.cache_dir, workers=args.workers, ray_address=args.ray,
+                            use_cache=not args.no_cache)
+    except RuntimeError as exc:  # e.g. --ray without the optional extra
+        raise UserError(str(exc)) from exc
+    table = Table(title=f"Template library ({scenario or 'custom'}; "
+                        f"{'loaded from cache' if lib.from_cache else 'built'} in {lib.build_seconds:.1f} s)")
+    for col in ("service", "templates", "best tokens/s", "max nodes"):
+        table.add_column(col, justify="right")
+    for service, n in lib.counts().items():
+        model, _, phase = service.rpartition("/")
+        ts = [t for t in lib.for_model(model) if t.service.phase.value == phase]
+        table.add_row(service, str(n), f"{max((t.throughput for t in ts), default=0.0):.0f}",
+                      str(max((t.node_count for t in ts), default=0)))
+    console.print(table)
+    console.print(f"{len(lib.templates)} templates; cache key {lib.key[:16]}")
+    if args.json:
+        emit_json(library_document(scenario, lib))
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("templates", help="serving-template library (offline stage)")
+    psub = p.add_subparsers(dest="templates_command", required=True, metavar="SUBCOMMAND")
+    b = psub.add_parser("build", help="enumerate, place exactly and prune templates; cached on disk")
+    b.add_argument("--scenario", help=f"library of a scenario: {', '.join(sorted(SCENARIO_LIBRARIES))} "
+                                      "(options below override its fields)")
+    b.add_argument("--models", help="comma-separated model names (default: the six defaults)")
+    b.add_argument("--regions", help=f"comma-separated (default {','.join(DEFAULT_REGIONS)})")
+    b.add_argument("--gpus", help=f"GPU types (default {','.join(DEFAULT_GPU_TYPES)})")
+    b.add_argument("--n-max", type=int, help="most nodes per template (default 6)")
+    b.add_argument("--rho", type=float, help="memory cap: templates hold < rho x model weights (default 12)")
+    b.add_argument("--input-tokens", type=float, help="mean prompt tokens (default 1024, or per scenario)")
+    b.add_argument("--output-tokens", type=float, help="mean generated tokens (default 256, or per scenario)")
+    b.add_argument("--workers", type=int, help="local worker processes (default: CPU count)")
+    b.add_argument("--ray", metavar="ADDRESS", help="run on a Ray cluster (needs the atoll[ray] extra)")
+    b.add_argument("--cache-dir", type=Path, help="cache folder (default $ATOLL_CACHE_DIR/templates or "
+                                                   "<repo>/cache/templates)")
+    b.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    b.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    b.set_defaults(handler=cmd_templates_build)

@@ -1,0 +1,129 @@
+"""On-disk cache of template-library jobs, and the JSON form of templates.
+
+One file per job (one service in one region), named by the job's key: a SHA-256 of everything
+the job's templates depend on (model spec, the region's configs and their GPU specs, perf
+factors, N_max, rho, request shape, :data:`CODE_VERSION`). Per-job entries let libraries that
+group the same jobs differently (one build of three models, or three builds of one) share them.
+
+A file is trusted only if it parses, names the key it is stored under and its payload matches
+its SHA-256 checksum; otherwise it is reported and rebuilt, never used. Writes go to a temporary
+file first and are renamed into place, so a crash never leaves a half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from solvers.paths import REPO_ROOT
+from solvers.types import Phase, Service, Stage, Template
+
+# Bump when the enumeration, placement or dominance rules change what a build produces.
+CODE_VERSION = 1
+FORMAT = "atoll-template-job"
+ENV_CACHE_DIR = "ATOLL_CACHE_DIR"
+
+log = logging.getLogger(__name__)
+
+
+def default_cache_dir() -> Path:
+    """``$ATOLL_CACHE_DIR/templates`` if the variable is set, else ``<repo>/cache/templates``."""
+    root = os.environ.get(ENV_CACHE_DIR)
+    return (Path(root) if root else REPO_ROOT / "cache") / "templates"
+
+
+def canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def digest(data: Any) -> str:
+    return hashlib.sha256(canonical(data).encode()).hexdigest()
+
+
+def template_to_json(t: Template) -> dict[str, Any]:
+    return {
+        "service": {"model": t.service.model, "phase": t.service.phase.value},
+        "region": t.region,
+        "nodes": [[c, k] for c, k in t.nodes],
+        "stages": [{"layers": s.layers, "nodes": list(s.nodes)} for s in t.stages],
+        "throughput": t.throughput,
+    }
+
+
+def template_from_json(data: Mapping[str, Any]) -> Template:
+    """Inverse of :func:`template_to_json`; malformed input raises ValueError naming the field."""
+    try:
+        service = Service(str(data["service"]["model"]), Phase(data["service"]["phase"]))
+        nodes = tuple((str(c), int(k)) for c, k in data["nodes"])
+        stages = tuple(Stage(int(s["layers"]), tuple(str(n) for n in s["nodes"])) for s in data["stages"])
+        return Template(service, str(data["region"]), nodes, stages, float(data["throughput"]))
+    except KeyError as exc:
+        raise ValueError(f"template JSON: missing field {exc}") from exc
+    except (TypeError, AttributeError) as exc:
+        raise ValueError(f"template JSON: malformed field ({exc})") from exc
+
+
+class CacheCorrupt(ValueError):
+    """A cache file that exists but cannot be trusted."""
+
+
+class TemplateStore:
+    """Job results by key under one directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def load(self, key: str) -> dict[str, Any] | None:
+        """The payload stored under ``key``; None if absent or untrustworthy (logged)."""
+        path = self.path(key)
+        if not path.exists():
+            return None
+        try:
+            return self._read(path, key)
+        except CacheCorrupt as exc:
+            log.warning("template cache %s: %s; rebuilding it", path, exc)
+            return None
+
+    @staticmethod
+    def _read(path: Path, key: str) -> dict[str, Any]:
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CacheCorrupt(f"unreadable ({exc})") from exc
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise CacheCorrupt(f"not an {FORMAT} file")
+        if doc.get("key") != key:
+            raise CacheCorrupt(f"stale: holds key {doc.get('key')!r}, expected {key!r}")
+        payload = doc.get("payload")
+        if not isinstance(payload, dict):
+            raise CacheCorrupt("no payload")
+        try:
+            ok = doc.get("checksum") == digest(payload)
+        except (TypeError, ValueError) as exc:
+            raise CacheCorrupt(f"payload not serializable ({exc})") from exc
+        if not ok:
+            raise CacheCorrupt("checksum mismatch")
+        return payload
+
+    def save(self, key: str, payload: dict[str, Any]) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        doc = {"format": FORMAT, "code_version": CODE_VERSION, "key": key, "checksum": digest(payload),
+               "payload": payload}
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:12]}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(canonical(doc))
+            os.replace(tmp, self.path(key))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return self.path(key)

@@ -1,0 +1,399 @@
+"""The serving-template library (offline stage).
+
+For each service (model x phase, budget = the model's TTFT or TPOT SLO) and region: enumerate
+the multisets of node configs the region sells (restricted to the chosen GPU types) with at most
+``n_max`` nodes, total GPU memory below ``rho`` x the model's weights, and enough memory to hold
+the model (total memory >= weights and the nodes' :func:`max_layers_that_fit` sum to >= layers);
+place each exactly (:mod:`solvers.placement`, every node used); drop dominated templates.
+
+Dominance: B dominates A (same service and region) if B has no more nodes of any config and at
+least A's throughput. Throughput never decreases when a node is added (put it in any stage as a
+data-parallel copy), so A is dominated iff some A minus one node has throughput >= A's; checking
+those immediate sub-multisets is exact. Of an exact tie the smaller multiset is kept.
+
+A job is one (service, region); jobs run in local worker processes (default) or on a Ray cluster
+and are cached on disk one file per job (:mod:`solvers.template_store`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, load_catalog
+from solvers.models import DEFAULT_MODELS, get_model
+from solvers.perf import PerfFactors, RequestShape, load_factors, max_layers_that_fit
+from solvers.placement import best_placement, profile_table, solve, to_stages
+from solvers.registry import UnknownNameError
+from solvers.template_store import (
+    CODE_VERSION,
+    TemplateStore,
+    default_cache_dir,
+    digest,
+    template_from_json,
+    template_to_json,
+)
+from solvers.types import ModelSpec, NodeConfig, Phase, Service, Template
+
+__all__ = ["SCENARIO_LIBRARIES", "LibrarySpec", "TemplateJob", "TemplateLibrary", "best_placement",
+           "build_library", "default_cache_dir", "enumerate_multisets", "remove_dominated", "run_job"]
+
+MAX_N_MAX = 8  # set partitions of 8 nodes are already 4140; beyond, the exact search explodes
+DEFAULT_SHAPE = RequestShape()
+
+
+def _names(owner: str, fname: str, values: Iterable[str], resolve: Callable[[str], str]) -> tuple[str, ...]:
+    if isinstance(values, str):
+        raise TypeError(f"{owner}: field '{fname}' must be a sequence of names, not a string")
+    out: list[str] = []
+    for v in values:
+        try:
+            name = resolve(v)
+        except UnknownNameError as exc:
+            raise ValueError(f"{owner}: field '{fname}': {exc}") from exc
+        if name in out:
+            raise ValueError(f"{owner}: field '{fname}' lists {name!r} twice")
+        out.append(name)
+    if not out:
+        raise ValueError(f"{owner}: field '{fname}' must name at least one entry")
+    return tuple(out)
+
+
+def _region(catalog: Catalog, name: str) -> str:
+    if name not in catalog.regions:
+        raise UnknownNameError(f"unknown region {name!r}; valid regions: {', '.join(catalog.regions)}")
+    return name
+
+
+@dataclass(frozen=True)
+class LibrarySpec:
+    """What a template library covers. Names are canonicalized (model aliases, GPU name case).
+
+    ``model_shapes`` optionally overrides ``shape`` per model, as (model name, shape) pairs.
+    """
+
+    models: tuple[str, ...]
+    regions: tuple[str, ...]
+    gpu_types: tuple[str, ...]
+    n_max: int = 6
+    rho: float = 12.0
+    shape: RequestShape = DEFAULT_SHAPE
+    model_shapes: tuple[tuple[str, RequestShape], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        owner = "LibrarySpec"
+        catalog = load_catalog()
+        models = _names(owner, "models", self.models, lambda n: get_model(n).name)
+        object.__setattr__(self, "models", models)
+        object.__setattr__(self, "regions", _names(owner, "regions", self.regions,
+                                                   lambda n: _region(catalog, n)))
+        object.__setattr__(self, "gpu_types", _names(owner, "gpu_types", self.gpu_types,
+                                                     lambda n: catalog.gpus[n].name))
+        n_max = self.n_max
+        if isinstance(n_max, bool) or not isinstance(n_max, int) or not 1 <= n_max <= MAX_N_MAX:
+            raise ValueError(f"{owner}: field 'n_max' must be an integer in 1..{MAX_N_MAX}, got {n_max!r}")
+        if isinstance(self.rho, bool) or not isinstance(self.rho, int | float) or not (
+                math.isfinite(self.rho) and self.rho > 0):
+            raise ValueError(f"{owner}: field 'rho' must be a finite number > 0, got {self.rho!r}")
+        if not isinstance(self.shape, RequestShape):
+            raise TypeError(f"{owner}: field 'shape' must be a RequestShape, got {self.shape!r}")
+        shapes = dict(self.model_shapes)
+        pairs = []
+        for name, shape in shapes.items():
+            try:
+                canon = get_model(name).name
+            except UnknownNameError as exc:
+                raise ValueError(f"{owner}: field 'model_shapes': {exc}") from exc
+            if canon not in models:
+                raise ValueError(f"{owner}: field 'model_shapes' names {canon!r}, which is not in 'models'")
+            if not isinstance(shape, RequestShape):
+                raise TypeError(f"{owner}: field 'model_shapes' needs RequestShape values, got {shape!r}")
+            pairs.append((canon, shape))
+        object.__setattr__(self, "model_shapes", tuple(sorted(pairs, key=lambda p: models.index(p[0]))))
+
+    def shape_of(self, model: str) -> RequestShape:
+        return dict(self.model_shapes).get(model, self.shape)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"models": list(self.models), "regions": list(self.regions), "gpu_types": list(self.gpu_types),
+                "n_max": self.n_max, "rho": self.rho, "shape": asdict(self.shape),
+                "model_shapes": {m: asdict(s) for m, s in self.model_shapes}}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> LibrarySpec:
+        try:
+            return LibrarySpec(
+                models=tuple(data["models"]), regions=tuple(data["regions"]),
+                gpu_types=tuple(data["gpu_types"]), n_max=int(data["n_max"]), rho=float(data["rho"]),
+                shape=RequestShape(**data["shape"]),
+                model_shapes=tuple((m, RequestShape(**s)) for m, s in data.get("model_shapes", {}).items()))
+        except KeyError as exc:
+            raise ValueError(f"LibrarySpec JSON: missing field {exc}") from exc
+
+    def jobs(self, catalog: Catalog | None = None, factors: PerfFactors | None = None) -> list[TemplateJob]:
+        """One job per (model, phase, region) with the configs the region sells of the GPU types."""
+        catalog = catalog or load_catalog()
+        factors = factors or load_factors()
+        out = []
+        for m in self.models:
+            model = get_model(m)
+            for phase in Phase:
+                for region in self.regions:
+                    configs = tuple(sorted((catalog.config(name) for name in catalog.offers_in(region)
+                                            if catalog.config(name).gpu.name in self.gpu_types),
+                                           key=lambda c: c.name))
+                    out.append(TemplateJob(model, phase, region, configs, self.n_max, self.rho,
+                                           self.shape_of(m), factors))
+        return out
+
+
+# Library specs of the evaluation scenarios (solvers.scenarios adds per-model request shapes).
+SCENARIO_LIBRARIES: dict[str, LibrarySpec] = {
+    "core": LibrarySpec(models=("Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"), gpu_types=("L4", "A10G", "L40S"),
+                        regions=("aws:us-east-2", "aws:ap-northeast-2")),
+    "extended": LibrarySpec(models=DEFAULT_MODELS, gpu_types=DEFAULT_GPU_TYPES, regions=DEFAULT_REGIONS),
+}
+
+
+@dataclass(frozen=True)
+class TemplateJob:
+    """The templates of one service in one region (the unit of work and of caching)."""
+
+    model: ModelSpec
+    phase: Phase
+    region: str
+    configs: tuple[NodeConfig, ...]
+    n_max: int
+    rho: float
+    shape: RequestShape
+    factors: PerfFactors
+
+    @property
+    def service(self) -> Service:
+        return Service(self.model.name, self.phase)
+
+    @property
+    def budget_ms(self) -> float:
+        return self.model.slo.budget_ms(self.phase)
+
+    @property
+    def key(self) -> str:
+        return digest({
+            "code_version": CODE_VERSION, "model": asdict(self.model), "phase": self.phase.value,
+            "region": self.region,
+            # Prices do not change templates, so they stay out of the key.
+            "configs": [{"name": c.name, "gpu": asdict(c.gpu)} for c in self.configs],
+            "n_max": self.n_max, "rho": self.rho, "shape": asdict(self.shape),
+            "factors": self.factors.to_json(),
+        })
+
+
+def enumerate_multisets(model: ModelSpec, configs: Sequence[NodeConfig], n_max: int, rho: float,
+                        shape: RequestShape) -> list[tuple[int, ...]]:
+    """Sorted index tuples of the multisets worth placing: <= n_max nodes, memory < rho x
+    weights, and able to hold the model (memory >= weights, max layers that fit sum >= layers)."""
+    weights = model.weight_bytes
+    memory = [c.memory_gb * 1e9 for c in configs]
+    fit = [max_layers_that_fit(model, c, shape) for c in configs]
+    out = []
+    for n in range(1, n_max + 1):
+        for ms in itertools.combinations_with_replacement(range(len(configs)), n):
+            mem = sum(memory[i] for i in ms)
+            if weights <= mem < rho * weights and sum(fit[i] for i in ms) >= model.layers:
+                out.append(ms)
+    return out
+
+
+def remove_dominated(values: dict[tuple[int, ...], float]) -> list[tuple[int, ...]]:
+    """Multisets (sorted index tuples) with throughput > 0 that no sub-multiset matches or beats.
+
+    Exact for throughputs that never decrease when a node is added (see module docstring); a
+    multiset missing from ``values`` is not a template and counts as 0.
+    """
+    keep = []
+    for ms, thr in values.items():
+        if thr <= 0.0:
+            continue
+        subs = {ms[:i] + ms[i + 1:] for i in range(len(ms))}
+        if all(values.get(sub, 0.0) < thr for sub in subs if sub):
+            keep.append(ms)
+    return sorted(keep, key=lambda ms: (len(ms), ms))
+
+
+@dataclass(frozen=True)
+class JobResult:
+    templates: tuple[Template, ...]
+    evaluated: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"templates": [template_to_json(t) for t in self.templates], "evaluated": self.evaluated,
+                "seconds": self.seconds}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> JobResult:
+        return JobResult(tuple(template_from_json(t) for t in data["templates"]), int(data["evaluated"]),
+                         float(data["seconds"]))
+
+
+def run_job(job: TemplateJob) -> JobResult:
+    """Enumerate, place exactly and prune one (service, region). Runs in a worker process."""
+    t0 = time.perf_counter()
+    multisets = enumerate_multisets(job.model, job.configs, job.n_max, job.rho, job.shape)
+    if not multisets:
+        return JobResult((), 0, time.perf_counter() - t0)
+    table = profile_table(job.model, job.configs, job.phase, job.budget_ms,
+                          max_stages=max(len(ms) for ms in multisets), shape=job.shape, factors=job.factors)
+    placed = {ms: solve(table, ms) for ms in multisets}
+    templates = []
+    for ms in remove_dominated({ms: p.throughput for ms, p in placed.items()}):
+        nodes = tuple((job.configs[i].name, ms.count(i)) for i in sorted(set(ms)))
+        templates.append(Template(job.service, job.region, nodes, to_stages(placed[ms], job.configs),
+                                  placed[ms].throughput))
+    return JobResult(tuple(templates), len(multisets), time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
+class TemplateLibrary:
+    """The templates of a :class:`LibrarySpec`, in job order (model, phase, region), each job's by
+    node count then configs. ``build_seconds`` is the wall time of the call that produced it (a
+    load when ``from_cache``); ``key`` hashes the keys of all its jobs."""
+
+    spec: LibrarySpec
+    templates: tuple[Template, ...]
+    build_seconds: float
+    from_cache: bool
+    key: str
+
+    def for_service(self, service: Service) -> list[Template]:
+        return [t for t in self.templates if t.service == service]
+
+    def for_model(self, model_name: str) -> list[Template]:
+        name = get_model(model_name).name
+        return [t for t in self.templates if t.service.model == name]
+
+    def counts(self) -> dict[str, int]:
+        """Templates per service name (all regions), every service of the spec listed."""
+        out = {Service(m, p).name: 0 for m in self.spec.models for p in Phase}
+        for t in self.templates:
+            out[t.service.name] += 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": "atoll-template-library", "code_version": CODE_VERSION, "key": self.key,
+                "spec": self.spec.to_json(), "build_seconds": self.build_seconds,
+                "from_cache": self.from_cache, "templates": [template_to_json(t) for t in self.templates]}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> TemplateLibrary:
+        if not isinstance(data, dict) or data.get("format") != "atoll-template-library":
+            raise ValueError("TemplateLibrary JSON: field 'format' must be 'atoll-template-library'")
+        try:
+            return TemplateLibrary(LibrarySpec.from_json(data["spec"]),
+                                   tuple(template_from_json(t) for t in data["templates"]),
+                                   float(data["build_seconds"]), bool(data["from_cache"]), str(data["key"]))
+        except KeyError as exc:
+            raise ValueError(f"TemplateLibrary JSON: missing field {exc}") from exc
+
+
+def _start_local(todo: list[TemplateJob], workers: int) -> Iterator[tuple[TemplateJob, JobResult]]:
+    """Submit every job now and yield results as they finish.
+
+    Submitting before the caller starts its progress-bar thread matters: with the default fork
+    start method the pool forks all its workers at the first submit, and forking a process that
+    runs other threads is unsafe. (fork also spares scripts the ``if __name__ == "__main__"``
+    guard that spawn needs.)
+    """
+    if workers <= 1 or len(todo) <= 1:
+        return ((job, run_job(job)) for job in todo)
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)))
+    futures = {pool.submit(run_job, job): job for job in todo}
+
+    def results() -> Iterator[tuple[TemplateJob, JobResult]]:
+        with pool:
+            for fut in as_completed(futures):
+                yield futures[fut], fut.result()
+
+    return results()
+
+
+def _start_ray(todo: list[TemplateJob], address: str) -> Iterator[tuple[TemplateJob, JobResult]]:
+    """The same jobs as Ray tasks. The cluster's workers need atoll installed (``atoll[ray]``)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise RuntimeError("ray_address needs Ray, an optional extra: pip install 'atoll[ray]'") from exc
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, log_to_driver=False)
+    remote = ray.remote(run_job)
+    pending = {remote.remote(job): job for job in todo}
+
+    def results() -> Iterator[tuple[TemplateJob, JobResult]]:
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    yield pending.pop(ref), ray.get(ref)
+        finally:
+            if started:
+                ray.shutdown()
+
+    return results()
+
+
+def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: int | None = None,
+                  ray_address: str | None = None, progress: bool = True,
+                  use_cache: bool = True) -> TemplateLibrary:
+    """Build (or load from the on-disk cache) the template library of ``spec``.
+
+    cache_dir: default :func:`default_cache_dir`; use_cache=False neither reads nor writes it.
+    workers: local worker processes (default ``os.cpu_count()``; 1 runs in this process).
+    ray_address: run the jobs on this Ray cluster instead ("auto", "ray://host:10001", ...).
+    progress: a rich progress bar on stderr.
+    """
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    t0 = time.perf_counter()
+    jobs = spec.jobs()
+    keys = [job.key for job in jobs]
+    store = TemplateStore(cache_dir if cache_dir is not None else default_cache_dir()) if use_cache else None
+    results: dict[str, JobResult] = {}
+    if store is not None:
+        for key in keys:
+            payload = store.load(key)
+            if payload is not None:
+                try:
+                    results[key] = JobResult.from_json(payload)
+                except (KeyError, TypeError, ValueError):
+                    pass  # checksummed yet unparseable (an older writer): rebuild it
+    todo = [job for job, key in zip(jobs, keys, strict=True) if key not in results]
+    # Largest first keeps the workers busy to the end.
+    weight = {job.key: len(enumerate_multisets(job.model, job.configs, job.n_max, job.rho, job.shape))
+              for job in todo}
+    todo.sort(key=lambda j: -weight[j.key])
+    if todo:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        running = (_start_ray(todo, ray_address) if ray_address is not None
+                   else _start_local(todo, workers or os.cpu_count() or 1))
+        with Progress(TextColumn("templates"), BarColumn(), MofNCompleteColumn(), TextColumn("multisets"),
+                      TimeElapsedColumn(), console=Console(stderr=True), disable=not progress) as bar:
+            task = bar.add_task("build", total=sum(weight.values()))
+            for job, result in running:
+                results[job.key] = result
+                if store is not None:
+                    store.save(job.key, result.to_json())
+                bar.advance(task, weight[job.key])
+    templates = tuple(t for key in keys for t in results[key].templates)
+    return TemplateLibrary(spec, templates, time.perf_counter() - t0, not todo,
+                           digest({"code_version": CODE_VERSION, "jobs": keys}))
