@@ -142,22 +142,23 @@ def ample_availability(spec: ScenarioSpec) -> dict[tuple[str, str], int]:
     return {rc: AMPLE_NODES for rc in scenario_prices(spec)}
 
 
+def library_spec(spec: ScenarioSpec) -> Any:
+    """The scenario's ``LibrarySpec`` with each model's own request shape."""
+    lib: Any = importlib.import_module("solvers.templates")
+    shapes = tuple(request_shapes(spec).items())
+    base = lib.SCENARIO_LIBRARIES.get(spec.name)
+    if base is not None:
+        return replace(base, model_shapes=shapes)
+    return lib.LibrarySpec(models=spec.models, regions=spec.regions, gpu_types=spec.gpu_types,
+                           model_shapes=shapes)
+
+
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
                        progress: bool = False) -> tuple[Template, ...]:
-    """The template library of the scenario, built per model with that model's request shape
-    (the library takes one shape per build, so each model is its own build, cached on disk)."""
+    """The scenario's template library (built once, then read from the on-disk cache)."""
     lib: Any = importlib.import_module("solvers.templates")
-    base: Any = getattr(lib, "SCENARIO_LIBRARIES", {}).get(spec.name)
-    shapes = request_shapes(spec)
-    out: list[Template] = []
-    for m in spec.models:
-        if base is not None:
-            ls = replace(base, models=(m,), shape=shapes[m])
-        else:
-            ls = lib.LibrarySpec(models=(m,), regions=spec.regions, gpu_types=spec.gpu_types,
-                                 shape=shapes[m])
-        out.extend(lib.build_library(ls, cache_dir=cache_dir, workers=workers, progress=progress).templates)
-    return tuple(out)
+    library = lib.build_library(library_spec(spec), cache_dir=cache_dir, workers=workers, progress=progress)
+    return tuple(library.templates)
 
 
 _SCARCE: dict[tuple[str, int], dict[tuple[str, str], int]] = {}

@@ -1,0 +1,107 @@
+"""``atoll solve``: the allocation of a scenario by the ILP or a baseline."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from rich.table import Table
+
+from control.output import UserError, console, emit_json
+from solvers.baselines import METHODS, MethodResult, run_method
+from solvers.problem import AllocationProblem
+from solvers.registry import UnknownNameError
+from solvers.scenarios import AVAILABILITIES, MIXES, SCENARIOS, build_problem
+
+
+def plan_rows(problem: AllocationProblem, result: MethodResult) -> list[dict[str, Any]]:
+    rows = []
+    for key, n in (result.allocation.counts if result.allocation else ()):
+        t = problem.template(key)
+        rows.append({
+            "service": t.service.name, "template": key, "region": t.region,
+            "nodes": {c: k for c, k in t.nodes},
+            "stages": [{"layers": s.layers, "nodes": list(s.nodes)} for s in t.stages],
+            "instances": n, "throughput": n * t.throughput,
+        })
+    return rows
+
+
+def solve_document(problem: AllocationProblem, result: MethodResult, **context: Any) -> dict[str, Any]:
+    ev = result.evaluation
+    return {
+        **context,
+        "method": result.method,
+        "status": result.status,
+        "message": result.message,
+        "cost_per_hour": result.cost_per_hour,
+        "objective": math.nan if ev is None else ev.objective,
+        "goodput_fraction": result.goodput_fraction,
+        "solve_seconds": result.solve_seconds,
+        "build_seconds": result.build_seconds,
+        "gap": result.gap,
+        "feasible": result.ok,
+        "violations": [] if ev is None else list(ev.violations),
+        "served_share": {} if ev is None else dict(ev.served_share),
+        "services": [{"service": s, "demand": d, "capacity": 0.0 if ev is None else ev.capacity.get(s, 0.0),
+                      "served": 0.0 if ev is None else ev.served.get(s, 0.0)}
+                     for s, d in problem.demand.items()],
+        "plan": plan_rows(problem, result),
+    }
+
+
+def _print(doc: dict[str, Any]) -> None:
+    table = Table(title=f"{doc['scenario']} / {doc['availability']} / {doc['mix']} — {doc['method']}")
+    for col in ("service", "region", "nodes", "pipeline (layers:nodes)", "inst.", "tok/s"):
+        table.add_column(col, justify="right" if col in ("inst.", "tok/s") else "left")
+    for r in doc["plan"]:
+        nodes = " + ".join(f"{k}x {c}" for c, k in r["nodes"].items())
+        split = " | ".join(f"{s['layers']}:{','.join(s['nodes'])}" for s in r["stages"])
+        table.add_row(r["service"], r["region"], nodes, split, str(r["instances"]), f"{r['throughput']:.0f}")
+    console.print(table)
+    svc = Table(title="Throughput vs demand (tokens/s)")
+    for col in ("service", "demand", "capacity", "served"):
+        svc.add_column(col, justify="left" if col == "service" else "right")
+    for s in doc["services"]:
+        svc.add_row(s["service"], f"{s['demand']:.0f}", f"{s['capacity']:.0f}", f"{s['served']:.0f}")
+    console.print(svc)
+    shares = ", ".join(f"{m} {v:.1%}" for m, v in doc["served_share"].items())
+    console.print(f"status [bold]{doc['status']}[/]  cost ${doc['cost_per_hour']:.2f}/h  goodput "
+                  f"{doc['goodput_fraction']:.1%}  gap {doc['gap']:.2e}  solve {doc['solve_seconds']:.2f} s"
+                  f"  build {doc['build_seconds']:.2f} s", highlight=False)
+    if shares:
+        console.print(f"served share per model: {shares}", highlight=False)
+    if doc["message"]:
+        console.print(f"[yellow]{doc['message']}[/]", highlight=False)
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    try:
+        METHODS[args.method]  # unknown names fail before the library is built
+        problem = build_problem(args.scenario, args.availability, args.mix,
+                                mode="goodput" if args.goodput else "cost",
+                                time_limit=args.time_limit, gap=args.gap, progress=not args.json)
+    except (UnknownNameError, ValueError, FileNotFoundError) as exc:
+        raise UserError(str(exc)) from exc
+    result = run_method(problem, args.method)
+    doc = solve_document(problem, result, scenario=args.scenario, availability=args.availability,
+                         mix=args.mix, mode=problem.mode)
+    _print(doc)
+    if args.json:
+        emit_json(doc)
+    return 0 if result.ok else 1
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("solve", help="allocate a scenario's demand with the ILP or a baseline")
+    p.add_argument("--scenario", required=True, help=f"one of: {', '.join(SCENARIOS)}")
+    p.add_argument("--availability", default="ample", help=f"one of: {', '.join(AVAILABILITIES)}")
+    p.add_argument("--mix", default="even", help=f"demand mix, one of: {', '.join(MIXES)}")
+    p.add_argument("--method", default="ilp", help=f"one of: {', '.join(sorted(METHODS))}")
+    p.add_argument("--goodput", action="store_true",
+                   help="maximize served demand first, then minimize cost (for scarcity)")
+    p.add_argument("--time-limit", type=float, default=None, help="solver time limit (s)")
+    p.add_argument("--gap", type=float, default=1e-4, help="relative optimality gap (default 1e-4)")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(handler=cmd_solve)
