@@ -5,8 +5,9 @@ the job's templates depend on (model spec, the region's configs and their GPU sp
 factors, N_max, rho, request shape, :data:`CODE_VERSION`). Per-job entries let libraries that
 group the same jobs differently (one build of three models, or three builds of one) share them.
 
-A file is trusted only if it parses, names the key it is stored under and its payload matches
-its SHA-256 checksum; otherwise it is reported and rebuilt, never used. Writes go to a temporary
+A file is trusted only if its header parses and names the key it is stored under, and its
+payload bytes match the header's SHA-256 checksum and parse; otherwise it is reported (logged)
+and rebuilt, never used. Writes go to a temporary
 file first and are renamed into place, so a crash never leaves a half-written entry.
 """
 
@@ -95,33 +96,40 @@ class TemplateStore:
 
     @staticmethod
     def _read(path: Path, key: str) -> dict[str, Any]:
+        # Line 1: a small JSON header; the rest: the payload, whose bytes the header's checksum
+        # covers (hashing the stored bytes is much faster than re-encoding parsed JSON).
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raw = path.read_bytes()
+        except OSError as exc:
             raise CacheCorrupt(f"unreadable ({exc})") from exc
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise CacheCorrupt(f"not an {FORMAT} file")
-        if doc.get("key") != key:
-            raise CacheCorrupt(f"stale: holds key {doc.get('key')!r}, expected {key!r}")
-        payload = doc.get("payload")
-        if not isinstance(payload, dict):
-            raise CacheCorrupt("no payload")
+        head, sep, body = raw.partition(b"\n")
         try:
-            ok = doc.get("checksum") == digest(payload)
-        except (TypeError, ValueError) as exc:
-            raise CacheCorrupt(f"payload not serializable ({exc})") from exc
-        if not ok:
+            header = json.loads(head)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CacheCorrupt(f"unreadable header ({exc})") from exc
+        if not sep or not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise CacheCorrupt(f"not an {FORMAT} file")
+        if header.get("key") != key:
+            raise CacheCorrupt(f"stale: holds key {header.get('key')!r}, expected {key!r}")
+        if header.get("checksum") != hashlib.sha256(body).hexdigest():
             raise CacheCorrupt("checksum mismatch")
+        try:
+            payload = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CacheCorrupt(f"unreadable payload ({exc})") from exc
+        if not isinstance(payload, dict):
+            raise CacheCorrupt("payload is not a JSON object")
         return payload
 
     def save(self, key: str, payload: dict[str, Any]) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
-        doc = {"format": FORMAT, "code_version": CODE_VERSION, "key": key, "checksum": digest(payload),
-               "payload": payload}
+        body = canonical(payload).encode()
+        header = {"format": FORMAT, "code_version": CODE_VERSION, "key": key,
+                  "checksum": hashlib.sha256(body).hexdigest()}
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:12]}.", suffix=".tmp")
         try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(canonical(doc))
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(canonical(header).encode() + b"\n" + body)
             os.replace(tmp, self.path(key))
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -39,7 +39,7 @@ from solvers.template_store import (
     template_from_json,
     template_to_json,
 )
-from solvers.types import ModelSpec, NodeConfig, Phase, Service, Template
+from solvers.types import ModelSpec, NodeConfig, Phase, Service, Stage, Template
 
 __all__ = ["SCENARIO_LIBRARIES", "LibrarySpec", "TemplateJob", "TemplateLibrary", "best_placement",
            "build_library", "default_cache_dir", "enumerate_multisets", "remove_dominated", "run_job"]
@@ -228,18 +228,33 @@ def remove_dominated(values: dict[tuple[int, ...], float]) -> list[tuple[int, ..
 
 @dataclass(frozen=True)
 class JobResult:
+    """The templates of one job, how many multisets were placed, and the job's seconds."""
+
     templates: tuple[Template, ...]
     evaluated: int
     seconds: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"templates": [template_to_json(t) for t in self.templates], "evaluated": self.evaluated,
-                "seconds": self.seconds}
+        # Compact rows: a job's templates share service and region, and libraries run to 1e5 rows.
+        services = sorted({(t.service.model, t.service.phase.value, t.region) for t in self.templates})
+        rows = [[[list(n) for n in t.nodes], [[s.layers, list(s.nodes)] for s in t.stages], t.throughput]
+                for t in self.templates]
+        return {"evaluated": self.evaluated, "seconds": self.seconds, "services": services, "rows": rows}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> JobResult:
-        return JobResult(tuple(template_from_json(t) for t in data["templates"]), int(data["evaluated"]),
-                         float(data["seconds"]))
+        rows, services = data["rows"], data["services"]
+        if rows and len(services) != 1:
+            raise ValueError("job result JSON: field 'services' must hold one (model, phase, region)")
+        templates: tuple[Template, ...] = ()
+        if rows:
+            model, phase, region = services[0]
+            service = Service(str(model), Phase(phase))
+            templates = tuple(
+                Template(service, str(region), tuple((str(c), int(k)) for c, k in nodes),
+                         tuple(Stage(int(j), tuple(map(str, ns))) for j, ns in stages), float(thr))
+                for nodes, stages, thr in rows)
+        return JobResult(templates, int(data["evaluated"]), float(data["seconds"]))
 
 
 def run_job(job: TemplateJob) -> JobResult:

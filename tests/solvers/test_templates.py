@@ -190,18 +190,22 @@ def test_cache_hit_then_corrupt_tampered_and_stale_files_are_rebuilt(
     files = sorted(tmp_path.glob("*.json"))
     assert len(files) == len(spec.jobs())
 
+    def parts(path: Path) -> tuple[dict, dict]:
+        head, _, body = path.read_text().partition("\n")
+        return json.loads(head), json.loads(body)
+
     def damage(path: Path, how: str) -> None:
-        doc = json.loads(path.read_text())
+        header, payload = parts(path)
         if how == "garbage":
             path.write_text("{not json")
         elif how == "tampered":
-            doc["payload"]["templates"][0]["throughput"] *= 2
-            path.write_text(json.dumps(doc))
+            payload["rows"][0][2] *= 2  # a throughput
+            path.write_text(json.dumps(header) + "\n" + json.dumps(payload))
         else:  # stale: an entry written for other inputs under this name
-            doc["key"] = "0" * 64
-            path.write_text(json.dumps(doc))
+            header["key"] = "0" * 64
+            path.write_text(json.dumps(header) + "\n" + json.dumps(payload))
 
-    target = next(f for f in files if json.loads(f.read_text())["payload"]["templates"])
+    target = next(f for f in files if parts(f)[1]["rows"])
     for how, reason in (("garbage", "unreadable"), ("tampered", "checksum mismatch"), ("stale", "stale")):
         damage(target, how)
         with caplog.at_level(logging.WARNING, logger="solvers.template_store"):
