@@ -1,0 +1,62 @@
+"""CLI: atoll templates build (JSON document, cache reuse, scenario overrides, bad input)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from control import cli, cli_templates
+
+
+@pytest.fixture(autouse=True)
+def _templates_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The group may not be wired into control/cli.py yet; make sure it is for these tests.
+    if cli_templates.add_parser not in cli._GROUPS:
+        monkeypatch.setattr(cli, "_GROUPS", [*cli._GROUPS, cli_templates.add_parser])
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+SMALL = ("templates", "build", "--models", "Qwen3-32B", "--regions", "aws:us-east-2", "--gpus", "L40S",
+         "--n-max", "3", "--workers", "1", "--json")
+
+
+def test_build_json_then_cached(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = run(capsys, *SMALL, "--cache-dir", str(tmp_path))
+    doc = json.loads(out)
+    assert code == 0 and doc["scenario"] is None and not doc["from_cache"]
+    assert set(doc["templates_per_service"]) == {"Qwen3-32B/prefill", "Qwen3-32B/decode"}
+    assert doc["total_templates"] == sum(doc["templates_per_service"].values()) > 0
+    assert "Template library" in err
+    code, out, _ = run(capsys, *SMALL, "--cache-dir", str(tmp_path))
+    again = json.loads(out)
+    assert code == 0 and again["from_cache"] and again["cache_key"] == doc["cache_key"]
+
+
+def test_scenario_with_overrides(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "templates", "build", "--scenario", "core", "--models", "Phi-4-14B",
+                       "--gpus", "L40S", "--regions", "aws:us-east-2", "--n-max", "2", "--workers", "1",
+                       "--no-cache", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["scenario"] == "core"
+    assert doc["spec"]["models"] == ["Phi-4-14B"] and doc["spec"]["n_max"] == 2
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--scenario", "huge"), "valid scenarios: core, extended"),
+    (("--models", "gpt-9"), "unknown model 'gpt-9'"),
+    (("--regions", "mars:1"), "valid regions"),
+    (("--n-max", "0"), "field 'n_max'"),
+    (("--workers", "0"), "--workers must be >= 1"),
+    (("--input-tokens", "0"), "input_tokens"),
+])
+def test_bad_input_exits_2(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str) -> None:
+    code, out, err = run(capsys, "templates", "build", "--no-cache", *argv)
+    assert code == 2 and out == "" and message in err
