@@ -18,6 +18,7 @@ and are cached on disk one file per job (:mod:`solvers.template_store`).
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 import time
@@ -333,9 +334,11 @@ def _start_local(todo: list[TemplateJob], workers: int) -> Iterator[tuple[Templa
     futures = {pool.submit(run_job, job): job for job in todo}
 
     def results() -> Iterator[tuple[TemplateJob, JobResult]]:
-        with pool:
+        try:
             for fut in as_completed(futures):
                 yield futures[fut], fut.result()
+        finally:  # on an error or an abandoned build, do not run the queued jobs to the end
+            pool.shutdown(wait=True, cancel_futures=True)
 
     return results()
 
@@ -388,8 +391,9 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
             if payload is not None:
                 try:
                     results[key] = JobResult.from_json(payload)
-                except (KeyError, TypeError, ValueError):
-                    pass  # checksummed yet unparseable (an older writer): rebuild it
+                except (KeyError, TypeError, ValueError) as exc:  # checksummed, yet not a job result
+                    logging.getLogger(__name__).warning("template cache entry %s: %s; rebuilding it",
+                                                        store.path(key), exc)
     todo = [job for job, key in zip(jobs, keys, strict=True) if key not in results]
     # Largest first keeps the workers busy to the end.
     weight = {job.key: len(enumerate_multisets(job.model, job.configs, job.n_max, job.rho, job.shape))
