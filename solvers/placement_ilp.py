@@ -4,7 +4,7 @@ For each stage count S (the per-stage budget budget/S fixes the node profiles p_
 
     x[i,s] in {0,1}   node i serves stage s              sum_s x[i,s] = 1,  sum_i x[i,s] >= 1
     y[s,j] in {0,1}   stage s holds j layers             sum_j y[s,j] = 1,  sum_s,j j*y[s,j] = L
-    z[i,s,j] = x[i,s]*y[s,j], linearized                 z <= x,  z <= y,  z >= x + y - 1
+    z[i,s,j] = x[i,s]*y[s,j], linearized                 z <= y,  z >= x + y - 1,  sum_j z[i,s,j] = x[i,s]
     T <= sum_i,j p_S(i, j, last = s == S-1) * z[i,s,j]   for every stage s
     maximize T
 
