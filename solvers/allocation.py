@@ -23,13 +23,13 @@ reason. Optional restriction: one GPU type per model (binary y_mg, x_t <= u_t y_
 
 from __future__ import annotations
 
-import bisect
 import math
 import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pulp
 
 from solvers.highs_warm import WarmHiGHS
@@ -50,26 +50,25 @@ _FEAS_TOL = 1e-6
 
 class _Instance:
     """What one ILP round needs: free and fixed templates, the availability rows enforced in
-    this round (``rows``), bounds, and the templates left after dominance pruning."""
+    this round (``rows``), bounds, and the templates left after dominance pruning.
+
+    Works on the problem's :class:`~solvers.problem.TemplateIndex` arrays: a round touches every
+    template of a 1e5-template library, and per-template Python was most of the solve time."""
 
     def __init__(self, problem: AllocationProblem, rows: frozenset[tuple[str, str]] | None = None,
                  keep: frozenset[str] = frozenset()) -> None:
-        self.problem = problem
+        self.problem = p = problem
+        ix = p.index
         running = problem.running or Allocation()
         free_models = problem.free_models
         self.fixed: dict[str, int] = {}
-        self.free: list[str] = []  # template keys that get a variable
         self.fixed_use: dict[tuple[str, str], int] = defaultdict(int)
-        for t in problem.templates:
+        for key, n in running.counts:
+            t = p.template(key)
             if t.service.model not in free_models:
-                if running[t.key]:
-                    self.fixed[t.key] = running[t.key]
-                    for c, k in t.nodes:
-                        self.fixed_use[(t.region, c)] += k * running[t.key]
-            elif problem.demand.get(t.service.name, 0.0) > 0:
-                if problem.one_gpu_type_per_model and len({gpu_type_of(c) for c, _ in t.nodes}) > 1:
-                    continue
-                self.free.append(t.key)
+                self.fixed[key] = n
+                for c, k in t.nodes:
+                    self.fixed_use[(t.region, c)] += k * n
         self.residual: dict[tuple[str, str], float] = {}
         self.overused: list[str] = []
         for rc in problem.prices:
@@ -81,62 +80,84 @@ class _Instance:
         # rows without room for one node always count: they only remove templates
         self.rows = frozenset(rc for rc, v in self.residual.items() if v < 1 or rows is None
                               or rc in rows)
-        self.bound: dict[str, int] = {}
-        for key in self.free:
-            t = problem.template(key)
-            u = math.ceil(problem.demand[t.service.name] / t.throughput - 1e-9)
-            for c, k in t.nodes:
-                if (t.region, c) in self.rows:
-                    u = min(u, int(self.residual[(t.region, c)] // k))
-            self.bound[key] = max(u, 0)
         self.running = running
-        self.free = self._undominated([k for k in self.free if self.bound[k] > 0], keep)
         self.services = sorted(s for s, d in problem.demand.items()
                                if d > 0 and model_of(s) in free_models)
         self.models = sorted({model_of(s) for s in self.services})
+        self.bound: dict[str, int] = {}
+        self.free: list[str] = []  # template keys that get a variable
+        if not len(ix.keys):
+            return
+        # per service: demand (0 = no variable), per template: bound
+        demand = np.array([problem.demand.get(s, 0.0) if model_of(s) in free_models else 0.0
+                           for s in ix.services])
+        d = demand[ix.service]
+        free = d > 0
+        if problem.one_gpu_type_per_model:
+            free &= ~ix.multi_type
+        resid = np.array([self.residual[rc] for rc in ix.rcs])
+        enforced = np.array([rc in self.rows for rc in ix.rcs], dtype=bool)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = np.ceil(np.where(free, d, 0.0) / ix.throughput - 1e-9)
+        entry_cap = np.where(enforced[ix.rc], np.floor(resid[ix.rc] / ix.k), np.inf)
+        u = np.minimum(u, np.minimum.reduceat(entry_cap, ix.ptr[:-1]))
+        bound = np.maximum(u, 0.0)
+        cand = np.flatnonzero(free & (bound > 0))
+        self._bound_all = bound
+        touches = np.add.reduceat(enforced[ix.rc].astype(np.int64), ix.ptr[:-1]) > 0
+        pinned = {ix.position[k] for k in keep if k in ix.position}
+        pinned |= {ix.position[k] for k, _ in running.counts}
+        chosen = self._undominated(cand, touches, enforced, pinned)
+        self.free = [ix.keys[i] for i in chosen]
+        self.bound = {ix.keys[i]: int(bound[i]) for i in chosen}
 
-    def _undominated(self, keys: list[str], keep: frozenset[str]) -> list[str]:
+    def _undominated(self, cand: np.ndarray, touches: np.ndarray, enforced: np.ndarray,
+                     pinned: set[int]) -> list[int]:
         """Drop t when a t' of the same service (and GPU type, under the one-type rule) has
         cost <= and throughput >= and uses no node of an enforced row, or the same nodes of
         enforced rows as t. Moving an instance from t to t' then keeps every enforced row and
         demand row and cannot raise the objective (t has no running instance, so its added
         cost (1 + K) p_t is at least t's worst case (1 + K) p_t'). Running and warm-start
-        templates are kept."""
+        templates are kept. Returns kept template positions in library order."""
         p = self.problem
-        groups: dict[tuple[str, str, tuple[tuple[str, int], ...]], list[str]] = defaultdict(list)
-        for key in keys:
-            t = p.template(key)
-            kind = gpu_type_of(t.nodes[0][0]) if p.one_gpu_type_per_model else ""
-            usage = tuple((c, k) for c, k in t.nodes if (t.region, c) in self.rows)
-            groups[(t.service.name, kind, usage)].append(key)
-
-        def frontier(members: list[str]) -> tuple[list[float], list[float]]:
-            costs: list[float] = []
-            thr: list[float] = []
-            for key in sorted(members, key=lambda k: (p.template_cost(k), -p.template(k).throughput, k)):
-                if not thr or p.template(key).throughput > thr[-1]:
-                    costs.append(p.template_cost(key))
-                    thr.append(p.template(key).throughput)
-            return costs, thr
-
-        def best_within(front: tuple[list[float], list[float]], cost: float) -> float:
-            i = bisect.bisect_right(front[0], cost + 1e-12)
-            return front[1][i - 1] if i else -math.inf
-
-        out: list[str] = []
-        for (service, kind, usage), members in groups.items():
-            free_front = frontier(groups.get((service, kind, ()), []))
-            ordered = sorted(members, key=lambda k: (p.template_cost(k), -p.template(k).throughput, k))
+        ix = p.index
+        cost, thr = p.costs, ix.throughput
+        kind = ix.kind if p.one_gpu_type_per_model else np.zeros_like(ix.kind)
+        group = ix.service * ix.n_kinds + kind
+        out: list[int] = []
+        # templates that touch no enforced row: one Pareto front per (service, kind)
+        plain = cand[~touches[cand]]
+        order = plain[np.lexsort((plain, -thr[plain], cost[plain], group[plain]))]
+        fronts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if len(order):
+            g = group[order]
+            cuts = np.flatnonzero(np.diff(g)) + 1
+            for seg in np.split(order, cuts):
+                t_seg = thr[seg]
+                best_before = np.concatenate(([-np.inf], np.maximum.accumulate(t_seg)[:-1]))
+                keep = t_seg > best_before
+                out.extend(seg[keep].tolist())
+                fronts[int(group[seg[0]])] = (cost[seg[keep]], t_seg[keep])  # cost and thr ascending
+        # templates that touch an enforced row: grouped by that usage, also beaten by the front
+        groups: dict[tuple[int, tuple[tuple[int, float], ...]], list[int]] = defaultdict(list)
+        on = enforced.tolist()
+        ptr, rcs, ks, gr = ix.ptr.tolist(), ix.rc_list, ix.k_list, group.tolist()
+        for i in cand[touches[cand]].tolist():
+            a, b = ptr[i], ptr[i + 1]
+            usage = tuple((r, k) for r, k in zip(rcs[a:b], ks[a:b], strict=True) if on[r])
+            groups[(gr[i], usage)].append(i)
+        for (gid, _usage), members in groups.items():
+            front_cost, front_thr = fronts.get(gid, (np.zeros(0), np.zeros(0)))
+            members.sort(key=lambda i: (cost[i], -thr[i], i))
             best = -math.inf
-            for key in ordered:
-                t = p.template(key)
-                cost = p.template_cost(key)
-                dominated = t.throughput <= best or (usage and best_within(free_front, cost) >= t.throughput)
-                if not dominated or key in keep or self.running[key]:
-                    out.append(key)
-                best = max(best, t.throughput)
-        order = {t.key: i for i, t in enumerate(p.templates)}
-        return sorted(out, key=order.__getitem__)
+            for i in members:
+                j = int(np.searchsorted(front_cost, cost[i] + 1e-12, side="right"))
+                dominated = thr[i] <= best or (j > 0 and front_thr[j - 1] >= thr[i])
+                if not dominated:
+                    out.append(i)
+                best = max(best, thr[i])
+        kept = set(out) | (pinned & set(cand.tolist()))
+        return sorted(kept)
 
 
 def _build(inst: _Instance, stage: str, floor_share: float | None = None,
@@ -408,13 +429,12 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
     try:
         keep = frozenset(k for k, _ in warm_start.counts) if warm_start is not None else frozenset()
         inst = _Instance(problem, frozenset(), keep)
+        runner.build += time.perf_counter() - t0
         if inst.overused:
-            runner.build = time.perf_counter() - t0
             return result(SolveStatus.INFEASIBLE, None, "models held fixed exceed availability at "
                           + "; ".join(inst.overused) + "; re-optimize them too")
         served_by = {problem.template(k).service.name for k in inst.free}
         if problem.mode == "cost" and any(s not in served_by for s in inst.services):
-            runner.build = time.perf_counter() - t0
             return result(SolveStatus.INFEASIBLE, None, _diagnose(inst))
         rows: set[tuple[str, str]] = set()
         for round_no in range(MAX_ROUNDS + 1):

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
+
 from solvers.types import Template
 
 MODES = ("cost", "goodput")
@@ -44,6 +46,8 @@ class Allocation:
     """Instances per template key, as sorted (key, count) pairs without zeros (hashable)."""
 
     counts: tuple[tuple[str, int], ...] = ()
+    # lookups by key run once per template of a 1e5-template library: keep the dict
+    _dict: Mapping[str, int] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         seen = set()
@@ -57,13 +61,14 @@ class Allocation:
                 raise ValueError(f"Allocation: template key {key!r} appears twice")
             seen.add(key)
         object.__setattr__(self, "counts", tuple(sorted((k, n) for k, n in self.counts if n)))
+        object.__setattr__(self, "_dict", MappingProxyType(dict(self.counts)))
 
     @classmethod
     def of(cls, counts: Mapping[str, int]) -> Allocation:
         return cls(tuple(counts.items()))
 
     def __getitem__(self, key: str) -> int:
-        return self.as_dict().get(key, 0)
+        return self._dict.get(key, 0)
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.counts)
@@ -81,6 +86,86 @@ def _frozen_map(owner: str, name: str, value: Any) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"{owner}: field '{name}' must be a mapping, got {type(value).__name__}")
     return MappingProxyType(dict(value))
+
+
+class TemplateIndex:
+    """Array view of a template tuple, shared by every problem over that same tuple.
+
+    Template keys and service names are formatted strings recomputed on each access; a 1e5-
+    template library pays seconds per problem for them, and the benchmark and the controller
+    build many problems over one library (``with_changes``). Entries: the (region, config) use
+    of template i is ``rc[ptr[i]:ptr[i+1]]`` with node counts ``k[ptr[i]:ptr[i+1]]``.
+    """
+
+    def __init__(self, templates: tuple[Template, ...]) -> None:
+        owner = "AllocationProblem"
+        self.templates = templates
+        keys: list[str] = []
+        by_key: dict[str, Template] = {}
+        service_id: dict[str, int] = {}
+        by_service: dict[str, list[Template]] = defaultdict(list)
+        self.rc_id: dict[RegionConfig, int] = {}
+        kind_id: dict[str, int] = {}
+        svc: list[int] = []
+        kind: list[int] = []
+        multi: list[bool] = []
+        ptr = [0]
+        rc: list[int] = []
+        k: list[int] = []
+        models: dict[str, None] = {}
+        for t in templates:
+            if not isinstance(t, Template):
+                raise TypeError(f"{owner}: field 'templates' must hold Template objects, got {t!r}")
+            key = t.key
+            if key in by_key:
+                raise ValueError(f"{owner}: field 'templates' has the key {key!r} twice")
+            by_key[key] = t
+            keys.append(key)
+            name = t.service.name
+            by_service[name].append(t)
+            svc.append(service_id.setdefault(name, len(service_id)))
+            models.setdefault(t.service.model)
+            types = {gpu_type_of(c) for c, _ in t.nodes}
+            kind.append(kind_id.setdefault(gpu_type_of(t.nodes[0][0]), len(kind_id)))
+            multi.append(len(types) > 1)
+            for c, n in t.nodes:
+                rc.append(self.rc_id.setdefault((t.region, c), len(self.rc_id)))
+                k.append(n)
+            ptr.append(len(rc))
+        self.keys = tuple(keys)
+        self.by_key = MappingProxyType(by_key)
+        self.position = {key: i for i, key in enumerate(keys)}
+        self.by_service = MappingProxyType({s: tuple(ts) for s, ts in by_service.items()})
+        self.services = list(service_id)  # service id -> name
+        self.models = list(models)
+        self.rcs = list(self.rc_id)  # rc id -> (region, config)
+        self.service = np.asarray(svc, dtype=np.int64)
+        self.kind = np.asarray(kind, dtype=np.int64)
+        self.n_kinds = max(len(kind_id), 1)
+        self.multi_type = np.asarray(multi, dtype=bool)
+        self.throughput = np.asarray([t.throughput for t in templates], dtype=np.float64)
+        self.ptr = np.asarray(ptr, dtype=np.int64)
+        self.rc = np.asarray(rc, dtype=np.int64)
+        self.rc_list, self.k_list = rc, k  # for per-template Python loops (numpy items are slow)
+        self.k = np.asarray(k, dtype=np.float64)
+        self.entry_template = np.repeat(np.arange(len(templates)), np.diff(self.ptr))
+
+
+_INDEX_CACHE: dict[int, TemplateIndex] = {}
+_INDEX_CACHE_SIZE = 4
+
+
+def template_index(templates: tuple[Template, ...]) -> TemplateIndex:
+    """The index of ``templates``, reused while the same tuple object is alive (the cache holds
+    the tuple, so its id cannot be reused by another object meanwhile)."""
+    hit = _INDEX_CACHE.get(id(templates))
+    if hit is not None and hit.templates is templates:
+        return hit
+    index = TemplateIndex(templates)
+    if len(_INDEX_CACHE) >= _INDEX_CACHE_SIZE:
+        _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
+    _INDEX_CACHE[id(templates)] = index
+    return index
 
 
 @dataclass(frozen=True)
@@ -108,23 +193,17 @@ class AllocationProblem:
     one_gpu_type_per_model: bool = False
     _by_key: Mapping[str, Template] = field(init=False, repr=False, compare=False)
     _by_service: Mapping[str, tuple[Template, ...]] = field(init=False, repr=False, compare=False)
+    _index: TemplateIndex = field(init=False, repr=False, compare=False)
+    _costs: np.ndarray = field(init=False, repr=False, compare=False)  # $/h per template
 
     def __post_init__(self) -> None:
         owner = "AllocationProblem"
         templates = tuple(self.templates)
         object.__setattr__(self, "templates", templates)
-        by_key: dict[str, Template] = {}
-        by_service: dict[str, list[Template]] = defaultdict(list)
-        for t in templates:
-            if not isinstance(t, Template):
-                raise TypeError(f"{owner}: field 'templates' must hold Template objects, got {t!r}")
-            if t.key in by_key:
-                raise ValueError(f"{owner}: field 'templates' has the key {t.key!r} twice")
-            by_key[t.key] = t
-            by_service[t.service.name].append(t)
-        object.__setattr__(self, "_by_key", MappingProxyType(by_key))
-        object.__setattr__(self, "_by_service",
-                           MappingProxyType({s: tuple(ts) for s, ts in by_service.items()}))
+        index = template_index(templates)
+        object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_by_key", index.by_key)
+        object.__setattr__(self, "_by_service", index.by_service)
         demand = _frozen_map(owner, "demand", self.demand)
         for s, d in demand.items():
             if not (_is_number(d) and math.isfinite(d) and d >= 0):
@@ -135,12 +214,14 @@ class AllocationProblem:
         for rc, v in prices.items():
             if not (_is_number(v) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"{owner}: field 'prices' of {rc!r} must be finite and >= 0, got {v!r}")
-        used = {(t.region, c) for t in templates for c, _ in t.nodes}
-        missing = sorted(used - set(prices))
+        missing = sorted(set(index.rcs) - set(prices))
         if missing:
             raise ValueError(f"{owner}: field 'prices' lacks (region, config) pairs used by templates: "
                              f"{missing[:5]}{' ...' if len(missing) > 5 else ''}")
         object.__setattr__(self, "prices", prices)
+        price = np.asarray([prices[rc] for rc in index.rcs], dtype=np.float64)
+        costs = np.bincount(index.entry_template, weights=index.k * price[index.rc], minlength=len(templates))
+        object.__setattr__(self, "_costs", costs)
         if self.availability is not None:
             avail = _frozen_map(owner, "availability", self.availability)
             for rc, v in avail.items():
@@ -150,7 +231,7 @@ class AllocationProblem:
         if self.running is not None:
             if not isinstance(self.running, Allocation):
                 raise TypeError(f"{owner}: field 'running' must be an Allocation or None")
-            unknown = [k for k, _ in self.running.counts if k not in by_key]
+            unknown = [k for k, _ in self.running.counts if k not in index.by_key]
             if unknown:
                 raise ValueError(f"{owner}: field 'running' names unknown template keys {unknown[:3]}")
         k = self.startup_weight
@@ -175,9 +256,7 @@ class AllocationProblem:
     @property
     def models(self) -> list[str]:
         """Every model named by a template or a demand, in first-appearance order."""
-        seen: dict[str, None] = {}
-        for t in self.templates:
-            seen.setdefault(t.service.model)
+        seen: dict[str, None] = dict.fromkeys(self._index.models)
         for s in self.demand:
             seen.setdefault(model_of(s))
         return list(seen)
@@ -200,9 +279,17 @@ class AllocationProblem:
             return math.inf
         return float(self.availability.get(rc, 0))
 
+    @property
+    def index(self) -> TemplateIndex:
+        return self._index
+
+    @property
+    def costs(self) -> np.ndarray:
+        """$/h of one instance of each template, in the order of ``templates``."""
+        return self._costs
+
     def template_cost(self, key: str) -> float:
-        t = self._by_key[key]
-        return sum(k * self.prices[(t.region, c)] for c, k in t.nodes)
+        return float(self._costs[self._index.position[key]])
 
     def objective_constant(self, fixed: Mapping[str, int]) -> float:
         """Cost of instances held fixed (they add nothing, so no start-up penalty)."""

@@ -251,9 +251,23 @@ class JobResult:
         if rows:
             model, phase, region = services[0]
             service = Service(str(model), Phase(phase))
+            region = str(region)
+            # Rows come from a checksummed cache entry written by to_json from validated
+            # templates, so skip re-validation (it was most of a 1e5-template load); the tuple
+            # conversions stay, since JSON gives lists.
+            # Stages repeat across a job's templates: build each distinct one once.
+            stage_of: dict[tuple[int, tuple[str, ...]], Stage] = {}
+
+            def stage(j: int, ns: list[str]) -> Stage:
+                k = (j, tuple(ns))
+                got = stage_of.get(k)
+                if got is None:
+                    got = stage_of[k] = Stage.trusted(*k)
+                return got
+
             templates = tuple(
-                Template(service, str(region), tuple((str(c), int(k)) for c, k in nodes),
-                         tuple(Stage(int(j), tuple(map(str, ns))) for j, ns in stages), float(thr))
+                Template.trusted(service, region, tuple((c, k) for c, k in nodes),
+                                 tuple(stage(j, ns) for j, ns in stages), float(thr))
                 for nodes, stages, thr in rows)
         return JobResult(templates, int(data["evaluated"]), float(data["seconds"]))
 

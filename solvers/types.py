@@ -221,6 +221,15 @@ class Stage:
         if not self.nodes:
             raise ValueError("Stage: field 'nodes' must name at least one node config")
 
+    @classmethod
+    def trusted(cls, layers: int, nodes: tuple[str, ...]) -> Stage:
+        """Construct without re-validating: only for data that passed ``__post_init__`` before
+        and comes back checksummed (the template cache), where validation dominated load time."""
+        stage = object.__new__(cls)
+        object.__setattr__(stage, "layers", layers)
+        object.__setattr__(stage, "nodes", nodes)
+        return stage
+
 
 @dataclass(frozen=True)
 class Template:
@@ -247,6 +256,19 @@ class Template:
             raise ValueError(
                 f"Template {self.service.name}: stages use {stage_nodes}, nodes say {multiset}"
             )
+
+    @classmethod
+    def trusted(cls, service: Service, region: str, nodes: tuple[tuple[str, int], ...],
+                stages: tuple[Stage, ...], throughput: float) -> Template:
+        """Construct without re-validating (see :meth:`Stage.trusted`): a 1e5-template library
+        spends most of its cache load in ``__post_init__`` otherwise."""
+        t = object.__new__(cls)
+        object.__setattr__(t, "service", service)
+        object.__setattr__(t, "region", region)
+        object.__setattr__(t, "nodes", nodes)
+        object.__setattr__(t, "stages", stages)
+        object.__setattr__(t, "throughput", throughput)
+        return t
 
     @property
     def node_count(self) -> int:
