@@ -1,0 +1,395 @@
+"""Demand forecasters with one interface: ``fit(history)`` once, ``update(y)`` cheaply every
+step, ``forecast(h)`` -> mean and quantiles (never negative).
+
+Models (step = 5 min, season m = 288 steps a day, 2016 a week):
+- ``naive``: seasonal naive, the value one day earlier — the floor to beat.
+- ``ets``: additive Holt-Winters (level + daily season), fitted by statsmodels with heuristic
+  initialization; updates run the same recursion with the fitted parameters.
+- ``sarimax``: regression on daily and weekly Fourier terms with AR(2) errors, fitted by
+  statsmodels SARIMAX; updates run the AR recursion on the regression residual.
+- ``uc``: unobserved components (local level + daily and weekly trigonometric seasons), fitted
+  by statsmodels; updates run a Kalman filter on the fitted state-space matrices.
+- ``auto``: picks one of the above per series by a backtest on the training part only.
+
+Intervals: quantiles of the model's own relative h-step errors over the last days of the
+training data (so every model's intervals are calibrated the same way). Outages and spikes:
+an observation whose one-step error exceeds ``ROBUST_K`` robust scales moves the state only by
+that clipped amount (a Huberized update), so a window of zeros or a burst does not wreck the
+level or season.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DAY = 288
+WEEK = 7 * DAY
+QUANTILES: tuple[float, ...] = (0.05, 0.1, 0.5, 0.9, 0.95)
+MAX_H = 72  # 6 h at 5-min steps: the longest horizon intervals are calibrated for
+CALIBRATION_DAYS = 3
+ERROR_WINDOW = DAY  # relative errors kept per horizon for the intervals (rolling)
+REQUANTILE_EVERY = 12
+ROBUST_K = 4.0
+
+
+class ForecastError(ValueError):
+    """Bad forecaster input; the message names the problem and the fix."""
+
+
+def check_history(y: np.ndarray, season: int, *, name: str = "history") -> np.ndarray:
+    arr = np.asarray(y, dtype=float)
+    if arr.ndim != 1:
+        raise ForecastError(f"{name} must be a 1-D series, got shape {arr.shape}")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if len(bad):
+        raise ForecastError(f"{name} has NaN/inf at index {bad[0]}; fill or drop missing steps first")
+    neg = np.flatnonzero(arr < 0)
+    if len(neg):
+        raise ForecastError(f"{name} has a negative value {arr[neg[0]]:g} at index {neg[0]}; demand "
+                            f"must be >= 0")
+    if len(arr) < 2 * season:
+        raise ForecastError(f"{name} has {len(arr)} steps; at least two seasons ({2 * season}) are "
+                            f"needed — pass more history or a shorter season")
+    return arr
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """h-step forecast: ``mean`` and ``quantiles[q]`` arrays of length h, all >= 0."""
+
+    mean: np.ndarray
+    quantiles: dict[float, np.ndarray] = field(default_factory=dict)
+
+    def quantile(self, q: float) -> np.ndarray:
+        if q not in self.quantiles:
+            raise KeyError(f"quantile {q} not forecast; available: {sorted(self.quantiles)}")
+        return self.quantiles[q]
+
+
+class Forecaster(ABC):
+    """fit once, update cheaply, forecast h steps with calibrated quantiles."""
+
+    name = "base"
+
+    def __init__(self, season: int = DAY) -> None:
+        if season < 2:
+            raise ForecastError(f"season must be >= 2 steps, got {season}")
+        self.season = season
+        self._rel_q: np.ndarray | None = None  # [MAX_H, len(QUANTILES)]
+        self._scale = 1.0
+        self.t = 0  # steps seen
+
+    # --- model-specific -------------------------------------------------------------------
+    @abstractmethod
+    def _fit(self, y: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def _step(self, y: float) -> None:
+        """Absorb one (already robustified) observation."""
+
+    @abstractmethod
+    def _mean(self, h: int) -> np.ndarray:
+        """Point forecast for the next h steps from the current state."""
+
+    # --- shared ---------------------------------------------------------------------------
+    def fit(self, history: np.ndarray) -> Forecaster:
+        y = check_history(history, self.season)
+        calib = min(CALIBRATION_DAYS * self.season, len(y) - 2 * self.season)
+        self._floor_value = max(0.1 * float(np.median(y)), 1e-9)
+        self._errors = np.full((MAX_H, ERROR_WINDOW), np.nan)
+        self._n_err = np.zeros(MAX_H, dtype=int)
+        self._past: deque[np.ndarray] = deque(maxlen=MAX_H)
+        if calib >= MAX_H:
+            # Interval calibration: fit on the head, forecast the held-back tail as it arrives.
+            self._reset(y[: len(y) - calib])
+            self.update(y[len(y) - calib:])
+        # The model that forecasts is fitted on all of the history; the errors collected so
+        # far seed its intervals, and every later update adds the errors it observes.
+        self._reset(y)
+        self._past.clear()
+        self._requantile()
+        return self
+
+    def _reset(self, y: np.ndarray) -> None:
+        self._fit(y)
+        self.t = len(y)
+        self._scale = float(np.median(np.abs(np.diff(y)))) or float(np.mean(y)) or 1.0
+
+    def _record(self, vec: np.ndarray, y: float) -> None:
+        """Store the relative error of every past forecast of this step (horizon k+1)."""
+        self._past.appendleft(vec)
+        for k, past in enumerate(self._past):
+            pred = past[k]
+            slot = self._n_err[k] % ERROR_WINDOW
+            self._errors[k, slot] = (y - pred) / max(pred, self._floor_value)
+            self._n_err[k] += 1
+        if self.t % REQUANTILE_EVERY == 0:
+            self._requantile()
+
+    def _requantile(self) -> None:
+        if self._n_err[MAX_H - 1] == 0:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            q = np.nanquantile(self._errors, QUANTILES, axis=1).T
+        # horizons without errors yet borrow the nearest shorter one's
+        self._rel_q = np.where(np.isnan(q), np.nan, q)
+        for k in range(1, MAX_H):
+            if np.isnan(self._rel_q[k]).any():
+                self._rel_q[k] = self._rel_q[k - 1]
+
+    def update(self, y: float | np.ndarray) -> None:
+        for v in np.atleast_1d(np.asarray(y, dtype=float)):
+            if not math.isfinite(v) or v < 0:
+                raise ForecastError(f"observation {v!r} at step {self.t}: must be finite and >= 0")
+            vec = self._mean(MAX_H)
+            self._record(vec, float(v))
+            self._absorb(float(v), float(vec[0]))
+            self.t += 1
+
+    def _absorb(self, v: float, pred: float) -> None:
+        bound = ROBUST_K * self._scale
+        self._step(pred + max(-bound, min(bound, v - pred)))
+
+    def forecast(self, h: int) -> Forecast:
+        if not 1 <= h:
+            raise ForecastError(f"horizon must be >= 1 step, got {h}")
+        mean = np.maximum(self._mean(h), 0.0)
+        qs: dict[float, np.ndarray] = {}
+        if self._rel_q is not None:
+            rel = self._rel_q[np.minimum(np.arange(h), MAX_H - 1)]
+            base = np.maximum(mean, 0.0)
+            for j, q in enumerate(QUANTILES):
+                qs[q] = np.maximum(base * (1.0 + rel[:, j]), 0.0)
+            # quantiles must not cross the mean's side they describe
+            qs[0.5] = np.maximum(qs[0.5], 0.0)
+        return Forecast(mean=mean, quantiles=qs)
+
+
+class SeasonalNaive(Forecaster):
+    """y_{t+h} = y_{t+h-m}: the value one season earlier."""
+
+    name = "naive"
+
+    def _fit(self, y: np.ndarray) -> None:
+        self._buf = list(y[-self.season:])
+
+    def _step(self, y: float) -> None:
+        self._buf.append(y)
+        del self._buf[0]
+
+    def _absorb(self, v: float, pred: float) -> None:
+        # Seasonal naive must reproduce the series one season back: no robust clipping.
+        self._step(v)
+
+    def _mean(self, h: int) -> np.ndarray:
+        buf = np.asarray(self._buf)
+        return buf[np.arange(h) % self.season]
+
+
+class HoltWinters(Forecaster):
+    """Additive level + season, statsmodels ExponentialSmoothing with heuristic initialization."""
+
+    name = "ets"
+
+    def _fit(self, y: np.ndarray) -> None:
+        from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = ExponentialSmoothing(y, seasonal="add", seasonal_periods=self.season,
+                                       initialization_method="heuristic").fit()
+        self.alpha = float(res.params["smoothing_level"])
+        self.gamma = float(res.params["smoothing_seasonal"])
+        self.level = float(res.level[-1])
+        self.seasons = np.asarray(res.season[-self.season:], dtype=float).copy()  # s_{t-m+1..t}
+        self._i = 0  # index of s_{t+1-m} in the ring
+
+    def _step(self, y: float) -> None:
+        s_old = self.seasons[self._i]
+        new_level = self.alpha * (y - s_old) + (1 - self.alpha) * self.level
+        self.seasons[self._i] = self.gamma * (y - self.level) + (1 - self.gamma) * s_old
+        self.level = new_level
+        self._i = (self._i + 1) % self.season
+
+    def _mean(self, h: int) -> np.ndarray:
+        idx = (self._i + np.arange(h)) % self.season
+        return self.level + self.seasons[idx]
+
+
+def fourier(t: np.ndarray, period: int, harmonics: int) -> np.ndarray:
+    k = np.arange(1, harmonics + 1)
+    ang = 2 * np.pi * np.outer(t, k) / period
+    return np.hstack([np.sin(ang), np.cos(ang)])
+
+
+class FourierSarimax(Forecaster):
+    """y_t = c + F_t b + u_t with AR(2) errors u; F = daily Fourier harmonics, plus weekly ones
+    when the history spans a week (a weekly cycle is not identified from less)."""
+
+    name = "sarimax"
+    daily_harmonics = 6
+    weekly_harmonics = 2
+
+    def _exog(self, t: np.ndarray) -> np.ndarray:
+        cols = [np.ones((len(t), 1)), fourier(t, DAY, self.daily_harmonics)]
+        if self._weekly:
+            cols.append(fourier(t, WEEK, self.weekly_harmonics))
+        return np.hstack(cols)
+
+    def _fit(self, y: np.ndarray) -> None:
+        from statsmodels.tsa.statespace.sarimax import SARIMAX
+
+        self._weekly = len(y) >= WEEK
+        t = np.arange(len(y))
+        x = self._exog(t)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = SARIMAX(y, exog=x, order=(2, 0, 0), trend="n").fit(disp=False, maxiter=40)
+        p = np.asarray(res.params)
+        self.beta = p[: x.shape[1]]
+        self.phi = p[x.shape[1]: x.shape[1] + 2]
+        resid = y - x @ self.beta
+        self.u = [float(resid[-2]), float(resid[-1])]
+
+    def _step(self, y: float) -> None:
+        x = self._exog(np.array([self.t]))[0]
+        self.u = [self.u[1], y - float(x @ self.beta)]
+
+    def _mean(self, h: int) -> np.ndarray:
+        u2, u1 = self.u
+        out = np.empty(h)
+        for i in range(h):
+            u = self.phi[0] * u1 + self.phi[1] * u2
+            out[i] = u
+            u2, u1 = u1, u
+        return self._exog(self.t + np.arange(h)) @ self.beta + out
+
+
+def _static(matrix: np.ndarray) -> np.ndarray:
+    arr = np.asarray(matrix, dtype=float)
+    return arr[..., 0] if arr.ndim == 3 else arr
+
+
+class UnobservedComponentsF(Forecaster):
+    """Local level + trigonometric daily (6) and weekly (2) seasons; Kalman filter updates."""
+
+    name = "uc"
+
+    def _fit(self, y: np.ndarray) -> None:
+        from statsmodels.tsa.statespace.structural import UnobservedComponents
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = UnobservedComponents(y, level="llevel",
+                                       freq_seasonal=[{"period": DAY, "harmonics": 6},
+                                                      {"period": WEEK, "harmonics": 2}])
+            res = mod.fit(disp=False, maxiter=50)
+        ssm = res.model.ssm
+        # Time-invariant matrices; statsmodels stores them with a trailing time axis of length 1.
+        Z, T, R, Q = (_static(ssm[k]) for k in ("design", "transition", "selection", "state_cov"))
+        self.Z, self.T = Z, T
+        self.RQR = R @ Q @ R.T
+        self.H = float(np.asarray(ssm["obs_cov"]).ravel()[0])
+        self.a = np.asarray(res.predicted_state[:, -1], dtype=float).copy()  # a_{t+1|t}
+        self.P = np.asarray(res.predicted_state_cov[:, :, -1], dtype=float).copy()
+        powers = [self.Z[0]]
+        for _ in range(MAX_H * 4):
+            powers.append(powers[-1] @ self.T)
+        self._ZT = np.array(powers)  # row h = Z T^h
+
+    def _step(self, y: float) -> None:
+        z = self.Z[0]
+        f = float(z @ self.P @ z) + self.H
+        k = self.P @ z / f
+        v = y - float(z @ self.a)
+        a_filt = self.a + k * v
+        p_filt = self.P - np.outer(k, z @ self.P)
+        self.a = self.T @ a_filt
+        self.P = self.T @ p_filt @ self.T.T + self.RQR
+
+    def _mean(self, h: int) -> np.ndarray:
+        if h > len(self._ZT):
+            extra = [self._ZT[-1]]
+            while len(self._ZT) + len(extra) - 1 < h:
+                extra.append(extra[-1] @ self.T)
+            self._ZT = np.vstack([self._ZT, np.array(extra[1:])])
+        return self._ZT[:h] @ self.a
+
+
+FORECASTERS: dict[str, Callable[[], Forecaster]] = {
+    "naive": SeasonalNaive, "ets": HoltWinters, "sarimax": FourierSarimax, "uc": UnobservedComponentsF,
+}
+
+
+class AutoForecaster(Forecaster):
+    """Picks, per series, the candidate with the lowest 30-min MASE in a rolling backtest on the
+    last two days of the training part (fitted on the days before); then refits it on all of it."""
+
+    name = "auto"
+    candidates: tuple[str, ...] = ("ets", "sarimax", "uc")
+    horizon = 6
+
+    def __init__(self, season: int = DAY) -> None:
+        super().__init__(season)
+        self.chosen: Forecaster | None = None
+        self.scores: dict[str, float] = {}
+
+    def fit(self, history: np.ndarray) -> Forecaster:
+        y = check_history(history, self.season)
+        split = len(y) - 2 * self.season
+        scale = float(np.mean(np.abs(y[self.season:split] - y[:split - self.season]))) or 1.0
+        for name in self.candidates:
+            f = FORECASTERS[name]()
+            try:
+                f.fit(y[:split])
+            except ForecastError:
+                continue
+            errs = []
+            for i in range(split, len(y) - self.horizon):
+                errs.append(abs(y[i + self.horizon - 1] - f.forecast(self.horizon).mean[-1]))
+                f.update(y[i])
+            self.scores[name] = float(np.mean(errs)) / scale
+        best = min(self.scores, key=self.scores.__getitem__)
+        self.chosen = FORECASTERS[best]().fit(y)
+        self.t = self.chosen.t
+        return self
+
+    def _fit(self, y: np.ndarray) -> None:  # pragma: no cover - fit() is overridden
+        raise NotImplementedError
+
+    def _step(self, y: float) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _mean(self, h: int) -> np.ndarray:
+        assert self.chosen is not None
+        return self.chosen._mean(h)
+
+    def update(self, y: float | np.ndarray) -> None:
+        if self.chosen is None:
+            raise ForecastError("auto forecaster used before fit()")
+        self.chosen.update(y)
+        self.t = self.chosen.t
+
+    def forecast(self, h: int) -> Forecast:
+        if self.chosen is None:
+            raise ForecastError("auto forecaster used before fit()")
+        return self.chosen.forecast(h)
+
+
+FORECASTERS["auto"] = AutoForecaster
+
+
+def make_forecaster(name: str, season: int = DAY) -> Forecaster:
+    """A new forecaster by name; unknown names list the valid ones."""
+    if name not in FORECASTERS:
+        raise ForecastError(f"unknown forecaster {name!r}; valid: {', '.join(FORECASTERS)}")
+    factory = FORECASTERS[name]
+    return factory(season) if season != DAY else factory()  # type: ignore[call-arg]

@@ -1,0 +1,332 @@
+"""Demand series per model from real traces: requests/s and mean request lengths per step.
+
+A :class:`DemandSeries` gives, per step, requests/s and the mean input and output tokens of the
+requests, hence both services' demand: prefill tokens/s = requests/s x mean input tokens,
+decode tokens/s = requests/s x mean output tokens.
+
+Sources (``../shared/data``, see each SOURCE.md):
+- ServeGen (Alibaba Bailian, Apache-2.0): per-client arrival rates per 600 s window (14 days
+  for the language models m-large, m-mid, m-small; 1 day for deepseek-r1 and mm-image) and
+  per-client token-length distributions per 6 h window. Rates of all clients are summed; the
+  mean lengths of a window are the request-weighted means over clients. Length files missing
+  from the snapshot, or empty windows, are filled from the nearest window of the same client
+  that has data (else the model-wide mean), and the fill is reported once per load.
+- Azure LLM inference 2023 (code, conv): one row per request, counted per step.
+- A CSV request log of the user's own: ``timestamp,model,input_tokens,output_tokens``.
+
+Workload names: ``servegen:<model>``, ``azure:code``, ``azure:conv``, ``csv:<path>[#model]``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+SERVEGEN_MODELS: dict[str, str] = {
+    "m-large": "language", "m-mid": "language", "m-small": "language",
+    "deepseek-r1": "reason", "mm-image": "multimodal",
+}
+SERVEGEN_WINDOW_S = 600
+SERVEGEN_LENGTH_WINDOW_S = 21600
+AZURE_TRACES = {"code": "AzureLLMInferenceTrace_code.csv", "conv": "AzureLLMInferenceTrace_conv.csv"}
+DAY_S = 86400
+
+
+class WorkloadError(ValueError):
+    """Bad workload input; the message names the thing, its value and the fix."""
+
+
+def shared_data_dir() -> Path:
+    env = os.environ.get("ATOLL_SHARED_DATA")
+    path = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    if not path.is_dir():
+        raise FileNotFoundError(f"shared data folder not found: {path} — set ATOLL_SHARED_DATA to "
+                                f"the folder that holds the public data sets")
+    return path
+
+
+@dataclass(frozen=True)
+class DemandSeries:
+    """Per-step demand of one model. ``start_s`` is seconds from the trace start."""
+
+    name: str
+    step_s: float
+    requests_per_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    start_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        owner = f"DemandSeries {self.name!r}"
+        if not (self.step_s > 0 and math.isfinite(self.step_s)):
+            raise WorkloadError(f"{owner}: field 'step_s' must be > 0, got {self.step_s!r}")
+        n = len(self.requests_per_s)
+        for f in ("requests_per_s", "input_tokens", "output_tokens"):
+            arr = np.asarray(getattr(self, f), dtype=float)
+            if arr.ndim != 1 or len(arr) != n:
+                raise WorkloadError(f"{owner}: field '{f}' must be 1-D with {n} values")
+            if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                bad = int(np.flatnonzero(~np.isfinite(arr) | (arr < 0))[0])
+                raise WorkloadError(f"{owner}: field '{f}' has {arr[bad]!r} at step {bad}; "
+                                    f"values must be finite and >= 0")
+            arr.setflags(write=False)
+            object.__setattr__(self, f, arr)
+
+    def __len__(self) -> int:
+        return len(self.requests_per_s)
+
+    @property
+    def prefill_tokens_per_s(self) -> np.ndarray:
+        return self.requests_per_s * self.input_tokens
+
+    @property
+    def decode_tokens_per_s(self) -> np.ndarray:
+        return self.requests_per_s * self.output_tokens
+
+    @property
+    def steps_per_day(self) -> int:
+        return int(round(DAY_S / self.step_s))
+
+    def days(self, first: int, last: int) -> DemandSeries:
+        """Days ``first..last`` (1-based, inclusive) of the series."""
+        per = self.steps_per_day
+        total = len(self) // per
+        if not 1 <= first <= last <= total:
+            raise WorkloadError(f"days {first}-{last} out of range for {self.name!r}: it has days 1-{total}")
+        sl = slice((first - 1) * per, last * per)
+        return replace(self, requests_per_s=self.requests_per_s[sl], input_tokens=self.input_tokens[sl],
+                       output_tokens=self.output_tokens[sl], start_s=self.start_s + (first - 1) * DAY_S)
+
+
+def scale_to_mean_rate(series: DemandSeries, mean_req_per_s: float) -> DemandSeries:
+    """Scale requests/s so their mean is ``mean_req_per_s`` (the shape is kept), as the Coral
+    paper does with 10 or 25 req/s per model."""
+    if not (mean_req_per_s > 0 and math.isfinite(mean_req_per_s)):
+        raise WorkloadError(f"mean rate must be > 0 req/s, got {mean_req_per_s!r}")
+    mean = float(np.mean(series.requests_per_s))
+    if mean <= 0:
+        raise WorkloadError(f"series {series.name!r} has no requests; it cannot be scaled")
+    return replace(series, requests_per_s=series.requests_per_s * (mean_req_per_s / mean))
+
+
+def _resample(values: np.ndarray, window_s: float, step_s: float) -> np.ndarray:
+    """Rates per ``window_s`` window -> per ``step_s`` step (mean over the step, piecewise-constant
+    within a window)."""
+    if step_s % window_s == 0:
+        k = int(step_s // window_s)
+        n = len(values) // k
+        return values[: n * k].reshape(n, k).mean(axis=1)
+    if window_s % step_s == 0:
+        return np.repeat(values, int(window_s // step_s))
+    raise WorkloadError(f"step {step_s:g} s must divide or be a multiple of the trace's "
+                        f"{window_s:g} s windows")
+
+
+_PAIR = re.compile(r"[{}\s]")
+
+
+def _mean_of_dist(literal: str) -> float | None:
+    """Mean of a ServeGen ``{value: probability}`` literal; None for an empty distribution."""
+    body = _PAIR.sub("", literal)
+    if not body:
+        return None
+    nums = np.array(body.replace(":", ",").split(","), dtype=float)
+    values, probs = nums[0::2], nums[1::2]
+    total = probs.sum()
+    return float((values * probs).sum() / total) if total > 0 else None
+
+
+def _fill_nearest(means: np.ndarray) -> tuple[np.ndarray, int]:
+    """Fill NaN windows from the nearest window with data; returns (filled, count filled)."""
+    ok = np.flatnonzero(~np.isnan(means))
+    missing = int(np.isnan(means).sum())
+    if not len(ok) or not missing:
+        return means, missing
+    idx = np.arange(len(means))
+    nearest = ok[np.abs(idx[:, None] - ok[None, :]).argmin(axis=1)]
+    return means[nearest], missing
+
+
+@lru_cache(maxsize=8)
+def _servegen_clients(model: str, data: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(rates [clients, windows], input means [clients, length windows], output means, fill report)."""
+    if model not in SERVEGEN_MODELS:
+        raise WorkloadError(f"unknown ServeGen model {model!r}; valid: {', '.join(SERVEGEN_MODELS)}")
+    folder = data / "servegen" / "data" / SERVEGEN_MODELS[model] / model
+    traces = sorted(folder.glob("chunk-*-trace.csv.gz"), key=lambda p: int(p.name.split("-")[1]))
+    if not traces:
+        raise FileNotFoundError(f"no ServeGen traces in {folder} — check ATOLL_SHARED_DATA")
+    rates = []
+    for path in traces:
+        with gzip.open(path, "rt") as fh:
+            rates.append([float(row[1]) for row in csv.reader(fh)])
+    rate = np.array(rates)
+    n_len = int(math.ceil(rate.shape[1] * SERVEGEN_WINDOW_S / SERVEGEN_LENGTH_WINDOW_S))
+    ins = np.full((len(traces), n_len), np.nan)
+    outs = np.full((len(traces), n_len), np.nan)
+    missing_files = 0
+    for i, path in enumerate(traces):
+        dpath = path.with_name(path.name.replace("-trace.csv.gz", "-dataset.json.gz"))
+        if not dpath.exists():
+            missing_files += 1
+            continue
+        with gzip.open(dpath, "rt") as fh:
+            doc = json.load(fh)
+        for start, fields in doc.items():
+            w = int(float(start)) // SERVEGEN_LENGTH_WINDOW_S
+            if w < n_len and fields:
+                ins[i, w] = _mean_of_dist(fields.get("input_tokens", "{}")) or np.nan
+                outs[i, w] = _mean_of_dist(fields.get("output_tokens", "{}")) or np.nan
+    filled = 0
+    for arr in (ins, outs):
+        for i in range(len(arr)):
+            arr[i], k = _fill_nearest(arr[i])
+            filled += k
+    # A client with no length data at all takes the model-wide window mean.
+    for arr in (ins, outs):
+        col = np.nanmean(np.where(np.isnan(arr), np.nan, arr), axis=0)
+        rows = np.isnan(arr).all(axis=1)
+        arr[rows] = col
+    report = (f"ServeGen {model}: {missing_files} of {len(traces)} clients have no length file "
+              f"(model-wide means used); {filled} empty length windows filled from the nearest window")
+    return rate, ins, outs, report
+
+
+def load_servegen(model: str, *, step_s: float = 300, data: Path | None = None,
+                  clients: Sequence[int] | None = None, name: str | None = None) -> DemandSeries:
+    """Sum of the (selected) clients' rates, request-weighted mean lengths, at ``step_s``."""
+    rate, ins, outs, report = _servegen_clients(model, data or shared_data_dir())
+    log.info(report)
+    sel = np.arange(len(rate)) if clients is None else np.asarray(clients, dtype=int)
+    r = rate[sel]
+    per = SERVEGEN_LENGTH_WINDOW_S // SERVEGEN_WINDOW_S
+    weights = r.sum(axis=1, keepdims=True)  # keeps idle windows well defined
+    ins_w = np.repeat(ins[sel], per, axis=1)[:, : r.shape[1]]
+    outs_w = np.repeat(outs[sel], per, axis=1)[:, : r.shape[1]]
+    total = r.sum(axis=0)
+    denom = np.where(total > 0, total, 1.0)
+    w = np.where(total > 0, r, weights)  # idle window: client volume weights
+    wsum = np.where(total > 0, denom, weights.sum())
+    mean_in = (w * ins_w).sum(axis=0) / wsum
+    mean_out = (w * outs_w).sum(axis=0) / wsum
+    return DemandSeries(name or f"servegen:{model}", step_s,
+                        _resample(total, SERVEGEN_WINDOW_S, step_s),
+                        _resample(mean_in, SERVEGEN_WINDOW_S, step_s),
+                        _resample(mean_out, SERVEGEN_WINDOW_S, step_s))
+
+
+def servegen_client_count(model: str, data: Path | None = None) -> int:
+    return len(_servegen_clients(model, data or shared_data_dir())[0])
+
+
+def _bucket_requests(times_s: np.ndarray, ins: np.ndarray, outs: np.ndarray, step_s: float,
+                     name: str) -> DemandSeries:
+    n = int(times_s.max() // step_s) + 1 if len(times_s) else 0
+    idx = (times_s // step_s).astype(int)
+    count = np.bincount(idx, minlength=n).astype(float)
+    sum_in = np.bincount(idx, weights=ins, minlength=n)
+    sum_out = np.bincount(idx, weights=outs, minlength=n)
+    safe = np.where(count > 0, count, 1.0)
+    return DemandSeries(name, step_s, count / step_s, sum_in / safe, sum_out / safe)
+
+
+def _parse_time(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return datetime.fromisoformat(text.strip()[:26]).timestamp()
+
+
+def load_azure(trace: str, *, step_s: float = 300, data: Path | None = None) -> DemandSeries:
+    """Azure LLM inference 2023 ``code`` or ``conv``: requests counted per step."""
+    if trace not in AZURE_TRACES:
+        raise WorkloadError(f"unknown Azure trace {trace!r}; valid: {', '.join(AZURE_TRACES)}")
+    path = (data or shared_data_dir()) / "azure-llm-inference-2023" / AZURE_TRACES[trace]
+    if not path.exists():
+        raise FileNotFoundError(f"Azure trace missing: {path} — check ATOLL_SHARED_DATA")
+    times, ins, outs = [], [], []
+    with path.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            times.append(_parse_time(row["TIMESTAMP"]))
+            ins.append(float(row["ContextTokens"]))
+            outs.append(float(row["GeneratedTokens"]))
+    t = np.array(times)
+    return _bucket_requests(t - t.min(), np.array(ins), np.array(outs), step_s, f"azure:{trace}")
+
+
+def load_request_log(path: Path | str, *, step_s: float = 300) -> dict[str, DemandSeries]:
+    """A user's CSV request log ``timestamp,model,input_tokens,output_tokens`` (header required;
+    timestamp in seconds or ISO 8601) -> one series per model, aligned to the first request."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"request log not found: {p}")
+    rows: dict[str, list[tuple[float, float, float]]] = {}
+    with p.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        need = {"timestamp", "model", "input_tokens", "output_tokens"}
+        if not reader.fieldnames or not need <= set(reader.fieldnames):
+            raise WorkloadError(f"{p}: header must contain {sorted(need)}, got {reader.fieldnames}")
+        for line, row in enumerate(reader, start=2):
+            try:
+                t = _parse_time(row["timestamp"])
+                i, o = float(row["input_tokens"]), float(row["output_tokens"])
+            except (TypeError, ValueError) as exc:
+                raise WorkloadError(f"{p}:{line}: malformed row {row} ({exc}); timestamp must be "
+                                    f"seconds or ISO 8601, token counts numbers") from exc
+            if not row["model"]:
+                raise WorkloadError(f"{p}:{line}: empty model name")
+            if not (math.isfinite(i) and math.isfinite(o)) or i < 0 or o < 0:
+                raise WorkloadError(f"{p}:{line}: token counts must be >= 0, got {i:g}, {o:g}")
+            rows.setdefault(row["model"], []).append((t, i, o))
+    if not rows:
+        raise WorkloadError(f"{p}: no requests")
+    t0 = min(r[0] for rs in rows.values() for r in rs)
+    out = {}
+    for model, rs in rows.items():
+        arr = np.array(rs)
+        out[model] = _bucket_requests(arr[:, 0] - t0, arr[:, 1], arr[:, 2], step_s, f"csv:{model}")
+    n = max(len(s) for s in out.values())
+    return {m: _pad(s, n) for m, s in out.items()}
+
+
+def _pad(s: DemandSeries, n: int) -> DemandSeries:
+    k = n - len(s)
+    z = np.zeros(k)
+    return replace(s, requests_per_s=np.concatenate([s.requests_per_s, z]),
+                   input_tokens=np.concatenate([s.input_tokens, z]),
+                   output_tokens=np.concatenate([s.output_tokens, z]))
+
+
+def load_workload(name: str, *, step_s: float = 300, data: Path | None = None) -> DemandSeries:
+    """``servegen:<model>``, ``azure:<trace>`` or ``csv:<path>#<model>``."""
+    kind, _, arg = name.partition(":")
+    if kind == "servegen":
+        return load_servegen(arg, step_s=step_s, data=data)
+    if kind == "azure":
+        return load_azure(arg, step_s=step_s, data=data)
+    if kind == "csv":
+        path, _, model = arg.partition("#")
+        series = load_request_log(path, step_s=step_s)
+        if not model:
+            if len(series) != 1:
+                raise WorkloadError(f"{path} holds models {sorted(series)}; name one as csv:{path}#MODEL")
+            return next(iter(series.values()))
+        if model not in series:
+            raise WorkloadError(f"model {model!r} not in {path}; it holds {sorted(series)}")
+        return series[model]
+    raise WorkloadError(f"unknown workload {name!r}; use servegen:<{'|'.join(SERVEGEN_MODELS)}>, "
+                        f"azure:<code|conv> or csv:<path>[#model]")
