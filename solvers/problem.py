@@ -158,14 +158,18 @@ _INDEX_CACHE_SIZE = 4
 def template_index(templates: tuple[Template, ...]) -> TemplateIndex:
     """The index of ``templates``, reused while the same tuple object is alive (the cache holds
     the tuple, so its id cannot be reused by another object meanwhile)."""
-    hit = _INDEX_CACHE.get(id(templates))
-    if hit is not None and hit.templates is templates:
-        return hit
-    index = TemplateIndex(templates)
-    if len(_INDEX_CACHE) >= _INDEX_CACHE_SIZE:
-        _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
-    _INDEX_CACHE[id(templates)] = index
+    hit = _INDEX_CACHE.pop(id(templates), None)
+    index = hit if hit is not None and hit.templates is templates else TemplateIndex(templates)
+    _remember(index)
     return index
+
+
+def _remember(index: TemplateIndex) -> None:
+    """Make ``index`` the most recently used entry, evicting the least recently used."""
+    _INDEX_CACHE.pop(id(index.templates), None)
+    while len(_INDEX_CACHE) >= _INDEX_CACHE_SIZE:
+        _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
+    _INDEX_CACHE[id(index.templates)] = index
 
 
 @dataclass(frozen=True)
@@ -296,6 +300,8 @@ class AllocationProblem:
         return sum(n * self.template_cost(k) for k, n in fixed.items())
 
     def with_changes(self, **changes: Any) -> AllocationProblem:
+        if "templates" not in changes:
+            _remember(self._index)  # other problems may have evicted it; the copy reuses it
         return replace(self, **changes)
 
 

@@ -8,7 +8,7 @@ from alloc_instances import brute_force, random_problem, template
 from solvers.allocation import Allocation, AllocationProblem, SolveStatus, solve_allocation
 from solvers.evaluate import evaluate_plan
 from solvers.highs_warm import WarmHiGHS
-from solvers.types import Phase
+from solvers.types import Phase, Stage, Template
 
 R = "r1"
 
@@ -190,3 +190,24 @@ def test_bad_input_is_named():
         solve_allocation(p, solver="gurobi")
     with pytest.raises(ValueError, match="integer"):
         Allocation((("k", 1.5),))  # type: ignore[arg-type]
+
+
+def test_template_index_is_shared_and_costs_match_prices():
+    p = random_problem(3, n_models=3, regions=("r1", "r2"), max_templates=10)
+    q = p.with_changes(demand={s: 2 * d for s, d in p.demand.items()})
+    assert q.index is p.index  # same template tuple: indexed once
+    for seed in range(10):  # other libraries push p's index out of the cache ...
+        random_problem(100 + seed)
+    assert p.with_changes(startup_weight=1.0).index is p.index  # ... with_changes still reuses it
+    for t in p.templates:
+        assert p.template_cost(t.key) == pytest.approx(sum(k * p.prices[(t.region, c)] for c, k in t.nodes))
+    cheaper = p.with_changes(prices={rc: v / 2 for rc, v in p.prices.items()})
+    assert cheaper.index is p.index
+    assert cheaper.costs == pytest.approx(p.costs / 2)
+
+
+def test_trusted_templates_equal_validated_ones():
+    t = template("m", Phase.DECODE, "r1", {"1xA": 2, "1xB": 1}, 5.0)
+    stages = tuple(Stage.trusted(s.layers, s.nodes) for s in t.stages)
+    u = Template.trusted(t.service, t.region, t.nodes, stages, t.throughput)
+    assert u == t and u.key == t.key and hash(u) == hash(t)
