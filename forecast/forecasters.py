@@ -148,7 +148,7 @@ class Forecaster(ABC):
     def update(self, y: float | np.ndarray) -> None:
         for v in np.atleast_1d(np.asarray(y, dtype=float)):
             if not math.isfinite(v) or v < 0:
-                raise ForecastError(f"observation {v!r} at step {self.t}: must be finite and >= 0")
+                raise ForecastError(f"observation {float(v)!r} at step {self.t}: must be finite and >= 0")
             vec = self._mean(MAX_H)
             self._record(vec, float(v))
             self._absorb(float(v), float(vec[0]))

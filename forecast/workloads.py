@@ -330,3 +330,47 @@ def load_workload(name: str, *, step_s: float = 300, data: Path | None = None) -
         return series[model]
     raise WorkloadError(f"unknown workload {name!r}; use servegen:<{'|'.join(SERVEGEN_MODELS)}>, "
                         f"azure:<code|conv> or csv:<path>[#model]")
+
+
+LANGUAGE_MODELS: tuple[str, ...] = ("m-large", "m-mid", "m-small")
+
+
+def n_model_scenario(n: int, *, step_s: float = 300, data: Path | None = None) -> list[DemandSeries]:
+    """``n`` model series with distinct shapes from the clients of the three ServeGen language
+    models (deterministic).
+
+    The n models are dealt to m-large, m-mid, m-small in turn (so 6 -> 2 each, 20 -> 7/7/6).
+    Within a source model, clients are ordered by the hour of day of their mean peak (ties by
+    client index) and cut into contiguous groups of about equal request volume: each group is a
+    set of clients with a similar daily phase, so the groups' curves differ in shape, not just
+    in scale. Series are named ``<source>/g<i>``; scale them with :func:`scale_to_mean_rate`.
+    """
+    if n < 1:
+        raise WorkloadError(f"n must be >= 1 model, got {n}")
+    data = data or shared_data_dir()
+    per = [n // 3 + (1 if i < n % 3 else 0) for i in range(3)]
+    out: list[DemandSeries] = []
+    for source, groups in zip(LANGUAGE_MODELS, per, strict=True):
+        if groups == 0:
+            continue
+        rate = _servegen_clients(source, data)[0]
+        if groups > len(rate):
+            raise WorkloadError(f"{source} has {len(rate)} clients; it cannot make {groups} groups")
+        windows_per_day = DAY_S // SERVEGEN_WINDOW_S
+        daily = rate[:, : rate.shape[1] // windows_per_day * windows_per_day]
+        profile = daily.reshape(len(rate), -1, windows_per_day).mean(axis=1)
+        order = sorted(range(len(rate)), key=lambda i: (int(np.argmax(profile[i])), i))
+        volume = rate[order].sum(axis=1)
+        cum = np.cumsum(volume) / max(volume.sum(), 1e-12)
+        # group g takes clients whose cumulative volume falls in (g/G, (g+1)/G]; every group
+        # gets at least one client
+        cuts = [0]
+        for g in range(1, groups):
+            idx = int(np.searchsorted(cum, g / groups)) + 1
+            cuts.append(min(max(idx, cuts[-1] + 1), len(order) - (groups - g)))
+        cuts.append(len(order))
+        for g in range(groups):
+            members = [order[i] for i in range(cuts[g], cuts[g + 1])]
+            out.append(load_servegen(source, step_s=step_s, data=data, clients=members,
+                                     name=f"{source}/g{g}"))
+    return out

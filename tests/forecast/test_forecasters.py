@@ -1,0 +1,104 @@
+"""Forecasters: known answers on seeded seasonal series, seasonal-naive oracle, non-negativity,
+update == refit, bad input."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from forecast import forecasters as fmod
+from forecast.forecasters import DAY, QUANTILES, ForecastError, HoltWinters, make_forecaster
+
+SEASON = 48  # a short season keeps statsmodels fits fast
+
+
+def seasonal(n: int, seed: int, noise: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    t = np.arange(n)
+    signal = 100 + 40 * np.sin(2 * np.pi * t / SEASON)
+    return signal + rng.normal(0, noise, n), signal
+
+
+def test_seasonal_naive_reproduces_one_season_back() -> None:
+    y, _ = seasonal(6 * SEASON, 0)
+    f = make_forecaster("naive", SEASON).fit(y[: 4 * SEASON])
+    np.testing.assert_array_equal(f.forecast(SEASON).mean, y[3 * SEASON: 4 * SEASON])
+    f.update(y[4 * SEASON: 5 * SEASON])
+    np.testing.assert_array_equal(f.forecast(10).mean, y[4 * SEASON: 4 * SEASON + 10])
+
+
+@pytest.mark.parametrize("name", ["ets", "sarimax", "uc"])
+def test_models_recover_known_seasonal_signal(name: str) -> None:
+    y, signal = seasonal(8 * SEASON, 1)
+    f = make_forecaster(name, SEASON).fit(y[: 7 * SEASON])
+    fc = f.forecast(12)
+    # noise sd 2 on an amplitude of 40: a model that learned the season is within a few units
+    assert np.max(np.abs(fc.mean - signal[7 * SEASON: 7 * SEASON + 12])) < 8.0
+    for lo, hi in zip(QUANTILES, QUANTILES[1:], strict=False):
+        assert np.all(fc.quantile(lo) <= fc.quantile(hi) + 1e-9)
+
+
+@pytest.mark.parametrize("name", ["naive", "ets", "sarimax", "uc"])
+def test_never_negative_with_outages(name: str) -> None:
+    y, _ = seasonal(8 * SEASON, 2, noise=20.0)
+    y = np.maximum(y - 90, 0.0)  # long stretches of zero
+    y[3 * SEASON: 3 * SEASON + 20] = 0.0
+    f = make_forecaster(name, SEASON).fit(y[: 6 * SEASON])
+    f.update(np.zeros(30))
+    fc = f.forecast(40)
+    assert np.all(fc.mean >= 0) and all(np.all(q >= 0) for q in fc.quantiles.values())
+
+
+def test_ets_update_equals_refit_with_fixed_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    from statsmodels.tsa.holtwinters import ExponentialSmoothing
+
+    monkeypatch.setattr(fmod, "ROBUST_K", 1e9)  # compare the pure recursion
+    y, _ = seasonal(6 * SEASON, 3)
+    f = make_forecaster("ets", SEASON).fit(y[: 5 * SEASON])
+    assert isinstance(f, HoltWinters)
+    f.update(y[5 * SEASON:])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = ExponentialSmoothing(y, seasonal="add", seasonal_periods=SEASON,
+                                   initialization_method="heuristic").fit(
+            smoothing_level=f.alpha, smoothing_seasonal=f.gamma, optimized=False)
+    np.testing.assert_allclose(f.forecast(SEASON).mean, ref.forecast(SEASON), rtol=1e-6, atol=1e-6)
+
+
+def test_uc_update_equals_statsmodels_filter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fmod, "ROBUST_K", 1e9)
+    y, _ = seasonal(3 * DAY, 4)
+    f = make_forecaster("uc").fit(y[: 2 * DAY])
+    ref = _uc_ref(y[: 2 * DAY])
+    f.update(y[2 * DAY: 2 * DAY + 30])
+    ref = ref.append(y[2 * DAY: 2 * DAY + 30], refit=False)
+    np.testing.assert_allclose(f.forecast(5).mean, ref.forecast(5), rtol=1e-6, atol=1e-6)
+
+
+def _uc_ref(y: np.ndarray):  # type: ignore[no-untyped-def]
+    from statsmodels.tsa.statespace.structural import UnobservedComponents
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = UnobservedComponents(y, level="llevel", freq_seasonal=[{"period": DAY, "harmonics": 6},
+                                                                     {"period": 7 * DAY, "harmonics": 2}])
+        return mod.fit(disp=False, maxiter=50)
+
+
+def test_bad_input_is_named() -> None:
+    y, _ = seasonal(4 * SEASON, 5)
+    with pytest.raises(ForecastError, match="NaN/inf at index 7"):
+        make_forecaster("ets", SEASON).fit(np.where(np.arange(len(y)) == 7, np.nan, y))
+    with pytest.raises(ForecastError, match="negative value -1 at index 3"):
+        make_forecaster("ets", SEASON).fit(np.where(np.arange(len(y)) == 3, -1.0, y))
+    with pytest.raises(ForecastError, match="at least two seasons"):
+        make_forecaster("ets", SEASON).fit(y[: SEASON + 5])
+    with pytest.raises(ForecastError, match="unknown forecaster 'prophet'; valid: naive, ets"):
+        make_forecaster("prophet")
+    f = make_forecaster("naive", SEASON).fit(y)
+    with pytest.raises(ForecastError, match="observation -2.0"):
+        f.update(-2.0)
+    with pytest.raises(ForecastError, match="horizon must be >= 1"):
+        f.forecast(0)
