@@ -12,7 +12,9 @@ Models (step = 5 min, season m = 288 steps a day, 2016 a week):
 - ``auto``: picks one of the above per series by a backtest on the training part only.
 
 Intervals: quantiles of the model's own relative h-step errors over the last days of the
-training data (so every model's intervals are calibrated the same way). Outages and spikes:
+training data (so every model's intervals are calibrated the same way), at quantile levels
+that adaptive conformal inference (Gibbs & Candes, NeurIPS 2021) moves per horizon after every
+observed hit or miss, so coverage holds when the error distribution drifts after training. Outages and spikes:
 an observation whose one-step error exceeds ``ROBUST_K`` robust scales moves the state only by
 that clipped amount (a Huberized update), so a window of zeros or a burst does not wreck the
 level or season.
@@ -37,6 +39,14 @@ CALIBRATION_DAYS = 3
 ERROR_WINDOW = DAY  # relative errors kept per horizon for the intervals (rolling)
 REQUANTILE_EVERY = 12
 ROBUST_K = 4.0
+# Central intervals (lower, upper quantile) whose levels adapt online to the misses observed.
+INTERVALS: tuple[tuple[float, float], ...] = ((0.05, 0.95), (0.1, 0.9))
+# Step of adaptive conformal inference (Gibbs & Candes 2021 use 0.005): after a miss the
+# interval's miscoverage target drops by ACI_GAMMA * (1 - alpha), after a hit it rises by
+# ACI_GAMMA * alpha, so over a long run the share of misses is alpha even when the error
+# distribution drifts away from the one the rolling window still holds.
+ACI_GAMMA = 0.005
+ACI_ALPHA_RANGE = (0.002, 0.6)
 
 
 class ForecastError(ValueError):
@@ -106,6 +116,8 @@ class Forecaster(ABC):
         self._errors = np.full((MAX_H, ERROR_WINDOW), np.nan)
         self._n_err = np.zeros(MAX_H, dtype=int)
         self._past: deque[np.ndarray] = deque(maxlen=MAX_H)
+        # Working miscoverage per horizon and interval, starting at the nominal one.
+        self._alpha = np.tile([1.0 - (hi - lo) for lo, hi in INTERVALS], (MAX_H, 1))
         if calib >= MAX_H:
             # Interval calibration: fit on the head, forecast the held-back tail as it arrives.
             self._reset(y[: len(y) - calib])
@@ -128,17 +140,48 @@ class Forecaster(ABC):
         for k, past in enumerate(self._past):
             pred = past[k]
             slot = self._n_err[k] % ERROR_WINDOW
-            self._errors[k, slot] = (y - pred) / max(pred, self._floor_value)
+            err = (y - pred) / max(pred, self._floor_value)
+            self._errors[k, slot] = err
             self._n_err[k] += 1
+            if self._rel_q is not None:
+                self._adapt(k, err)
         if self.t % REQUANTILE_EVERY == 0:
             self._requantile()
+
+    def _adapt(self, k: int, err: float) -> None:
+        """Adaptive conformal step for horizon k+1 given the relative error just observed."""
+        assert self._rel_q is not None
+        for j, (lo, hi) in enumerate(INTERVALS):
+            miss = err < self._rel_q[k, QUANTILES.index(lo)] or \
+                err > self._rel_q[k, QUANTILES.index(hi)]
+            nominal = 1.0 - (hi - lo)
+            self._alpha[k, j] = min(max(self._alpha[k, j] + ACI_GAMMA * (nominal - miss),
+                                        ACI_ALPHA_RANGE[0]), ACI_ALPHA_RANGE[1])
+
+    def _levels(self) -> np.ndarray:
+        """Quantile level per horizon and entry of QUANTILES, after the conformal adaptation."""
+        levels = np.tile(np.asarray(QUANTILES), (MAX_H, 1))
+        for j, (lo, hi) in enumerate(INTERVALS):
+            levels[:, QUANTILES.index(lo)] = self._alpha[:, j] / 2
+            levels[:, QUANTILES.index(hi)] = 1.0 - self._alpha[:, j] / 2
+        return levels
 
     def _requantile(self) -> None:
         if self._n_err[MAX_H - 1] == 0:
             return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            q = np.nanquantile(self._errors, QUANTILES, axis=1).T
+        # Per-row quantiles at per-row levels (linear interpolation, as np.quantile's default).
+        srt = np.sort(self._errors, axis=1)  # NaNs sort last
+        n = np.sum(~np.isnan(self._errors), axis=1)
+        pos = self._levels() * np.maximum(n - 1, 0)[:, None]
+        lo_i = np.floor(pos).astype(int)
+        hi_i = np.minimum(lo_i + 1, np.maximum(n - 1, 0)[:, None])
+        frac = pos - lo_i
+        rows = np.arange(MAX_H)[:, None]
+        q = srt[rows, lo_i] * (1 - frac) + srt[rows, hi_i] * frac
+        # Adapted levels of the two intervals may cross; sorting each row restores monotone
+        # quantiles (rearrangement) without moving any interval's outer bounds inward.
+        q = np.sort(q, axis=1)
+        q[n == 0] = np.nan
         # horizons without errors yet borrow the nearest shorter one's
         self._rel_q = np.where(np.isnan(q), np.nan, q)
         for k in range(1, MAX_H):
