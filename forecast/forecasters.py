@@ -14,10 +14,11 @@ Models (step = 5 min, season m = 288 steps a day, 2016 a week):
 Intervals: quantiles of the model's own relative h-step errors over the last days of the
 training data (so every model's intervals are calibrated the same way), at quantile levels
 that adaptive conformal inference (Gibbs & Candes, NeurIPS 2021) moves per horizon after every
-observed hit or miss, so coverage holds when the error distribution drifts after training. Outages and spikes:
-an observation whose one-step error exceeds ``ROBUST_K`` robust scales moves the state only by
-that clipped amount (a Huberized update), so a window of zeros or a burst does not wreck the
-level or season.
+observed hit or miss, so coverage holds when the error distribution drifts after training.
+
+Outages and spikes: an observation whose one-step error exceeds ``ROBUST_K`` robust scales
+moves the state only by that clipped amount (a Huberized update), so a window of zeros or a
+burst does not wreck the level or season.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 DAY = 288
 WEEK = 7 * DAY
@@ -53,7 +55,32 @@ class ForecastError(ValueError):
     """Bad forecaster input; the message names the problem and the fix."""
 
 
-def check_history(y: np.ndarray, season: int, *, name: str = "history") -> np.ndarray:
+def _check_time_index(index: pd.Index, name: str) -> None:
+    """A time-indexed history must be sorted, unique and evenly spaced: the models count steps."""
+    if not isinstance(index, pd.DatetimeIndex) or len(index) < 2:
+        return
+    dup = np.flatnonzero(index.duplicated())
+    if len(dup):
+        raise ForecastError(f"{name} has a duplicate timestamp {index[dup[0]]} at position "
+                            f"{dup[0]}; aggregate duplicates first, e.g. "
+                            f"series.groupby(level=0).sum()")
+    steps = np.diff(index.asi8)
+    back = np.flatnonzero(steps < 0)
+    if len(back):
+        raise ForecastError(f"{name} timestamps are not sorted: {index[back[0] + 1]} at position "
+                            f"{back[0] + 1} comes before {index[back[0]]}; use series.sort_index()")
+    uneven = np.flatnonzero(steps != steps[0])
+    if len(uneven):
+        raise ForecastError(f"{name} is not evenly spaced: {index[uneven[0]]} -> "
+                            f"{index[uneven[0] + 1]} differs from the first step "
+                            f"{pd.Timedelta(int(steps[0]))}; resample to one step first, e.g. "
+                            f"series.resample('5min').mean() and fill the gaps")
+
+
+def check_history(y: np.ndarray | pd.Series, season: int, *, name: str = "history"
+                  ) -> np.ndarray:
+    if isinstance(y, pd.Series):
+        _check_time_index(y.index, name)
     arr = np.asarray(y, dtype=float)
     if arr.ndim != 1:
         raise ForecastError(f"{name} must be a 1-D series, got shape {arr.shape}")
@@ -109,7 +136,7 @@ class Forecaster(ABC):
         """Point forecast for the next h steps from the current state."""
 
     # --- shared ---------------------------------------------------------------------------
-    def fit(self, history: np.ndarray) -> Forecaster:
+    def fit(self, history: np.ndarray | pd.Series) -> Forecaster:
         y = check_history(history, self.season)
         calib = min(CALIBRATION_DAYS * self.season, len(y) - 2 * self.season)
         self._floor_value = max(0.1 * float(np.median(y)), 1e-9)
@@ -385,7 +412,7 @@ class AutoForecaster(Forecaster):
         self.chosen: Forecaster | None = None
         self.scores: dict[str, float] = {}
 
-    def fit(self, history: np.ndarray) -> Forecaster:
+    def fit(self, history: np.ndarray | pd.Series) -> Forecaster:
         y = check_history(history, self.season)
         split = len(y) - 2 * self.season
         scale = float(np.mean(np.abs(y[self.season:split] - y[:split - self.season]))) or 1.0

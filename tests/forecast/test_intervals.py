@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from forecast import forecasters as fmod
-from forecast.forecasters import make_forecaster
+from forecast.forecasters import ForecastError, make_forecaster
 
 SEASON = 24
 
@@ -60,3 +61,19 @@ def test_quantiles_stay_ordered_after_adaptation() -> None:
     qs = [fc.quantile(q) for q in fmod.QUANTILES]
     for lo, hi in zip(qs, qs[1:], strict=False):
         assert np.all(lo <= hi + 1e-9)
+
+
+def test_time_indexed_history_must_be_sorted_unique_and_even() -> None:
+    idx = pd.date_range("2024-01-01", periods=4 * SEASON, freq="5min")
+    y = pd.Series(_drifting(1)[: 4 * SEASON], index=idx)
+    make_forecaster("naive", SEASON).fit(y)  # a clean index is accepted
+    swapped = y.index.to_numpy().copy()
+    swapped[[10, 11]] = swapped[[11, 10]]
+    with pytest.raises(ForecastError, match=r"not sorted.*position 11.*sort_index"):
+        make_forecaster("naive", SEASON).fit(pd.Series(y.to_numpy(), index=swapped))
+    dup = y.index.to_numpy().copy()
+    dup[20] = dup[19]
+    with pytest.raises(ForecastError, match=r"duplicate timestamp .* position 20"):
+        make_forecaster("naive", SEASON).fit(pd.Series(y.to_numpy(), index=dup))
+    with pytest.raises(ForecastError, match="not evenly spaced"):
+        make_forecaster("naive", SEASON).fit(y.drop(y.index[30]))
