@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,16 @@ class DemandSeries:
     @property
     def steps_per_day(self) -> int:
         return int(round(DAY_S / self.step_s))
+
+    def to_frame(self) -> pd.DataFrame:
+        """The three service demands (and mean lengths) indexed by time since the trace start."""
+        index = pd.to_timedelta(self.start_s + np.arange(len(self)) * self.step_s, unit="s")
+        return pd.DataFrame({
+            "requests_per_s": self.requests_per_s,
+            "prefill_tokens_per_s": self.prefill_tokens_per_s,
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+        }, index=pd.TimedeltaIndex(index, name="since_start"))
 
     def days(self, first: int, last: int) -> DemandSeries:
         """Days ``first..last`` (1-based, inclusive) of the series."""
@@ -311,8 +322,20 @@ def _pad(s: DemandSeries, n: int) -> DemandSeries:
                    output_tokens=np.concatenate([s.output_tokens, z]))
 
 
-def load_workload(name: str, *, step_s: float = 300, data: Path | None = None) -> DemandSeries:
-    """``servegen:<model>``, ``azure:<trace>`` or ``csv:<path>#<model>``."""
+def load_workload(name: str, *, step_s: float = 300, data: Path | None = None,
+                  days: range | None = None) -> DemandSeries:
+    """``servegen:<model>``, ``azure:<trace>`` or ``csv:<path>#<model>``; ``days`` (1-based,
+    consecutive, e.g. ``range(8, 15)`` for days 8-14) cuts the series to those days."""
+    series = _load_named(name, step_s=step_s, data=data)
+    if days is None:
+        return series
+    if len(days) == 0 or days.step != 1:
+        raise WorkloadError(f"days must be a non-empty range of consecutive days such as "
+                            f"range(8, 15), got {days!r}")
+    return series.days(days[0], days[-1])
+
+
+def _load_named(name: str, *, step_s: float, data: Path | None) -> DemandSeries:
     kind, _, arg = name.partition(":")
     if kind == "servegen":
         return load_servegen(arg, step_s=step_s, data=data)

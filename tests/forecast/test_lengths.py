@@ -1,9 +1,11 @@
-"""Azure length statistics against the source files, and the alternating assignment."""
+"""Azure length statistics against the source files, the alternating assignment, and the
+day-range and frame helpers the fleet env uses."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -47,3 +49,21 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
     (folder / "AzureLLMInferenceTrace_conv.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
     with pytest.raises(WorkloadError, match=r"code.csv:2"):
         azure_length_stats(tmp_path)
+
+
+def test_load_workload_days_and_frame(shared_data: Path) -> None:
+    from forecast.workloads import load_workload
+
+    full = load_workload("servegen:m-large", data=shared_data)
+    week2 = load_workload("servegen:m-large", data=shared_data, days=range(8, 15))
+    assert len(week2) == 7 * 288
+    np.testing.assert_array_equal(week2.requests_per_s, full.requests_per_s[7 * 288:])
+    frame = week2.to_frame()
+    assert frame.index[0] == pd.Timedelta(days=7)
+    assert frame.index[1] - frame.index[0] == pd.Timedelta(minutes=5)
+    np.testing.assert_allclose(frame["prefill_tokens_per_s"],
+                               week2.requests_per_s * week2.input_tokens)
+    with pytest.raises(WorkloadError, match="consecutive"):
+        load_workload("servegen:m-large", data=shared_data, days=range(8, 15, 2))
+    with pytest.raises(WorkloadError, match="out of range"):
+        load_workload("servegen:m-large", data=shared_data, days=range(10, 16))
