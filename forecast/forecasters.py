@@ -49,6 +49,14 @@ INTERVALS: tuple[tuple[float, float], ...] = ((0.05, 0.95), (0.1, 0.9))
 # distribution drifts away from the one the rolling window still holds.
 ACI_GAMMA = 0.005
 ACI_ALPHA_RANGE = (0.002, 0.6)
+# Outages (ServeGen m-mid has hours of zeros): a target or a forecast below OUTAGE_FRACTION of
+# the typical (median) level says nothing about the spread of ordinary errors, so the pair is
+# kept out of the error window the quantiles are read from; otherwise the first forecasts
+# after an outage (made from a state that followed the zeros) would put 10x errors in the
+# window and the widest conformal levels would pick them for a whole day. The pair still
+# counts as a hit or miss for the conformal step, so coverage is kept over all points. The
+# point forecasts follow the outage: holding the pre-outage level costs more error.
+OUTAGE_FRACTION = 0.1
 
 
 class ForecastError(ValueError):
@@ -139,7 +147,7 @@ class Forecaster(ABC):
     def fit(self, history: np.ndarray | pd.Series) -> Forecaster:
         y = check_history(history, self.season)
         calib = min(CALIBRATION_DAYS * self.season, len(y) - 2 * self.season)
-        self._floor_value = max(0.1 * float(np.median(y)), 1e-9)
+        self._floor_value = max(OUTAGE_FRACTION * float(np.median(y)), 1e-9)
         self._errors = np.full((MAX_H, ERROR_WINDOW), np.nan)
         self._n_err = np.zeros(MAX_H, dtype=int)
         self._past: deque[np.ndarray] = deque(maxlen=MAX_H)
@@ -166,12 +174,14 @@ class Forecaster(ABC):
         self._past.appendleft(vec)
         for k, past in enumerate(self._past):
             pred = past[k]
-            slot = self._n_err[k] % ERROR_WINDOW
             err = (y - pred) / max(pred, self._floor_value)
-            self._errors[k, slot] = err
-            self._n_err[k] += 1
             if self._rel_q is not None:
                 self._adapt(k, err)
+            if y <= self._floor_value or pred <= self._floor_value:
+                continue
+            slot = self._n_err[k] % ERROR_WINDOW
+            self._errors[k, slot] = err
+            self._n_err[k] += 1
         if self.t % REQUANTILE_EVERY == 0:
             self._requantile()
 

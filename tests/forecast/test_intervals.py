@@ -77,3 +77,17 @@ def test_time_indexed_history_must_be_sorted_unique_and_even() -> None:
         make_forecaster("naive", SEASON).fit(pd.Series(y.to_numpy(), index=dup))
     with pytest.raises(ForecastError, match="not evenly spaced"):
         make_forecaster("naive", SEASON).fit(y.drop(y.index[30]))
+
+
+def test_outage_counts_as_miss_but_stays_out_of_the_error_window() -> None:
+    rng = np.random.default_rng(3)
+    t = np.arange(14 * SEASON)
+    y = np.maximum(100 + 30 * np.sin(2 * np.pi * t / SEASON) + rng.normal(0, 3.0, len(t)), 0)
+    f = make_forecaster("naive", SEASON).fit(y[: 10 * SEASON])
+    f.update(y[10 * SEASON: 12 * SEASON])
+    alpha_before = f._alpha[0].copy()
+    f.update(np.zeros(30))  # an outage: every interval misses
+    # the misses drive the conformal levels outward ...
+    assert np.all(f._alpha[0] < alpha_before - 0.05)
+    # ... but the -100% errors never enter the window the quantiles are read from
+    assert np.nanmin(f._errors) > -0.5
