@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -45,6 +46,14 @@ def cmd_catalog(args: argparse.Namespace) -> int:
         doc = catalog_document(catalog, regions)
     except KeyError as exc:
         raise UserError(str(exc).strip("'\"")) from exc
+    show_catalog(doc)
+    if args.json:
+        emit_json(doc)
+    return 0
+
+
+def show_catalog(doc: dict[str, Any]) -> None:
+    """Render a catalog document (tables on stderr)."""
     gt = Table(title="GPU types", show_lines=False)
     for col in ("GPU", "memory GB", "HBM GB/s", "bf16 TFLOPS", "link GB/s"):
         gt.add_column(col, justify="right")
@@ -60,9 +69,6 @@ def cmd_catalog(args: argparse.Namespace) -> int:
                    spot + ("*" if o["spot_estimated"] else ""))
     console.print(gt)
     console.print(ot)
-    if args.json:
-        emit_json(doc)
-    return 0
 
 
 def _models_arg(value: str | None, extra: list[ModelSpec]) -> list[ModelSpec]:
@@ -85,6 +91,16 @@ def cmd_perf_table(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     rows = perf_rows(models, configs, shape=shape)
     seconds = time.perf_counter() - t0
+    show_perf(rows, shape, seconds)
+    if args.json:
+        emit_json({"rows": rows, "seconds": seconds,
+                   "shape": {"input_tokens": shape.input_tokens,
+                             "output_tokens": shape.output_tokens}})
+    return 0
+
+
+def show_perf(rows: list[dict[str, Any]], shape: RequestShape, seconds: float) -> None:
+    """Render node-profile rows (table on stderr)."""
     table = Table(title=f"Node profiles (tokens/s within SLO; input {shape.input_tokens:g}, "
                         f"output {shape.output_tokens:g} tokens)")
     for col in ("model", "config", "max layers", "prefill tok/s", "decode tok/s"):
@@ -94,11 +110,6 @@ def cmd_perf_table(args: argparse.Namespace) -> int:
                       f"{r['prefill_tokens_per_s']:.0f}", f"{r['decode_tokens_per_s']:.0f}")
     console.print(table)
     console.print(f"{len(rows)} profiles in {seconds * 1e3:.1f} ms")
-    if args.json:
-        emit_json({"rows": rows, "seconds": seconds,
-                   "shape": {"input_tokens": shape.input_tokens,
-                             "output_tokens": shape.output_tokens}})
-    return 0
 
 
 def cmd_perf_calibrate(args: argparse.Namespace) -> int:

@@ -8,32 +8,27 @@ allocation, simulation, training) extend it.
 from __future__ import annotations
 
 import argparse
+import time
 
-from control import cli_catalog
+from control.cli_catalog import show_catalog, show_perf
+from control.output import emit_json
+from solvers.catalog import DEFAULT_GPU_TYPES, load_catalog
+from solvers.models import DEFAULT_MODELS, get_model
+from solvers.perf import RequestShape
+from solvers.tables import catalog_document, perf_rows
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    json_out = args.json
-    # One JSON document: the demo's sections are gathered, not printed one by one.
-    cat_args = argparse.Namespace(regions=None, user_file=None, json=False)
-    perf_args = argparse.Namespace(model=None, gpus=None, user_file=None, json=False,
-                                   input_tokens=args.input_tokens, output_tokens=args.output_tokens)
-    cli_catalog.cmd_catalog(cat_args)
-    cli_catalog.cmd_perf_table(perf_args)
-    if json_out:
-        from control.output import emit_json
-        from solvers.catalog import DEFAULT_GPU_TYPES, load_catalog
-        from solvers.models import DEFAULT_MODELS, get_model
-        from solvers.perf import RequestShape
-        from solvers.tables import catalog_document, perf_rows
-
-        catalog = load_catalog()
-        shape = RequestShape(args.input_tokens, args.output_tokens)
-        emit_json({
-            "catalog": catalog_document(catalog),
-            "perf_table": perf_rows([get_model(m) for m in DEFAULT_MODELS],
-                                    catalog.configs(DEFAULT_GPU_TYPES), shape=shape),
-        })
+    catalog = load_catalog()
+    shape = RequestShape(args.input_tokens, args.output_tokens)
+    doc = catalog_document(catalog)
+    t0 = time.perf_counter()
+    rows = perf_rows([get_model(m) for m in DEFAULT_MODELS], catalog.configs(DEFAULT_GPU_TYPES),
+                     shape=shape)
+    show_catalog(doc)
+    show_perf(rows, shape, time.perf_counter() - t0)
+    if args.json:
+        emit_json({"catalog": doc, "perf_table": rows})
     return 0
 
 

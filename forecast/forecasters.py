@@ -220,7 +220,7 @@ class Forecaster(ABC):
         q = np.sort(q, axis=1)
         q[n == 0] = np.nan
         # horizons without errors yet borrow the nearest shorter one's
-        self._rel_q = np.where(np.isnan(q), np.nan, q)
+        self._rel_q = q
         for k in range(1, MAX_H):
             if np.isnan(self._rel_q[k]).any():
                 self._rel_q[k] = self._rel_q[k - 1]
