@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint typecheck clean
+.PHONY: demo test venv lint typecheck clean prometheus
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,21 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/atoll demo
 
-test: $(STAMP)
+# The control tests run a real Prometheus (Debian's package). Install it when missing and this
+# machine allows it (root with apt-get); otherwise warn and let those tests skip. Never fails.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's prometheus for the control tests"; \
+	    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; } \
+	      >/tmp/atoll-prometheus-install.log 2>&1 \
+	      || echo "warning: apt-get could not install prometheus (see /tmp/atoll-prometheus-install.log); the Prometheus end-to-end tests will skip"; \
+	  else \
+	    echo "warning: prometheus is not installed and cannot be (needs root and apt-get); the Prometheus end-to-end tests will skip"; \
+	  fi; \
+	}
+
+test: $(STAMP) prometheus
 	$(BIN)/python -m pytest
 	$(BIN)/ruff check .
 	$(BIN)/mypy

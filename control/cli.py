@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from control import cli_catalog, cli_demo, cli_forecast, cli_solve, cli_templates
+from control import cli_catalog, cli_demo, cli_forecast, cli_replay, cli_simulate, cli_solve, cli_templates
 from control.output import UserError, console
 
 # Modules that contribute sub-commands; each has add_parser(subparsers).
@@ -21,6 +21,8 @@ _GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     cli_templates.add_parser,
     cli_solve.add_parser,
     cli_forecast.add_parser,
+    cli_simulate.add_parser,
+    cli_replay.add_parser,
 ]
 
 

@@ -19,10 +19,22 @@ x_t <= u_t = min(ceil(d_s / theta_t), min_c floor(A_rc / n_tc)) loses no optimum
 ceil(d_s / theta_t) instances t alone covers d_s, so dropping one keeps every constraint and
 cannot raise the objective. Templates of services without demand stay at zero for the same
 reason. Optional restriction: one GPU type per model (binary y_mg, x_t <= u_t y_m,g(t)).
+
+Decomposition (cost mode without the one-type rule). The only rows that tie services together
+are the availability rows a round builds (rows without room for a node only bound templates to
+zero and get no terms). Group the services into connected components, two services joined when
+templates of both have terms in one built row; with no row spanning two components the ILP is
+a sum of independent ILPs, one per component (its templates, its a_t, its demand rows and the
+rows it alone touches), and each is solved on its own. Each block stops at the same relative
+gap g: z_b - L_b <= g z_b for its objective z_b and dual bound L_b, so summing (all z_b >= 0)
+gives sum z_b - sum L_b <= g sum z_b, and the combined plan is within g of the joint optimum
+(adding the fixed models' constant to both sides keeps this). Small blocks also spare HiGHS
+the branch and bound over the product of the blocks' trees.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections import defaultdict
@@ -46,6 +58,7 @@ __all__ = ["Allocation", "AllocationProblem", "AllocationResult", "SolveStatus",
 
 SOLVERS = ("highs", "cbc")
 _FEAS_TOL = 1e-6
+_DECOMPOSE = True  # solve independent blocks of services apart (tests switch it off)
 
 
 class _Instance:
@@ -286,6 +299,57 @@ def _extract(inst: _Instance, x: Mapping[str, pulp.LpVariable]) -> Allocation | 
     return Allocation.of(counts)
 
 
+def _blocks(inst: _Instance) -> list[_Instance]:
+    """``inst`` split into the connected components of its services (two services joined when
+    templates of both have terms in one availability row the round builds; see the module
+    docstring), in the order of their first service. Each block is a shallow copy restricted to
+    its services, models and templates, without the fixed models (the caller adds them back).
+    A single component comes back as ``[inst]``."""
+    p = inst.problem
+    parent = {s: s for s in inst.services}
+
+    def find(s: str) -> str:
+        while parent[s] != s:
+            parent[s] = parent[parent[s]]
+            s = parent[s]
+        return s
+
+    owner: dict[tuple[str, str], str] = {}  # built row -> a service with a term in it
+    service_of: dict[str, str] = {}
+    for key in inst.free:
+        t = p.template(key)
+        s = service_of[key] = t.service.name
+        for c, _k in t.nodes:
+            rc = (t.region, c)
+            if rc in inst.rows:
+                a, b = find(owner.setdefault(rc, s)), find(s)
+                if a != b:
+                    parent[b] = a
+    groups: dict[str, list[str]] = defaultdict(list)
+    for s in inst.services:
+        groups[find(s)].append(s)
+    if len(groups) < 2:
+        return [inst]
+    blocks = []
+    for services in groups.values():
+        members = set(services)
+        block = copy.copy(inst)
+        block.services = services
+        block.models = sorted({model_of(s) for s in services})
+        block.free = [k for k in inst.free if service_of[k] in members]
+        block.fixed = {}
+        blocks.append(block)
+    return blocks
+
+
+def _combined_start_status(statuses: list[object]) -> object:
+    """One start status for blocks solved apart: the first block's, unless a later block's start
+    was not accepted (``warm_start_accepted`` then says no)."""
+    if not statuses:
+        return None
+    return next((s for s in statuses if not str(s).endswith("kOk")), statuses[0])
+
+
 def max_capacity_alone(problem: AllocationProblem, service: str,
                        residual: Mapping[tuple[str, str], float]) -> float:
     """Most tokens/s ``service`` can get on its own within ``residual`` availability (exact)."""
@@ -355,30 +419,39 @@ class _Solver:
     def remaining(self) -> float | None:
         return None if self.deadline is None else max(self.deadline - time.perf_counter(), 0.05)
 
+    def _stage(self, inst: _Instance, stage: str, floor_share: float | None,
+               start_alloc: Allocation | None,
+               ) -> tuple[_Run, pulp.LpProblem, dict[str, pulp.LpVariable], bool]:
+        """Build and solve one stage of ``inst``; returns the run, the model, x and whether a
+        start was handed to the solver."""
+        tb = time.perf_counter()
+        prob, x = _build(inst, stage, floor_share)
+        start = _start_values(inst, prob, x, start_alloc) if start_alloc is not None else None
+        self.build += time.perf_counter() - tb
+        run = _Run(prob, self.solver, self.remaining(), self.problem.gap, start)
+        self.build += run.model_seconds
+        self.solve += run.solve_seconds
+        return run, prob, x, start is not None
+
     def round(self, inst: _Instance) -> _Round:
+        if _DECOMPOSE and self.problem.mode == "cost" and not self.problem.one_gpu_type_per_model:
+            blocks = _blocks(inst)
+            if len(blocks) > 1:
+                return self._round_blocks(inst, blocks)
         stages = ["cost"] if self.problem.mode == "cost" else ["share", "cost_at_share"]
         statuses: list[SolveStatus] = []
         floor_share: float | None = None
         start_alloc = self.warm_start
         last: tuple[_Run, dict[str, pulp.LpVariable]] | None = None
         for stage in stages:
-            tb = time.perf_counter()
-            prob, x = _build(inst, stage, floor_share)
-            start = _start_values(inst, prob, x, start_alloc) if start_alloc is not None else None
-            self.build += time.perf_counter() - tb
-            run = _Run(prob, self.solver, self.remaining(), self.problem.gap, start)
-            self.build += run.model_seconds
-            self.solve += run.solve_seconds
-            if self.start_status is None and start is not None:
+            run, prob, x, started = self._stage(inst, stage, floor_share, start_alloc)
+            if self.start_status is None and started:
                 self.start_status = run.start_status
             status = _status_of(run)
             if status in (SolveStatus.INFEASIBLE, SolveStatus.ERROR):
                 if last is not None:  # stage 2 failed: keep the stage-1 plan
                     break
-                why = ("infeasible" if status is SolveStatus.INFEASIBLE else
-                       "time limit reached before any feasible allocation was found"
-                       if run.stop in ("kTimeLimit", "Not Solved") else f"solver stopped: {run.stop}")
-                return _Round(status, message=why)
+                return _Round(status, message=_failure(run, status))
             statuses.append(status)
             last = (run, x)
             if stage == "share":
@@ -399,6 +472,46 @@ class _Solver:
             bound = run.bound + self.problem.objective_constant(inst.fixed)
         return _Round(final, allocation, bound, "" if complete else
                       "goodput stage 2 failed; returning the stage-1 plan", complete)
+
+    def _round_blocks(self, inst: _Instance, blocks: list[_Instance]) -> _Round:
+        """A cost-mode round solved block by block (see the module docstring): optimal only if
+        every block is, infeasible or failed if any block is; the dual bound is the sum of the
+        blocks' bounds plus the fixed models' cost."""
+        counts = dict(inst.fixed)
+        bound: float | None = self.problem.objective_constant(inst.fixed)
+        statuses: list[SolveStatus] = []
+        starts: list[object] = []
+        failed: _Round | None = None
+        for block in blocks:
+            run, _prob, x, started = self._stage(block, "cost", None, self.warm_start)
+            if started:
+                starts.append(run.start_status)
+            status = _status_of(run)
+            if status in (SolveStatus.INFEASIBLE, SolveStatus.ERROR):
+                failed = _Round(status, message=_failure(run, status))
+                break
+            part = _extract(block, x)
+            if isinstance(part, str):
+                failed = _Round(SolveStatus.ERROR, message=part)
+                break
+            counts.update(part.counts)
+            statuses.append(status)
+            bound = None if bound is None or run.bound is None else bound + run.bound
+        if self.start_status is None and starts:
+            self.start_status = _combined_start_status(starts)
+        if failed is not None:
+            return failed
+        final = (SolveStatus.OPTIMAL if all(s is SolveStatus.OPTIMAL for s in statuses)
+                 else SolveStatus.FEASIBLE_TIME_LIMIT)
+        return _Round(final, Allocation.of(counts), bound)
+
+
+def _failure(run: _Run, status: SolveStatus) -> str:
+    if status is SolveStatus.INFEASIBLE:
+        return "infeasible"
+    if run.stop in ("kTimeLimit", "Not Solved"):
+        return "time limit reached before any feasible allocation was found"
+    return f"solver stopped: {run.stop}"
 
 
 MAX_ROUNDS = 12

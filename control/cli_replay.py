@@ -1,0 +1,108 @@
+"""``atoll replay``: serve vLLM-style metrics per model from demand traces until stopped."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from types import FrameType
+
+from control.output import UserError, console, emit_json
+from control.replay import ReplayExporter
+from forecast.workloads import DAY_S, DemandSeries, WorkloadError, load_workload
+
+
+def _names(text: str, what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise UserError(f"--{what} {text!r} has an empty name; give a comma-separated list without "
+                        f"empty entries")
+    return names
+
+
+def _load(workloads: list[str], step_s: float) -> list[DemandSeries]:
+    out = []
+    for name in workloads:
+        try:
+            out.append(load_workload(name, step_s=step_s))
+        except (WorkloadError, FileNotFoundError) as exc:
+            raise UserError(f"workload {name!r}: {exc}") from exc
+    return out
+
+
+def build_exporter(args: argparse.Namespace) -> ReplayExporter:
+    """The exporter the parsed arguments describe (not started)."""
+    workloads = _names(args.workload, "workload")
+    models = _names(args.models, "models") if args.models else workloads
+    if len(models) != len(workloads):
+        raise UserError(f"--models names {len(models)} models for {len(workloads)} workloads; give one "
+                        f"name per workload, in the same order")
+    if len(set(models)) != len(models):
+        raise UserError(f"--models {args.models!r} repeats a name; each model needs its own")
+    if not args.speedup > 0:
+        raise UserError(f"--speedup must be > 0 (trace seconds per wall second), got {args.speedup:g}")
+    if args.start_day < 1:
+        raise UserError(f"--start-day is 1-based, got {args.start_day:g}; use 1 for the trace's first day")
+    series = _load(workloads, args.step)
+    start_s = (args.start_day - 1) * DAY_S
+    longest = max(len(s) * s.step_s for s in series)
+    if start_s >= longest:
+        raise UserError(f"--start-day {args.start_day:g} starts after the trace ends ({longest / DAY_S:.2f} "
+                        f"days); pick a day from 1 to {longest / DAY_S:.2f}")
+    try:
+        return ReplayExporter(series, models, speedup=args.speedup, port=args.port, host=args.host,
+                              start_s=start_s)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    exporter = build_exporter(args)
+    try:
+        exporter.start()
+    except OSError as exc:
+        raise UserError(str(exc)) from exc
+    stop = threading.Event()
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        remaining = exporter.trace.duration_s - exporter.start_s
+        console.print(f"replaying {', '.join(exporter.models)} at {args.speedup:g}x on "
+                      f"{exporter.url}/metrics ({remaining / args.speedup:.0f} s of wall time left in "
+                      f"the trace); Ctrl-C or SIGTERM stops", highlight=False)
+        if args.json:
+            emit_json({"url": exporter.url, "metrics_url": f"{exporter.url}/metrics",
+                       "target": exporter.target,
+                       "models": [{"model": m, "workload": w}
+                                  for m, w in zip(exporter.models, _names(args.workload, "workload"),
+                                                  strict=True)],
+                       "speedup": args.speedup, "start_day": args.start_day,
+                       "trace_start_s": exporter.start_s, "trace_duration_s": exporter.trace.duration_s})
+        # wait() in slices: a bare wait() would not let Ctrl-C's KeyboardInterrupt through promptly
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        exporter.stop()
+    console.print("replay stopped")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("replay", help="serve vLLM-style /metrics per model from demand traces")
+    p.add_argument("--workload", required=True,
+                   help="servegen:<model>, azure:<trace> or csv:<path>#<model>; comma-separated for several")
+    p.add_argument("--models", default="",
+                   help="model_name label per workload, comma-separated (default: the workload names)")
+    p.add_argument("--speedup", type=float, default=60.0, help="trace seconds per wall-clock second")
+    p.add_argument("--port", type=int, default=0, help="TCP port (0 = any free port, printed on start)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--start-day", type=float, default=1.0, help="trace day to start at (1-based)")
+    p.add_argument("--step", type=float, default=300.0, help="trace resolution in seconds")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_replay)

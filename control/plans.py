@@ -1,0 +1,191 @@
+"""What the controller hands to a plan sink: :class:`PlanRecord`, and the sinks' shared types.
+
+A record is self-contained: the full plan (template key -> instances), a description of every
+template it names (so a sink needs no template library to render it), the diff against the
+plan delivered before, the demand it was solved for and why it was made. Records are plain
+JSON (``as_dict`` / ``from_dict``) so an undelivered one can be persisted with the controller
+state and delivered after a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from solvers.problem import Allocation
+from solvers.types import Template
+
+TEMPLATE_FIELDS: tuple[str, ...] = ("service", "model", "phase", "region", "nodes", "stages", "throughput")
+
+
+class SinkError(Exception):
+    """A plan could not be delivered (or a sink spec is malformed); the message names the sink,
+    the thing that failed and what to do."""
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old or the new file, never a torn one:
+    a temporary file in the same directory (same filesystem, so the rename is atomic), fsync,
+    ``os.replace``, then fsync the directory so the rename itself survives a power cut."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def describe_template(t: Template) -> dict[str, Any]:
+    """The JSON description of a template that a :class:`PlanRecord` carries."""
+    return {"service": t.service.name, "model": t.service.model, "phase": t.service.phase.value,
+            "region": t.region, "nodes": [[c, k] for c, k in t.nodes],
+            "stages": [[s.layers, list(s.nodes)] for s in t.stages], "throughput": float(t.throughput)}
+
+
+def _check_description(owner: str, key: str, d: Any) -> None:
+    if not isinstance(d, Mapping) or any(f not in d for f in TEMPLATE_FIELDS):
+        have = sorted(d) if isinstance(d, Mapping) else type(d).__name__
+        raise ValueError(f"{owner}: field 'templates' entry {key!r} needs fields {list(TEMPLATE_FIELDS)}, "
+                         f"got {have}")
+    nodes = d["nodes"]
+    if not nodes or not all(isinstance(n, list | tuple) and len(n) == 2 and isinstance(n[0], str)
+                            and isinstance(n[1], int) and n[1] >= 1 for n in nodes):
+        raise ValueError(f"{owner}: template {key!r} field 'nodes' must be [[config, count >= 1], ...], "
+                         f"got {nodes!r}")
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """One plan as delivered to sinks.
+
+    sequence: increasing plan number (file names and ordering); created_s: when it was made
+    (seconds, the controller's clock); plan: template key -> instances (> 0); templates: key ->
+    description (service "model/phase", model, phase, region, nodes [[config, count]], stages
+    [[layers, [configs]]], throughput tokens/s) for every key in ``plan`` and, when known, in
+    ``diff``; diff: key -> instances added (> 0) or removed (< 0) against the plan delivered
+    before; demand: service -> tokens/s it was solved for; reason: why it was made.
+    """
+
+    sequence: int
+    created_s: float
+    plan: dict[str, int]
+    templates: dict[str, dict[str, Any]]
+    diff: dict[str, int] = field(default_factory=dict)
+    demand: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"PlanRecord {self.sequence!r}"
+        if isinstance(self.sequence, bool) or not isinstance(self.sequence, int) or self.sequence < 0:
+            raise ValueError(f"{owner}: field 'sequence' must be an integer >= 0, got {self.sequence!r}")
+        if not isinstance(self.created_s, int | float) or not math.isfinite(self.created_s):
+            raise ValueError(f"{owner}: field 'created_s' must be a finite number, got {self.created_s!r}")
+        plan = {}
+        for key, n in dict(self.plan).items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"{owner}: field 'plan' count of {key!r} must be an integer >= 0, got {n!r}")
+            if n:
+                plan[str(key)] = n
+        templates = {str(k): dict(v) for k, v in dict(self.templates).items()}
+        for key in plan:
+            if key not in templates:
+                raise ValueError(f"{owner}: field 'templates' lacks template {key!r} used by the plan; "
+                                 f"describe every planned key (describe_template)")
+        for key, d in templates.items():
+            _check_description(owner, key, d)
+        diff = {}
+        for key, n in dict(self.diff).items():
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise ValueError(f"{owner}: field 'diff' of {key!r} must be an integer, got {n!r}")
+            if n:
+                diff[str(key)] = n
+        demand: dict[str, float] = {}
+        for service, rate in dict(self.demand).items():
+            number = isinstance(rate, int | float) and not isinstance(rate, bool)
+            if not number or not math.isfinite(rate) or rate < 0:
+                raise ValueError(f"{owner}: field 'demand' of {service!r} must be finite and >= 0, "
+                                 f"got {rate!r}")
+            demand[str(service)] = float(rate)
+        if not isinstance(self.reason, str):
+            raise ValueError(f"{owner}: field 'reason' must be a string, got {self.reason!r}")
+        object.__setattr__(self, "plan", dict(sorted(plan.items())))
+        object.__setattr__(self, "templates", dict(sorted(templates.items())))
+        object.__setattr__(self, "diff", dict(sorted(diff.items())))
+        object.__setattr__(self, "demand", dict(sorted(demand.items())))
+
+    @classmethod
+    def from_allocation(cls, sequence: int, created_s: float, allocation: Allocation,
+                        previous: Allocation | Mapping[str, int] | None,
+                        templates_by_key: Mapping[str, Template], demand: Mapping[str, float],
+                        reason: str) -> PlanRecord:
+        """The record of ``allocation`` with its diff against ``previous`` (the plan delivered
+        before; None = nothing running). Removed keys missing from ``templates_by_key`` (the
+        library changed) are kept in the diff without a description."""
+        old = previous.as_dict() if isinstance(previous, Allocation) else dict(previous or {})
+        new = allocation.as_dict()
+        diff = {k: new.get(k, 0) - old.get(k, 0) for k in set(old) | set(new)}
+        diff = {k: d for k, d in diff.items() if d}
+        missing = sorted(k for k in new if k not in templates_by_key)
+        if missing:
+            raise ValueError(f"PlanRecord.from_allocation: 'templates_by_key' lacks {len(missing)} planned "
+                             f"template(s), first {missing[0]!r}; pass the library the plan was solved with")
+        described = {k: describe_template(templates_by_key[k]) for k in set(new) | set(diff)
+                     if k in templates_by_key}
+        return cls(sequence, float(created_s), new, described, diff, dict(demand), reason)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.diff)
+
+    @property
+    def added(self) -> dict[str, int]:
+        return {k: n for k, n in self.diff.items() if n > 0}
+
+    @property
+    def removed(self) -> dict[str, int]:
+        return {k: -n for k, n in self.diff.items() if n < 0}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sequence": self.sequence, "created_s": self.created_s, "plan": dict(self.plan),
+                "templates": {k: dict(v) for k, v in self.templates.items()}, "diff": dict(self.diff),
+                "demand": dict(self.demand), "reason": self.reason}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> PlanRecord:
+        return cls(int(doc["sequence"]), float(doc["created_s"]), dict(doc["plan"]), dict(doc["templates"]),
+                   dict(doc.get("diff", {})), dict(doc.get("demand", {})), str(doc.get("reason", "")))
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    """What one delivery did: the sink's name, whether it succeeded, the files or objects it
+    wrote and removed, a message, and the attempts it took (see ``control.sinks.deliver``)."""
+
+    sink: str
+    ok: bool
+    written: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    message: str = ""
+    attempts: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sink": self.sink, "ok": self.ok, "written": list(self.written),
+                "removed": list(self.removed), "message": self.message, "attempts": self.attempts}

@@ -1,0 +1,182 @@
+"""The controller's persisted state: what a restarted controller needs to resume where it stopped.
+
+One JSON file, ``<dir>/controller-state.json``, replaced atomically on every save (temporary
+file in the same directory, fsync, ``os.replace``), so a controller killed at any instant
+leaves either the previous state or the new one, never a torn file. A file that does not
+parse, or that a different schema version wrote, is refused with a message that names it and
+says how to recover; it is never silently replaced, since that would forget the running plan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from control.metrics import MetricsSnapshot
+from control.plans import PlanRecord, atomic_write_text
+
+STATE_VERSION = 1
+STATE_FILE = "controller-state.json"
+HISTORY_LIMIT = 2016  # a week of 5-minute intervals: enough for a daily-seasonal forecaster's refit
+
+
+class StateError(Exception):
+    """The state file exists but cannot be used; the message names it and the fix."""
+
+
+def _opt_float(owner: str, name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{owner}: field '{name}' must be None or finite and >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One interval's observed demand of a model: end time (s), token rates (tokens/s) and, when
+    the controller derives it, the request rate (requests/s)."""
+
+    time_s: float
+    prompt_tokens_per_s: float
+    generation_tokens_per_s: float
+    requests_per_s: float | None = None
+
+    def __post_init__(self) -> None:
+        owner = "HistoryPoint"
+        if not isinstance(self.time_s, int | float) or not math.isfinite(self.time_s):
+            raise ValueError(f"{owner}: field 'time_s' must be a finite number, got {self.time_s!r}")
+        for name in ("prompt_tokens_per_s", "generation_tokens_per_s", "requests_per_s"):
+            value = getattr(self, name)
+            if value is None and name != "requests_per_s":
+                raise ValueError(f"{owner}: field '{name}' must be a number, got None")
+            _opt_float(owner, name, value)
+
+    def as_list(self) -> list[float | None]:
+        return [self.time_s, self.prompt_tokens_per_s, self.generation_tokens_per_s, self.requests_per_s]
+
+
+def _count(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{owner}: field '{name}' must be an integer >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    """tick: ticks completed; last_tick_s: when the last one ended (controller clock, s);
+    running: the last *delivered* plan, template key -> instances; plan_sequence: the last
+    plan number used; pending: a plan made but not yet delivered (see ``control.sinks.deliver``);
+    last_reoptimized: model -> tick of its last re-optimization; last_metrics: the rate
+    tracker's baseline, so the first tick after a restart has rates; history: model -> recent
+    per-interval demand, oldest first, at most ``history_limit`` points."""
+
+    version: int = STATE_VERSION
+    tick: int = 0
+    last_tick_s: float | None = None
+    running: dict[str, int] = field(default_factory=dict)
+    plan_sequence: int = 0
+    pending: PlanRecord | None = None
+    last_reoptimized: dict[str, int] = field(default_factory=dict)
+    last_metrics: MetricsSnapshot | None = None
+    history: dict[str, tuple[HistoryPoint, ...]] = field(default_factory=dict)
+    history_limit: int = HISTORY_LIMIT
+
+    def __post_init__(self) -> None:
+        owner = "ControllerState"
+        if self.version != STATE_VERSION:
+            raise ValueError(f"{owner}: field 'version' must be {STATE_VERSION}, got {self.version!r}")
+        for name in ("tick", "plan_sequence"):
+            _count(owner, name, getattr(self, name))
+        _count(owner, "history_limit", self.history_limit)
+        if self.history_limit < 1:
+            raise ValueError(f"{owner}: field 'history_limit' must be >= 1, got {self.history_limit}")
+        if self.last_tick_s is not None and not math.isfinite(self.last_tick_s):
+            raise ValueError(f"{owner}: field 'last_tick_s' must be finite or None, got {self.last_tick_s!r}")
+        running = {str(k): v for k, v in dict(self.running).items()}
+        for key, n in running.items():
+            _count(owner, f"running[{key!r}]", n)
+        last = {str(k): v for k, v in dict(self.last_reoptimized).items()}
+        for model, t in last.items():
+            _count(owner, f"last_reoptimized[{model!r}]", t)
+        history = {str(m): tuple(points)[-self.history_limit:] for m, points in dict(self.history).items()}
+        for model, points in history.items():
+            if not all(isinstance(p, HistoryPoint) for p in points):
+                raise ValueError(f"{owner}: field 'history' of {model!r} must hold HistoryPoint values")
+        object.__setattr__(self, "running", {k: n for k, n in sorted(running.items()) if n})
+        object.__setattr__(self, "last_reoptimized", dict(sorted(last.items())))
+        object.__setattr__(self, "history", dict(sorted(history.items())))
+
+    def with_history(self, model: str, point: HistoryPoint) -> ControllerState:
+        """A copy with ``point`` appended to ``model``'s history (the oldest dropped past the limit)."""
+        history = dict(self.history)
+        history[model] = (*history.get(model, ()), point)[-self.history_limit:]
+        return replace(self, history=history)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version, "tick": self.tick, "last_tick_s": self.last_tick_s,
+            "running": dict(self.running), "plan_sequence": self.plan_sequence,
+            "pending": self.pending.as_dict() if self.pending else None,
+            "last_reoptimized": dict(self.last_reoptimized),
+            "last_metrics": self.last_metrics.as_dict() if self.last_metrics else None,
+            "history": {m: [p.as_list() for p in points] for m, points in self.history.items()},
+            "history_limit": self.history_limit,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> ControllerState:
+        pending, metrics = doc.get("pending"), doc.get("last_metrics")
+        return cls(
+            version=doc["version"], tick=doc["tick"], last_tick_s=doc.get("last_tick_s"),
+            running=dict(doc.get("running", {})), plan_sequence=doc.get("plan_sequence", 0),
+            pending=PlanRecord.from_dict(pending) if pending else None,
+            last_reoptimized=dict(doc.get("last_reoptimized", {})),
+            last_metrics=MetricsSnapshot.from_dict(metrics) if metrics else None,
+            history={m: tuple(HistoryPoint(*p) for p in points)
+                     for m, points in doc.get("history", {}).items()},
+            history_limit=doc.get("history_limit", HISTORY_LIMIT),
+        )
+
+
+def state_path(directory: Path | str) -> Path:
+    return Path(directory) / STATE_FILE
+
+
+def save_state(directory: Path | str, state: ControllerState) -> Path:
+    """Write ``state`` atomically to ``directory/controller-state.json`` (directory created)."""
+    path = state_path(directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # strict JSON (allow_nan=False): a NaN would make the file unreadable to other tools
+    atomic_write_text(path, json.dumps(state.as_dict(), allow_nan=False, separators=(",", ":")) + "\n")
+    return path
+
+
+def load_state(directory: Path | str) -> ControllerState | None:
+    """The saved state, or None when there is none yet; StateError when the file is unusable."""
+    path = state_path(directory)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateError(f"cannot read controller state {path}: {exc}; check its permissions") from exc
+    fix = ("restore it from a backup, or delete it to start fresh (the controller then re-plans from "
+           "nothing and forgets the running plan)")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise StateError(f"controller state {path} is not valid JSON ({exc}); {fix}") from exc
+    if not isinstance(doc, dict):
+        raise StateError(f"controller state {path} holds a {type(doc).__name__}, not an object; {fix}")
+    version = doc.get("version")
+    if version != STATE_VERSION:
+        raise StateError(f"controller state {path} has schema version {version!r}; this atoll reads version "
+                         f"{STATE_VERSION}; run the atoll that wrote it, or {fix}")
+    try:
+        return ControllerState.from_dict(doc)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"controller state {path} is malformed ({type(exc).__name__}: {exc}); "
+                         f"{fix}") from exc

@@ -1,0 +1,189 @@
+"""Demand the fleet sees, and what the forecaster said about it, for a whole trace.
+
+A :class:`DemandBook` holds, per model, the request rate of every step of the trace and the
+forecasts an online forecaster made of it: at step ``g`` (having seen steps ``< g``) the mean
+and the planning quantile for steps ``g .. g + H - 1``; and per day the previous day's peak
+rate (the ``never`` policy's static plan is made for it). The forecasts depend only on
+the trace, never on the fleet's actions, so they are computed once in a single causal pass
+(fit on the warm-up days, then update step by step) and shared by every episode; they are
+cached on disk under ``<cache>/forecasts`` keyed by a hash of the rates and the settings.
+
+Token demand per service = requests/s x the model's mean request shape (the Azure LLM 2023
+lengths the scenario's templates were built for), so demand and template throughput measure
+the same requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from forecast.forecasters import QUANTILES, ForecastError, make_forecaster
+from forecast.workloads import DemandSeries, load_workload, n_model_scenario, scale_to_mean_rate
+
+log = logging.getLogger(__name__)
+
+WARMUP_DAYS = 3  # two seasons to fit, a third to calibrate the forecaster's intervals
+FORMAT_VERSION = 3
+
+
+class DemandError(ValueError):
+    """Bad demand settings; the message names the setting, its value and the fix."""
+
+
+@dataclass(frozen=True)
+class DemandBook:
+    """Rates and forecasts of ``len(models)`` models over a trace of ``steps`` steps.
+
+    ``rates[m, g]`` req/s; ``mean[m, g, h]`` and ``upper[m, g, h]`` the forecast made at step g
+    for step g + h (NaN during warm-up); ``day_peak[m, d]`` the peak rate of day d - 1 (0-based
+    days; NaN for the first).
+    """
+
+    models: tuple[str, ...]
+    step_s: float
+    steps_per_day: int
+    rates: np.ndarray
+    mean: np.ndarray
+    upper: np.ndarray
+    day_peak: np.ndarray
+    quantile: float
+    forecaster: str
+
+    @property
+    def days(self) -> int:
+        return self.rates.shape[1] // self.steps_per_day
+
+    @property
+    def horizon(self) -> int:
+        return self.mean.shape[2]
+
+    def first_day(self) -> int:
+        """The first (1-based) day an episode may start on: the days before warm the forecaster up."""
+        return WARMUP_DAYS + 1
+
+    def check_days(self, first: int, last: int) -> None:
+        if not self.first_day() <= first <= last <= self.days:
+            raise DemandError(
+                f"days {first}-{last} are outside {self.first_day()}-{self.days}: the workload has "
+                f"{self.days} days and days 1-{WARMUP_DAYS} fit and calibrate the forecaster, so "
+                f"episodes can start on days {self.first_day()}-{self.days}")
+
+
+def _cache_dir() -> Path:
+    env = os.environ.get("ATOLL_CACHE_DIR")
+    return (Path(env) if env else Path(__file__).resolve().parents[1] / "cache") / "forecasts"
+
+
+def _forecast_pass(rates: np.ndarray, steps_per_day: int, forecaster: str, horizon: int,
+                   quantile: float, progress: Callable[[int], None] | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n_models, steps = rates.shape
+    warm = WARMUP_DAYS * steps_per_day
+    days = steps // steps_per_day
+    mean = np.full((n_models, steps, horizon), np.nan)
+    upper = np.full((n_models, steps, horizon), np.nan)
+    # The day's peak for a static plan is the previous day's peak (a seasonal-naive forecast of
+    # it): day-ahead quantiles of the step forecasters are far too wide to plan a fleet on (on
+    # ServeGen their 90% day peak reached 5-25x the true one).
+    peak = np.full((n_models, days), np.nan)
+    for d in range(1, days):
+        peak[:, d] = rates[:, (d - 1) * steps_per_day: d * steps_per_day].max(axis=1)
+    for m in range(n_models):
+        f = make_forecaster(forecaster, season=steps_per_day)
+        f.fit(rates[m, :warm])
+        for g in range(warm, steps):
+            fc = f.forecast(horizon)
+            mean[m, g] = fc.mean
+            upper[m, g] = fc.quantile(quantile)
+            f.update(rates[m, g])
+            if progress is not None:
+                progress(1)
+    return mean, upper, peak
+
+
+def build_book(models: Sequence[str], series: Sequence[DemandSeries], *, forecaster: str,
+               horizon: int, quantile: float, use_cache: bool = True,
+               progress: Callable[[int], None] | None = None) -> DemandBook:
+    """Forecast every model's series in one causal pass (cached on disk)."""
+    if len(series) != len(models):
+        raise DemandError(f"{len(series)} demand series for {len(models)} models; give one per model")
+    if quantile not in QUANTILES:
+        raise DemandError(f"planning quantile {quantile} is not forecast; use one of {list(QUANTILES)}")
+    step = series[0].step_s
+    lengths = {len(s) for s in series}
+    if any(s.step_s != step for s in series) or len(lengths) != 1:
+        raise DemandError("every demand series must have the same step and length, got "
+                          + ", ".join(f"{s.name}: {len(s)} x {s.step_s:g} s" for s in series))
+    per_day = series[0].steps_per_day
+    steps = (lengths.pop() // per_day) * per_day
+    if steps < (WARMUP_DAYS + 1) * per_day:
+        raise DemandError(f"the workload has {steps // per_day} whole days; at least {WARMUP_DAYS + 1} "
+                          f"are needed ({WARMUP_DAYS} to warm the forecaster up, one to simulate)")
+    rates = np.stack([np.asarray(s.requests_per_s[:steps], dtype=float) for s in series])
+    digest = hashlib.sha256(rates.tobytes())
+    digest.update(repr((FORMAT_VERSION, forecaster, horizon, quantile, per_day)).encode())
+    path = _cache_dir() / f"{digest.hexdigest()[:24]}.npz"
+    arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    if use_cache and path.exists():
+        try:
+            with np.load(path) as doc:
+                arrays = (doc["mean"], doc["upper"], doc["peak"])
+        except (OSError, KeyError, ValueError) as exc:
+            log.warning("forecast cache %s unreadable (%s); recomputing", path, exc)
+    if arrays is None:
+        try:
+            arrays = _forecast_pass(rates, per_day, forecaster, horizon, quantile, progress)
+        except ForecastError as exc:
+            raise DemandError(f"forecaster {forecaster!r}: {exc}") from exc
+        if use_cache:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
+            np.savez_compressed(tmp, mean=arrays[0], upper=arrays[1], peak=arrays[2])
+            os.replace(tmp, path)
+    elif progress is not None:
+        progress(len(models) * (steps - WARMUP_DAYS * per_day))
+    mean, upper, peak = arrays
+    for a in (rates, mean, upper, peak):
+        a.setflags(write=False)
+    return DemandBook(tuple(models), step, per_day, rates, mean, upper, peak, quantile, forecaster)
+
+
+@lru_cache(maxsize=8)
+def _named_series(workload: str, n_models: int, mean_rate: float, step_s: float
+                  ) -> tuple[DemandSeries, ...]:
+    if workload == "servegen":
+        raw = n_model_scenario(n_models, step_s=step_s)
+    else:
+        names = [w.strip() for w in workload.split(",") if w.strip()]
+        if len(names) != n_models:
+            raise DemandError(f"workload {workload!r} names {len(names)} series for {n_models} models; "
+                              f"give one per model (comma-separated) or use 'servegen'")
+        raw = [load_workload(n, step_s=step_s) for n in names]
+    return tuple(scale_to_mean_rate(s, mean_rate) for s in raw)
+
+
+def workload_series(workload: str, models: Sequence[str], mean_rate: float,
+                    step_s: float) -> tuple[DemandSeries, ...]:
+    """The scenario's demand: ``servegen`` = ServeGen client groups (one per model, see
+    ``forecast.workloads.n_model_scenario``), or one workload name per model, comma-separated;
+    each scaled to ``mean_rate`` req/s over the whole trace (the Coral paper's 10 / 25 req/s)."""
+    return _named_series(workload, len(models), float(mean_rate), float(step_s))
+
+
+def service_demand(rates: Mapping[str, float], shapes: Mapping[str, tuple[float, float]]
+                   ) -> dict[str, float]:
+    """service name -> tokens/s from req/s per model and its (input, output) mean lengths."""
+    out: dict[str, float] = {}
+    for m, r in rates.items():
+        inp, outp = shapes[m]
+        out[f"{m}/prefill"] = r * inp
+        out[f"{m}/decode"] = r * outp
+    return out

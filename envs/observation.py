@@ -1,0 +1,110 @@
+"""The observation vector, built in one place for the simulator and the live controller.
+
+Both fill a :class:`Signals` from what they know (the env from its state, the controller from
+metrics and its persisted plan) and call :func:`build_observation`; a policy trained in the env
+therefore sees the same features, scaled the same way, in production.
+
+Layout: ``MODEL_FEATURES`` for model 0, then model 1, ..., then ``headroom/<gpu type>`` for each
+GPU type, then ``FLEET_FEATURES``. Every entry is finite and lies in its stated bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from gymnasium import spaces
+
+RATIO_CAP = 4.0  # demand/capacity ratios above 4 carry no more information for the decision
+SINCE_CAP = 288  # steps since a re-optimization saturate at one day (of 5-min steps)
+COST_CAP = 4.0  # cost rate relative to the episode's initial plan
+
+# name, unit, low, high (of the value in the vector)
+MODEL_FEATURES: tuple[tuple[str, str, float, float], ...] = (
+    ("demand_ratio", "max over phases of last step's demand / ready capacity, / 4", 0.0, 1.0),
+    ("forecast_mean_ratio", "max over phases and look-ahead of forecast mean / planned capacity, / 4",
+     0.0, 1.0),
+    ("forecast_upper_ratio", "same with the planning quantile, / 4", 0.0, 1.0),
+    ("starting_share", "capacity still starting / planned capacity (min over phases)", 0.0, 1.0),
+    ("since_reopt", "steps since the model's last re-optimization / 288, capped at 1", 0.0, 1.0),
+    ("unserved_share", "share of its demand (tokens) not served within SLO, mean of the last 3 steps",
+     0.0, 1.0),
+    ("cost_share", "its share of last step's fleet cost", 0.0, 1.0),
+    ("preempted", "1 if an instance of the model was preempted at the last step boundary", 0.0, 1.0),
+)
+FLEET_FEATURES: tuple[tuple[str, str, float, float], ...] = (
+    ("time_sin", "sin(2 pi x seconds of day / 86400)", -1.0, 1.0),
+    ("time_cos", "cos(2 pi x seconds of day / 86400)", -1.0, 1.0),
+    ("cost_rate", "last step's fleet cost rate / the initial plan's, / 4", 0.0, 1.0),
+)
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What a decision is made from. Per-model arrays have one row per model; per-phase arrays
+    have columns (prefill, decode); demand and capacity in tokens/s."""
+
+    demand: np.ndarray  # [M, 2] last step's demand
+    forecast_mean: np.ndarray  # [M, 2] max over the look-ahead
+    forecast_upper: np.ndarray  # [M, 2] max over the look-ahead, planning quantile
+    ready_capacity: np.ndarray  # [M, 2]
+    planned_capacity: np.ndarray  # [M, 2] ready + starting
+    since_reopt: np.ndarray  # [M] steps
+    unserved_share: np.ndarray  # [M] in [0, 1]
+    cost_share: np.ndarray  # [M] in [0, 1]
+    preempted: np.ndarray  # [M] 0/1
+    headroom: np.ndarray  # [G] per GPU type: (capacity - held) / capacity, 0 when none offered
+    seconds_of_day: float
+    cost_rate_ratio: float  # last step's $/h over the initial plan's $/h
+
+
+def feature_names(models: Sequence[str], gpu_types: Sequence[str]) -> list[str]:
+    names = [f"{m}/{f[0]}" for m in models for f in MODEL_FEATURES]
+    names += [f"headroom/{g}" for g in gpu_types]
+    names += [f[0] for f in FLEET_FEATURES]
+    return names
+
+
+def observation_space(n_models: int, n_gpu_types: int) -> spaces.Box:
+    low = np.concatenate([np.tile([f[2] for f in MODEL_FEATURES], n_models), np.zeros(n_gpu_types),
+                          [f[2] for f in FLEET_FEATURES]]).astype(np.float32)
+    high = np.concatenate([np.tile([f[3] for f in MODEL_FEATURES], n_models), np.ones(n_gpu_types),
+                           [f[3] for f in FLEET_FEATURES]]).astype(np.float32)
+    return spaces.Box(low=low, high=high, dtype=np.float32)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den capped at RATIO_CAP; demand against no capacity is the cap, no demand is 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, RATIO_CAP, 0.0))
+    return np.clip(r, 0.0, RATIO_CAP)
+
+
+def build_observation(s: Signals) -> np.ndarray:
+    """The float32 observation vector (see the module docstring for the layout)."""
+    demand = _ratio(s.demand, s.ready_capacity).max(axis=1) / RATIO_CAP
+    fmean = _ratio(s.forecast_mean, s.planned_capacity).max(axis=1) / RATIO_CAP
+    fupper = _ratio(s.forecast_upper, s.planned_capacity).max(axis=1) / RATIO_CAP
+    starting = s.planned_capacity - s.ready_capacity
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(s.planned_capacity > 0, starting / np.where(s.planned_capacity > 0,
+                                                                      s.planned_capacity, 1.0), 0.0)
+    starting_share = np.clip(share.min(axis=1), 0.0, 1.0)
+    since = np.minimum(np.asarray(s.since_reopt, dtype=float), SINCE_CAP) / SINCE_CAP
+    per_model = np.stack([demand, fmean, fupper, starting_share, since,
+                          np.clip(s.unserved_share, 0.0, 1.0), np.clip(s.cost_share, 0.0, 1.0),
+                          np.clip(s.preempted, 0.0, 1.0)], axis=1)
+    angle = 2.0 * np.pi * (s.seconds_of_day % 86400.0) / 86400.0
+    cost = min(max(s.cost_rate_ratio, 0.0), COST_CAP) / COST_CAP if np.isfinite(s.cost_rate_ratio) else 1.0
+    obs = np.concatenate([per_model.ravel(), np.clip(s.headroom, 0.0, 1.0),
+                          [np.sin(angle), np.cos(angle), cost]])
+    return np.nan_to_num(obs, nan=0.0).astype(np.float32)
+
+
+def model_feature(observation: np.ndarray, model_index: int, name: str) -> float:
+    """One per-model feature of an observation vector (used by the rule policies)."""
+    names = [f[0] for f in MODEL_FEATURES]
+    if name not in names:
+        raise KeyError(f"unknown model feature {name!r}; valid: {', '.join(names)}")
+    return float(observation[model_index * len(MODEL_FEATURES) + names.index(name)])

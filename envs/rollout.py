@@ -1,0 +1,82 @@
+"""Run a policy through FleetEnv episodes and total what happened."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from envs.fleet_env import FleetEnv
+from envs.policies import Policy
+
+TOTAL_KEYS: tuple[str, ...] = ("cost_usd", "goodput_share", "slo_attainment", "usd_per_mtok",
+                               "reoptimizations", "solver_seconds")
+
+
+@dataclass
+class Episode:
+    """One policy's run over one or more days: per-step records and running sums."""
+
+    policy: str
+    seed: int
+    days: list[int] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    sums: dict[str, float] = field(default_factory=dict)
+
+    def add(self, info: dict[str, Any], reward: float) -> None:
+        total = info["total"]
+        for k in ("cost_usd", "demand_tokens", "goodput_tokens", "unserved_tokens", "requests",
+                  "reoptimizations", "solves", "solver_seconds", "preemptions"):
+            self.sums[k] = self.sums.get(k, 0.0) + float(total[k])
+        met = total["slo_attainment"] * total["requests"]
+        self.sums["met_requests"] = self.sums.get("met_requests", 0.0) + met
+        self.sums["reward"] = self.sums.get("reward", 0.0) + reward
+        row: dict[str, Any] = {"day": info["day"], "step": info["step"], "seconds": info["seconds"],
+                               "reward": reward, **{k: total[k] for k in total}}
+        for m, v in info["models"].items():
+            for k in ("demand_prefill", "demand_decode", "ready_prefill", "ready_decode", "cost_usd",
+                      "reoptimizations", "slo_attainment"):
+                row[f"{m}/{k}"] = v[k]
+        self.steps.append(row)
+
+    def totals(self) -> dict[str, float]:
+        s = self.sums
+        demand = s.get("demand_tokens", 0.0)
+        goodput = s.get("goodput_tokens", 0.0)
+        requests = s.get("requests", 0.0)
+        return {
+            "cost_usd": s.get("cost_usd", 0.0),
+            "goodput_share": goodput / demand if demand > 0 else 1.0,
+            "slo_attainment": s.get("met_requests", 0.0) / requests if requests > 0 else 1.0,
+            "usd_per_mtok": s.get("cost_usd", 0.0) / (goodput / 1e6) if goodput > 0 else float("inf"),
+            "reoptimizations": s.get("reoptimizations", 0.0),
+            "solver_seconds": s.get("solver_seconds", 0.0),
+            "solves": s.get("solves", 0.0),
+            "preemptions": s.get("preemptions", 0.0),
+            "goodput_tokens": goodput,
+            "demand_tokens": demand,
+            "reward": s.get("reward", 0.0),
+            "steps": float(len(self.steps)),
+        }
+
+
+def run_policy(env: FleetEnv, policy: Policy, *, days: Sequence[int], seed: int,
+               tick: Callable[[int], None] | None = None) -> Episode:
+    """One episode per day (in order) with the env seeded ``seed`` at the first reset and each
+    later reset seeded ``seed + i``, so every policy run with the same seed meets the same
+    availability, preemption draws and demand."""
+    episode = Episode(policy.name, seed)
+    for i, day in enumerate(days):
+        obs, info = env.reset(seed=seed + i, options={"day": int(day), **policy.reset_options()})
+        episode.days.append(int(day))
+        done = False
+        while not done:
+            action = np.asarray(policy.act(obs, info), dtype=np.int8)
+            obs, reward, terminated, truncated, info = env.step(action)
+            episode.add(info, reward)
+            done = terminated or truncated
+            if tick is not None:
+                tick(1)
+    return episode

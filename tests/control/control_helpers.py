@@ -1,0 +1,90 @@
+"""Small builders shared by the control tests (tiny hand-made data, fake clocks)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+
+from forecast.workloads import DemandSeries
+
+
+def tiny_series(name: str, rates: list[float], input_tokens: float = 100.0, output_tokens: float = 20.0,
+                step_s: float = 60.0) -> DemandSeries:
+    """A hand-made demand series: requests/s per step, constant lengths."""
+    n = len(rates)
+    return DemandSeries(name, step_s, np.array(rates, dtype=float), np.full(n, input_tokens),
+                        np.full(n, output_tokens))
+
+
+class FakeClock:
+    """A settable clock for exporters and sources."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class ScriptedHttp:
+    """A loopback HTTP server whose answers a test sets: ``answer(path, query) -> (status, body)``.
+    ``hang=True`` accepts connections and never answers (for time-out tests)."""
+
+    def __init__(self, answer: Callable[[str, dict[str, list[str]]], tuple[int, bytes]]) -> None:
+        self.answer = answer
+        self.requests: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                parsed = urllib.parse.urlparse(self.path)
+                outer.requests.append(self.path)
+                status, body = outer.answer(parsed.path, urllib.parse.parse_qs(parsed.query))
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def __enter__(self) -> ScriptedHttp:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def closed_port() -> int:
+    """A loopback port with nothing listening (bound then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class PrometheusServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""

@@ -1,0 +1,216 @@
+"""Plan records and sinks: diff, JSON files, Kubernetes manifests, k8s-apply without a cluster, retries."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+from control_helpers import closed_port
+
+from control.k8s import (
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    REGION_LABEL,
+    K8sOptions,
+    render_deployments,
+    validate_deployment,
+)
+from control.plans import PlanRecord, SinkError, SinkResult
+from control.sinks import JsonDirSink, K8sApplySink, K8sManifestSink, deliver, make_sink
+from solvers.problem import Allocation
+from solvers.types import Phase, Service, Stage, Template
+
+MIXED = Template(Service("Llama-3-70B", Phase.DECODE), "aws:us-east-2", (("1xL4", 1), ("4xL40S", 3)),
+                 (Stage(8, ("1xL4",)), Stage(72, ("4xL40S", "4xL40S", "4xL40S"))), 900.0)
+SMALL = Template(Service("Phi-4-14B", Phase.PREFILL), "gcp:us-central1", (("1xH100", 1),),
+                 (Stage(40, ("1xH100",)),), 5000.0)
+OLD = Template(Service("Phi-4-14B", Phase.DECODE), "aws:ap-northeast-2", (("2xA10G", 1),),
+               (Stage(40, ("2xA10G",)),), 300.0)
+LIBRARY = {t.key: t for t in (MIXED, SMALL, OLD)}
+
+
+def record(seq: int, plan: dict[str, int], previous: dict[str, int] | None = None) -> PlanRecord:
+    return PlanRecord.from_allocation(seq, 1000.0 + seq, Allocation.of(plan), previous, LIBRARY,
+                                      {"Llama-3-70B/decode": 1500.0}, "test")
+
+
+def test_record_diff_and_round_trip() -> None:
+    r = record(2, {MIXED.key: 2, SMALL.key: 1}, {MIXED.key: 1, OLD.key: 3})
+    assert r.diff == {MIXED.key: 1, OLD.key: -3, SMALL.key: 1}
+    assert r.added == {MIXED.key: 1, SMALL.key: 1} and r.removed == {OLD.key: 3} and r.changed
+    assert set(r.templates) == {MIXED.key, SMALL.key, OLD.key}
+    t = r.templates[MIXED.key]
+    assert t["service"] == "Llama-3-70B/decode" and t["nodes"] == [["1xL4", 1], ["4xL40S", 3]]
+    assert t["stages"][1] == [72, ["4xL40S", "4xL40S", "4xL40S"]]
+    assert PlanRecord.from_dict(json.loads(json.dumps(r.as_dict()))) == r
+    assert not record(3, {MIXED.key: 2}, Allocation.of({MIXED.key: 2}).as_dict()).changed
+
+
+def test_record_validation_names_the_field() -> None:
+    with pytest.raises(ValueError, match="lacks 1 planned template"):
+        PlanRecord.from_allocation(1, 0.0, Allocation.of({"nope": 1}), None, LIBRARY, {}, "")
+    with pytest.raises(ValueError, match="field 'plan' count of 'k'"):
+        PlanRecord(1, 0.0, {"k": -1}, {})
+    with pytest.raises(ValueError, match="field 'templates' lacks template 'k'"):
+        PlanRecord(1, 0.0, {"k": 1}, {})
+    with pytest.raises(ValueError, match="field 'demand'"):
+        PlanRecord(1, 0.0, {}, {}, demand={"s": float("nan")})
+
+
+def test_json_sink_files_and_latest(tmp_path: Path) -> None:
+    sink = make_sink(f"json:{tmp_path / 'plans'}")
+    assert isinstance(sink, JsonDirSink)
+    first = sink.write(record(1, {MIXED.key: 1}))
+    second = sink.write(record(2, {MIXED.key: 2}, {MIXED.key: 1}))
+    assert first.ok and second.ok and len(second.written) == 2
+    files = sorted(p.name for p in (tmp_path / "plans").iterdir())
+    assert files == ["latest.json", "plan-000001.json", "plan-000002.json"]  # no temp files left
+    latest = json.loads((tmp_path / "plans" / "latest.json").read_text())
+    assert latest == json.loads((tmp_path / "plans" / "plan-000002.json").read_text())
+    assert latest["diff"] == {MIXED.key: 1} and latest["plan"] == {MIXED.key: 2}
+
+
+def test_k8s_manifests_replicas_selectors_and_removal(tmp_path: Path) -> None:
+    sink = make_sink(f"k8s:{tmp_path / 'k8s'}")
+    assert isinstance(sink, K8sManifestSink)
+    result = sink.write(record(1, {MIXED.key: 2, SMALL.key: 1}))
+    docs = {}
+    for path in result.written:
+        doc = yaml.safe_load(Path(path).read_text())
+        if doc["kind"] == "Deployment":
+            validate_deployment(doc, path)
+            docs[doc["metadata"]["annotations"]["atoll.io/template-key"], doc["metadata"]["labels"]
+                 ["atoll.io/node-config"]] = doc
+    assert len(docs) == 3  # MIXED has two node configs, SMALL one
+    l40s = docs[MIXED.key, "4xL40S"]
+    assert l40s["spec"]["replicas"] == 2 * 3  # instances x nodes of that config
+    assert docs[MIXED.key, "1xL4"]["spec"]["replicas"] == 2
+    pod = l40s["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {GPU_PRODUCT_LABEL: "NVIDIA-L40S", GPU_COUNT_LABEL: "4",
+                                   REGION_LABEL: "us-east-2"}
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert l40s["metadata"]["name"].startswith("atoll-llama-3-70b-decode-4xl40s-")
+    small = docs[SMALL.key, "1xH100"]
+    assert small["spec"]["template"]["spec"]["nodeSelector"][REGION_LABEL] == "us-central1"
+    kustomization = yaml.safe_load((tmp_path / "k8s" / "kustomization.yaml").read_text())
+    names = sorted(f"{d['metadata']['name']}.yaml" for d in docs.values())
+    assert sorted(kustomization["resources"]) == names
+    # the next plan drops MIXED: its two manifests go
+    result = sink.write(record(2, {SMALL.key: 2}, {MIXED.key: 2, SMALL.key: 1}))
+    assert len(result.removed) == 2
+    left = sorted(p.name for p in (tmp_path / "k8s").glob("atoll-*.yaml"))
+    assert left == [f"{docs[SMALL.key, '1xH100']['metadata']['name']}.yaml"]
+    assert yaml.safe_load((tmp_path / "k8s" / left[0]).read_text())["spec"]["replicas"] == 2
+
+
+def test_names_stay_dns_labels_for_long_model_names() -> None:
+    long = Template(Service("Some_Org/Very.Long-Model-Name-That-Goes-On-And-On-Forever-v2.5", Phase.DECODE),
+                    "aws:us-east-2", (("8xH200", 1),), (Stage(10, ("8xH200",)),), 10.0)
+    r = PlanRecord(1, 0.0, {long.key: 1}, {long.key: {
+        "service": long.service.name, "model": long.service.model, "phase": "decode", "region": long.region,
+        "nodes": [["8xH200", 1]], "stages": [[10, ["8xH200"]]], "throughput": 10.0}})
+    (doc,) = render_deployments(r, K8sOptions(namespace="serving", image="example/vllm:1"))
+    validate_deployment(doc)
+    assert len(doc["metadata"]["name"]) <= 63 and doc["metadata"]["namespace"] == "serving"
+    bad = json.loads(json.dumps(doc))
+    bad["spec"]["replicas"] = -1
+    with pytest.raises(SinkError, match="spec.replicas"):
+        validate_deployment(bad, "x.yaml")
+    bad = json.loads(json.dumps(doc))
+    del bad["spec"]["template"]["spec"]["nodeSelector"][GPU_PRODUCT_LABEL]
+    with pytest.raises(SinkError, match="nodeSelector lacks nvidia.com/gpu.product"):
+        validate_deployment(bad)
+
+
+def test_k8s_apply_without_a_cluster_is_a_clear_error(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing-kubeconfig"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    sink = make_sink("k8s-apply")
+    with pytest.raises(SinkError, match="no Kubernetes cluster configured.*missing-kubeconfig.*KUBECONFIG"):
+        sink.write(record(1, {SMALL.key: 1}))
+    sleeps: list[float] = []
+    result = deliver(sink, record(1, {SMALL.key: 1}), attempts=2, backoff_s=0.1, sleep=sleeps.append)
+    assert not result.ok and result.attempts == 2 and "kept as pending" in result.message and sleeps == [0.1]
+
+
+def test_k8s_apply_unreachable_api_server(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{closed_port()}",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    sink = K8sApplySink(kubeconfig=str(config), timeout=2)
+    with pytest.raises(SinkError, match="k8s-apply:default: Deployment atoll-phi-4-14b-prefill-.* failed"):
+        sink.write(record(1, {SMALL.key: 1}))
+
+
+class FakeApps:
+    def __init__(self, existing: list[str]) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.existing = existing
+
+    def patch_namespaced_deployment(self, name: str, namespace: str, body: dict[str, Any], **kw: Any) -> None:
+        self.calls.append(("patch", name, kw))
+
+    def list_namespaced_deployment(self, namespace: str, **kw: Any) -> SimpleNamespace:
+        self.calls.append(("list", namespace, kw))
+        items = [SimpleNamespace(metadata=SimpleNamespace(name=n)) for n in self.existing]
+        return SimpleNamespace(items=items)
+
+    def delete_namespaced_deployment(self, name: str, namespace: str, **kw: Any) -> None:
+        self.calls.append(("delete", name, kw))
+
+
+@pytest.mark.parametrize("apply", [False, True])
+def test_k8s_apply_objects_and_calls_without_a_cluster(apply: bool) -> None:
+    api = FakeApps(existing=["atoll-old-decode-2xa10g-12345678"])
+    sink = K8sApplySink(K8sOptions(namespace="llm"), apply=apply, api_factory=lambda: api)
+    objects = sink.objects(record(1, {MIXED.key: 1}))
+    assert sorted(o["spec"]["replicas"] for o in objects) == [1, 3]
+    result = sink.write(record(1, {MIXED.key: 1}))
+    assert result.ok and result.removed == ("deployment/atoll-old-decode-2xa10g-12345678",)
+    patches = [c for c in api.calls if c[0] == "patch"]
+    assert {c[1] for c in patches} == {o["metadata"]["name"] for o in objects} and len(patches) == 2
+    expected_dry = None if apply else "All"
+    assert all(c[2]["dry_run"] == expected_dry and c[2]["field_manager"] == "atoll" for c in patches)
+    assert all(c[2]["_content_type"] == "application/apply-patch+yaml" for c in patches)
+    assert api.calls[-1] == ("delete", "atoll-old-decode-2xa10g-12345678",
+                             {"dry_run": expected_dry, "_request_timeout": 10.0})
+    assert ("dry run" in result.message) is not apply
+
+
+def test_make_sink_rejects_bad_specs() -> None:
+    for spec in ("json:", "k8s", "s3:bucket", "k8s-apply:Bad_NS"):
+        with pytest.raises(SinkError, match="json:DIR, k8s:DIR or k8s-apply|DNS-1123"):
+            make_sink(spec)
+    with pytest.raises(SinkError, match="--apply only applies to the k8s-apply sink"):
+        make_sink("json:/tmp/x", apply=True)
+    assert make_sink("k8s-apply:prod", apply=True).name == "k8s-apply:prod"
+
+
+class FlakySink:
+    name = "flaky"
+
+    def __init__(self, failures: int) -> None:
+        self.failures, self.calls = failures, 0
+
+    def write(self, record: PlanRecord) -> SinkResult:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise SinkError("flaky: disk full")
+        return SinkResult(self.name, True, ("x",))
+
+
+def test_deliver_retries_with_backoff() -> None:
+    sleeps: list[float] = []
+    result = deliver(FlakySink(2), record(1, {SMALL.key: 1}), attempts=3, backoff_s=1.0, sleep=sleeps.append)
+    assert result.ok and result.attempts == 3 and sleeps == [1.0, 2.0]
+    result = deliver(FlakySink(5), record(7, {SMALL.key: 1}), attempts=3, backoff_s=0.0, sleep=sleeps.append)
+    assert not result.ok and "plan 7 not delivered after 3 attempt(s): flaky: disk full" in result.message
