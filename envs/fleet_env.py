@@ -407,8 +407,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         info: dict[str, Any] = {"step": self._t, "day": self.day, "seconds": self._g * dt,
                                 "total": total, "models": per_model}
         if outcome is not None:
-            info["solve"] = {"status": outcome.status.value, "mode": outcome.mode, "cached": outcome.cached,
-                             "message": outcome.message}
+            # whether the memo answered is left out: info must not depend on what ran before
+            info["solve"] = {"status": outcome.status.value, "mode": outcome.mode, "message": outcome.message}
         return info
 
     def planned_allocation(self) -> Allocation:

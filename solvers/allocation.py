@@ -59,6 +59,10 @@ __all__ = ["Allocation", "AllocationProblem", "AllocationResult", "SolveStatus",
 SOLVERS = ("highs", "cbc")
 _FEAS_TOL = 1e-6
 _DECOMPOSE = True  # solve independent blocks of services apart (tests switch it off)
+# HiGHS 1.15 runs the feasibility-jump heuristic at the root of every MIP and every sub-MIP; on
+# these models it costs ~10 ms a call and never found the incumbent kept (measured on the
+# extended scenario: joint solves 2.4x faster without it, same search otherwise)
+_HIGHS_OPTIONS: dict[str, object] = {"mip_heuristic_run_feasibility_jump": False}
 
 
 class _Instance:
@@ -257,7 +261,8 @@ class _Run:
         self.bound: float | None = None
         self.start_status = None
         if solver == "highs":
-            backend = WarmHiGHS(start=start, msg=False, timeLimit=time_limit, gapRel=gap)
+            backend = WarmHiGHS(start=start, msg=False, timeLimit=time_limit, gapRel=gap,
+                                **_HIGHS_OPTIONS)
             prob.solve(backend)
             info = prob.solverModel.getInfo()
             self.bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None

@@ -1,0 +1,226 @@
+"""FleetEnv: checkers, determinism, a hand-computed episode, start-up, preemption, policies, errors."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import envs
+from envs.config import FleetConfig, RewardWeights
+from envs.demand import DemandError
+from envs.fleet_env import FleetEnv
+from envs.policies import make_policy
+from envs.rollout import run_policy
+from forecast.workloads import DemandSeries
+from solvers.types import Phase, Service, Stage, Template
+
+MODEL = "Phi-4-14B"  # 40 layers of 0.735 GB; scenario shape: 2047.85 input / 27.88 output tokens
+USE2 = "aws:us-east-2"
+PRICE_L40S, PRICE_L4 = 1.861, 0.8048  # on-demand $/node-hour in aws:us-east-2 (catalog)
+STARTUP = 180.0 + 40 * 0.735  # boot + all 40 layers at 1 GB/s = 209.4 s
+PREFILL = Template(Service(MODEL, Phase.PREFILL), USE2, (("1xL40S", 1),), (Stage(40, ("1xL40S",)),), 800.0)
+DECODE = Template(Service(MODEL, Phase.DECODE), USE2, (("1xL4", 1),), (Stage(40, ("1xL4",)),), 20.0)
+
+
+def series(rates: np.ndarray, name: str = "synthetic") -> DemandSeries:
+    ones = np.ones(len(rates))
+    return DemandSeries(name, 300.0, rates, 2048 * ones, 28 * ones)
+
+
+def flat(days: int = 6, rate: float = 1.0) -> DemandSeries:
+    return series(np.full(days * 288, rate))
+
+
+def tiny_config(**changes: object) -> FleetConfig:
+    base: dict[str, object] = dict(scenario="core", models=(MODEL,), templates=(PREFILL, DECODE),
+                                   demand=(flat(),), forecaster="naive", availability="ample",
+                                   prices="on-demand", days=(4, 6))
+    base.update(changes)
+    return FleetConfig(**base)  # type: ignore[arg-type]
+
+
+CONFIGS = (("1xL4", 700.0, 15.0), ("1xL40S", 1500.0, 40.0), ("4xA10G", 2500.0, 60.0))
+
+
+def rich_config(**changes: object) -> FleetConfig:
+    """Two models, both regions, several configs, bursty demand, spot availability."""
+    rng = np.random.default_rng(7)
+    t = np.arange(6 * 288)
+    shape = 1.0 + 0.6 * np.sin(2 * np.pi * t / 288)
+    templates = []
+    for model in ("Phi-4-14B", "GPT-OSS-20B"):
+        for region in ("aws:us-east-2", "aws:ap-northeast-2"):
+            for cfg, thr_p, thr_d in CONFIGS:
+                layers = 40 if model == "Phi-4-14B" else 24
+                for phase, thr in ((Phase.PREFILL, thr_p), (Phase.DECODE, thr_d)):
+                    templates.append(Template(Service(model, phase), region, ((cfg, 1),),
+                                              (Stage(layers, (cfg,)),), thr))
+    demand = tuple(series(np.maximum(shape * (2 + i) * (1 + 0.2 * rng.standard_normal(len(t))), 0.05),
+                          f"s{i}") for i in range(2))
+    base: dict[str, object] = dict(scenario="core", models=("Phi-4-14B", "GPT-OSS-20B"),
+                                   templates=tuple(templates), demand=demand, forecaster="naive",
+                                   availability="spot", days=(4, 6))
+    base.update(changes)
+    return FleetConfig(**base)  # type: ignore[arg-type]
+
+
+def test_registered_and_checkers_pass_with_warnings_as_errors() -> None:
+    from gymnasium.utils.env_checker import check_env as gym_check
+    from stable_baselines3.common.env_checker import check_env as sb3_check
+
+    assert envs.ENV_ID in gym.registry
+    env = gym.make(envs.ENV_ID, config=rich_config())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gym_check(env.unwrapped, skip_render_check=True)
+        sb3_check(FleetEnv(rich_config()), warn=True)
+
+
+def rollout(seed: int, steps: int = 200) -> list[tuple[object, ...]]:
+    env = FleetEnv(rich_config(episode_steps=steps))
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    out: list[tuple[object, ...]] = [obs.tobytes()]
+    for _ in range(steps):
+        action = env.action_space.sample()
+        obs, reward, term, trunc, info = env.step(action)
+        assert env.observation_space.contains(obs)
+        out.append((obs.tobytes(), reward, term, trunc, info["total"]["cost_usd"],
+                    info["total"]["preemptions"], env.state.planned().counts))
+    assert trunc
+    return out
+
+
+def test_same_seed_same_rollout_for_200_steps() -> None:
+    a = rollout(3)
+    assert a == rollout(3)
+    assert a != rollout(4)
+
+
+def test_hand_computed_three_step_episode() -> None:
+    env = FleetEnv(tiny_config(episode_steps=3))
+    obs, info = env.reset(seed=0, options={"day": 5})
+    # prefill 2047.85 tok/s (x1.02 grid) / 800 -> 3 L40S instances; decode 27.88 / 20 -> 2 L4
+    assert env.state.running == {PREFILL.key: 3, DECODE.key: 2}
+    step_cost = (3 * PRICE_L40S + 2 * PRICE_L4) * 300 / 3600
+    rewards = []
+    for action in ([0], [1], [0]):
+        obs, reward, terminated, truncated, info = env.step(np.array(action))
+        rewards.append(reward)
+        assert info["total"]["cost_usd"] == pytest.approx(step_cost)
+        assert info["total"]["slo_attainment"] == 1.0 and info["total"]["unserved_tokens"] == 0.0
+    assert rewards == pytest.approx([-step_cost, -(step_cost + 0.02), -step_cost])
+    assert (terminated, truncated) == (False, True)
+    assert env.state.running == {PREFILL.key: 3, DECODE.key: 2}
+
+
+def test_unserved_demand_is_priced_in_the_reward() -> None:
+    env = FleetEnv(tiny_config(episode_steps=2, reward=RewardWeights(unserved_usd_per_mtok=5.0)))
+    env.reset(seed=0, options={"day": 5})
+    env.state.running = {PREFILL.key: 2, DECODE.key: 2}  # 1600 of 2047.85 prefill tok/s
+    _, reward, _, _, info = env.step(np.array([0]))
+    share = 1600 / (1.0 * env._shape[0, 0])
+    tokens = (env._shape[0].sum()) * 300
+    assert info["total"]["slo_attainment"] == pytest.approx(share)
+    assert info["total"]["unserved_tokens"] == pytest.approx((1 - share) * tokens)
+    cost = (2 * PRICE_L40S + 2 * PRICE_L4) * 300 / 3600
+    assert reward == pytest.approx(-(cost + 5.0 * (1 - share) * tokens / 1e6))
+
+
+def test_added_instances_serve_only_after_startup() -> None:
+    rates = np.full(6 * 288, 1.0)
+    rates[4 * 288 + 3:] = 2.0  # day 5: demand doubles at step 3
+    env = FleetEnv(tiny_config(demand=(series(rates),)))
+    env.reset(seed=0, options={"day": 5, "planning": "oracle"})
+    env.step(np.array([0]))
+    # at step 1 the oracle look-ahead (3 steps) sees the jump: 6 prefill and 3 decode instances
+    _, _, _, _, info = env.step(np.array([1]))
+    assert env.state.planned().as_dict() == {PREFILL.key: 6, DECODE.key: 3}
+    ready = info["models"][MODEL]["ready_prefill"]
+    assert ready == pytest.approx(3 * 800 + 3 * 800 * (300 - STARTUP) / 300)
+    assert info["total"]["cost_usd"] == pytest.approx((6 * PRICE_L40S + 3 * PRICE_L4) * 300 / 3600)
+    _, _, _, _, info = env.step(np.array([0]))
+    assert info["models"][MODEL]["ready_prefill"] == pytest.approx(6 * 800)
+
+
+class _DropAt:
+    """Availability that removes all but one 1xL40S node in us-east-2 from ``at`` seconds on."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def reset(self, rng: np.random.Generator) -> None:
+        return None
+
+    def capacity(self, seconds: float) -> Mapping[tuple[str, str], int]:
+        return {(USE2, "1xL40S"): 1 if seconds >= self.at else 1000, (USE2, "1xL4"): 1000}
+
+
+def test_preemption_removes_capacity_at_once() -> None:
+    env = FleetEnv(tiny_config())
+    start = (5 - 1) * 86400.0
+    env._availability = _DropAt(start + 300)  # type: ignore[assignment]
+    env.reset(seed=0, options={"day": 5})
+    obs, _, _, _, info = env.step(np.array([0]))
+    assert info["total"]["preemptions"] == 2
+    assert env.state.running[PREFILL.key] == 1
+    assert obs[7] == 1.0  # "preempted" flag of the model
+    _, _, _, _, info = env.step(np.array([0]))
+    assert info["models"][MODEL]["ready_prefill"] == pytest.approx(800)
+    assert info["total"]["slo_attainment"] == pytest.approx(800 / env._shape[0, 0])
+    # the threshold rule re-plans after a preemption; within 1 node there is no plan that meets
+    # demand, so the goodput fallback keeps what fits
+    _, _, _, _, info = env.step(make_policy("threshold", 1).act(obs, info))
+    assert info["solve"]["mode"] == "goodput"
+
+
+def test_never_on_flat_demand_keeps_one_plan_all_day() -> None:
+    env = FleetEnv(tiny_config())
+    policy = make_policy("never", 1)
+    obs, info = env.reset(seed=0, options={"day": 5, **policy.reset_options()})
+    first = env.state.planned()
+    for _ in range(288):
+        obs, _, _, trunc, info = env.step(policy.act(obs, info))
+        assert env.state.planned() == first
+    assert trunc
+
+
+def test_rule_policies_run_and_total() -> None:
+    env = FleetEnv(rich_config(episode_steps=24))
+    totals = {}
+    for name in ("fixed:1", "fixed:6", "threshold", "never", "hindsight"):
+        ep = run_policy(env, make_policy(name, 2), days=[5], seed=1)
+        totals[name] = ep.totals()
+        assert len(ep.steps) == 24
+    assert totals["fixed:1"]["reoptimizations"] == 23 * 2
+    assert totals["fixed:6"]["reoptimizations"] == 3 * 2
+    assert totals["never"]["reoptimizations"] == 0
+    for t in totals.values():
+        assert 0.0 <= t["goodput_share"] <= 1.0 and t["cost_usd"] > 0
+
+
+def test_invalid_actions_and_configs_give_clear_errors() -> None:
+    env = FleetEnv(tiny_config())
+    with pytest.raises(RuntimeError, match="before reset"):
+        env.step(np.array([0]))
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"MultiBinary\(1\).*Phi-4-14B"):
+        env.step(np.array([0, 1]))
+    with pytest.raises(ValueError, match="MultiBinary"):
+        env.step(np.array([2]))
+    with pytest.raises(ValueError, match="'availability' must be one of ample, scarce, spot"):
+        tiny_config(availability="sometimes")
+    with pytest.raises(ValueError, match="'planning_quantile'"):
+        tiny_config(planning_quantile=0.42)
+    with pytest.raises(DemandError, match="days 2-3 are outside 4-6"):
+        FleetEnv(tiny_config(days=(2, 3)))
+    with pytest.raises(ValueError, match="initial_plan"):
+        env.reset(options={"initial_plan": "yesterday"})
+    with pytest.raises(KeyError, match="unknown policy 'sometimes'"):
+        make_policy("sometimes", 1)
+    with pytest.raises(ValueError, match="fixed:K"):
+        make_policy("fixed:0", 1)
