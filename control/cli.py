@@ -11,7 +11,16 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from control import cli_catalog, cli_demo, cli_forecast, cli_replay, cli_simulate, cli_solve, cli_templates
+from control import (
+    cli_catalog,
+    cli_demo,
+    cli_forecast,
+    cli_replay,
+    cli_simulate,
+    cli_solve,
+    cli_templates,
+    cli_train,
+)
 from control.output import UserError, console
 
 # Modules that contribute sub-commands; each has add_parser(subparsers).
@@ -23,6 +32,7 @@ _GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     cli_forecast.add_parser,
     cli_simulate.add_parser,
     cli_replay.add_parser,
+    cli_train.add_parser,
 ]
 
 

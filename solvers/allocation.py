@@ -27,9 +27,12 @@ templates of both have terms in one built row; with no row spanning two componen
 a sum of independent ILPs, one per component (its templates, its a_t, its demand rows and the
 rows it alone touches), and each is solved on its own. Each block stops at the same relative
 gap g: z_b - L_b <= g z_b for its objective z_b and dual bound L_b, so summing (all z_b >= 0)
-gives sum z_b - sum L_b <= g sum z_b, and the combined plan is within g of the joint optimum
-(adding the fixed models' constant to both sides keeps this). Small blocks also spare HiGHS
-the branch and bound over the product of the blocks' trees.
+gives sum z_b - sum L_b <= g sum z_b: the combined plan is within g of sum L_b, a lower
+bound on the joint optimum (the sum of the block optima), and sum L_b is the round's bound.
+Adding the fixed models' constant to both sides keeps this; the solver's absolute gap (1e-6 in
+HiGHS) adds up over blocks. Separate solves spare the solver
+a search over the product of the blocks' trees; a round whose built rows join every service
+stays one ILP, as does goodput mode (its share floor ties the models).
 """
 
 from __future__ import annotations
@@ -309,7 +312,8 @@ def _blocks(inst: _Instance) -> list[_Instance]:
     templates of both have terms in one availability row the round builds; see the module
     docstring), in the order of their first service. Each block is a shallow copy restricted to
     its services, models and templates, without the fixed models (the caller adds them back).
-    A single component comes back as ``[inst]``."""
+    A single component comes back as ``[inst]``, and so does an instance with a service left
+    without templates (its demand row alone is infeasible; the joint ILP reports it)."""
     p = inst.problem
     parent = {s: s for s in inst.services}
 
@@ -330,6 +334,8 @@ def _blocks(inst: _Instance) -> list[_Instance]:
                 a, b = find(owner.setdefault(rc, s)), find(s)
                 if a != b:
                     parent[b] = a
+    if len(set(service_of.values())) < len(inst.services):
+        return [inst]
     groups: dict[str, list[str]] = defaultdict(list)
     for s in inst.services:
         groups[find(s)].append(s)

@@ -1,0 +1,94 @@
+"""Evaluate trigger policies (rule and learned) on held-out days: same demand, same seeds.
+
+Every policy runs on the same FleetEnv configuration (hence the same demand and forecasts) for
+each seed; a seed fixes the spot-availability offsets and preemption draws, so policy A and
+policy B meet the same availability in run ``seed``. Results are the totals of
+``envs.rollout.Episode.totals`` per seed, summarized as mean and (population) std over seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from envs.fleet_env import FleetEnv
+from envs.policies import Policy, make_policy
+from envs.rollout import TOTAL_KEYS, Episode, run_policy
+
+SUMMARY_KEYS: tuple[str, ...] = (*TOTAL_KEYS, "solves", "preemptions", "goodput_tokens", "demand_tokens")
+
+
+def resolve_policy(spec: str, n_models: int) -> Policy:
+    """``learned:<model uri>`` loads a logged policy; anything else is a rule (envs.policies)."""
+    if spec.startswith("learned:"):
+        from training.policy_model import load_policy
+
+        uri = spec.split(":", 1)[1]
+        if not uri:
+            raise ValueError("learned:<uri> needs the MLflow model URI that 'atoll train' printed")
+        policy = load_policy(uri, name=spec)
+        expected = int(policy.metadata.get("n_models", n_models))
+        if expected != n_models:
+            raise ValueError(f"policy {spec!r} was trained for {expected} models; "
+                             f"this scenario has {n_models}")
+        return policy
+    return make_policy(spec, n_models)
+
+
+@dataclass
+class PolicyResult:
+    name: str
+    episodes: list[Episode]
+
+    def per_seed(self) -> list[dict[str, float]]:
+        return [e.totals() for e in self.episodes]
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        rows = self.per_seed()
+        out: dict[str, dict[str, float]] = {}
+        for k in SUMMARY_KEYS:
+            values = np.array([r[k] for r in rows], dtype=float)
+            out[k] = {"mean": float(values.mean()), "std": float(values.std())}
+        return out
+
+
+def evaluate_policies(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int], seeds: int,
+                      tick: Callable[[int], None] | None = None) -> list[PolicyResult]:
+    """Run each policy over ``days`` for seeds 0..seeds-1."""
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    policies = [resolve_policy(s, len(env.models)) for s in specs]
+    results = []
+    for spec, policy in zip(specs, policies, strict=True):
+        episodes = [run_policy(env, policy, days=days, seed=1000 * seed, tick=tick) for seed in range(seeds)]
+        for e in episodes:
+            e.policy = spec
+        results.append(PolicyResult(spec, episodes))
+    return results
+
+
+def comparison_rows(results: Sequence[PolicyResult]) -> list[dict[str, object]]:
+    rows = []
+    for r in results:
+        s = r.summary()
+        rows.append({"policy": r.name, **{f"{k}_mean": s[k]["mean"] for k in SUMMARY_KEYS},
+                     **{f"{k}_std": s[k]["std"] for k in SUMMARY_KEYS}})
+    return rows
+
+
+def markdown_table(results: Sequence[PolicyResult]) -> str:
+    head = ("| policy | cost $ | goodput share | SLO attainment | $ / M goodput tok | re-optimizations "
+            "| solver s |\n|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in results:
+        s = r.summary()
+
+        def cell(k: str, fmt: str, s: dict[str, dict[str, float]] = s) -> str:
+            return f"{s[k]['mean']:{fmt}} ± {s[k]['std']:{fmt}}"
+
+        lines.append(f"| {r.name} | {cell('cost_usd', '.0f')} | {cell('goodput_share', '.3f')} | "
+                     f"{cell('slo_attainment', '.3f')} | {cell('usd_per_mtok', '.4f')} | "
+                     f"{cell('reoptimizations', '.0f')} | {cell('solver_seconds', '.1f')} |")
+    return head + "\n".join(lines) + "\n"

@@ -1,0 +1,140 @@
+"""PPO on FleetEnv: the learned re-planning trigger.
+
+The loop is SB3's own: ``PPO("MlpPolicy")`` on a ``DummyVecEnv`` of FleetEnvs wrapped in
+``VecNormalize`` (observations and rewards), on CPU with one torch thread. Metrics leave through
+the SB3 logger the caller passes (``training.mlflow_output`` makes one that writes to MLflow), so
+this module never imports MLflow.
+
+Bootstrapping (optional, ``bootstrap_steps`` > 0): before PPO, the policy network is fitted by
+behaviour cloning to the ``threshold`` rule's actions on observations from the training days
+(binary cross-entropy on the MultiBinary logits). PPO then starts from a sensible trigger rather
+than from coin flips, which on this task mostly pays for needless re-optimizations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+from envs.config import FleetConfig
+from envs.fleet_env import FleetEnv
+from envs.policies import make_policy
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """PPO and bootstrapping settings; every field is logged as an MLflow parameter."""
+
+    timesteps: int = 20_000
+    seed: int = 0
+    n_envs: int = 1
+    learning_rate: float = 3e-4
+    n_steps: int = 576
+    batch_size: int = 96
+    n_epochs: int = 5
+    gamma: float = 0.98
+    gae_lambda: float = 0.95
+    ent_coef: float = 0.005
+    net_arch: tuple[int, ...] = (64, 64)
+    bootstrap_steps: int = 2_880
+    bootstrap_epochs: int = 30
+
+    def __post_init__(self) -> None:
+        for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and v >= 1):
+                raise ValueError(f"TrainSettings: field {name!r} must be an int >= 1, got {v!r}")
+        if self.bootstrap_steps < 0:
+            raise ValueError(f"TrainSettings: field 'bootstrap_steps' must be >= 0, "
+                             f"got {self.bootstrap_steps}")
+
+
+class _Progress(BaseCallback):
+    def __init__(self, tick: Callable[[int], None]) -> None:
+        super().__init__()
+        self._tick = tick
+
+    def _on_step(self) -> bool:
+        self._tick(self.training_env.num_envs)
+        return True
+
+
+def make_vec_env(config: FleetConfig, n_envs: int, seed: int) -> VecNormalize:
+    def factory(i: int) -> Callable[[], Monitor]:
+        def make() -> Monitor:
+            env = FleetEnv(config)
+            env.reset(seed=seed + i)
+            return Monitor(env)
+        return make
+
+    vec = DummyVecEnv([factory(i) for i in range(n_envs)])
+    vec.seed(seed)
+    return VecNormalize(vec, norm_obs=True, norm_reward=True, gamma=0.98)
+
+
+def _bootstrap(model: PPO, vec: VecNormalize, steps: int, epochs: int,
+               tick: Callable[[int], None] | None) -> float:
+    """Behaviour cloning of the threshold rule; returns the final training loss."""
+    env: FleetEnv = vec.venv.envs[0].unwrapped  # type: ignore[attr-defined]
+    rule = make_policy("threshold", len(env.models))
+    raw, acts = [], []
+    obs, info = env.reset()
+    for _ in range(steps):
+        action = rule.act(obs, info)
+        raw.append(obs)
+        acts.append(action)
+        vec.obs_rms.update(obs[None, :])  # the statistics PPO will normalize with start from these
+        obs, _, term, trunc, info = env.step(action)
+        if term or trunc:
+            obs, info = env.reset()
+        if tick is not None:
+            tick(1)
+    x = torch.as_tensor(vec.normalize_obs(np.asarray(raw, dtype=np.float32)))
+    y = torch.as_tensor(np.asarray(acts, dtype=np.float32))
+    policy = model.policy
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    loss_fn = torch.nn.BCEWithLogitsLoss()
+    loss = torch.tensor(0.0)
+    gen = torch.Generator().manual_seed(model.seed or 0)
+    for _ in range(epochs):
+        for idx in torch.randperm(len(x), generator=gen).split(256):
+            features = policy.extract_features(x[idx], policy.pi_features_extractor)
+            assert isinstance(features, torch.Tensor)  # MlpPolicy shares one extractor
+            latent_pi = policy.mlp_extractor.forward_actor(features)
+            logits = policy.action_net(latent_pi)
+            loss = loss_fn(logits, y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return float(loss.detach())
+
+
+def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger | None = None,
+                 tick: Callable[[int], None] | None = None) -> tuple[PPO, VecNormalize, dict[str, float]]:
+    """Train PPO on ``config``'s training days; returns the model, its VecNormalize and stats."""
+    torch.set_num_threads(1)
+    vec = make_vec_env(config, settings.n_envs, settings.seed)
+    model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
+                batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
+                gae_lambda=settings.gae_lambda, ent_coef=settings.ent_coef, device="cpu",
+                seed=settings.seed, verbose=0,
+                policy_kwargs={"net_arch": list(settings.net_arch)})
+    if logger is not None:
+        model.set_logger(logger)
+    stats: dict[str, float] = {}
+    if settings.bootstrap_steps:
+        stats["bootstrap_loss"] = _bootstrap(model, vec, settings.bootstrap_steps, settings.bootstrap_epochs,
+                                             tick)
+        vec.reset()
+    callback = _Progress(tick) if tick is not None else None
+    model.learn(total_timesteps=settings.timesteps, callback=callback, progress_bar=False)
+    vec.training = False  # frozen statistics from here on (evaluation, logging)
+    return model, vec, stats
