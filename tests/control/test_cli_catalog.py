@@ -36,9 +36,3 @@ def test_unknown_model_and_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and out == "" and "unknown model 'gpt-9'" in err and "Phi-4-14B" in err
     code, _, err = run(capsys, "perf", "table", "--gpus", "B300")
     assert code == 2 and "unknown GPU type 'B300'" in err
-
-
-def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "demo", "--json")
-    doc = json.loads(out)
-    assert code == 0 and len(doc["perf_table"]) == 120

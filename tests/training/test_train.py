@@ -1,0 +1,117 @@
+"""Training and evaluation end to end on a tiny FleetEnv, logging to a temporary MLflow store."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from control.cli import main
+from envs.config import FleetConfig
+from envs.fleet_env import FleetEnv
+from forecast.workloads import DemandSeries
+from solvers.types import Phase, Service, Stage, Template
+from training.evaluate import evaluate_policies, resolve_policy
+from training.tracking import evaluate_run, train_run
+from training.train import TrainSettings
+
+MODELS = ("Phi-4-14B", "GPT-OSS-20B")
+
+
+def tiny_config(**changes: object) -> FleetConfig:
+    rng = np.random.default_rng(3)
+    t = np.arange(6 * 288)
+    templates = []
+    for model, layers in zip(MODELS, (40, 24), strict=True):
+        for region in ("aws:us-east-2", "aws:ap-northeast-2"):
+            for cfg, thr_p, thr_d in (("1xL4", 700.0, 15.0), ("1xL40S", 1500.0, 40.0)):
+                for phase, thr in ((Phase.PREFILL, thr_p), (Phase.DECODE, thr_d)):
+                    templates.append(Template(Service(model, phase), region, ((cfg, 1),),
+                                              (Stage(layers, (cfg,)),), thr))
+    ones = np.ones(len(t))
+    demand = tuple(DemandSeries(f"s{i}", 300.0, np.maximum((2 + i) * (1 + 0.5 * np.sin(2 * np.pi * t / 288))
+                                                           * (1 + 0.2 * rng.standard_normal(len(t))), 0.05),
+                                2048 * ones, 28 * ones) for i in range(2))
+    base: dict[str, object] = dict(scenario="core", models=MODELS, templates=tuple(templates), demand=demand,
+                                   forecaster="naive", availability="spot", days=(4, 5), episode_steps=48)
+    base.update(changes)
+    return FleetConfig(**base)  # type: ignore[arg-type]
+
+
+SETTINGS = TrainSettings(timesteps=128, n_steps=64, batch_size=32, n_epochs=2, bootstrap_steps=48,
+                         bootstrap_epochs=3, seed=0)
+
+
+def test_tiny_training_logs_a_policy_that_loads_and_acts() -> None:
+    out = train_run(tiny_config(), SETTINGS)
+    client = MlflowClient()
+    run = client.get_run(out["run_id"])
+    assert run.data.params["env.scenario"] == "core" and run.data.params["ppo.timesteps"] == "128"
+    assert any(k.startswith("train/") for k in run.data.metrics)  # SB3 metrics through the KVWriter
+    assert client.get_metric_history(out["run_id"], "time/total_timesteps")
+    policy = resolve_policy(f"learned:{out['model_uri']}", 2)
+    env = FleetEnv(tiny_config(days=(6, 6)))
+    obs, info = env.reset(seed=0)
+    action = policy.act(obs, info)
+    assert action.shape == (2,) and set(np.unique(action)) <= {0, 1}
+    batch = mlflow.pyfunc.load_model(out["model_uri"]).predict(np.stack([obs, obs]))
+    assert batch.shape == (2, 2) and np.array_equal(batch[0], action)
+
+
+def test_evaluation_is_seeded_and_every_policy_sees_the_same_demand() -> None:
+    env = FleetEnv(tiny_config(days=(6, 6)))
+    specs = ["fixed:1", "fixed:6", "threshold", "never"]
+    a = evaluate_policies(env, specs, days=[6], seeds=2)
+    b = evaluate_policies(FleetEnv(tiny_config(days=(6, 6))), specs, days=[6], seeds=2)
+    # everything but solver seconds, which are wall-clock measurements
+    def numbers(results: list) -> list:
+        return [[{k: v for k, v in t.items() if k != "solver_seconds"} for t in r.per_seed()]
+                for r in results]
+
+    assert numbers(a) == numbers(b)
+    demand = {(r.name, i): e.totals()["demand_tokens"] for r in a for i, e in enumerate(r.episodes)}
+    assert len(set(demand.values())) == 1
+    steps = [[row["requests"] for row in r.episodes[0].steps] for r in a]
+    assert all(s == steps[0] for s in steps)
+
+
+def test_evaluate_run_logs_parent_nested_runs_and_artifacts() -> None:
+    env = FleetEnv(tiny_config(days=(6, 6)))
+    out = evaluate_run(env, ["fixed:1", "never"], days=[6], seeds=1)
+    client = MlflowClient()
+    parent = client.get_run(out["parent_run_id"])
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{out['parent_run_id']}'")
+    assert sorted(c.data.params["policy"] for c in children) == ["fixed:1", "never"]
+    for c in children:
+        assert "usd_per_mtok_mean" in c.data.metrics and "cost_usd_std" in c.data.metrics
+        assert len(client.get_metric_history(c.info.run_id, "step/cost_usd")) == 48
+    names = {f.path for f in client.list_artifacts(out["parent_run_id"], "comparison")}
+    assert {"comparison/comparison.md", "comparison/comparison.csv", "comparison/policies.png"} <= names
+    assert set(out["policies"]["never"]) >= {"cost_usd", "goodput_share", "slo_attainment", "usd_per_mtok",
+                                             "reoptimizations", "solver_seconds"}
+
+
+def test_learned_policy_errors_are_clear() -> None:
+    with pytest.raises(ValueError, match="learned:<uri> needs"):
+        resolve_policy("learned:", 2)
+
+
+def test_simulate_cli_json_totals(capsys: pytest.CaptureFixture[str], shared_data: object) -> None:
+    code = main(["simulate", "--scenario", "core", "--days", "11", "--policy", "fixed:6", "--json",
+                 "--forecaster", "naive"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert set(doc["totals"]) == {"cost_usd", "goodput_share", "slo_attainment", "usd_per_mtok",
+                                  "reoptimizations", "solver_seconds"}
+    assert doc["totals"]["reoptimizations"] == 47 * 3
+
+
+def test_simulate_cli_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--days", "1-2", "--forecaster", "naive"]) == 2
+    assert "days 1-2 are outside 4-14" in capsys.readouterr().err
+    assert main(["simulate", "--policy", "sometimes", "--forecaster", "naive"]) == 2
+    assert "unknown policy 'sometimes'" in capsys.readouterr().err
