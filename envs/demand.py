@@ -18,15 +18,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from forecast.forecasters import QUANTILES, ForecastError, make_forecaster
 from forecast.workloads import DemandSeries, load_workload, n_model_scenario, scale_to_mean_rate
+from solvers.template_store import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,6 @@ class DemandBook:
                 f"episodes can start on days {self.first_day()}-{self.days}")
 
 
-def _cache_dir() -> Path:
-    env = os.environ.get("ATOLL_CACHE_DIR")
-    return (Path(env) if env else Path(__file__).resolve().parents[1] / "cache") / "forecasts"
-
-
 def _forecast_pass(rates: np.ndarray, steps_per_day: int, forecaster: str, horizon: int,
                    quantile: float, progress: Callable[[int], None] | None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -130,7 +125,7 @@ def build_book(models: Sequence[str], series: Sequence[DemandSeries], *, forecas
     rates = np.stack([np.asarray(s.requests_per_s[:steps], dtype=float) for s in series])
     digest = hashlib.sha256(rates.tobytes())
     digest.update(repr((FORMAT_VERSION, forecaster, horizon, quantile, per_day)).encode())
-    path = _cache_dir() / f"{digest.hexdigest()[:24]}.npz"
+    path = cache_root() / "forecasts" / f"{digest.hexdigest()[:24]}.npz"
     arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     if use_cache and path.exists():
         try:
@@ -176,14 +171,3 @@ def workload_series(workload: str, models: Sequence[str], mean_rate: float,
     ``forecast.workloads.n_model_scenario``), or one workload name per model, comma-separated;
     each scaled to ``mean_rate`` req/s over the whole trace (the Coral paper's 10 / 25 req/s)."""
     return _named_series(workload, len(models), float(mean_rate), float(step_s))
-
-
-def service_demand(rates: Mapping[str, float], shapes: Mapping[str, tuple[float, float]]
-                   ) -> dict[str, float]:
-    """service name -> tokens/s from req/s per model and its (input, output) mean lengths."""
-    out: dict[str, float] = {}
-    for m, r in rates.items():
-        inp, outp = shapes[m]
-        out[f"{m}/prefill"] = r * inp
-        out[f"{m}/decode"] = r * outp
-    return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -20,7 +19,7 @@ from envs.planner import PlanOutcome, Replanner
 from solvers.catalog import load_catalog
 from solvers.models import get_model
 from solvers.paths import shared_data_dir
-from solvers.problem import Allocation, AllocationProblem, gpu_type_of
+from solvers.problem import AllocationProblem, gpu_type_of
 from solvers.scenarios import (
     SCENARIOS,
     ample_availability,
@@ -231,19 +230,16 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                 cost[mi] += count * per_h * min(left, seconds) / 3600.0
         return cost
 
-    def _held_by_cell(self, draining_only: bool = False) -> dict[Cell, int]:
+    def _draining_by_cell(self) -> dict[Cell, int]:
+        """Nodes still held by draining instances (the solver may not hand them out yet)."""
         use: dict[Cell, int] = defaultdict(int)
-        if draining_only:
-            for key, entries in self.state.draining.items():
-                n = sum(int(e[0]) for e in entries)
-                if n:
-                    t = self._base.template(key)
-                    for cfg, k in t.nodes:
-                        use[(t.region, cfg)] += n * k
-            return use
-        return defaultdict(int, self.state.nodes_held({k: self._base.template(k) for k in
-                                                       set(self.state.running) | set(self.state.starting)
-                                                       | set(self.state.draining)}))
+        for key, entries in self.state.draining.items():
+            n = sum(int(e[0]) for e in entries)
+            if n:
+                t = self._base.template(key)
+                for cfg, k in t.nodes:
+                    use[(t.region, cfg)] += n * k
+        return use
 
     def _apply(self, outcome: PlanOutcome) -> None:
         if outcome.allocation is None:
@@ -258,7 +254,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         for i, m in enumerate(self.models):
             svc[f"{m}/prefill"] = float(demand[i, 0])
             svc[f"{m}/decode"] = float(demand[i, 1])
-        drain = self._held_by_cell(draining_only=True)
+        drain = self._draining_by_cell()
         avail = {cell: max(0, n - drain.get(cell, 0)) for cell, n in self._cap.items()}
         return self._replanner.plan(models, svc, avail, self.state.planned())
 
@@ -268,7 +264,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._ready_now = ready
         fmean = self._tokens(np.nan_to_num(self.book.mean[:, g, :].max(axis=1)))
         fupper = self._tokens(np.nan_to_num(self.book.upper[:, g, :].max(axis=1)))
-        held = self._held_by_cell()
+        held = self.state.nodes_held(self._base.index.by_key)
         headroom = np.zeros(len(self.gpu_types))
         for j, gt in enumerate(self.gpu_types):
             cap = sum(self._cap.get(cell, 0) for cell in self._cells_by_type[gt])
@@ -410,9 +406,3 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             # whether the memo answered is left out: info must not depend on what ran before
             info["solve"] = {"status": outcome.status.value, "mode": outcome.mode, "message": outcome.message}
         return info
-
-    def planned_allocation(self) -> Allocation:
-        return self.state.planned()
-
-    def capacity_now(self) -> Mapping[Cell, int]:
-        return dict(self._cap)

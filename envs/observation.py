@@ -102,9 +102,11 @@ def build_observation(s: Signals) -> np.ndarray:
     return np.nan_to_num(obs, nan=0.0).astype(np.float32)
 
 
+_MODEL_FEATURE_INDEX = {f[0]: i for i, f in enumerate(MODEL_FEATURES)}
+
+
 def model_feature(observation: np.ndarray, model_index: int, name: str) -> float:
-    """One per-model feature of an observation vector (used by the rule policies)."""
-    names = [f[0] for f in MODEL_FEATURES]
-    if name not in names:
-        raise KeyError(f"unknown model feature {name!r}; valid: {', '.join(names)}")
-    return float(observation[model_index * len(MODEL_FEATURES) + names.index(name)])
+    """One per-model feature of an observation vector (used by the rule policies every step)."""
+    if name not in _MODEL_FEATURE_INDEX:
+        raise KeyError(f"unknown model feature {name!r}; valid: {', '.join(_MODEL_FEATURE_INDEX)}")
+    return float(observation[model_index * len(MODEL_FEATURES) + _MODEL_FEATURE_INDEX[name]])

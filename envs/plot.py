@@ -11,9 +11,8 @@ from envs.rollout import Episode
 
 
 def plot_episodes(episodes: Sequence[Episode], models: Sequence[str], out: Path, *, title: str = "") -> Path:
-    """One row per model (decode demand vs ready decode capacity of each policy, prefill
-    dashed on a twin axis would clutter: the decode phase carries the SLO that binds more
-    often), and a last row with each policy's cost per step."""
+    """One row per model with its demand (black) and each policy's ready capacity, decode solid
+    and prefill dotted, on a log scale; a last row with each policy's fleet $/h per step."""
     import matplotlib
 
     matplotlib.use("Agg")

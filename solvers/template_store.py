@@ -33,10 +33,15 @@ ENV_CACHE_DIR = "ATOLL_CACHE_DIR"
 log = logging.getLogger(__name__)
 
 
+def cache_root() -> Path:
+    """``$ATOLL_CACHE_DIR`` if the variable is set, else ``<repo>/cache`` (templates, forecasts)."""
+    root = os.environ.get(ENV_CACHE_DIR)
+    return Path(root) if root else REPO_ROOT / "cache"
+
+
 def default_cache_dir() -> Path:
     """``$ATOLL_CACHE_DIR/templates`` if the variable is set, else ``<repo>/cache/templates``."""
-    root = os.environ.get(ENV_CACHE_DIR)
-    return (Path(root) if root else REPO_ROOT / "cache") / "templates"
+    return cache_root() / "templates"
 
 
 def canonical(data: Any) -> str:
