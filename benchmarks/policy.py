@@ -18,7 +18,7 @@ from pathlib import Path
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from envs.config import FleetConfig  # noqa: E402
+from envs.config import FleetConfig, RewardWeights  # noqa: E402
 from envs.fleet_env import FleetEnv  # noqa: E402
 from training.tracking import evaluate_run, train_run  # noqa: E402
 from training.train import TrainSettings  # noqa: E402
@@ -32,13 +32,19 @@ def main() -> None:
     parser.add_argument("--timesteps", type=int, default=30_000)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--eval-days", default="11-14")
+    parser.add_argument("--bootstrap-rule", default="threshold")
+    parser.add_argument("--bootstrap-steps", type=int, default=2_880)
+    parser.add_argument("--unserved-usd-per-mtok", type=float, default=RewardWeights.unserved_usd_per_mtok)
+    parser.add_argument("--reopt-usd", type=float, default=RewardWeights.reopt_usd)
     args = parser.parse_args()
     first, last = (int(x) for x in args.eval_days.split("-"))
     out: dict[str, object] = {}
     for scenario in args.scenarios.split(","):
         t = time.perf_counter()
-        train = train_run(FleetConfig(scenario=scenario, days=(4, 10)),
-                          TrainSettings(timesteps=args.timesteps, seed=0))
+        reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
+        train = train_run(FleetConfig(scenario=scenario, days=(4, 10), reward=reward),
+                          TrainSettings(timesteps=args.timesteps, seed=0, bootstrap_rule=args.bootstrap_rule,
+                                        bootstrap_steps=args.bootstrap_steps))
         train_s = time.perf_counter() - t
         print(f"{scenario}: trained in {train_s:.0f} s: {train}", file=sys.stderr, flush=True)
         env = FleetEnv(FleetConfig(scenario=scenario, days=(first, last)))
@@ -50,7 +56,10 @@ def main() -> None:
         best = min(FIXED, key=lambda k: pol[k]["usd_per_mtok"]["mean"])
         ratio = pol[learned]["usd_per_mtok"]["mean"] / pol[best]["usd_per_mtok"]["mean"]
         out[scenario] = {
-            "train_seconds": train_s, "timesteps": args.timesteps, "train_run_id": train["run_id"],
+            "train_seconds": train_s, "timesteps": args.timesteps, "bootstrap_rule": args.bootstrap_rule,
+            "bootstrap_steps": args.bootstrap_steps,
+            "reward": {"unserved_usd_per_mtok": reward.unserved_usd_per_mtok, "reopt_usd": reward.reopt_usd},
+            "train_run_id": train["run_id"],
             "model_uri": train["model_uri"], "parent_run_id": ev["parent_run_id"],
             "best_fixed": best, "usd_per_mtok_ratio_learned_to_best_fixed": ratio,
             "slo_learned_minus_best_fixed": pol[learned]["slo_attainment"]["mean"]

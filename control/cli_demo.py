@@ -34,7 +34,9 @@ def _reusable(key: str) -> str | None:
 def cmd_demo(args: argparse.Namespace) -> int:
     settings = {"scenario": args.scenario, "workload": args.workload, "availability": args.availability,
                 "prices": args.prices, "forecaster": args.forecaster, "train_days": args.train_days,
-                "timesteps": args.timesteps, "bootstrap": args.bootstrap_steps, "seed": 0}
+                "timesteps": args.timesteps, "bootstrap": args.bootstrap_steps, "seed": 0,
+                "bootstrap_rule": args.bootstrap_rule, "unserved_usd_per_mtok": args.unserved_usd_per_mtok,
+                "reopt_usd": args.reopt_usd}
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     uri = None if args.retrain else _reusable(key)
     if uri:
@@ -57,12 +59,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from control.cli_simulate import add_env_options
+    from control.cli_train import add_train_options
 
     p = sub.add_parser("demo", help="train, evaluate and compare a re-planning policy on the default data")
     add_env_options(p)
     p.add_argument("--train-days", default="4-10")
     p.add_argument("--eval-days", default="11-12")
     p.add_argument("--timesteps", type=int, default=4_032)
-    p.add_argument("--bootstrap-steps", type=int, default=1_440)
+    add_train_options(p, bootstrap_steps=1_440)
     p.add_argument("--retrain", action="store_true", help="train even if an earlier demo logged a policy")
     p.set_defaults(handler=cmd_demo)

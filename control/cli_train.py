@@ -10,7 +10,7 @@ from rich.table import Table
 
 from control.cli_simulate import add_env_options, make_env, parse_days
 from control.output import UserError, console, emit_json
-from envs.config import FleetConfig
+from envs.config import FleetConfig, RewardWeights
 from training.train import TrainSettings
 
 DEFAULT_POLICIES = "fixed:1,fixed:3,fixed:6,fixed:12,threshold,never,hindsight"
@@ -26,10 +26,15 @@ def train(args: argparse.Namespace, days: tuple[int, int], timesteps: int, seed:
           tags: dict[str, str] | None = None) -> dict[str, Any]:
     from training.tracking import train_run
 
-    env = make_env(args, days)  # validates the settings before any run is created
+    try:
+        reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    env = make_env(args, days, reward=reward)  # validates the settings before any run is created
     config: FleetConfig = env.config
     try:
-        settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps)
+        settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps,
+                                 bootstrap_rule=args.bootstrap_rule)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     with progress_bar() as progress:
@@ -86,6 +91,18 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_train_options(p: argparse.ArgumentParser, *, bootstrap_steps: int) -> None:
+    """Bootstrapping and reward options shared by ``atoll train`` and ``atoll demo``."""
+    p.add_argument("--bootstrap-steps", type=int, default=bootstrap_steps,
+                   help="behaviour-cloning steps from --bootstrap-rule before PPO (0 = none)")
+    p.add_argument("--bootstrap-rule", default="threshold",
+                   help="rule the policy imitates before PPO: threshold[:LOW:HIGH] or fixed:K")
+    p.add_argument("--unserved-usd-per-mtok", type=float, default=RewardWeights.unserved_usd_per_mtok,
+                   help="reward: value of a million tokens not served within SLO ($)")
+    p.add_argument("--reopt-usd", type=float, default=RewardWeights.reopt_usd,
+                   help="reward: charge per model re-optimized ($)")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a PPO re-planning trigger on FleetEnv (logged to MLflow)")
     add_env_options(p)
@@ -93,8 +110,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "forecaster up)")
     p.add_argument("--timesteps", type=int, default=20_000)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bootstrap-steps", type=int, default=2_880,
-                   help="behaviour-cloning steps from the threshold rule before PPO (0 = none)")
+    add_train_options(p, bootstrap_steps=2_880)
     p.set_defaults(handler=cmd_train)
     e = sub.add_parser("evaluate", help="compare policies on held-out days (MLflow parent + nested runs)")
     add_env_options(e)

@@ -6,7 +6,8 @@ the SB3 logger the caller passes (``training.mlflow_output`` makes one that writ
 this module never imports MLflow.
 
 Bootstrapping (optional, ``bootstrap_steps`` > 0): before PPO, the policy network is fitted by
-behaviour cloning to the ``threshold`` rule's actions on observations from the training days
+behaviour cloning to a rule policy's actions (``bootstrap_rule``, default ``threshold``) on
+observations from the training days
 (binary cross-entropy on the MultiBinary logits). PPO then starts from a sensible trigger rather
 than from coin flips, which on this task mostly pays for needless re-optimizations.
 """
@@ -46,6 +47,7 @@ class TrainSettings:
     net_arch: tuple[int, ...] = (64, 64)
     bootstrap_steps: int = 2_880
     bootstrap_epochs: int = 30
+    bootstrap_rule: str = "threshold"
 
     def __post_init__(self) -> None:
         for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
@@ -55,6 +57,9 @@ class TrainSettings:
         if self.bootstrap_steps < 0:
             raise ValueError(f"TrainSettings: field 'bootstrap_steps' must be >= 0, "
                              f"got {self.bootstrap_steps}")
+        if self.bootstrap_rule.split(":")[0] not in ("fixed", "threshold", "never"):
+            raise ValueError(f"TrainSettings: field 'bootstrap_rule' must be a deployable rule "
+                             f"(fixed:K, threshold[:LOW:HIGH], never), got {self.bootstrap_rule!r}")
 
 
 class _Progress(BaseCallback):
@@ -80,11 +85,11 @@ def make_vec_env(config: FleetConfig, n_envs: int, seed: int) -> VecNormalize:
     return VecNormalize(vec, norm_obs=True, norm_reward=True, gamma=0.98)
 
 
-def _bootstrap(model: PPO, vec: VecNormalize, steps: int, epochs: int,
+def _bootstrap(model: PPO, vec: VecNormalize, steps: int, epochs: int, rule_spec: str,
                tick: Callable[[int], None] | None) -> float:
-    """Behaviour cloning of the threshold rule; returns the final training loss."""
+    """Behaviour cloning of a rule policy; returns the final training loss."""
     env: FleetEnv = vec.venv.envs[0].unwrapped  # type: ignore[attr-defined]
-    rule = make_policy("threshold", len(env.models))
+    rule = make_policy(rule_spec, len(env.models))
     raw, acts = [], []
     obs, info = env.reset()
     for _ in range(steps):
@@ -132,7 +137,7 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
     stats: dict[str, float] = {}
     if settings.bootstrap_steps:
         stats["bootstrap_loss"] = _bootstrap(model, vec, settings.bootstrap_steps, settings.bootstrap_epochs,
-                                             tick)
+                                             settings.bootstrap_rule, tick)
         vec.reset()
     callback = _Progress(tick) if tick is not None else None
     model.learn(total_timesteps=settings.timesteps, callback=callback, progress_bar=False)
