@@ -83,6 +83,8 @@ class ControllerState:
     last_metrics: MetricsSnapshot | None = None
     history: dict[str, tuple[HistoryPoint, ...]] = field(default_factory=dict)
     history_limit: int = HISTORY_LIMIT
+    starting: tuple[tuple[str, int, float], ...] = ()
+    cost_scale_usd_h: float | None = None
 
     def __post_init__(self) -> None:
         owner = "ControllerState"
@@ -105,6 +107,14 @@ class ControllerState:
         for model, points in history.items():
             if not all(isinstance(p, HistoryPoint) for p in points):
                 raise ValueError(f"{owner}: field 'history' of {model!r} must hold HistoryPoint values")
+        starting = tuple((str(k), n, float(at)) for k, n, at in self.starting)
+        for key, n, at in starting:
+            _count(owner, f"starting[{key!r}]", n)
+            if not math.isfinite(at):
+                raise ValueError(f"{owner}: field 'starting' ready time of {key!r} must be finite, "
+                                 f"got {at!r}")
+        _opt_float(owner, "cost_scale_usd_h", self.cost_scale_usd_h)
+        object.__setattr__(self, "starting", starting)
         object.__setattr__(self, "running", {k: n for k, n in sorted(running.items()) if n})
         object.__setattr__(self, "last_reoptimized", dict(sorted(last.items())))
         object.__setattr__(self, "history", dict(sorted(history.items())))
@@ -124,6 +134,7 @@ class ControllerState:
             "last_metrics": self.last_metrics.as_dict() if self.last_metrics else None,
             "history": {m: [p.as_list() for p in points] for m, points in self.history.items()},
             "history_limit": self.history_limit,
+            "starting": [list(e) for e in self.starting], "cost_scale_usd_h": self.cost_scale_usd_h,
         }
 
     @classmethod
@@ -138,6 +149,8 @@ class ControllerState:
             history={m: tuple(HistoryPoint(*p) for p in points)
                      for m, points in doc.get("history", {}).items()},
             history_limit=doc.get("history_limit", HISTORY_LIMIT),
+            starting=tuple((str(k), int(n), float(t)) for k, n, t in doc.get("starting", [])),
+            cost_scale_usd_h=doc.get("cost_scale_usd_h"),
         )
 
 
