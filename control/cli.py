@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from control import (
     cli_catalog,
+    cli_control,
     cli_demo,
     cli_forecast,
     cli_replay,
@@ -33,6 +34,7 @@ _GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     cli_simulate.add_parser,
     cli_replay.add_parser,
     cli_train.add_parser,
+    cli_control.add_parser,
 ]
 
 
