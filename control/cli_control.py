@@ -27,6 +27,7 @@ from control.sinks import SINK_SPECS, make_sink
 from control.state import StateError
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+LATE_FRACTION = 0.1  # a tick starting more than 10% of an interval after its slot is late
 
 
 def parse_interval(text: str) -> float:
@@ -39,7 +40,8 @@ def parse_interval(text: str) -> float:
 
 @dataclass
 class LoopSummary:
-    """ticks run; late: ticks that started after their scheduled time; missed: scheduled ticks
+    """ticks run; late: ticks that started over ``LATE_FRACTION`` of an interval after their
+    scheduled time; missed: scheduled ticks
     skipped because an earlier one ran past them; stopped_by: why the loop ended."""
 
     ticks: int = 0
@@ -65,7 +67,7 @@ def run_loop(controller: Controller, *, wall_interval_s: float, max_ticks: int |
     start = monotonic()
     k = 0
     while not stop.is_set() and (max_ticks is None or summary.ticks < max_ticks):
-        if monotonic() - (start + k * wall_interval_s) > 0.5 * wall_interval_s:
+        if monotonic() - (start + k * wall_interval_s) > LATE_FRACTION * wall_interval_s:
             summary.late += 1
         report = controller.tick()
         summary.ticks += 1
@@ -85,6 +87,7 @@ def run_loop(controller: Controller, *, wall_interval_s: float, max_ticks: int |
 
 
 def _source(args: argparse.Namespace, clock: Callable[[], float]) -> MetricsSource:
+    """The metrics source; ``clock`` dates its samples (wall time)."""
     if bool(args.prometheus) == bool(args.scrape):
         raise UserError("give exactly one of --prometheus URL (the Prometheus HTTP API) or --scrape "
                         "URL[,URL...] (vLLM /metrics endpoints)")
@@ -108,6 +111,7 @@ def _fleet(args: argparse.Namespace) -> LiveFleet:
 
 
 def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Controller:
+    """The controller the arguments describe; ``clock`` is the controller's (see cmd_control)."""
     from training.evaluate import resolve_policy
 
     fleet = _fleet(args)
@@ -129,7 +133,7 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Co
     except SinkError as exc:
         raise UserError(str(exc)) from exc
     try:
-        source = _source(args, clock)
+        source = _source(args, time.time)
         return Controller(fleet, source, policy, sink, args.state, settings=settings, clock=clock)
     except (StateError, ValueError) as exc:
         raise UserError(str(exc)) from exc
@@ -155,9 +159,11 @@ def _line(r: TickReport) -> str:
 def cmd_control(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.time_scale) and args.time_scale > 0):
         raise UserError(f"--time-scale must be > 0 (trace seconds per wall second), got {args.time_scale:g}")
-    wall0 = time.time()
-    # a sped-up replay runs the controller's clock (time of day, intervals) at its speed too
-    clock = time.time if args.time_scale == 1 else (lambda: wall0 + args.time_scale * (time.time() - wall0))
+    # Metrics are dated in wall time (their rates are divided by the time scale); the
+    # controller's own clock (intervals, history, time of day) runs time_scale x wall time, a
+    # clock that a restarted controller continues rather than restarts.
+    scale = args.time_scale
+    clock = time.time if scale == 1 else (lambda: time.time() * scale)
     controller = build_controller(args, clock)
     if controller.resumed:
         st = controller.state

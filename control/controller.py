@@ -332,8 +332,8 @@ class Controller:
 
     def _hold_stale(self, now: float, tick_no: int, error: str, earlier: dict[str, Any] | None,
                     seconds: dict[str, float], t_start: float) -> TickReport:
-        last = self.state.last_metrics
-        stale = now - last.time_s if last is not None and last.time_s > 0 else None
+        reads = [points[-1].time_s for points in self.state.history.values() if points]
+        stale = now - max(reads) if reads else None
         held = {m: "metrics unavailable; its instances are kept as they are" for m in self.fleet.models}
         self.state = replace(self.state, tick=tick_no + 1, last_tick_s=now)
         save_state(self.state_dir, self.state)

@@ -43,21 +43,24 @@ class FleetFileError(ValueError):
 
 
 class LiveFleet:
-    """Static facts of the fleet and the capacity, cost and node use of a plan."""
+    """Static facts of the fleet and the capacity, cost and node use of a plan. ``templates``
+    replaces the scenario's library (tests, or a library built elsewhere)."""
 
     def __init__(self, scenario: str, *, models: Sequence[str] | None = None, prices: str = "on-demand",
                  availability: Mapping[Cell, int] | None = None, solver_time_limit: float = 10.0,
-                 solver_gap: float = 1e-3, demand_round: float = 0.02) -> None:
+                 solver_gap: float = 1e-3, demand_round: float = 0.02,
+                 templates: Sequence[Template] | None = None) -> None:
         if prices not in ("on-demand", "spot"):
             raise ValueError(f"LiveFleet: field 'prices' must be 'on-demand' or 'spot', got {prices!r}")
         spec = SCENARIOS[scenario]
         self.scenario = scenario
         self.models: tuple[str, ...] = tuple(models) if models else spec.models
         unknown = [m for m in self.models if m not in spec.models]
-        if unknown:
+        if unknown and templates is None:
             raise ValueError(f"models {unknown} are not in scenario {scenario!r}; valid: "
                              f"{', '.join(spec.models)}")
-        templates = tuple(t for t in _library(scenario) if t.service.model in self.models)
+        library = _library(scenario) if templates is None else tuple(templates)
+        templates = tuple(t for t in library if t.service.model in self.models)
         price_map = scenario_prices(spec, spot=prices == "spot")
         self.availability: dict[Cell, int] = dict(availability if availability is not None
                                                   else ample_availability(spec))

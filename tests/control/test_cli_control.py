@@ -1,0 +1,174 @@
+"""``atoll control`` as users run it: bad input, the tick schedule, SIGTERM and kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from control_helpers import tiny_series
+
+from control.cli import main
+from control.cli_control import LoopSummary, parse_interval, run_loop
+from control.controller import Decision, TickReport
+from control.output import UserError
+from control.replay import ReplayExporter
+from control.state import load_state
+
+CORE = ("Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B")
+
+
+def test_parse_interval() -> None:
+    assert parse_interval("60s") == 60 and parse_interval("5m") == 300 and parse_interval("1h") == 3600
+    assert parse_interval("2.5") == 2.5
+    for bad in ("0s", "-1m", "soon", "5d"):
+        with pytest.raises(UserError, match="--interval"):
+            parse_interval(bad)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ([], "exactly one of --prometheus"),
+    (["--scrape", "http://127.0.0.1:1", "--prometheus", "http://127.0.0.1:2"], "exactly one of"),
+    (["--scrape", "http://127.0.0.1:1", "--policy", "sometimes"], "unknown policy 'sometimes'"),
+    (["--scrape", "http://127.0.0.1:1", "--scenario", "huge"], "huge"),
+    (["--scrape", "http://127.0.0.1:1", "--interval", "often"], "--interval 'often'"),
+])
+def test_bad_arguments_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
+                                 message: str) -> None:
+    code = main(["control", "--state", str(tmp_path / "s"), "--sink", f"json:{tmp_path / 'p'}", "--once",
+                 *extra])
+    assert code == 2
+    assert message in capsys.readouterr().err.replace("\n", "")
+
+
+def test_bad_sink_and_fleet_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["control", "--state", str(tmp_path / "s"), "--scrape", "http://127.0.0.1:1", "--once"]
+    assert main([*base, "--sink", "s3:bucket"]) == 2
+    assert "unknown plan sink 's3:bucket'" in capsys.readouterr().err
+    fleet = tmp_path / "fleet.json"
+    fleet.write_text(json.dumps({"scenario": "core", "availability": {"aws:us-east-2/4xL4": -1}}))
+    assert main([*base, "--sink", f"json:{tmp_path}", "--fleet", str(fleet)]) == 2
+    err = capsys.readouterr().err.replace("\n", "")
+    assert str(fleet) in err and "'aws:us-east-2/4xL4' must be a whole number of nodes >= 0" in err
+    assert main([*base, "--sink", f"json:{tmp_path}", "--fleet", str(tmp_path / "none.json")]) == 2
+    assert "not found" in capsys.readouterr().err.replace("\n", "")
+
+
+def test_a_corrupt_state_file_is_refused_not_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "s"
+    state.mkdir()
+    (state / "controller-state.json").write_text("{not json")
+    code = main(["control", "--state", str(state), "--sink", f"json:{tmp_path / 'p'}", "--scrape",
+                 "http://127.0.0.1:1", "--once"])
+    assert code == 2 and "is not valid JSON" in capsys.readouterr().err.replace("\n", "")
+    assert (state / "controller-state.json").read_text() == "{not json"
+
+
+class _SlowController:
+    """Ticks that take scripted times on a fake monotonic clock."""
+
+    def __init__(self, durations: list[float], clock: list[float]) -> None:
+        self.durations, self.clock, self.n = durations, clock, 0
+
+    def tick(self) -> TickReport:
+        self.clock[0] += self.durations[self.n]
+        self.n += 1
+        return TickReport(self.n - 1, 0.0, {"ok": True}, {}, Decision("x"), None, False, [], None, None, 0,
+                          False, {"total": self.durations[self.n - 1]})
+
+
+class _FakeEvent(threading.Event):
+    def __init__(self, clock: list[float]) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.clock[0] += timeout or 0.0
+        return self.is_set()
+
+
+def test_run_loop_counts_late_and_missed_ticks() -> None:
+    clock = [0.0]
+    ctl = _SlowController([0.1, 0.1, 2.5, 0.1, 0.1], clock)
+    summary = run_loop(ctl, wall_interval_s=1.0, max_ticks=5, stop=_FakeEvent(clock),  # type: ignore[arg-type]
+                       on_tick=lambda r: None, monotonic=lambda: clock[0])
+    # tick 2 runs from 2.0 to 4.5: slot 3.0 passes wholly during it (missed), and the next tick
+    # starts at 4.5, half an interval after its slot 4.0 (late)
+    assert isinstance(summary, LoopSummary)
+    assert summary.ticks == 5 and summary.missed == 1 and summary.late == 1
+    on_time = run_loop(_SlowController([0.1] * 4, [0.0]), wall_interval_s=1.0, max_ticks=4,  # type: ignore[arg-type]
+                       stop=_FakeEvent([0.0]), on_tick=lambda r: None)
+    assert on_time.missed == 0
+
+
+def _wait_for_tick(state: Path, tick: int, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        try:
+            saved = load_state(state)
+        except Exception:  # noqa: BLE001 - a concurrent replace may be mid-flight on some filesystems
+            saved = None
+        if saved is not None and saved.tick >= tick:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the controller did not reach tick {tick} within {timeout_s:g} s")
+
+
+@pytest.fixture
+def replay() -> ReplayExporter:
+    series = [tiny_series(f"w{i}", [2.0 + i] * 600, input_tokens=500, output_tokens=50) for i in range(3)]
+    with ReplayExporter(series, list(CORE), speedup=60.0) as exporter:
+        yield exporter
+
+
+def _controller(replay: ReplayExporter, tmp_path: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "control.cli", "control", "--scrape", replay.url, "--scenario", "core",
+            "--policy", "fixed:1", "--state", str(tmp_path / "state"), "--sink", f"json:{tmp_path / 'plans'}",
+            "--interval", "60s", "--time-scale", "60", *extra]
+
+
+def test_sigterm_finishes_the_tick_persists_and_exits_0(replay: ReplayExporter, tmp_path: Path) -> None:
+    proc = subprocess.Popen(_controller(replay, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parents[2])
+    try:
+        _wait_for_tick(tmp_path / "state", 3, proc)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.decode()
+    assert "SIGTERM: finishing the tick in progress" in err.decode()
+    saved = load_state(tmp_path / "state")
+    assert saved is not None and saved.tick >= 3 and saved.running and saved.pending is None
+    assert json.loads((tmp_path / "plans" / "latest.json").read_text())["plan"] == saved.running
+
+
+def test_kill_9_then_the_next_start_resumes(replay: ReplayExporter, tmp_path: Path) -> None:
+    proc = subprocess.Popen(_controller(replay, tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parents[2])
+    try:
+        _wait_for_tick(tmp_path / "state", 3, proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    saved = load_state(tmp_path / "state")
+    assert saved is not None and saved.running
+    out = subprocess.run(_controller(replay, tmp_path, "--once", "--json"), capture_output=True,
+                         cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert out.returncode == 0, out.stderr.decode()
+    report = json.loads(out.stdout)
+    assert report["tick"] == saved.tick  # numbering continues from the persisted state
+    assert "resuming from" in out.stderr.decode()
+    assert all(r["status"] == "ok" for r in report["metrics"]["rates"].values())  # baseline kept
+    for key in ("decision", "plan_changed", "diff", "sink_result"):
+        assert key in report

@@ -1,0 +1,332 @@
+"""The controller's tick with scripted metrics and a fake clock: decisions, restarts, faults."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from control_helpers import FakeClock
+
+from control.controller import Controller, ControllerSettings
+from control.live_fleet import LiveFleet
+from control.metrics import GENERATION, PROMPT, RUNNING, WAITING, MetricsSnapshot, MetricsUnavailable, assemble
+from control.plans import PlanRecord, SinkError, SinkResult
+from control.sinks import JsonDirSink
+from control.state import load_state
+from envs.planner import PlanOutcome
+from envs.policies import make_policy
+from solvers.problem import Allocation, SolveStatus
+from solvers.types import Phase, Service, Stage, Template
+
+USE2 = "aws:us-east-2"
+MODELS = ("Phi-4-14B", "GPT-OSS-20B")
+LAYERS = {"Phi-4-14B": 40, "GPT-OSS-20B": 24}
+INPUT, OUTPUT = 100.0, 10.0  # tokens per request
+PREFILL_TPS, DECODE_TPS = 800.0, 200.0  # tokens/s per instance
+
+
+def templates() -> tuple[Template, ...]:
+    out = []
+    for m in MODELS:
+        out.append(Template(Service(m, Phase.PREFILL), USE2, (("1xL40S", 1),),
+                            (Stage(LAYERS[m], ("1xL40S",)),), PREFILL_TPS))
+        out.append(Template(Service(m, Phase.DECODE), USE2, (("1xL4", 1),), (Stage(LAYERS[m], ("1xL4",)),),
+                            DECODE_TPS))
+    return tuple(out)
+
+
+@pytest.fixture(scope="module")
+def fleet() -> LiveFleet:
+    return LiveFleet("core", models=MODELS, templates=templates())
+
+
+class ScriptedSource:
+    """vLLM counters per model growing at scripted request rates on a fake clock."""
+
+    url = "scripted://metrics"
+
+    def __init__(self, clock: FakeClock, rates: dict[str, float]) -> None:
+        self.clock, self.rates = clock, dict(rates)
+        self.counters = {m: [0.0, 0.0] for m in rates}
+        self.down = False
+        self.faults: dict[str, str] = {}
+        self.reads = 0
+
+    def advance(self, seconds: float) -> None:
+        for m, r in self.rates.items():
+            self.counters[m][0] += r * INPUT * seconds
+            self.counters[m][1] += r * OUTPUT * seconds
+        self.clock.advance(seconds)
+
+    def read(self) -> MetricsSnapshot:
+        self.reads += 1
+        if self.down:
+            raise MetricsUnavailable(self.url, "connection refused")
+        raw = []
+        for m, (p, g) in self.counters.items():
+            fault = self.faults.get(m)
+            if fault == "missing":
+                continue
+            raw += [(m, "r0", PROMPT, math.nan if fault == "nan" else p), (m, "r0", GENERATION, g),
+                    (m, "r0", WAITING, 0.0), (m, "r0", RUNNING, 1.0)]
+        return assemble(raw, {}, self.clock(), self.url)
+
+
+class Harness:
+    def __init__(self, fleet: LiveFleet, tmp: Path, policy: str = "fixed:1", rates: dict[str, float] | None = None,
+                 sink: object | None = None) -> None:
+        self.clock = FakeClock(10 * 86400.0)
+        self.source = ScriptedSource(self.clock, rates or {m: 10.0 for m in MODELS})
+        self.sleeps: list[float] = []
+        self.dir = tmp / "state"
+        self.sink = sink or JsonDirSink(tmp / "plans")
+        self.fleet, self.policy = fleet, policy
+        self.controller = self.new()
+
+    def new(self) -> Controller:
+        return Controller(self.fleet, self.source, make_policy(self.policy, len(MODELS)), self.sink,  # type: ignore[arg-type]
+                          self.dir, settings=ControllerSettings(interval_s=300.0), clock=self.clock,
+                          sleep=self.sleeps.append)
+
+    def tick(self, advance: float = 300.0):  # noqa: ANN201
+        report = self.controller.tick()
+        self.source.advance(advance)
+        return report
+
+
+def instances(plan: dict[str, int], model: str, phase: str) -> int:
+    return sum(n for k, n in plan.items() if f"{model}/{phase}" in k or (model in k and phase in k))
+
+
+def capacity(fleet: LiveFleet, plan: dict[str, int]) -> np.ndarray:
+    return fleet.capacity(plan)
+
+
+def test_first_read_warms_up_then_the_fleet_is_planned_for_the_forecast(fleet: LiveFleet, tmp_path: Path) -> None:
+    h = Harness(fleet, tmp_path)
+    first = h.tick()
+    assert first.decision.chosen == {} and set(first.decision.held) == set(MODELS)
+    assert all("warming_up" in why for why in first.decision.held.values())
+    assert not first.plan_changed and first.solve is None
+    second = h.tick()
+    assert set(second.decision.chosen) == set(MODELS)
+    assert all("no capacity" in why for why in second.decision.chosen.values())
+    assert second.plan_changed and second.sink_result is not None and second.sink_result["ok"]
+    # demand 10 req/s: 1000 prompt and 100 generation tokens/s; planned for recent max x 1.1
+    cap = fleet.capacity(h.controller.state.running)
+    assert np.all(cap[:, 0] >= 1100 - 1e-6) and np.all(cap[:, 1] >= 110 - 1e-6)
+    assert np.all(cap[:, 0] == 2 * PREFILL_TPS) and np.all(cap[:, 1] == DECODE_TPS)  # the cheapest cover
+    adds = {(d["model"], d["phase"]): d["change"] for d in second.diff}
+    assert adds == {(m, p): (2 if p == "prefill" else 1) for m in MODELS for p in ("prefill", "decode")}
+    assert all(d["region"] == USE2 and d["action"] == "add" for d in second.diff)
+    latest = json.loads((tmp_path / "plans" / "latest.json").read_text())
+    assert latest["plan"] == h.controller.state.running
+    saved = load_state(h.dir)
+    assert saved is not None and saved.running == h.controller.state.running and saved.tick == 2
+    assert saved.pending is None and saved.plan_sequence == 1
+
+
+def test_the_policy_decides_which_models_are_reoptimized(fleet: LiveFleet, tmp_path: Path) -> None:
+    h = Harness(fleet, tmp_path, policy="fixed:3")
+    reports = [h.tick() for _ in range(7)]
+    chosen = [sorted(r.decision.chosen) for r in reports]
+    # tick 1 plans (no capacity yet); then fixed:3 re-optimizes every model at ticks 3 and 6
+    assert chosen == [[], sorted(MODELS), [], sorted(MODELS), [], [], sorted(MODELS)]
+    assert all("fixed:3" in why for why in reports[3].decision.chosen.values())
+    assert reports[3].solve is not None and reports[3].solve["result"] == "unchanged"
+
+
+def test_threshold_replans_only_the_model_whose_demand_outgrew_its_plan(fleet: LiveFleet,
+                                                                          tmp_path: Path) -> None:
+    h = Harness(fleet, tmp_path, policy="threshold")
+    h.tick()
+    h.tick()
+    before = dict(h.controller.state.running)
+    h.source.rates["Phi-4-14B"] = 30.0  # 3x: 3000 prompt tokens/s against 1600 planned
+    h.tick()  # this interval's rate is still the old one (the counters grew at 10 req/s)
+    report = h.tick()
+    assert list(report.decision.chosen) == ["Phi-4-14B"]
+    assert "threshold: forecast upper / planned capacity" in report.decision.chosen["Phi-4-14B"]
+    assert report.plan_changed and {d["model"] for d in report.diff} == {"Phi-4-14B"}
+    after = h.controller.state.running
+    gpt = [k for k in before if "GPT-OSS-20B" in k]
+    assert all(after.get(k) == before[k] for k in gpt)
+    assert fleet.capacity(after)[0, 0] >= 3000 * 1.1 - 1e-6
+
+
+@pytest.mark.parametrize("fault", ["missing", "nan"])
+def test_a_model_without_usable_metrics_is_held_never_scaled_down(fleet: LiveFleet, tmp_path: Path,
+                                                                    fault: str) -> None:
+    h = Harness(fleet, tmp_path)
+    h.tick()
+    h.tick()
+    gpt_before = {k: n for k, n in h.controller.state.running.items() if "GPT-OSS-20B" in k}
+    assert gpt_before
+    h.source.faults["GPT-OSS-20B"] = fault
+    h.source.rates["Phi-4-14B"] = 20.0
+    for _ in range(3):
+        report = h.tick()
+        assert "GPT-OSS-20B" in report.decision.held and "GPT-OSS-20B" not in report.decision.chosen
+        assert ("missing" if fault == "missing" else "NaN") in report.decision.held["GPT-OSS-20B"]
+        gpt_now = {k: n for k, n in h.controller.state.running.items() if "GPT-OSS-20B" in k}
+        assert gpt_now == gpt_before
+    assert fleet.capacity(h.controller.state.running)[0, 0] >= 2000  # Phi followed its demand
+    h.source.faults.clear()
+    report = h.tick()
+    assert "GPT-OSS-20B" in report.decision.chosen  # back: the gap is rated as a whole
+
+
+def test_a_counter_reset_keeps_rates_positive(fleet: LiveFleet, tmp_path: Path) -> None:
+    h = Harness(fleet, tmp_path)
+    for _ in range(3):
+        h.tick()
+    running = dict(h.controller.state.running)
+    h.source.counters["Phi-4-14B"] = [0.0, 0.0]  # the server restarted
+    h.source.advance(300.0)
+    report = h.tick()
+    rate = report.metrics["rates"]["Phi-4-14B"]
+    assert rate["status"] == "ok" and rate["resets"] == 2
+    assert rate["prompt_tokens_per_s"] == pytest.approx(1000.0 / 2)  # 300 s of tokens since the reset over 600 s
+    assert fleet.capacity(h.controller.state.running)[0, 0] > 0
+    assert h.controller.state.running.keys() == running.keys()
+
+
+def test_metrics_down_holds_the_plan_reports_stale_data_and_backs_off(fleet: LiveFleet, tmp_path: Path) -> None:
+    h = Harness(fleet, tmp_path)
+    h.tick()
+    h.tick()
+    plan = dict(h.controller.state.running)
+    h.source.down = True
+    h.tick()
+    report = h.tick()
+    assert report.metrics["ok"] is False and "connection refused" in report.metrics["error"]
+    assert "after 3 attempts" in report.metrics["error"]
+    assert report.metrics["stale_s"] == pytest.approx(600.0)  # the last good read was 2 ticks ago
+    assert report.decision.chosen == {} and set(report.decision.held) == set(MODELS)
+    assert h.controller.state.running == plan and not report.plan_changed
+    assert h.sleeps[-2:] == [0.5, 1.0]  # backoff between the three attempts
+    assert load_state(h.dir).tick == 4  # type: ignore[union-attr]
+    h.source.down = False
+    back = h.tick()
+    assert back.metrics["ok"] and set(back.decision.chosen) == set(MODELS)
+
+
+class FlakySink:
+    name = "flaky"
+
+    def __init__(self, inner: JsonDirSink) -> None:
+        self.inner, self.broken, self.calls = inner, True, 0
+
+    def write(self, record: PlanRecord) -> SinkResult:
+        self.calls += 1
+        if self.broken:
+            raise SinkError("flaky: cluster API unreachable")
+        return self.inner.write(record)
+
+
+def test_a_failed_delivery_stays_pending_on_disk_and_is_delivered_first_next_tick(fleet: LiveFleet,
+                                                                                   tmp_path: Path) -> None:
+    sink = FlakySink(JsonDirSink(tmp_path / "plans"))
+    h = Harness(fleet, tmp_path, sink=sink)
+    h.tick()
+    report = h.tick()
+    assert report.plan_changed and report.sink_result is not None and not report.sink_result["ok"]
+    assert report.pending and sink.calls == 3  # retried
+    saved = load_state(h.dir)
+    assert saved is not None and saved.pending is not None and saved.running == {}
+    made = saved.pending.plan
+    sink.broken = False
+    again = h.tick()
+    assert again.earlier_delivery is not None and again.earlier_delivery["ok"]
+    assert h.controller.state.running == made and h.controller.state.pending is None
+    assert json.loads((tmp_path / "plans" / "latest.json").read_text())["plan"] == made
+
+
+class Killed(BaseException):
+    """Stands for kill -9: nothing after it runs."""
+
+
+class DyingSink:
+    name = "dying"
+
+    def write(self, record: PlanRecord) -> SinkResult:
+        raise Killed
+
+
+def test_killed_mid_tick_the_next_start_resumes_from_the_persisted_state(fleet: LiveFleet,
+                                                                         tmp_path: Path) -> None:
+    h = Harness(fleet, tmp_path, sink=DyingSink())
+    h.tick()
+    with pytest.raises(Killed):
+        h.controller.tick()  # dies between persisting the plan as pending and delivering it
+    h.source.advance(300.0)
+    saved = load_state(h.dir)
+    assert saved is not None and saved.pending is not None and saved.tick == 1
+    h.sink = JsonDirSink(tmp_path / "plans")
+    h.controller = h.new()
+    assert h.controller.resumed and h.controller.state.tick == 1
+    report = h.tick()
+    assert report.tick == 1 and report.earlier_delivery is not None and report.earlier_delivery["ok"]
+    assert h.controller.state.running == saved.pending.plan
+    # the persisted rate baseline: the restarted controller has rates at once (no warm-up read)
+    assert report.metrics["rates"]["Phi-4-14B"]["status"] == "ok"
+
+
+def test_restart_resumes_plan_history_and_schedule(fleet: LiveFleet, tmp_path: Path) -> None:
+    h = Harness(fleet, tmp_path, policy="fixed:3")
+    for _ in range(3):
+        h.tick()
+    state = h.controller.state
+    h.controller = h.new()
+    assert h.controller.resumed
+    assert h.controller.state.running == state.running and h.controller.state.history == state.history
+    report = h.tick()
+    assert report.tick == 3 and set(report.decision.chosen) == set(MODELS)  # fixed:3 is due at tick 3
+
+
+class TimedOutReplanner:
+    """Answers like the real Replanner does after a solver time-out."""
+
+    def __init__(self, allocation: Allocation | None) -> None:
+        self.allocation = allocation
+
+    def plan(self, models, demand, availability, running) -> PlanOutcome:  # noqa: ANN001
+        status = SolveStatus.FEASIBLE_TIME_LIMIT if self.allocation else SolveStatus.ERROR
+        return PlanOutcome(self.allocation, status, "cost" if self.allocation else "hold", 10.0, False,
+                           "time limit reached" + ("" if self.allocation else " without a feasible plan"))
+
+
+def test_solver_timeout_keeps_the_incumbent_or_holds(tmp_path: Path) -> None:
+    fleet = LiveFleet("core", models=MODELS, templates=templates())
+    h = Harness(fleet, tmp_path)
+    h.tick()
+    h.tick()
+    plan = dict(h.controller.state.running)
+    fleet.replanner = TimedOutReplanner(None)  # type: ignore[assignment]
+    report = h.tick()
+    assert report.solve is not None and report.solve["result"] == "held: no plan"
+    assert report.solve["status"] == "error" and not report.plan_changed
+    assert h.controller.state.running == plan
+    bigger = {k: n + 1 for k, n in plan.items()}
+    fleet.replanner = TimedOutReplanner(Allocation.of(bigger))  # type: ignore[assignment]
+    report = h.tick()
+    assert report.solve["status"] == "feasible_time_limit" and report.plan_changed  # type: ignore[index]
+    assert h.controller.state.running == bigger
+
+
+def test_a_policy_for_another_fleet_is_refused(fleet: LiveFleet, tmp_path: Path) -> None:
+    class Wrong:
+        name = "learned:x"
+        observation_size = 7
+
+        def act(self, observation, info):  # noqa: ANN001, ANN201
+            return np.zeros(2, dtype=np.int8)
+
+        def reset_options(self) -> dict[str, object]:
+            return {}
+
+    with pytest.raises(ValueError, match="takes observations of 7 values.*scenario 'core'"):
+        Controller(fleet, ScriptedSource(FakeClock(), {}), Wrong(), JsonDirSink(tmp_path), tmp_path)
