@@ -60,7 +60,8 @@ def test_bad_sink_and_fleet_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "not found" in capsys.readouterr().err.replace("\n", "")
 
 
-def test_a_corrupt_state_file_is_refused_not_replaced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_corrupt_state_file_is_refused_not_replaced(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     state = tmp_path / "s"
     state.mkdir()
     (state / "controller-state.json").write_text("{not json")

@@ -12,7 +12,15 @@ from control_helpers import FakeClock
 
 from control.controller import Controller, ControllerSettings
 from control.live_fleet import LiveFleet
-from control.metrics import GENERATION, PROMPT, RUNNING, WAITING, MetricsSnapshot, MetricsUnavailable, assemble
+from control.metrics import (
+    GENERATION,
+    PROMPT,
+    RUNNING,
+    WAITING,
+    MetricsSnapshot,
+    MetricsUnavailable,
+    assemble,
+)
 from control.plans import PlanRecord, SinkError, SinkResult
 from control.sinks import JsonDirSink
 from control.state import load_state
@@ -76,8 +84,8 @@ class ScriptedSource:
 
 
 class Harness:
-    def __init__(self, fleet: LiveFleet, tmp: Path, policy: str = "fixed:1", rates: dict[str, float] | None = None,
-                 sink: object | None = None) -> None:
+    def __init__(self, fleet: LiveFleet, tmp: Path, policy: str = "fixed:1",
+                 rates: dict[str, float] | None = None, sink: object | None = None) -> None:
         self.clock = FakeClock(10 * 86400.0)
         self.source = ScriptedSource(self.clock, rates or {m: 10.0 for m in MODELS})
         self.sleeps: list[float] = []
@@ -105,7 +113,8 @@ def capacity(fleet: LiveFleet, plan: dict[str, int]) -> np.ndarray:
     return fleet.capacity(plan)
 
 
-def test_first_read_warms_up_then_the_fleet_is_planned_for_the_forecast(fleet: LiveFleet, tmp_path: Path) -> None:
+def test_first_read_warms_up_then_the_fleet_is_planned_for_the_forecast(fleet: LiveFleet,
+                                                                         tmp_path: Path) -> None:
     h = Harness(fleet, tmp_path)
     first = h.tick()
     assert first.decision.chosen == {} and set(first.decision.held) == set(MODELS)
@@ -189,12 +198,14 @@ def test_a_counter_reset_keeps_rates_positive(fleet: LiveFleet, tmp_path: Path) 
     report = h.tick()
     rate = report.metrics["rates"]["Phi-4-14B"]
     assert rate["status"] == "ok" and rate["resets"] == 2
-    assert rate["prompt_tokens_per_s"] == pytest.approx(1000.0 / 2)  # 300 s of tokens since the reset over 600 s
+    # 300 s of tokens counted since the reset, over the 600 s since the last read
+    assert rate["prompt_tokens_per_s"] == pytest.approx(1000.0 / 2)
     assert fleet.capacity(h.controller.state.running)[0, 0] > 0
     assert h.controller.state.running.keys() == running.keys()
 
 
-def test_metrics_down_holds_the_plan_reports_stale_data_and_backs_off(fleet: LiveFleet, tmp_path: Path) -> None:
+def test_metrics_down_holds_the_plan_reports_stale_data_and_backs_off(fleet: LiveFleet,
+                                                                        tmp_path: Path) -> None:
     h = Harness(fleet, tmp_path)
     h.tick()
     h.tick()
