@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from control_helpers import PrometheusServer, tiny_series
@@ -50,3 +51,39 @@ def test_prometheus_scrapes_the_replay_and_rates_match_the_trace(
         report = _until(read, lambda r: not r.models["small"].ok, timeout_s=10)
         assert report.models["small"].status is RateStatus.MISSING
         assert report.models["small"].prompt_tokens_per_s is None and report.models["big"].ok
+
+
+def test_the_controller_reads_prometheus_and_writes_plans(start_prometheus: Callable[..., PrometheusServer],
+                                                           tmp_path: Path) -> None:
+    from control.controller import Controller, ControllerSettings
+    from control.live_fleet import LiveFleet
+    from control.sinks import make_sink
+    from envs.policies import make_policy
+
+    models = ["Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"]
+    series = [tiny_series(f"w{i}", [2.0 + i] * 200, input_tokens=500, output_tokens=50) for i in range(3)]
+    with ReplayExporter(series, models, speedup=SPEEDUP) as exporter:
+        prometheus = start_prometheus([exporter.target], scrape_interval="1s")
+        fleet = LiveFleet("core")
+        settings = ControllerSettings(interval_s=60, time_scale=SPEEDUP)
+        controller = Controller(fleet, PrometheusSource(prometheus.url, timeout=5),
+                                make_policy("fixed:1", len(models)), make_sink(f"k8s:{tmp_path / 'k8s'}"),
+                                tmp_path / "state", settings=settings, clock=lambda: time.time() * SPEEDUP,
+                                sleep=time.sleep)
+        deadline = time.monotonic() + 30
+        report = controller.tick()
+        while not report.plan_changed:
+            assert time.monotonic() < deadline, f"no plan within 30 s; last tick {report.as_dict()}"
+            time.sleep(1.0)
+            report = controller.tick()
+        # rates measured on Prometheus' wall clock, divided by the speed-up: the trace's own
+        for i, model in enumerate(models):
+            rate = report.metrics["rates"][model]
+            assert rate["prompt_tokens_per_s"] == pytest.approx((2.0 + i) * 500, rel=0.15)
+            assert rate["generation_tokens_per_s"] == pytest.approx((2.0 + i) * 50, rel=0.15)
+        assert report.sink_result is not None and report.sink_result["ok"]
+        assert set(report.decision.chosen) == set(models)
+        capacity = fleet.capacity(controller.state.running)
+        assert (capacity[:, 0] >= [(2.0 + i) * 500 for i in range(3)]).all()
+        manifests = list((tmp_path / "k8s").rglob("*.yaml"))
+        assert manifests and len(report.diff) > 0
