@@ -1,0 +1,84 @@
+"""Live demand binning and forecasts; the fleet file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from control.live_demand import RECENT_MARGIN, LiveForecast, bin_history
+from control.live_fleet import FleetFileError, load_fleet_file
+from control.state import HistoryPoint
+
+
+def points(times: list[float], prompt: list[float], gen: list[float] | None = None
+           ) -> tuple[HistoryPoint, ...]:
+    gen = gen or [p / 10 for p in prompt]
+    return tuple(HistoryPoint(t, p, g) for t, p, g in zip(times, prompt, gen, strict=True))
+
+
+def test_bins_average_points_fill_gaps_and_leave_out_the_bin_in_progress() -> None:
+    # bins of 300 s: [0, 300) has 2 points, [300, 600) none, [600, 900) one, 900 is in progress
+    first, bins = bin_history(points([60, 240, 700, 950], [10, 20, 40, 99]), 300.0, now_s=960.0)
+    assert first == 0
+    np.testing.assert_allclose(bins[:, 0], [15, 15, 40])
+    np.testing.assert_allclose(bins[:, 1], [1.5, 1.5, 4.0])
+    assert bin_history((), 300.0, 0.0)[1].shape == (0, 2)
+
+
+def test_recent_forecast_before_two_seasons() -> None:
+    lf = LiveForecast(forecaster="naive", horizon=3, step_s=300.0, season=4)
+    history = {"m": points([100, 400, 700, 1000], [10, 30, 20, 25])}
+    out = lf.forecast(history, 1100.0, ["m", "absent"])
+    f = out["m"]
+    assert "absent" not in out and f.method == "recent" and f.bins == 3
+    assert f.last == (25, 2.5)
+    assert f.upper[0] == pytest.approx(30 * (1 + RECENT_MARGIN))  # the max of the last 3 bins + 10%
+    assert f.mean[0] == pytest.approx(25)  # max(mean of the bins 20, the latest 25)
+
+
+def test_seasonal_forecast_after_two_seasons_follows_the_pattern() -> None:
+    season = 4
+    pattern = [10.0, 40.0, 10.0, 5.0]
+    times = [300.0 * k + 150 for k in range(4 * season)]
+    values = [pattern[k % season] for k in range(4 * season)]
+    lf = LiveForecast(forecaster="naive", horizon=1, step_s=300.0, season=season)
+    now = 300.0 * 4 * season + 10  # next bin is position 0 of the pattern (10)
+    f = lf.forecast({"m": points(times, values)}, now, ["m"])["m"]
+    assert f.method == "naive" and f.bins == 16
+    assert f.mean[0] == pytest.approx(10.0)  # seasonal naive: one season earlier; >= the latest (5)
+    # one more bin: the fitted model is updated, not refitted, and moves to position 1 (40)
+    times.append(300.0 * 16 + 150)
+    values.append(10.0)
+    g = lf.forecast({"m": points(times, values)}, now + 300.0, ["m"])["m"]
+    assert g.mean[0] == pytest.approx(40.0)
+
+
+def test_fleet_file_narrows_models_and_nodes(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps({"scenario": "core", "models": ["Phi-4-14B"], "prices": "spot",
+                                "availability": {"aws:us-east-2/1xL4": 3, "aws:us-east-2/1xL40S": 1}}))
+    fleet = load_fleet_file(path)
+    assert fleet.models == ("Phi-4-14B",)
+    assert fleet.availability == {("aws:us-east-2", "1xL4"): 3, ("aws:us-east-2", "1xL40S"): 1}
+    assert all(t.service.model == "Phi-4-14B" for t in fleet.templates.values())
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ([], "must be a JSON object"),
+    ({"models": []}, "lacks 'scenario'"),
+    ({"scenario": "core", "gpus": 1}, "unknown key 'gpus'"),
+    ({"scenario": "core", "models": ["GPT-5"]}, "not in scenario 'core'"),
+    ({"scenario": "core", "availability": {"4xL4": 2}}, "must look like 'aws:us-east-2/4xL4'"),
+    ({"scenario": "core", "availability": {"aws:mars-1/4xL4": 2}},
+     "unknown (region, node config) aws:mars-1/4xL4"),
+    ({"scenario": "core", "prices": "cheap"}, "'on-demand' or 'spot'"),
+])
+def test_fleet_file_errors_name_the_entry(tmp_path: Path, doc: object, message: str) -> None:
+    path = tmp_path / "fleet.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(FleetFileError) as info:
+        load_fleet_file(path)
+    assert str(path) in str(info.value) and message in str(info.value)
