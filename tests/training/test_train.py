@@ -115,3 +115,19 @@ def test_simulate_cli_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert "days 1-2 are outside 4-14" in capsys.readouterr().err
     assert main(["simulate", "--policy", "sometimes", "--forecaster", "naive"]) == 2
     assert "unknown policy 'sometimes'" in capsys.readouterr().err
+
+
+def test_bootstrap_rule_is_cloned_and_validated() -> None:
+    from training.train import train_policy
+
+    with pytest.raises(ValueError, match="bootstrap_rule.*deployable rule.*'hindsight'"):
+        TrainSettings(bootstrap_rule="hindsight")
+    # cloning fixed:1 (every model, every step): the cloned network re-optimizes nearly always
+    settings = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, bootstrap_steps=96,
+                             bootstrap_epochs=300, bootstrap_rule="fixed:1", learning_rate=1e-9, seed=0)
+    model, vec, stats = train_policy(tiny_config(), settings)
+    env = FleetEnv(tiny_config(days=(6, 6)))
+    obs, _ = env.reset(seed=0)
+    actions = [model.predict(vec.normalize_obs(obs), deterministic=True)[0] for _ in range(3)]
+    assert stats["bootstrap_loss"] < 0.1
+    assert all(np.array_equal(a, [1, 1]) for a in actions)
