@@ -32,6 +32,8 @@ def _reusable(key: str) -> str | None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import mlflow
+
     settings = {"scenario": args.scenario, "workload": args.workload, "availability": args.availability,
                 "prices": args.prices, "forecaster": args.forecaster, "train_days": args.train_days,
                 "timesteps": args.timesteps, "bootstrap": args.bootstrap_steps, "seed": 0,
@@ -50,7 +52,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     specs = [f"learned:{trained['model_uri']}", *DEMO_POLICIES]
     out = evaluate(args, (first, last), specs, 1, run_name="demo")
     console.print(f"MLflow parent run {out['parent_run_id']}; open the UI with:\n"
-                  "  .venv/bin/mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db", highlight=False)
+                  f"  .venv/bin/mlflow ui --backend-store-uri {mlflow.get_tracking_uri()}", highlight=False)
     if args.json:
         emit_json({"parent_run_id": out["parent_run_id"], "model_uri": trained["model_uri"],
                    "reused_policy": trained["reused"], "policies": out["policies"]})
