@@ -143,7 +143,8 @@ def _line(r: TickReport) -> str:
     if not r.metrics.get("ok"):
         stale = r.metrics.get("stale_s")
         return (f"tick {r.tick}: metrics unavailable — holding the plan (data "
-                f"{'never read' if stale is None else f'{stale:.0f} s stale'}): {r.metrics.get('error')}")
+                f"{'never read' if stale is None else f'{stale:.0f} s stale'}): {r.metrics.get('error')}; "
+                f"check that the server is up and the URL (--prometheus / --scrape) is right")
     chosen = ", ".join(r.decision.chosen) or "none"
     held = f"; held {', '.join(r.decision.held)}" if r.decision.held else ""
     change = f"plan {r.plan_sequence}: {sum(1 for d in r.diff if d['change'] > 0)} add, " \
@@ -174,7 +175,7 @@ def cmd_control(args: argparse.Namespace) -> int:
         console.print(_line(report), highlight=False)
         if args.json:
             emit_json(report.as_dict())
-        return 0
+        return 0 if report.metrics.get("ok") else 1  # held on stale data: say so to cron and scripts
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -218,7 +219,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sink", required=True, help=f"where plans go: {SINK_SPECS}")
     p.add_argument("--apply", action="store_true", help="k8s-apply: really apply (default: dry run)")
     p.add_argument("--interval", default="60s", help="time between ticks (60s, 5m, ...)")
-    p.add_argument("--once", action="store_true", help="run one tick and exit")
+    p.add_argument("--once", action="store_true",
+                   help="run one tick and exit (exit code 1 if the metrics could not be read)")
     p.add_argument("--ticks", type=int, default=None, help="stop after this many ticks")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="trace seconds per wall second of the metrics (a replay's --speedup); rates are "

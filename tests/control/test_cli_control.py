@@ -173,3 +173,18 @@ def test_kill_9_then_the_next_start_resumes(replay: ReplayExporter, tmp_path: Pa
     assert all(r["status"] == "ok" for r in report["metrics"]["rates"].values())  # baseline kept
     for key in ("decision", "plan_changed", "diff", "sink_result"):
         assert key in report
+
+
+def test_once_with_metrics_down_holds_saves_and_exits_1(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from control_helpers import closed_port
+
+    code = main(["control", "--scrape", f"http://127.0.0.1:{closed_port()}", "--state", str(tmp_path / "s"),
+                 "--sink", f"json:{tmp_path / 'p'}", "--once", "--json"])
+    captured = capsys.readouterr()
+    assert code == 1
+    report = json.loads(captured.out)
+    assert report["metrics"]["ok"] is False and "cannot connect" in report["metrics"]["error"]
+    assert report["plan_changed"] is False and report["sink_result"] is None
+    assert "check that the server is up" in captured.err.replace("\n", " ")
+    assert load_state(tmp_path / "s").tick == 1  # type: ignore[union-attr]
