@@ -38,7 +38,7 @@ from control.state import ControllerState, HistoryPoint, save_state  # noqa: E40
 from envs.demand import workload_series  # noqa: E402
 from envs.policies import make_policy  # noqa: E402
 from forecast.workloads import DemandSeries  # noqa: E402
-from solvers.scenarios import SCENARIOS, request_shapes, trace_shape  # noqa: E402
+from solvers.scenarios import SCENARIOS, model_shapes  # noqa: E402
 
 DAY = 86400.0
 
@@ -47,10 +47,8 @@ def scenario_series(scenario: str, models: tuple[str, ...]) -> list[DemandSeries
     """The env's demand: ServeGen groups scaled to the scenario's req/s, with its request shapes."""
     spec = SCENARIOS[scenario]
     raw = workload_series("servegen", models, spec.req_per_s, 300.0)
-    known = request_shapes(spec)
     out = []
-    for i, (name, s) in enumerate(zip(models, raw, strict=True)):
-        shape = known.get(name) or trace_shape(spec.traces[i % len(spec.traces)])
+    for name, s, shape in zip(models, raw, model_shapes(spec, models), strict=True):
         n = len(s.requests_per_s)
         out.append(DemandSeries(name, s.step_s, s.requests_per_s, np.full(n, shape.input_tokens),
                                 np.full(n, shape.output_tokens)))

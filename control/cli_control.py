@@ -86,16 +86,15 @@ def run_loop(controller: Controller, *, wall_interval_s: float, max_ticks: int |
     return summary
 
 
-def _source(args: argparse.Namespace, clock: Callable[[], float]) -> MetricsSource:
-    """The metrics source; ``clock`` dates its samples (wall time)."""
+def _source(args: argparse.Namespace) -> MetricsSource:
+    """The metrics source; its samples are dated in wall time (see cmd_control)."""
     if bool(args.prometheus) == bool(args.scrape):
         raise UserError("give exactly one of --prometheus URL (the Prometheus HTTP API) or --scrape "
                         "URL[,URL...] (vLLM /metrics endpoints)")
     try:
         if args.prometheus:
-            return PrometheusSource(args.prometheus, timeout=args.timeout, clock=clock)
-        return ScrapeSource([u.strip() for u in args.scrape.split(",") if u.strip()], timeout=args.timeout,
-                            clock=clock)
+            return PrometheusSource(args.prometheus, timeout=args.timeout)
+        return ScrapeSource([u.strip() for u in args.scrape.split(",") if u.strip()], timeout=args.timeout)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
 
@@ -133,7 +132,7 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Co
     except SinkError as exc:
         raise UserError(str(exc)) from exc
     try:
-        source = _source(args, time.time)
+        source = _source(args)
         return Controller(fleet, source, policy, sink, args.state, settings=settings, clock=clock)
     except (StateError, ValueError) as exc:
         raise UserError(str(exc)) from exc

@@ -46,12 +46,11 @@ from control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
 from control.plans import PlanRecord, SinkResult
 from control.rates import RateReport, RateTracker
 from control.sinks import PlanSink, deliver
-from control.state import ControllerState, HistoryPoint, load_state, save_state
-from envs.observation import FLEET_FEATURES, MODEL_FEATURES, SINCE_CAP, Signals, build_observation
+from control.state import HISTORY_LIMIT, ControllerState, HistoryPoint, load_state, save_state
+from envs.fleet_env import UNSERVED_WINDOW
+from envs.observation import SINCE_CAP, Signals, build_observation, observation_space
 from envs.policies import Policy
 from solvers.problem import Allocation
-
-UNSERVED_WINDOW = 3  # as the env: the unserved share is the mean of the last 3 intervals
 
 
 @dataclass(frozen=True)
@@ -128,10 +127,6 @@ class TickReport:
                 "plan_sequence": self.plan_sequence, "pending": self.pending, "seconds": self.seconds}
 
 
-def observation_size(n_models: int, n_gpu_types: int) -> int:
-    return n_models * len(MODEL_FEATURES) + n_gpu_types + len(FLEET_FEATURES)
-
-
 class Controller:
     """Runs ticks against a metrics source, a policy and a plan sink, persisting to ``state_dir``."""
 
@@ -142,7 +137,7 @@ class Controller:
         self.settings = s = settings or ControllerSettings()
         self.state_dir = Path(state_dir)
         self.clock, self.sleep = clock, sleep
-        expected = observation_size(len(fleet.models), len(fleet.gpu_types))
+        expected = observation_space(len(fleet.models), len(fleet.gpu_types)).shape[0]
         size = getattr(policy, "observation_size", expected)
         if size != expected:
             raise ValueError(f"policy {policy.name!r} takes observations of {size} values, but this fleet "
@@ -151,7 +146,7 @@ class Controller:
         loaded = load_state(self.state_dir)  # StateError (names the file and the fix) propagates
         self.resumed = loaded is not None
         # a week of points at this interval, so a daily-seasonal forecaster gets its two days
-        limit = max(2016, math.ceil(7 * 86400 / s.interval_s))
+        limit = max(HISTORY_LIMIT, math.ceil(7 * 86400 / s.interval_s))
         self.state = loaded if loaded is not None else ControllerState(history_limit=limit)
         self.tracker = RateTracker(fleet.models, baseline=self.state.last_metrics)
         self.forecaster = LiveForecast(forecaster=s.forecaster, quantile=s.planning_quantile,
@@ -316,7 +311,7 @@ class Controller:
             starting = [(k, n, at) for k, n, at in self.state.starting if at > now]
             for key, change in record.diff.items():
                 if change > 0 and key in self.fleet.templates:
-                    starting.append((key, change, now + self.fleet.startup_s(self.fleet.templates[key])))
+                    starting.append((key, change, now + self.fleet.startup.of(self.fleet.templates[key])))
             keep = [(k, min(n, record.plan.get(k, 0)), at) for k, n, at in starting]
             scale = self.state.cost_scale_usd_h or float(self.fleet.cost_by_model(record.plan).sum()) or None
             self.state = replace(self.state, running=dict(record.plan), pending=None,

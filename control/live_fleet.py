@@ -24,17 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from envs.fleet import startup_seconds
+from envs.config import FleetConfig
+from envs.fleet import StartupTimes
 from envs.fleet_env import _library
 from envs.planner import Replanner
 from solvers.catalog import load_catalog
-from solvers.models import get_model
 from solvers.problem import AllocationProblem, gpu_type_of
 from solvers.scenarios import SCENARIOS, ample_availability, scenario_prices
 from solvers.types import Template
 
 Cell = tuple[str, str]
-STEP_S = 300.0  # the env's decision step: start-up weight and since-re-optimization units
+STEP_S = FleetConfig.step_s  # the env's decision step: start-up weight and since-re-optimization units
 FLEET_KEYS = ("scenario", "models", "prices", "availability")
 
 
@@ -70,21 +70,14 @@ class LiveFleet:
             raise ValueError(f"availability names unknown (region, node config) {bad[0][0]}/{bad[0][1]}; "
                              f"valid: {valid}")
         catalog = load_catalog()
-        self._configs = {name: catalog.config(name) for _, name in price_map}
-        self._startup: dict[str, float] = {}
-        sample = templates[:: max(1, len(templates) // 2000)]
-        median = float(np.median([self.startup_s(t) for t in sample])) if sample else 0.0
+        self.startup = StartupTimes({name: catalog.config(name) for _, name in price_map})
+        median = self.startup.median(templates)
         self.base = AllocationProblem(templates, {}, None, price_map, startup_weight=median / STEP_S,
                                       time_limit=solver_time_limit, gap=solver_gap)
         self.replanner = Replanner(self.base, demand_round=demand_round)
         self.templates: dict[str, Template] = dict(self.base.index.by_key)
         self.gpu_types: tuple[str, ...] = tuple(dict.fromkeys(gpu_type_of(cfg) for _, cfg in price_map))
         self._index = {m: i for i, m in enumerate(self.models)}
-
-    def startup_s(self, t: Template) -> float:
-        if t.key not in self._startup:
-            self._startup[t.key] = startup_seconds(t, get_model(t.service.model), self._configs)
-        return self._startup[t.key]
 
     def known(self, plan: Mapping[str, int]) -> dict[str, int]:
         """The plan's entries whose template this fleet knows (others cannot be costed or planned)."""

@@ -13,7 +13,7 @@ from gymnasium import spaces
 from envs.availability import SpotAvailability, StaticAvailability, load_spot_trace
 from envs.config import FleetConfig
 from envs.demand import DemandBook, build_book, workload_series
-from envs.fleet import FleetState, startup_seconds
+from envs.fleet import FleetState, StartupTimes
 from envs.observation import Signals, build_observation, observation_space
 from envs.planner import PlanOutcome, Replanner
 from solvers.catalog import load_catalog
@@ -23,11 +23,10 @@ from solvers.problem import AllocationProblem, gpu_type_of
 from solvers.scenarios import (
     SCENARIOS,
     ample_availability,
-    request_shapes,
+    model_shapes,
     scarce_availability,
     scenario_prices,
     scenario_templates,
-    trace_shape,
 )
 from solvers.types import Template
 
@@ -116,20 +115,14 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                              f"({', '.join(spec.models)}); pass templates for them")
         for name in self.models:
             get_model(name)
-        # models outside the scenario take the Azure traces' shapes in turn, as the scenario's do
-        known = request_shapes(spec)
-        shapes = [known.get(name) or trace_shape(spec.traces[i % len(spec.traces)])
-                  for i, name in enumerate(self.models)]
-        self._shape = np.array([[s.input_tokens, s.output_tokens] for s in shapes])
+        self._shape = np.array([[s.input_tokens, s.output_tokens] for s in model_shapes(spec, self.models)])
         templates = c.templates if c.templates is not None else _library(c.scenario)
         templates = tuple(t for t in templates if t.service.model in self.models)
         prices = scenario_prices(spec, spot=c.price_kind == "spot")
         self._prices = prices
         catalog = load_catalog()
-        self._configs = {name: catalog.config(name) for _, name in prices}
-        self._startup: dict[str, float] = {}
-        sample = templates[:: max(1, len(templates) // 2000)]
-        median_startup = float(np.median([self._startup_of(t) for t in sample])) if sample else 0.0
+        self._startup = StartupTimes({name: catalog.config(name) for _, name in prices})
+        median_startup = self._startup.median(templates)
         if c.look_ahead_s < median_startup:
             raise ValueError(f"FleetConfig: field 'look_ahead_s' ({c.look_ahead_s:g} s) must cover the "
                              f"median start-up time ({median_startup:.0f} s)")
@@ -169,12 +162,6 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self.state = FleetState()
 
     # ----- helpers ------------------------------------------------------------------------
-    def _startup_of(self, t: Template) -> float:
-        key = t.key
-        if key not in self._startup:
-            self._startup[key] = startup_seconds(t, get_model(t.service.model), self._configs)
-        return self._startup[key]
-
     def _info_of(self, key: str) -> tuple[int, int, float, float]:
         """(model index, phase index, throughput tokens/s, $/h) of a template key."""
         if key not in self._key_info:
@@ -244,10 +231,10 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     def _apply(self, outcome: PlanOutcome) -> None:
         if outcome.allocation is None:
             return
-        keys = set(outcome.allocation.as_dict()) - set(self._startup)
+        keys = set(outcome.allocation.as_dict()) - set(self._startup.seconds)
         for key in keys:
-            self._startup_of(self._base.template(key))
-        self.state.apply_plan(outcome.allocation, self._startup, self.config.drain_s)
+            self._startup.of(self._base.template(key))
+        self.state.apply_plan(outcome.allocation, self._startup.seconds, self.config.drain_s)
 
     def _replan(self, models: frozenset[str], demand: np.ndarray) -> PlanOutcome:
         svc = {}

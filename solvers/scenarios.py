@@ -105,6 +105,15 @@ def request_shapes(spec: ScenarioSpec, data_dir: Path | None = None) -> dict[str
     return {m: trace_shape(spec.traces[i % len(spec.traces)], data_dir) for i, m in enumerate(spec.models)}
 
 
+def model_shapes(spec: ScenarioSpec, models: Sequence[str], data_dir: Path | None = None
+                 ) -> list[RequestShape]:
+    """The request shape of each of ``models``: the scenario's own for its models; models outside
+    it take the Azure traces' shapes in turn, as the scenario's do."""
+    known = request_shapes(spec, data_dir)
+    return [known.get(name) or trace_shape(spec.traces[i % len(spec.traces)], data_dir)
+            for i, name in enumerate(models)]
+
+
 def request_rates(spec: ScenarioSpec, mix: str) -> dict[str, float]:
     """req/s per model; every mix has the same total, len(models) x req_per_s."""
     _choice("mix", mix, MIXES, "mixes")
