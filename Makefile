@@ -33,10 +33,17 @@ prometheus:
 	  fi; \
 	}
 
+typecheck: $(STAMP)
+	@mkdir -p build/typecheck/atoll
+	@for d in control envs forecast solvers training; do ln -sfn ../../../$$d build/typecheck/atoll/$$d; done
+	$(BIN)/mypy
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
 test: $(STAMP) prometheus
 	$(BIN)/python -m pytest
-	$(BIN)/ruff check .
-	$(BIN)/mypy
+	$(MAKE) lint typecheck
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -28,17 +28,17 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from control.cli_control import run_loop  # noqa: E402
-from control.controller import Controller, ControllerSettings  # noqa: E402
-from control.live_fleet import LiveFleet  # noqa: E402
-from control.metrics import ScrapeSource  # noqa: E402
-from control.replay import ReplayExporter  # noqa: E402
-from control.sinks import make_sink  # noqa: E402
-from control.state import ControllerState, HistoryPoint, save_state  # noqa: E402
-from envs.demand import workload_series  # noqa: E402
-from envs.policies import make_policy  # noqa: E402
-from forecast.workloads import DemandSeries  # noqa: E402
-from solvers.scenarios import SCENARIOS, model_shapes  # noqa: E402
+from atoll.control.cli_control import run_loop  # noqa: E402
+from atoll.control.controller import Controller, ControllerSettings  # noqa: E402
+from atoll.control.live_fleet import LiveFleet  # noqa: E402
+from atoll.control.metrics import ScrapeSource  # noqa: E402
+from atoll.control.replay import ReplayExporter  # noqa: E402
+from atoll.control.sinks import make_sink  # noqa: E402
+from atoll.control.state import ControllerState, HistoryPoint, save_state  # noqa: E402
+from atoll.envs.demand import workload_series  # noqa: E402
+from atoll.envs.policies import make_policy  # noqa: E402
+from atoll.forecast.workloads import DemandSeries  # noqa: E402
+from atoll.solvers.scenarios import SCENARIOS, model_shapes  # noqa: E402
 
 DAY = 86400.0
 

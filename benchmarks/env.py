@@ -21,11 +21,11 @@ from pathlib import Path
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from envs import fleet_env  # noqa: E402
-from envs.config import FleetConfig  # noqa: E402
-from envs.fleet_env import FleetEnv  # noqa: E402
-from envs.policies import make_policy  # noqa: E402
-from envs.rollout import TOTAL_KEYS, run_policy  # noqa: E402
+from atoll.envs import fleet_env  # noqa: E402
+from atoll.envs.config import FleetConfig  # noqa: E402
+from atoll.envs.fleet_env import FleetEnv  # noqa: E402
+from atoll.envs.policies import make_policy  # noqa: E402
+from atoll.envs.rollout import TOTAL_KEYS, run_policy  # noqa: E402
 
 POLICIES = ("fixed:1", "fixed:3", "fixed:6", "fixed:12", "threshold", "never", "hindsight")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from forecast.backtest import backtest  # noqa: E402
-from forecast.workloads import load_workload  # noqa: E402
+from atoll.forecast.backtest import backtest  # noqa: E402
+from atoll.forecast.workloads import load_workload  # noqa: E402
 
 SERIES = ("m-large", "m-mid", "m-small")
 

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from solvers.calibrate import calibrate
-from solvers.catalog import DEFAULT_GPU_TYPES, load_catalog
-from solvers.models import DEFAULT_MODELS, get_model
-from solvers.tables import perf_rows
+from atoll.solvers.calibrate import calibrate
+from atoll.solvers.catalog import DEFAULT_GPU_TYPES, load_catalog
+from atoll.solvers.models import DEFAULT_MODELS, get_model
+from atoll.solvers.tables import perf_rows
 
 
 def main() -> None:

@@ -18,10 +18,10 @@ from pathlib import Path
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from envs.config import FleetConfig, RewardWeights  # noqa: E402
-from envs.fleet_env import FleetEnv  # noqa: E402
-from training.tracking import evaluate_run, train_run  # noqa: E402
-from training.train import TrainSettings  # noqa: E402
+from atoll.envs.config import FleetConfig, RewardWeights  # noqa: E402
+from atoll.envs.fleet_env import FleetEnv  # noqa: E402
+from atoll.training.tracking import evaluate_run, train_run  # noqa: E402
+from atoll.training.train import TrainSettings  # noqa: E402
 
 FIXED = ("fixed:1", "fixed:3", "fixed:6", "fixed:12")
 

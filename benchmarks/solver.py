@@ -33,12 +33,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from solvers.allocation import solve_allocation
-from solvers.baselines import run_method
-from solvers.catalog import DEFAULT_REGIONS, load_catalog
-from solvers.models import DEFAULT_MODELS
-from solvers.problem import AllocationProblem, AllocationResult, SolveStatus
-from solvers.scenarios import (
+from atoll.solvers.allocation import solve_allocation
+from atoll.solvers.baselines import run_method
+from atoll.solvers.catalog import DEFAULT_REGIONS, load_catalog
+from atoll.solvers.models import DEFAULT_MODELS
+from atoll.solvers.problem import AllocationProblem, AllocationResult, SolveStatus
+from atoll.solvers.scenarios import (
     AVAILABILITIES,
     MIXES,
     SCENARIOS,
@@ -46,7 +46,7 @@ from solvers.scenarios import (
     library_spec,
     scenario_demand,
 )
-from solvers.types import Service, Template
+from atoll.solvers.types import Service, Template
 
 PAPER_HOMO_OVER_ILP = {"core": 1.62, "extended": 3.14, "extended/large-heavy": 2.79}
 METHODS = ("ilp", "homo", "single-type", "independent")
@@ -62,7 +62,7 @@ def _log(msg: str) -> None:
 
 
 def _library(name: str) -> tuple[tuple[Template, ...], dict[str, Any]]:
-    from solvers.templates import build_library
+    from atoll.solvers.templates import build_library
 
     lib = build_library(library_spec(SCENARIOS[name]), progress=False)
     per_service: dict[str, int] = {}
@@ -241,7 +241,7 @@ def main() -> None:
     if not args.skip_scaling and "extended" in libs:
         sets = {"20": libs["extended"]}
         if not args.skip_36:
-            from solvers.templates import build_library
+            from atoll.solvers.templates import build_library
 
             all_types = tuple(g.name for g in load_catalog().gpus.values())
             spec36 = replace(library_spec(SCENARIOS["extended"]), gpu_types=all_types, n_max=args.n_max_36)

@@ -1,6 +1,6 @@
 """Figures of the template-library issue, as one JSON document on stdout.
 
-For the ``core`` and ``extended`` libraries (:data:`solvers.templates.SCENARIO_LIBRARIES`, default
+For the ``core`` and ``extended`` libraries (:data:`atoll.solvers.templates.SCENARIO_LIBRARIES`, default
 request shape): cold build seconds into a fresh temporary cache folder (targets: core <= 60 s,
 extended <= 900 s on 2 cores), multisets placed exactly, templates kept per service, and the
 seconds of a warm build (everything loaded from that cache).
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from solvers.templates import SCENARIO_LIBRARIES, build_library, enumerate_multisets
+from atoll.solvers.templates import SCENARIO_LIBRARIES, build_library, enumerate_multisets
 
 TARGET_SECONDS = {"core": 60.0, "extended": 900.0}
 

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from control import (
+from atoll.control import (
     cli_catalog,
     cli_control,
     cli_demo,
@@ -22,7 +22,7 @@ from control import (
     cli_templates,
     cli_train,
 )
-from control.output import UserError, console
+from atoll.control.output import UserError, console
 
 # Modules that contribute sub-commands; each has add_parser(subparsers).
 _GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [

@@ -9,8 +9,8 @@ from typing import Any
 
 from rich.table import Table
 
-from control.output import UserError, console, emit_json
-from solvers.catalog import (
+from atoll.control.output import UserError, console, emit_json
+from atoll.solvers.catalog import (
     DEFAULT_GPU_TYPES,
     DEFAULT_REGIONS,
     Catalog,
@@ -19,12 +19,12 @@ from solvers.catalog import (
     load_user_file,
     with_user_gpus,
 )
-from solvers.models import DEFAULT_MODELS, get_model
-from solvers.paths import PERF_FACTORS_PATH
-from solvers.perf import RequestShape
-from solvers.registry import UnknownNameError
-from solvers.tables import catalog_document, perf_rows
-from solvers.types import ModelSpec
+from atoll.solvers.models import DEFAULT_MODELS, get_model
+from atoll.solvers.paths import PERF_FACTORS_PATH
+from atoll.solvers.perf import RequestShape
+from atoll.solvers.registry import UnknownNameError
+from atoll.solvers.tables import catalog_document, perf_rows
+from atoll.solvers.types import ModelSpec
 
 
 def _catalog_and_models(user_file: Path | None) -> tuple[Catalog, list[ModelSpec]]:
@@ -113,7 +113,7 @@ def show_perf(rows: list[dict[str, Any]], shape: RequestShape, seconds: float) -
 
 
 def cmd_perf_calibrate(args: argparse.Namespace) -> int:
-    from solvers.calibrate import calibrate, write_factors
+    from atoll.solvers.calibrate import calibrate, write_factors
 
     try:
         report = calibrate(args.data, seed=args.seed, progress=lambda m: console.log(m))

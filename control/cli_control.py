@@ -1,6 +1,6 @@
 """``atoll control``: the live controller — Prometheus metrics in, plans out, safe under faults.
 
-One tick every ``--interval`` (see ``control.controller`` for what a tick does); ``--once`` runs
+One tick every ``--interval`` (see ``atoll.control.controller`` for what a tick does); ``--once`` runs
 a single tick. SIGTERM or SIGINT lets the tick in progress finish and persist, then exits 0; a
 controller killed harder resumes from ``--state DIR`` at its next start.
 """
@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from control.controller import Controller, ControllerSettings, TickReport
-from control.live_fleet import LiveFleet, load_fleet_file
-from control.metrics import MetricsSource, PrometheusSource, ScrapeSource
-from control.output import UserError, console, emit_json
-from control.plans import SinkError
-from control.sinks import SINK_SPECS, make_sink
-from control.state import StateError
+from atoll.control.controller import Controller, ControllerSettings, TickReport
+from atoll.control.live_fleet import LiveFleet, load_fleet_file
+from atoll.control.metrics import MetricsSource, PrometheusSource, ScrapeSource
+from atoll.control.output import UserError, console, emit_json
+from atoll.control.plans import SinkError
+from atoll.control.sinks import SINK_SPECS, make_sink
+from atoll.control.state import StateError
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 LATE_FRACTION = 0.1  # a tick starting more than 10% of an interval after its slot is late
@@ -111,7 +111,7 @@ def _fleet(args: argparse.Namespace) -> LiveFleet:
 
 def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Controller:
     """The controller the arguments describe; ``clock`` is the controller's (see cmd_control)."""
-    from training.evaluate import resolve_policy
+    from atoll.training.evaluate import resolve_policy
 
     fleet = _fleet(args)
     try:
@@ -203,7 +203,7 @@ def cmd_control(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from envs.config import PRICE_KINDS
+    from atoll.envs.config import PRICE_KINDS
 
     p = sub.add_parser("control", help="run the live controller: metrics in, plans out")
     p.add_argument("--prometheus", default=None, metavar="URL", help="Prometheus server (HTTP API)")

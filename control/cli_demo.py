@@ -12,9 +12,9 @@ import argparse
 import hashlib
 import json
 
-from control.cli_simulate import parse_days
-from control.cli_train import evaluate, train
-from control.output import console, emit_json
+from atoll.control.cli_simulate import parse_days
+from atoll.control.cli_train import evaluate, train
+from atoll.control.output import console, emit_json
 
 DEMO_POLICIES = ("fixed:1", "fixed:6", "fixed:12", "threshold")
 
@@ -22,7 +22,7 @@ DEMO_POLICIES = ("fixed:1", "fixed:6", "fixed:12", "threshold")
 def _reusable(key: str) -> str | None:
     from mlflow.tracking import MlflowClient
 
-    from training.tracking import configure
+    from atoll.training.tracking import configure
 
     experiment = configure()
     runs = MlflowClient().search_runs([experiment], filter_string=f"tags.`atoll.demo_key` = '{key}' and "
@@ -60,8 +60,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from control.cli_simulate import add_env_options
-    from control.cli_train import add_train_options
+    from atoll.control.cli_simulate import add_env_options
+    from atoll.control.cli_train import add_train_options
 
     p = sub.add_parser("demo", help="train, evaluate and compare a re-planning policy on the default data")
     add_env_options(p)

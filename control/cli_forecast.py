@@ -9,11 +9,11 @@ from pathlib import Path
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from control.output import UserError, console, emit_json
-from forecast.backtest import HORIZONS, backtest
-from forecast.forecasters import DAY, FORECASTERS, ForecastError
-from forecast.plot import plot_forecast
-from forecast.workloads import DemandSeries, WorkloadError, load_workload
+from atoll.control.output import UserError, console, emit_json
+from atoll.forecast.backtest import HORIZONS, backtest
+from atoll.forecast.forecasters import DAY, FORECASTERS, ForecastError
+from atoll.forecast.plot import plot_forecast
+from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
 
 
 def _series(name: str, step_s: float) -> DemandSeries:

@@ -7,9 +7,9 @@ import signal
 import threading
 from types import FrameType
 
-from control.output import UserError, console, emit_json
-from control.replay import ReplayExporter
-from forecast.workloads import DAY_S, DemandSeries, WorkloadError, load_workload
+from atoll.control.output import UserError, console, emit_json
+from atoll.control.replay import ReplayExporter
+from atoll.forecast.workloads import DAY_S, DemandSeries, WorkloadError, load_workload
 
 
 def _names(text: str, what: str) -> list[str]:

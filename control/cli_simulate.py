@@ -9,15 +9,15 @@ from typing import Any
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
-from control.output import UserError, console, emit_json
-from envs.config import AVAILABILITY_KINDS, PRICE_KINDS, FleetConfig
-from envs.demand import DemandError
-from envs.fleet_env import FleetEnv
-from envs.plot import plot_episodes
-from envs.policies import Policy, make_policy
-from envs.rollout import TOTAL_KEYS, Episode, run_policy
-from forecast.workloads import WorkloadError
-from solvers.registry import UnknownNameError
+from atoll.control.output import UserError, console, emit_json
+from atoll.envs.config import AVAILABILITY_KINDS, PRICE_KINDS, FleetConfig
+from atoll.envs.demand import DemandError
+from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.plot import plot_episodes
+from atoll.envs.policies import Policy, make_policy
+from atoll.envs.rollout import TOTAL_KEYS, Episode, run_policy
+from atoll.forecast.workloads import WorkloadError
+from atoll.solvers.registry import UnknownNameError
 
 
 def parse_days(text: str) -> tuple[int, int]:

@@ -8,11 +8,11 @@ from typing import Any
 
 from rich.table import Table
 
-from control.output import UserError, console, emit_json
-from solvers.baselines import METHODS, MethodResult, run_method
-from solvers.problem import AllocationProblem
-from solvers.registry import UnknownNameError
-from solvers.scenarios import AVAILABILITIES, MIXES, SCENARIOS, build_problem
+from atoll.control.output import UserError, console, emit_json
+from atoll.solvers.baselines import METHODS, MethodResult, run_method
+from atoll.solvers.problem import AllocationProblem
+from atoll.solvers.registry import UnknownNameError
+from atoll.solvers.scenarios import AVAILABILITIES, MIXES, SCENARIOS, build_problem
 
 
 def plan_rows(problem: AllocationProblem, result: MethodResult) -> list[dict[str, Any]]:

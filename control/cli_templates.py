@@ -8,12 +8,12 @@ from typing import Any
 
 from rich.table import Table
 
-from control.output import UserError, console, emit_json
-from solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS
-from solvers.models import DEFAULT_MODELS
-from solvers.perf import RequestShape
-from solvers.registry import UnknownNameError
-from solvers.templates import SCENARIO_LIBRARIES, LibrarySpec, TemplateLibrary, build_library
+from atoll.control.output import UserError, console, emit_json
+from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS
+from atoll.solvers.models import DEFAULT_MODELS
+from atoll.solvers.perf import RequestShape
+from atoll.solvers.registry import UnknownNameError
+from atoll.solvers.templates import SCENARIO_LIBRARIES, LibrarySpec, TemplateLibrary, build_library
 
 
 def _split(value: str | None) -> tuple[str, ...] | None:
@@ -21,10 +21,10 @@ def _split(value: str | None) -> tuple[str, ...] | None:
 
 
 def _scenario_shapes(name: str) -> tuple[tuple[str, RequestShape], ...]:
-    """Per-model request shapes of a scenario of :mod:`solvers.scenarios` (Azure trace means), so
+    """Per-model request shapes of a scenario of :mod:`atoll.solvers.scenarios` (Azure trace means), so
     that this command warms the same cache entries the allocation will read."""
     try:
-        from solvers.scenarios import SCENARIOS, request_shapes
+        from atoll.solvers.scenarios import SCENARIOS, request_shapes
     except ImportError:
         return ()
     if name not in SCENARIOS:

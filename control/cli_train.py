@@ -8,10 +8,10 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from control.cli_simulate import add_env_options, make_env, parse_days
-from control.output import UserError, console, emit_json
-from envs.config import FleetConfig, RewardWeights
-from training.train import TrainSettings
+from atoll.control.cli_simulate import add_env_options, make_env, parse_days
+from atoll.control.output import UserError, console, emit_json
+from atoll.envs.config import FleetConfig, RewardWeights
+from atoll.training.train import TrainSettings
 
 DEFAULT_POLICIES = "fixed:1,fixed:3,fixed:6,fixed:12,threshold,never,hindsight"
 
@@ -24,7 +24,7 @@ def progress_bar() -> Progress:
 
 def train(args: argparse.Namespace, days: tuple[int, int], timesteps: int, seed: int,
           tags: dict[str, str] | None = None) -> dict[str, Any]:
-    from training.tracking import train_run
+    from atoll.training.tracking import train_run
 
     try:
         reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
@@ -65,7 +65,7 @@ def summary_table(title: str, policies: dict[str, dict[str, dict[str, float]]]) 
 
 def evaluate(args: argparse.Namespace, days: tuple[int, int], specs: list[str], seeds: int,
              run_name: str = "evaluate", tags: dict[str, str] | None = None) -> dict[str, Any]:
-    from training.tracking import evaluate_run
+    from atoll.training.tracking import evaluate_run
 
     env = make_env(args, days)
     day_list = list(range(days[0], days[1] + 1))

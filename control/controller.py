@@ -3,22 +3,22 @@
 A tick:
 
 1. **deliver** the plan an earlier tick could not deliver (``ControllerState.pending``), first;
-2. **observe**: read vLLM's counters and gauges per model (``control.metrics``, retried with
-   backoff), turn them into token rates (``control.rates``: counter resets, new replicas,
+2. **observe**: read vLLM's counters and gauges per model (``atoll.control.metrics``, retried with
+   backoff), turn them into token rates (``atoll.control.rates``: counter resets, new replicas,
    missing or NaN series), append the fresh rates to the history and forecast the planning
-   demand (``control.live_demand``);
-3. **decide**: build the observation with the env's own :func:`envs.observation.build_observation`
+   demand (``atoll.control.live_demand``);
+3. **decide**: build the observation with the env's own :func:`atoll.envs.observation.build_observation`
    and ask the policy which models to re-optimize. Models without a fresh rate are *held*: the
    policy cannot choose them and the solver keeps their instances as they are — a metrics gap
    never scales a model down, let alone to zero. A model with fresh demand and no capacity at
    all is always chosen;
 4. **solve** the exact ILP for the chosen models, the others fixed, warm-started from the
-   running plan (:class:`envs.planner.Replanner`: cost mode, then goodput mode; a time-out
+   running plan (:class:`atoll.envs.planner.Replanner`: cost mode, then goodput mode; a time-out
    keeps the incumbent when the solver has one, else the fleet holds);
-5. **apply**: a changed plan becomes a :class:`~control.plans.PlanRecord`, persisted as pending
+5. **apply**: a changed plan becomes a :class:`~atoll.control.plans.PlanRecord`, persisted as pending
    *before* the sink sees it, then delivered (retried); only a delivered plan becomes the
    running plan. A failed delivery stays pending and is retried next tick;
-6. **persist** the state atomically (``control.state``), so a controller killed at any point
+6. **persist** the state atomically (``atoll.control.state``), so a controller killed at any point
    resumes from the last tick it finished, with its running plan, pending plan, history and
    rate baselines.
 
@@ -40,17 +40,17 @@ from typing import Any
 
 import numpy as np
 
-from control.live_demand import LiveForecast, ModelForecast
-from control.live_fleet import STEP_S, LiveFleet
-from control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
-from control.plans import PlanRecord, SinkResult
-from control.rates import RateReport, RateTracker
-from control.sinks import PlanSink, deliver
-from control.state import HISTORY_LIMIT, ControllerState, HistoryPoint, load_state, save_state
-from envs.fleet_env import UNSERVED_WINDOW
-from envs.observation import SINCE_CAP, Signals, build_observation, observation_space
-from envs.policies import Policy
-from solvers.problem import Allocation
+from atoll.control.live_demand import LiveForecast, ModelForecast
+from atoll.control.live_fleet import STEP_S, LiveFleet
+from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
+from atoll.control.plans import PlanRecord, SinkResult
+from atoll.control.rates import RateReport, RateTracker
+from atoll.control.sinks import PlanSink, deliver
+from atoll.control.state import HISTORY_LIMIT, ControllerState, HistoryPoint, load_state, save_state
+from atoll.envs.fleet_env import UNSERVED_WINDOW
+from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observation_space
+from atoll.envs.policies import Policy
+from atoll.solvers.problem import Allocation
 
 
 @dataclass(frozen=True)

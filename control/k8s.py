@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
+from atoll.control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"

@@ -9,7 +9,7 @@ The simulator plans each model's prefill and decode services for the planning qu
    several points per bin, a longer one leaves bins empty, which are filled from the previous
    bin). Only complete bins are used; the bin in progress is not.
 2. With at least two days of bins (what a daily-seasonal model needs) the configured
-   forecaster (``forecast.forecasters``, ``ets`` by default) is fitted once per (model, phase)
+   forecaster (``atoll.forecast.forecasters``, ``ets`` by default) is fitted once per (model, phase)
    and then updated bin by bin, as the env's causal forecast pass does.
 3. Before that (a fresh controller) the forecast is ``recent``: the mean of the last
    ``RECENT_BINS`` complete bins as the mean, and their maximum x (1 + ``RECENT_MARGIN``) as
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from control.state import HistoryPoint
-from forecast.forecasters import DAY, Forecaster, make_forecaster
+from atoll.control.state import HistoryPoint
+from atoll.forecast.forecasters import DAY, Forecaster, make_forecaster
 
 RECENT_BINS = 3
 RECENT_MARGIN = 0.1
@@ -84,7 +84,7 @@ def bin_history(points: Sequence[HistoryPoint], step_s: float, now_s: float) -> 
 class LiveForecast:
     """Per-model planning forecasts from the controller's history (see the module docstring).
 
-    ``forecaster``: a name ``forecast.forecasters.make_forecaster`` knows; ``quantile``: the
+    ``forecaster``: a name ``atoll.forecast.forecasters.make_forecaster`` knows; ``quantile``: the
     planning quantile (one of the forecasters' ``QUANTILES``); ``horizon``: look-ahead bins.
     """
 

@@ -1,7 +1,7 @@
 """The fleet the live controller plans: templates, prices, node availability and the re-planner.
 
 Built from a solver scenario (``core``, ``extended``) exactly as :class:`envs.FleetEnv` builds
-it — same template library, prices, start-up weight and :class:`envs.planner.Replanner` — so a
+it — same template library, prices, start-up weight and :class:`atoll.envs.planner.Replanner` — so a
 policy trained in the env meets the same planner in production. A *fleet file* narrows it to
 what a user actually has:
 
@@ -24,21 +24,22 @@ from typing import Any
 
 import numpy as np
 
-from envs.config import FleetConfig
-from envs.fleet import StartupTimes
-from envs.fleet_env import _library
-from envs.planner import Replanner
-from solvers.catalog import load_catalog
-from solvers.problem import AllocationProblem, gpu_type_of
-from solvers.scenarios import SCENARIOS, ample_availability, scenario_prices
-from solvers.types import Template
+from atoll.envs.config import FleetConfig
+from atoll.envs.fleet import StartupTimes
+from atoll.envs.fleet_env import _library
+from atoll.envs.planner import Replanner
+from atoll.solvers.catalog import load_catalog
+from atoll.solvers.errors import InputError
+from atoll.solvers.problem import AllocationProblem, gpu_type_of
+from atoll.solvers.scenarios import SCENARIOS, ample_availability, scenario_prices
+from atoll.solvers.types import Template
 
 Cell = tuple[str, str]
 STEP_S = FleetConfig.step_s  # the env's decision step: start-up weight and since-re-optimization units
 FLEET_KEYS = ("scenario", "models", "prices", "availability")
 
 
-class FleetFileError(ValueError):
+class FleetFileError(InputError):
     """A fleet file that cannot be used; the message names the file, the entry and the fix."""
 
 

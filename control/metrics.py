@@ -4,7 +4,7 @@ A source's ``read()`` returns a :class:`MetricsSnapshot`: per model (label ``mod
 :class:`SeriesSample` per serving replica (its cumulative ``vllm:prompt_tokens_total`` and
 ``vllm:generation_tokens_total`` at the time that replica was sampled) and the gauges
 ``vllm:num_requests_waiting`` / ``vllm:num_requests_running`` summed over replicas (and
-``vllm:kv_cache_usage_perc``, averaged, when exported). :class:`control.rates.RateTracker`
+``vllm:kv_cache_usage_perc``, averaged, when exported). :class:`atoll.control.rates.RateTracker`
 turns successive snapshots into token rates; :func:`read_with_retry` retries a failed read
 with exponential backoff.
 
@@ -39,6 +39,8 @@ from typing import Any, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from atoll.solvers.errors import AtollError
+
 PROMPT = "vllm:prompt_tokens_total"
 GENERATION = "vllm:generation_tokens_total"
 WAITING = "vllm:num_requests_waiting"
@@ -50,7 +52,7 @@ MODEL_LABEL = "model_name"
 METRIC_NAMES: tuple[str, ...] = (PROMPT, GENERATION, WAITING, RUNNING, KV_USAGE, KV_USAGE_OLD)
 
 
-class MetricsUnavailable(Exception):
+class MetricsUnavailable(AtollError):
     """A metrics read failed as a whole (connection refused, time-out, HTTP error, bad body)."""
 
     def __init__(self, url: str, cause: str) -> None:

@@ -13,11 +13,13 @@ from typing import Any
 
 from rich.console import Console
 
+from atoll.solvers.errors import InputError
+
 # Human output never touches stdout: stdout is reserved for the JSON document.
 console = Console(stderr=True)
 
 
-class UserError(Exception):
+class UserError(InputError):
     """An error caused by the user's input; the CLI prints its message without a traceback."""
 
 

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from solvers.problem import Allocation
-from solvers.types import Template
+from atoll.solvers.errors import AtollError
+from atoll.solvers.problem import Allocation
+from atoll.solvers.types import Template
 
 TEMPLATE_FIELDS: tuple[str, ...] = ("service", "model", "phase", "region", "nodes", "stages", "throughput")
 
 
-class SinkError(Exception):
+class SinkError(AtollError):
     """A plan could not be delivered (or a sink spec is malformed); the message names the sink,
     the thing that failed and what to do."""
 
@@ -177,7 +178,7 @@ class PlanRecord:
 @dataclass(frozen=True)
 class SinkResult:
     """What one delivery did: the sink's name, whether it succeeded, the files or objects it
-    wrote and removed, a message, and the attempts it took (see ``control.sinks.deliver``)."""
+    wrote and removed, a message, and the attempts it took (see ``atoll.control.sinks.deliver``)."""
 
     sink: str
     ok: bool

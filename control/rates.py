@@ -1,4 +1,4 @@
-"""Token rates per model from successive :class:`~control.metrics.MetricsSnapshot` reads.
+"""Token rates per model from successive :class:`~atoll.control.metrics.MetricsSnapshot` reads.
 
 Pure logic: time comes only from the snapshots (their replicas' sample times), never from a
 clock, so tests script snapshots and times freely.
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from control.metrics import MetricsSnapshot, ModelMetrics, SeriesSample
+from atoll.control.metrics import MetricsSnapshot, ModelMetrics, SeriesSample
 
 
 class RateStatus(enum.StrEnum):

@@ -40,7 +40,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from forecast.workloads import DemandSeries
+from atoll.forecast.workloads import DemandSeries
 
 Fault = Literal["missing", "nan"]
 FAULTS: tuple[str, ...] = ("missing", "nan")

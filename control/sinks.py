@@ -2,7 +2,7 @@
 
 - ``json:DIR``: ``DIR/plan-<sequence:06d>.json`` per plan change plus ``DIR/latest.json``, each
   written atomically (temporary file + ``os.replace``);
-- ``k8s:DIR``: rendered Kubernetes Deployments (see ``control.k8s``), validated, stale ones
+- ``k8s:DIR``: rendered Kubernetes Deployments (see ``atoll.control.k8s``), validated, stale ones
   deleted;
 - ``k8s-apply[:NAMESPACE]``: server-side apply through the kubernetes client; a server-side
   dry run unless ``apply=True``.
@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from control.k8s import K8sApplySink, K8sManifestSink, K8sOptions
-from control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
+from atoll.control.k8s import K8sApplySink, K8sManifestSink, K8sOptions
+from atoll.control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
 
 __all__ = ["JsonDirSink", "K8sApplySink", "K8sManifestSink", "K8sOptions", "PlanRecord", "PlanSink",
            "SinkError", "SinkResult", "deliver", "make_sink"]

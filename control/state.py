@@ -16,15 +16,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from control.metrics import MetricsSnapshot
-from control.plans import PlanRecord, atomic_write_text
+from atoll.control.metrics import MetricsSnapshot
+from atoll.control.plans import PlanRecord, atomic_write_text
+from atoll.solvers.errors import AtollError
 
 STATE_VERSION = 1
 STATE_FILE = "controller-state.json"
 HISTORY_LIMIT = 2016  # a week of 5-minute intervals: enough for a daily-seasonal forecaster's refit
 
 
-class StateError(Exception):
+class StateError(AtollError):
     """The state file exists but cannot be used; the message names it and the fix."""
 
 
@@ -68,7 +69,7 @@ def _count(owner: str, name: str, value: Any) -> None:
 class ControllerState:
     """tick: ticks completed; last_tick_s: when the last one ended (controller clock, s);
     running: the last *delivered* plan, template key -> instances; plan_sequence: the last
-    plan number used; pending: a plan made but not yet delivered (see ``control.sinks.deliver``);
+    plan number used; pending: a plan made but not yet delivered (see ``atoll.control.sinks.deliver``);
     last_reoptimized: model -> tick of its last re-optimization; last_metrics: the rate
     tracker's baseline, so the first tick after a restart has rates; history: model -> recent
     per-interval demand, oldest first, at most ``history_limit`` points."""

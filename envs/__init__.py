@@ -5,4 +5,4 @@ from gymnasium.envs.registration import register, registry
 ENV_ID = "atoll/Fleet-v0"
 
 if ENV_ID not in registry:
-    register(id=ENV_ID, entry_point="envs.fleet_env:FleetEnv")
+    register(id=ENV_ID, entry_point="atoll.envs.fleet_env:FleetEnv")

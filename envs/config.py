@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from forecast.forecasters import FORECASTERS, QUANTILES
-from forecast.workloads import DemandSeries
-from solvers.types import Template
+from atoll.forecast.forecasters import FORECASTERS, QUANTILES
+from atoll.forecast.workloads import DemandSeries
+from atoll.solvers.types import Template
 
 AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot")
 PRICE_KINDS: tuple[str, ...] = ("on-demand", "spot")

@@ -24,9 +24,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from forecast.forecasters import QUANTILES, ForecastError, make_forecaster
-from forecast.workloads import DemandSeries, load_workload, n_model_scenario, scale_to_mean_rate
-from solvers.template_store import cache_root
+from atoll.forecast.forecasters import QUANTILES, ForecastError, make_forecaster
+from atoll.forecast.workloads import DemandSeries, load_workload, n_model_scenario, scale_to_mean_rate
+from atoll.solvers.errors import InputError
+from atoll.solvers.paths import cache_root
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ WARMUP_DAYS = 3  # two seasons to fit, a third to calibrate the forecaster's int
 FORMAT_VERSION = 3
 
 
-class DemandError(ValueError):
+class DemandError(InputError):
     """Bad demand settings; the message names the setting, its value and the fix."""
 
 
@@ -168,6 +169,6 @@ def _named_series(workload: str, n_models: int, mean_rate: float, step_s: float
 def workload_series(workload: str, models: Sequence[str], mean_rate: float,
                     step_s: float) -> tuple[DemandSeries, ...]:
     """The scenario's demand: ``servegen`` = ServeGen client groups (one per model, see
-    ``forecast.workloads.n_model_scenario``), or one workload name per model, comma-separated;
+    ``atoll.forecast.workloads.n_model_scenario``), or one workload name per model, comma-separated;
     each scaled to ``mean_rate`` req/s over the whole trace (the Coral paper's 10 / 25 req/s)."""
     return _named_series(workload, len(models), float(mean_rate), float(step_s))

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from solvers.models import get_model
-from solvers.problem import Allocation
-from solvers.types import ModelSpec, NodeConfig, Template
+from atoll.solvers.models import get_model
+from atoll.solvers.problem import Allocation
+from atoll.solvers.types import ModelSpec, NodeConfig, Template
 
 NODE_BOOT_S = 180.0  # VM boot + container start of a GPU node (3 min)
 WEIGHT_LOAD_GBS = 1.0  # weights pulled from object storage per node, GB/s

@@ -10,17 +10,17 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs.availability import SpotAvailability, StaticAvailability, load_spot_trace
-from envs.config import FleetConfig
-from envs.demand import DemandBook, build_book, workload_series
-from envs.fleet import FleetState, StartupTimes
-from envs.observation import Signals, build_observation, observation_space
-from envs.planner import PlanOutcome, Replanner
-from solvers.catalog import load_catalog
-from solvers.models import get_model
-from solvers.paths import shared_data_dir
-from solvers.problem import AllocationProblem, gpu_type_of
-from solvers.scenarios import (
+from atoll.envs.availability import SpotAvailability, StaticAvailability, load_spot_trace
+from atoll.envs.config import FleetConfig
+from atoll.envs.demand import DemandBook, build_book, workload_series
+from atoll.envs.fleet import FleetState, StartupTimes
+from atoll.envs.observation import Signals, build_observation, observation_space
+from atoll.envs.planner import PlanOutcome, Replanner
+from atoll.solvers.catalog import load_catalog
+from atoll.solvers.models import get_model
+from atoll.solvers.paths import shared_data_dir
+from atoll.solvers.problem import AllocationProblem, gpu_type_of
+from atoll.solvers.scenarios import (
     SCENARIOS,
     ample_availability,
     model_shapes,
@@ -28,7 +28,7 @@ from solvers.scenarios import (
     scenario_prices,
     scenario_templates,
 )
-from solvers.types import Template
+from atoll.solvers.types import Template
 
 Cell = tuple[str, str]
 INITIAL_PLANS = ("forecast", "peak")
@@ -72,7 +72,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     and are billed for ``drain_s`` more (those still starting are cancelled first, unbilled).
 
     **Observation** ``Box(float32)``, every entry in [0, 1] except time of day in [-1, 1]; the
-    table with units is ``envs.observation.MODEL_FEATURES`` / ``FLEET_FEATURES``: per model,
+    table with units is ``atoll.envs.observation.MODEL_FEATURES`` / ``FLEET_FEATURES``: per model,
     demand / ready capacity, forecast mean and upper over the look-ahead / planned capacity
     (ratios capped at 4 and divided by 4), starting share, steps since its last
     re-optimization, recent unserved share, cost share, preempted flag; then availability

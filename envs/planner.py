@@ -20,8 +20,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from solvers.allocation import solve_allocation
-from solvers.problem import Allocation, AllocationProblem, SolveStatus, model_of
+from atoll.solvers.allocation import solve_allocation
+from atoll.solvers.problem import Allocation, AllocationProblem, SolveStatus, model_of
 
 Cell = tuple[str, str]
 _SOLVED = (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE_TIME_LIMIT)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.rollout import Episode
+from atoll.envs.rollout import Episode
 
 
 def plot_episodes(episodes: Sequence[Episode], models: Sequence[str], out: Path, *, title: str = "") -> Path:

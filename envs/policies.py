@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from envs.observation import RATIO_CAP, model_feature
+from atoll.envs.observation import RATIO_CAP, model_feature
 
 LOST_SHARE = 0.01  # recent unserved share that counts as losing demand
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.fleet_env import FleetEnv
-from envs.policies import Policy
+from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.policies import Policy
 
 TOTAL_KEYS: tuple[str, ...] = ("cost_usd", "goodput_share", "slo_attainment", "usd_per_mtok",
                                "reoptimizations", "solver_seconds")

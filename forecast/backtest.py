@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from forecast.forecasters import DAY, MAX_H, ForecastError, check_history, make_forecaster
+from atoll.forecast.forecasters import DAY, MAX_H, ForecastError, check_history, make_forecaster
 
 HORIZONS: tuple[int, ...] = (1, 6, 12, 72)  # 5 min, 30 min, 1 h, 6 h at 5-min steps
 

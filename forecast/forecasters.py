@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from atoll.solvers.errors import InputError
+
 DAY = 288
 WEEK = 7 * DAY
 QUANTILES: tuple[float, ...] = (0.05, 0.1, 0.5, 0.9, 0.95)
@@ -59,7 +61,7 @@ ACI_ALPHA_RANGE = (0.002, 0.6)
 OUTAGE_FRACTION = 0.1
 
 
-class ForecastError(ValueError):
+class ForecastError(InputError):
     """Bad forecaster input; the message names the problem and the fix."""
 
 

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from forecast.workloads import AZURE_TRACES, WorkloadError, shared_data_dir
+from atoll.forecast.workloads import AZURE_TRACES, WorkloadError
+from atoll.solvers.paths import shared_data_dir
 
 # Order of alternation: model 0 gets the first trace, model 1 the second, and so on.
 ASSIGNMENT_ORDER: tuple[str, ...] = ("code", "conv")

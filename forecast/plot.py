@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from forecast.forecasters import make_forecaster
-from forecast.workloads import DemandSeries
+from atoll.forecast.forecasters import make_forecaster
+from atoll.forecast.workloads import DemandSeries
 
 
 def plot_forecast(series: DemandSeries, *, forecaster: str, origin_step: int, horizon: int,

@@ -24,7 +24,6 @@ import gzip
 import json
 import logging
 import math
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +33,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from atoll.solvers.errors import InputError
+from atoll.solvers.paths import shared_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +49,8 @@ AZURE_TRACES = {"code": "AzureLLMInferenceTrace_code.csv", "conv": "AzureLLMInfe
 DAY_S = 86400
 
 
-class WorkloadError(ValueError):
+class WorkloadError(InputError):
     """Bad workload input; the message names the thing, its value and the fix."""
-
-
-def shared_data_dir() -> Path:
-    env = os.environ.get("ATOLL_SHARED_DATA")
-    path = Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "data"
-    if not path.is_dir():
-        raise FileNotFoundError(f"shared data folder not found: {path} — set ATOLL_SHARED_DATA to "
-                                f"the folder that holds the public data sets")
-    return path
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,8 @@ from dataclasses import dataclass
 import numpy as np
 import pulp
 
-from solvers.highs_warm import WarmHiGHS
-from solvers.problem import (
+from atoll.solvers.highs_warm import WarmHiGHS
+from atoll.solvers.problem import (
     Allocation,
     AllocationProblem,
     AllocationResult,
@@ -73,7 +73,7 @@ class _Instance:
     """What one ILP round needs: free and fixed templates, the availability rows enforced in
     this round (``rows``), bounds, and the templates left after dominance pruning.
 
-    Works on the problem's :class:`~solvers.problem.TemplateIndex` arrays: a round touches every
+    Works on the problem's :class:`~atoll.solvers.problem.TemplateIndex` arrays: a round touches every
     template of a 1e5-template library, and per-template Python was most of the solve time."""
 
     def __init__(self, problem: AllocationProblem, rows: frozenset[tuple[str, str]] | None = None,

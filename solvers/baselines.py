@@ -24,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from solvers.allocation import solve_allocation
-from solvers.evaluate import PlanEvaluation, evaluate_plan
-from solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus, model_of
-from solvers.registry import Registry
-from solvers.types import Template
+from atoll.solvers.allocation import solve_allocation
+from atoll.solvers.evaluate import PlanEvaluation, evaluate_plan
+from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus, model_of
+from atoll.solvers.registry import Registry
+from atoll.solvers.types import Template
 
 FEASIBLE = "feasible"  # status of a heuristic plan: no optimality claim
 

@@ -1,6 +1,6 @@
 """Regenerate ``solvers/data/catalog.json`` from the public data in ``../shared/data``.
 
-Run ``python -m solvers.build_catalog [--data DIR]``. Every value in the output records where it
+Run ``python -m atoll.solvers.build_catalog [--data DIR]``. Every value in the output records where it
 came from; the package reads only the output file, never ``../shared/data``.
 
 Choices (each is recorded in the table's ``notes``):
@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from solvers.paths import CATALOG_PATH, shared_data_dir
+from atoll.solvers.paths import CATALOG_PATH, shared_data_dir
 
 GPU_NAMES = ("T4", "L4", "A10G", "L40S", "V100", "A100-40GB", "A100-80GB", "H100", "H200")
 COUNTS = (1, 2, 4, 8)
@@ -250,7 +250,7 @@ def build(data: Path) -> dict[str, Any]:
         + ", ".join(f"{g} {r:.2f}" for g, r in spot_ratio.items())
     )
     return {
-        "generated_by": "python -m solvers.build_catalog",
+        "generated_by": "python -m atoll.solvers.build_catalog",
         "sources": {
             "gpu-specs-epoch-ai": "Epoch AI, Machine Learning Hardware (CC-BY 4.0)",
             "gpu-specs-winston": "github.com/winston-zhang-orz/gpu-specs (Apache-2.0)",

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from solvers.catalog import load_catalog
-from solvers.paths import PERF_FACTORS_PATH, shared_data_dir
-from solvers.perf import SIBLING, PerfFactors, load_factors, step_terms
-from solvers.profiles import DATASETS, Observation, load_observations
+from atoll.solvers.catalog import load_catalog
+from atoll.solvers.paths import PERF_FACTORS_PATH, shared_data_dir
+from atoll.solvers.perf import SIBLING, PerfFactors, load_factors, step_terms
+from atoll.solvers.profiles import DATASETS, Observation, load_observations
 
 HELDOUT_FRACTION = 0.3
 LOGO_RELATIVE = {"T4": "L4", "L4": "T4", "V100": "A100", "A100": "V100", "H100": "A100"}

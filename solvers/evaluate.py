@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from solvers.problem import Allocation, AllocationProblem, gpu_type_of, served_shares
+from atoll.solvers.problem import Allocation, AllocationProblem, gpu_type_of, served_shares
 
 _TOL = 1e-6
 

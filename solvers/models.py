@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from solvers.registry import Registry
-from solvers.types import ModelSpec, Slo
+from atoll.solvers.registry import Registry
+from atoll.solvers.types import ModelSpec, Slo
 
 # MXFP4 checkpoints: experts in 4.25-bit MXFP4, attention and embeddings in bf16; the
 # effective bytes/param is checkpoint size / parameter count (13.8 GB / 20.9 B, 65 GB / 116.8 B).

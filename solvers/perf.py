@@ -20,7 +20,7 @@ batches b sequences (throughput b / step), prefill batches k whole prompts (k·L
 smallest useful batch is one sequence (decode) or one whole prompt (prefill).
 
 The efficiency factors ``eta_c, eta_m`` per GPU, ``t_layer``, ``eta_link`` and the all-reduce
-latency are fitted to measured public profiles by :mod:`solvers.calibrate`; GPUs with no
+latency are fitted to measured public profiles by :mod:`atoll.solvers.calibrate`; GPUs with no
 measurements borrow the factors of their architecture sibling (:data:`SIBLING`).
 """
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from solvers.paths import PERF_FACTORS_PATH
-from solvers.types import ModelSpec, NodeConfig, Phase
+from atoll.solvers.paths import PERF_FACTORS_PATH
+from atoll.solvers.types import ModelSpec, NodeConfig, Phase
 
 MEM_UTILIZATION = 0.90  # vLLM's default gpu_memory_utilization
 RESERVE_GB_PER_GPU = 1.0  # CUDA context, activations, fragmentation

@@ -32,8 +32,8 @@ from functools import cache
 
 import numpy as np
 
-from solvers.perf import PerfFactors, RequestShape, load_factors, node_profile
-from solvers.types import ModelSpec, NodeConfig, Phase, Stage
+from atoll.solvers.perf import PerfFactors, RequestShape, load_factors, node_profile
+from atoll.solvers.types import ModelSpec, NodeConfig, Phase, Stage
 
 DEFAULT_SHAPE = RequestShape()
 

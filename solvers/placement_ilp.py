@@ -1,4 +1,4 @@
-"""The placement ILP of the Coral paper: an independent oracle for :mod:`solvers.placement`.
+"""The placement ILP of the Coral paper: an independent oracle for :mod:`atoll.solvers.placement`.
 
 For each stage count S (the per-stage budget budget/S fixes the node profiles p_S):
 
@@ -20,9 +20,9 @@ from collections.abc import Sequence
 
 import pulp
 
-from solvers.perf import PerfFactors, RequestShape
-from solvers.placement import DEFAULT_SHAPE, Placement, ProfileTable, profile_table, to_stages
-from solvers.types import ModelSpec, NodeConfig, Phase, Stage
+from atoll.solvers.perf import PerfFactors, RequestShape
+from atoll.solvers.placement import DEFAULT_SHAPE, Placement, ProfileTable, profile_table, to_stages
+from atoll.solvers.types import ModelSpec, NodeConfig, Phase, Stage
 
 SOLVERS = ("highs", "cbc")
 
@@ -96,7 +96,7 @@ def solve_placement(model: ModelSpec, configs: Sequence[NodeConfig], phase: Phas
                     shape: RequestShape = DEFAULT_SHAPE, factors: PerfFactors | None = None,
                     solver: str = "highs", time_limit: float | None = None,
                     ) -> tuple[float, tuple[Stage, ...]]:
-    """Same contract as :func:`solvers.placement.best_placement`, solved as ILPs (one per S)."""
+    """Same contract as :func:`atoll.solvers.placement.best_placement`, solved as ILPs (one per S)."""
     if not configs:
         raise ValueError("configs: a placement needs at least one node config")
     if solver not in SOLVERS:

@@ -2,7 +2,7 @@
 
 An :class:`Allocation` is an integer count of instances per template key; an
 :class:`AllocationProblem` is everything the online stage needs to choose one; an
-:class:`AllocationResult` is a solved plan with its metadata. ``solvers.allocation`` re-exports
+:class:`AllocationResult` is a solved plan with its metadata. ``atoll.solvers.allocation`` re-exports
 all of them.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from solvers.types import Template
+from atoll.solvers.types import Template
 
 MODES = ("cost", "goodput")
 RegionConfig = tuple[str, str]

@@ -20,10 +20,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from solvers.catalog import Catalog
-from solvers.models import get_model
-from solvers.perf import kv_capacity_tokens
-from solvers.types import ModelSpec, NodeConfig, Phase
+from atoll.solvers.catalog import Catalog
+from atoll.solvers.models import get_model
+from atoll.solvers.perf import kv_capacity_tokens
+from atoll.solvers.types import ModelSpec, NodeConfig, Phase
 
 HELIX_MACHINES = {"a100": ("A100-40GB", 1), "v100": ("V100", 1), "l4": ("L4", 1),
                   "l4x2": ("L4", 2), "t4": ("T4", 1), "t4x2": ("T4", 2), "t4x4": ("T4", 4)}

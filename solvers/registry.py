@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from atoll.solvers.errors import UnknownNameError
+
+__all__ = ["Registry", "UnknownNameError"]
+
 V = TypeVar("V")
-
-
-class UnknownNameError(KeyError):
-    """An unknown name; the message lists the valid ones."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0])
 
 
 class Registry(dict[str, V]):

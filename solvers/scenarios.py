@@ -31,14 +31,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from solvers.allocation import solve_allocation
-from solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, load_catalog
-from solvers.models import DEFAULT_MODELS, get_model
-from solvers.paths import shared_data_dir
-from solvers.perf import RequestShape
-from solvers.problem import AllocationProblem, SolveStatus
-from solvers.registry import Registry, UnknownNameError
-from solvers.types import NODE_GPU_COUNTS, Phase, Service, Template
+from atoll.solvers.allocation import solve_allocation
+from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, load_catalog
+from atoll.solvers.models import DEFAULT_MODELS, get_model
+from atoll.solvers.paths import shared_data_dir
+from atoll.solvers.perf import RequestShape
+from atoll.solvers.problem import AllocationProblem, SolveStatus
+from atoll.solvers.registry import Registry, UnknownNameError
+from atoll.solvers.types import NODE_GPU_COUNTS, Phase, Service, Template
 
 AMPLE_NODES = 1000
 AVAILABILITIES: tuple[str, ...] = ("ample", "scarce")
@@ -153,7 +153,7 @@ def ample_availability(spec: ScenarioSpec) -> dict[tuple[str, str], int]:
 
 def library_spec(spec: ScenarioSpec) -> Any:
     """The scenario's ``LibrarySpec`` with each model's own request shape."""
-    lib: Any = importlib.import_module("solvers.templates")
+    lib: Any = importlib.import_module("atoll.solvers.templates")
     shapes = tuple(request_shapes(spec).items())
     base = lib.SCENARIO_LIBRARIES.get(spec.name)
     if base is not None:
@@ -165,7 +165,7 @@ def library_spec(spec: ScenarioSpec) -> Any:
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
                        progress: bool = False) -> tuple[Template, ...]:
     """The scenario's template library (built once, then read from the on-disk cache)."""
-    lib: Any = importlib.import_module("solvers.templates")
+    lib: Any = importlib.import_module("atoll.solvers.templates")
     library = lib.build_library(library_spec(spec), cache_dir=cache_dir, workers=workers, progress=progress)
     return tuple(library.templates)
 

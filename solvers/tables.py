@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from solvers.catalog import DEFAULT_REGIONS, Catalog
-from solvers.perf import PerfFactors, RequestShape, load_factors, max_layers_that_fit, node_profile
-from solvers.types import ModelSpec, NodeConfig, Phase
+from atoll.solvers.catalog import DEFAULT_REGIONS, Catalog
+from atoll.solvers.perf import PerfFactors, RequestShape, load_factors, max_layers_that_fit, node_profile
+from atoll.solvers.types import ModelSpec, NodeConfig, Phase
 
 
 def catalog_document(catalog: Catalog, regions: Sequence[str] = DEFAULT_REGIONS) -> dict[str, Any]:

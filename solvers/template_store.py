@@ -22,25 +22,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from solvers.paths import REPO_ROOT
-from solvers.types import Phase, Service, Stage, Template
+from atoll.solvers.errors import InputError
+from atoll.solvers.paths import cache_root
+from atoll.solvers.types import Phase, Service, Stage, Template
 
 # Bump when the enumeration, placement or dominance rules change what a build produces.
 CODE_VERSION = 1
 FORMAT = "atoll-template-job"
-ENV_CACHE_DIR = "ATOLL_CACHE_DIR"
 
 log = logging.getLogger(__name__)
 
 
-def cache_root() -> Path:
-    """``$ATOLL_CACHE_DIR`` if the variable is set, else ``<repo>/cache`` (templates, forecasts)."""
-    root = os.environ.get(ENV_CACHE_DIR)
-    return Path(root) if root else REPO_ROOT / "cache"
-
-
 def default_cache_dir() -> Path:
-    """``$ATOLL_CACHE_DIR/templates`` if the variable is set, else ``<repo>/cache/templates``."""
+    """``templates/`` under :func:`atoll.solvers.paths.cache_root`."""
     return cache_root() / "templates"
 
 
@@ -75,7 +69,7 @@ def template_from_json(data: Mapping[str, Any]) -> Template:
         raise ValueError(f"template JSON: malformed field ({exc})") from exc
 
 
-class CacheCorrupt(ValueError):
+class CacheCorrupt(InputError):
     """A cache file that exists but cannot be trusted."""
 
 

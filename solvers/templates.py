@@ -4,7 +4,7 @@ For each service (model x phase, budget = the model's TTFT or TPOT SLO) and regi
 the multisets of node configs the region sells (restricted to the chosen GPU types) with at most
 ``n_max`` nodes, total GPU memory below ``rho`` x the model's weights, and enough memory to hold
 the model (total memory >= weights and the nodes' :func:`max_layers_that_fit` sum to >= layers);
-place each exactly (:mod:`solvers.placement`, every node used); drop dominated templates.
+place each exactly (:mod:`atoll.solvers.placement`, every node used); drop dominated templates.
 
 Dominance: B dominates A (same service and region) if B has no more nodes of any config and at
 least A's throughput. Throughput never decreases when a node is added (put it in any stage as a
@@ -12,7 +12,7 @@ data-parallel copy), so A is dominated iff some A minus one node has throughput 
 those immediate sub-multisets is exact. Of an exact tie the smaller multiset is kept.
 
 A job is one (service, region); jobs run in local worker processes (default) or on a Ray cluster
-and are cached on disk one file per job (:mod:`solvers.template_store`).
+and are cached on disk one file per job (:mod:`atoll.solvers.template_store`).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, load_catalog
-from solvers.models import DEFAULT_MODELS, get_model
-from solvers.perf import PerfFactors, RequestShape, load_factors, max_layers_that_fit
-from solvers.placement import best_placement, profile_table, solve, to_stages
-from solvers.registry import UnknownNameError
-from solvers.template_store import (
+from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, load_catalog
+from atoll.solvers.models import DEFAULT_MODELS, get_model
+from atoll.solvers.perf import PerfFactors, RequestShape, load_factors, max_layers_that_fit
+from atoll.solvers.placement import best_placement, profile_table, solve, to_stages
+from atoll.solvers.registry import UnknownNameError
+from atoll.solvers.template_store import (
     CODE_VERSION,
     TemplateStore,
     default_cache_dir,
@@ -40,7 +40,7 @@ from solvers.template_store import (
     template_from_json,
     template_to_json,
 )
-from solvers.types import ModelSpec, NodeConfig, Phase, Service, Stage, Template
+from atoll.solvers.types import ModelSpec, NodeConfig, Phase, Service, Stage, Template
 
 __all__ = ["SCENARIO_LIBRARIES", "LibrarySpec", "TemplateJob", "TemplateLibrary", "best_placement",
            "build_library", "default_cache_dir", "enumerate_multisets", "remove_dominated", "run_job"]
@@ -154,7 +154,7 @@ class LibrarySpec:
         return out
 
 
-# Library specs of the evaluation scenarios (solvers.scenarios adds per-model request shapes).
+# Library specs of the evaluation scenarios (atoll.solvers.scenarios adds per-model request shapes).
 SCENARIO_LIBRARIES: dict[str, LibrarySpec] = {
     "core": LibrarySpec(models=("Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"), gpu_types=("L4", "A10G", "L40S"),
                         regions=("aws:us-east-2", "aws:ap-northeast-2")),

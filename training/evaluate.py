@@ -3,7 +3,7 @@
 Every policy runs on the same FleetEnv configuration (hence the same demand and forecasts) for
 each seed; a seed fixes the spot-availability offsets and preemption draws, so policy A and
 policy B meet the same availability in run ``seed``. Results are the totals of
-``envs.rollout.Episode.totals`` per seed, summarized as mean and (population) std over seeds.
+``atoll.envs.rollout.Episode.totals`` per seed, summarized as mean and (population) std over seeds.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from envs.fleet_env import FleetEnv
-from envs.policies import Policy, make_policy
-from envs.rollout import TOTAL_KEYS, Episode, run_policy
+from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.policies import Policy, make_policy
+from atoll.envs.rollout import TOTAL_KEYS, Episode, run_policy
 
 SUMMARY_KEYS: tuple[str, ...] = (*TOTAL_KEYS, "solves", "preemptions", "goodput_tokens", "demand_tokens")
 
 
 def resolve_policy(spec: str, n_models: int) -> Policy:
-    """``learned:<model uri>`` loads a logged policy; anything else is a rule (envs.policies)."""
+    """``learned:<model uri>`` loads a logged policy; anything else is a rule (atoll.envs.policies)."""
     if spec.startswith("learned:"):
-        from training.policy_model import load_policy
+        from atoll.training.policy_model import load_policy
 
         uri = spec.split(":", 1)[1]
         if not uri:

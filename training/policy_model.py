@@ -269,7 +269,7 @@ def log_policy(
 
 
 class LoadedPolicy:
-    """A logged policy with the rule policies' interface (``envs.policies.Policy``): ``name``,
+    """A logged policy with the rule policies' interface (``atoll.envs.policies.Policy``): ``name``,
     ``act(observation, info) -> action`` and ``reset_options() -> dict``."""
 
     def __init__(self, pyfunc_model: PyFuncModel, uri: str, name: str = "learned") -> None:
@@ -280,7 +280,7 @@ class LoadedPolicy:
         if self.metadata.get("policy_format") != _POLICY_FORMAT:
             found = self.metadata.get("policy_format")
             raise ValueError(
-                f"{uri} is not a policy logged by training.policy_model.log_policy "
+                f"{uri} is not a policy logged by atoll.training.policy_model.log_policy "
                 f"(metadata policy_format={found!r}, expected {_POLICY_FORMAT!r})"
             )
         self.observation_size = int(self.metadata["observation_size"])

@@ -23,13 +23,13 @@ import numpy as np
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from envs.config import FleetConfig
-from envs.fleet_env import FleetEnv
-from envs.plot import plot_episodes
-from training.evaluate import PolicyResult, comparison_rows, evaluate_policies, markdown_table
-from training.mlflow_output import make_logger
-from training.policy_model import log_policy
-from training.train import TrainSettings, train_policy
+from atoll.envs.config import FleetConfig
+from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.plot import plot_episodes
+from atoll.training.evaluate import PolicyResult, comparison_rows, evaluate_policies, markdown_table
+from atoll.training.mlflow_output import make_logger
+from atoll.training.policy_model import log_policy
+from atoll.training.train import TrainSettings, train_policy
 
 EXPERIMENT = "atoll"
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"

@@ -2,7 +2,7 @@
 
 The loop is SB3's own: ``PPO("MlpPolicy")`` on a ``DummyVecEnv`` of FleetEnvs wrapped in
 ``VecNormalize`` (observations and rewards), on CPU with one torch thread. Metrics leave through
-the SB3 logger the caller passes (``training.mlflow_output`` makes one that writes to MLflow), so
+the SB3 logger the caller passes (``atoll.training.mlflow_output`` makes one that writes to MLflow), so
 this module never imports MLflow.
 
 Bootstrapping (optional, ``bootstrap_steps`` > 0): before PPO, the policy network is fitted by
@@ -25,9 +25,9 @@ from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-from envs.config import FleetConfig
-from envs.fleet_env import FleetEnv
-from envs.policies import make_policy
+from atoll.envs.config import FleetConfig
+from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.policies import make_policy
 
 
 @dataclass(frozen=True)

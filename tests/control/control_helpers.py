@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from forecast.workloads import DemandSeries
+from atoll.forecast.workloads import DemandSeries
 
 
 def tiny_series(name: str, rates: list[float], input_tokens: float = 100.0, output_tokens: float = 20.0,

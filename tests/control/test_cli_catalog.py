@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from control.cli import main
+from atoll.control.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from control_helpers import tiny_series
 
-from control.cli import main
-from control.cli_control import LoopSummary, parse_interval, run_loop
-from control.controller import Decision, TickReport
-from control.output import UserError
-from control.replay import ReplayExporter
-from control.state import load_state
+from atoll.control.cli import main
+from atoll.control.cli_control import LoopSummary, parse_interval, run_loop
+from atoll.control.controller import Decision, TickReport
+from atoll.control.output import UserError
+from atoll.control.replay import ReplayExporter
+from atoll.control.state import load_state
 
 CORE = ("Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B")
 
@@ -130,7 +130,8 @@ def replay() -> ReplayExporter:
 
 
 def _controller(replay: ReplayExporter, tmp_path: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "control.cli", "control", "--scrape", replay.url, "--scenario", "core",
+    return [sys.executable, "-m", "atoll.control.cli", "control", "--scrape", replay.url,
+            "--scenario", "core",
             "--policy", "fixed:1", "--state", str(tmp_path / "state"), "--sink", f"json:{tmp_path / 'plans'}",
             "--interval", "60s", "--time-scale", "60", *extra]
 

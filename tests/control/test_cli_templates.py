@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from control import cli, cli_templates
+from atoll.control import cli, cli_templates
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from control_helpers import FakeClock
 
-from control.controller import Controller, ControllerSettings
-from control.live_fleet import LiveFleet
-from control.metrics import (
+from atoll.control.controller import Controller, ControllerSettings
+from atoll.control.live_fleet import LiveFleet
+from atoll.control.metrics import (
     GENERATION,
     PROMPT,
     RUNNING,
@@ -21,13 +21,13 @@ from control.metrics import (
     MetricsUnavailable,
     assemble,
 )
-from control.plans import PlanRecord, SinkError, SinkResult
-from control.sinks import JsonDirSink
-from control.state import load_state
-from envs.planner import PlanOutcome
-from envs.policies import make_policy
-from solvers.problem import Allocation, SolveStatus
-from solvers.types import Phase, Service, Stage, Template
+from atoll.control.plans import PlanRecord, SinkError, SinkResult
+from atoll.control.sinks import JsonDirSink
+from atoll.control.state import load_state
+from atoll.envs.planner import PlanOutcome
+from atoll.envs.policies import make_policy
+from atoll.solvers.problem import Allocation, SolveStatus
+from atoll.solvers.types import Phase, Service, Stage, Template
 
 USE2 = "aws:us-east-2"
 MODELS = ("Phi-4-14B", "GPT-OSS-20B")

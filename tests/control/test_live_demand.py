@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from control.live_demand import RECENT_MARGIN, LiveForecast, bin_history
-from control.live_fleet import FleetFileError, load_fleet_file
-from control.state import HistoryPoint
+from atoll.control.live_demand import RECENT_MARGIN, LiveForecast, bin_history
+from atoll.control.live_fleet import FleetFileError, load_fleet_file
+from atoll.control.state import HistoryPoint
 
 
 def points(times: list[float], prompt: list[float], gen: list[float] | None = None

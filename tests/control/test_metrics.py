@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from control_helpers import FakeClock, ScriptedHttp, closed_port
 
-from control.metrics import (
+from atoll.control.metrics import (
     GENERATION,
     PROMPT,
     MetricsSnapshot,
@@ -22,7 +22,7 @@ from control.metrics import (
     SeriesSample,
     read_with_retry,
 )
-from control.rates import RateStatus, RateTracker
+from atoll.control.rates import RateStatus, RateTracker
 
 
 def snap(t: float, **models: tuple[float, float] | list[tuple[str, float, float]] | None) -> MetricsSnapshot:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from control_helpers import PrometheusServer, tiny_series
 
-from control.metrics import PrometheusSource
-from control.rates import RateReport, RateStatus, RateTracker
-from control.replay import ReplayExporter
+from atoll.control.metrics import PrometheusSource
+from atoll.control.rates import RateReport, RateStatus, RateTracker
+from atoll.control.replay import ReplayExporter
 
 SPEEDUP = 60.0
 
@@ -55,10 +55,10 @@ def test_prometheus_scrapes_the_replay_and_rates_match_the_trace(
 
 def test_the_controller_reads_prometheus_and_writes_plans(start_prometheus: Callable[..., PrometheusServer],
                                                            tmp_path: Path) -> None:
-    from control.controller import Controller, ControllerSettings
-    from control.live_fleet import LiveFleet
-    from control.sinks import make_sink
-    from envs.policies import make_policy
+    from atoll.control.controller import Controller, ControllerSettings
+    from atoll.control.live_fleet import LiveFleet
+    from atoll.control.sinks import make_sink
+    from atoll.envs.policies import make_policy
 
     models = ["Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"]
     series = [tiny_series(f"w{i}", [2.0 + i] * 200, input_tokens=500, output_tokens=50) for i in range(3)]

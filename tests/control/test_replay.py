@@ -17,10 +17,10 @@ import pytest
 from control_helpers import FakeClock, tiny_series
 from prometheus_client.parser import text_string_to_metric_families
 
-from control.cli_replay import add_parser, build_exporter
-from control.metrics import GENERATION, PROMPT, MetricsUnavailable, ScrapeSource
-from control.output import UserError
-from control.replay import ReplayExporter, ReplayTrace
+from atoll.control.cli_replay import add_parser, build_exporter
+from atoll.control.metrics import GENERATION, PROMPT, MetricsUnavailable, ScrapeSource
+from atoll.control.output import UserError
+from atoll.control.replay import ReplayExporter, ReplayTrace
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -144,7 +144,7 @@ def test_cli_argument_errors(tmp_path: Path) -> None:
 
 def test_cli_json_then_serves_until_sigterm(tmp_path: Path) -> None:
     log = _request_log(tmp_path)
-    code = ("import argparse, sys\nfrom control.cli_replay import add_parser\n"
+    code = ("import argparse, sys\nfrom atoll.control.cli_replay import add_parser\n"
             "p = argparse.ArgumentParser(); add_parser(p.add_subparsers())\n"
             "a = p.parse_args(sys.argv[1:]); sys.exit(a.handler(a))\n")
     proc = subprocess.Popen([sys.executable, "-c", code, "replay", "--workload", f"csv:{log}#a,csv:{log}#b",

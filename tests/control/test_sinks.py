@@ -11,7 +11,7 @@ import pytest
 import yaml
 from control_helpers import closed_port
 
-from control.k8s import (
+from atoll.control.k8s import (
     GPU_COUNT_LABEL,
     GPU_PRODUCT_LABEL,
     REGION_LABEL,
@@ -19,10 +19,10 @@ from control.k8s import (
     render_deployments,
     validate_deployment,
 )
-from control.plans import PlanRecord, SinkError, SinkResult
-from control.sinks import JsonDirSink, K8sApplySink, K8sManifestSink, deliver, make_sink
-from solvers.problem import Allocation
-from solvers.types import Phase, Service, Stage, Template
+from atoll.control.plans import PlanRecord, SinkError, SinkResult
+from atoll.control.sinks import JsonDirSink, K8sApplySink, K8sManifestSink, deliver, make_sink
+from atoll.solvers.problem import Allocation
+from atoll.solvers.types import Phase, Service, Stage, Template
 
 MIXED = Template(Service("Llama-3-70B", Phase.DECODE), "aws:us-east-2", (("1xL4", 1), ("4xL40S", 3)),
                  (Stage(8, ("1xL4",)), Stage(72, ("4xL40S", "4xL40S", "4xL40S"))), 900.0)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from control.metrics import MetricsSnapshot, ModelMetrics, SeriesSample
-from control.plans import PlanRecord
-from control.state import (
+from atoll.control.metrics import MetricsSnapshot, ModelMetrics, SeriesSample
+from atoll.control.plans import PlanRecord
+from atoll.control.state import (
     STATE_FILE,
     ControllerState,
     HistoryPoint,
@@ -77,7 +77,7 @@ def test_crash_between_temp_write_and_rename_keeps_the_old_state(tmp_path: Path,
     def crash(src: str, dst: str) -> None:
         raise OSError("simulated crash before the rename")
 
-    monkeypatch.setattr("control.plans.os.replace", crash)
+    monkeypatch.setattr("atoll.control.plans.os.replace", crash)
     with pytest.raises(OSError, match="simulated crash"):
         save_state(tmp_path, ControllerState(tick=2, running={"k": 5}))
     monkeypatch.undo()
@@ -87,7 +87,7 @@ def test_crash_between_temp_write_and_rename_keeps_the_old_state(tmp_path: Path,
 
 
 def test_kill_9_while_saving_leaves_a_readable_state(tmp_path: Path) -> None:
-    code = ("import sys\nfrom control.state import ControllerState, save_state\n"
+    code = ("import sys\nfrom atoll.control.state import ControllerState, save_state\n"
             "for i in range(100000):\n"
             "    running = {f'k{j}': i + 1 for j in range(200)}\n"
             "    save_state(sys.argv[1], ControllerState(tick=i, running=running))\n"

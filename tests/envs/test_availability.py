@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs.availability import (
+from atoll.envs.availability import (
     SPOT_TRACES,
     SpotAvailability,
     SpotTrace,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.fleet import FleetState, node_hours_cost, startup_seconds
-from solvers.catalog import load_catalog
-from solvers.models import get_model
-from solvers.problem import Allocation
-from solvers.types import Phase, Service, Stage, Template
+from atoll.envs.fleet import FleetState, node_hours_cost, startup_seconds
+from atoll.solvers.catalog import load_catalog
+from atoll.solvers.models import get_model
+from atoll.solvers.problem import Allocation
+from atoll.solvers.types import Phase, Service, Stage, Template
 
 SVC = Service("Phi-4-14B", Phase.DECODE)
 A = Template(SVC, "r", (("1xL4", 2),), (Stage(20, ("1xL4",)), Stage(20, ("1xL4",))), 100.0)

@@ -9,14 +9,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs
-from envs.config import FleetConfig, RewardWeights
-from envs.demand import DemandError
-from envs.fleet_env import FleetEnv
-from envs.policies import make_policy
-from envs.rollout import run_policy
-from forecast.workloads import DemandSeries
-from solvers.types import Phase, Service, Stage, Template
+from atoll import envs
+from atoll.envs.config import FleetConfig, RewardWeights
+from atoll.envs.demand import DemandError
+from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.policies import make_policy
+from atoll.envs.rollout import run_policy
+from atoll.forecast.workloads import DemandSeries
+from atoll.solvers.types import Phase, Service, Stage, Template
 
 MODEL = "Phi-4-14B"  # 40 layers of 0.735 GB; scenario shape: 2047.85 input / 27.88 output tokens
 USE2 = "aws:us-east-2"

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from control.cli import main
-from forecast.backtest import backtest
-from forecast.forecasters import DAY
+from atoll.control.cli import main
+from atoll.forecast.backtest import backtest
+from atoll.forecast.forecasters import DAY
 
 
 def test_naive_on_a_repeating_series_is_perfect() -> None:

@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from forecast import forecasters as fmod
-from forecast.forecasters import DAY, QUANTILES, ForecastError, HoltWinters, make_forecaster
+from atoll.forecast import forecasters as fmod
+from atoll.forecast.forecasters import DAY, QUANTILES, ForecastError, HoltWinters, make_forecaster
 
 SEASON = 48  # a short season keeps statsmodels fits fast
 

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forecast import forecasters as fmod
-from forecast.forecasters import ForecastError, make_forecaster
+from atoll.forecast import forecasters as fmod
+from atoll.forecast.forecasters import ForecastError, make_forecaster
 
 SEASON = 24
 

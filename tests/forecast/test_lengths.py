@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forecast.lengths import LengthStats, assign_azure_lengths, azure_length_stats
-from forecast.workloads import WorkloadError
+from atoll.forecast.lengths import LengthStats, assign_azure_lengths, azure_length_stats
+from atoll.forecast.workloads import WorkloadError
 
 
 def test_stats_match_the_source_files(shared_data: Path) -> None:
@@ -52,7 +52,7 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
 
 
 def test_load_workload_days_and_frame(shared_data: Path) -> None:
-    from forecast.workloads import load_workload
+    from atoll.forecast.workloads import load_workload
 
     full = load_workload("servegen:m-large", data=shared_data)
     week2 = load_workload("servegen:m-large", data=shared_data, days=range(8, 15))

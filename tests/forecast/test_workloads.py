@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from forecast.workloads import (
+from atoll.forecast.workloads import (
     WorkloadError,
     load_azure,
     load_request_log,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 import random
 
-from solvers.evaluate import evaluate_plan
-from solvers.problem import Allocation, AllocationProblem
-from solvers.types import Phase, Service, Stage, Template
+from atoll.solvers.evaluate import evaluate_plan
+from atoll.solvers.problem import Allocation, AllocationProblem
+from atoll.solvers.types import Phase, Service, Stage, Template
 
 CONFIGS = ("1xA", "2xA", "1xB")
 

@@ -5,10 +5,10 @@ import pulp
 import pytest
 from alloc_instances import brute_force, random_problem, template
 
-from solvers.allocation import Allocation, AllocationProblem, SolveStatus, solve_allocation
-from solvers.evaluate import evaluate_plan
-from solvers.highs_warm import WarmHiGHS
-from solvers.types import Phase, Stage, Template
+from atoll.solvers.allocation import Allocation, AllocationProblem, SolveStatus, solve_allocation
+from atoll.solvers.evaluate import evaluate_plan
+from atoll.solvers.highs_warm import WarmHiGHS
+from atoll.solvers.types import Phase, Stage, Template
 
 R = "r1"
 

@@ -1,4 +1,4 @@
-"""Per-block solves of the cost-mode allocation ILP (``solvers.allocation._blocks``): exact
+"""Per-block solves of the cost-mode allocation ILP (``atoll.solvers.allocation._blocks``): exact
 against brute force and against the joint ILP, joint when a built availability row couples
 services, and the round's status, bound, start status and extraction put back together."""
 
@@ -11,10 +11,10 @@ import highspy
 import pytest
 from alloc_instances import CONFIGS, brute_force, template
 
-from solvers import allocation
-from solvers.allocation import Allocation, AllocationProblem, SolveStatus, solve_allocation
-from solvers.evaluate import evaluate_plan
-from solvers.types import Phase, Service
+from atoll.solvers import allocation
+from atoll.solvers.allocation import Allocation, AllocationProblem, SolveStatus, solve_allocation
+from atoll.solvers.evaluate import evaluate_plan
+from atoll.solvers.types import Phase, Service
 
 M0D, M0P, M1D = Service("m0", Phase.DECODE), Service("m0", Phase.PREFILL), Service("m1", Phase.DECODE)
 

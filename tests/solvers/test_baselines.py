@@ -1,10 +1,10 @@
 import pytest
 from alloc_instances import random_problem, template
 
-from solvers.baselines import METHODS, run_method
-from solvers.problem import AllocationProblem, gpu_type_of
-from solvers.registry import UnknownNameError
-from solvers.types import Phase
+from atoll.solvers.baselines import METHODS, run_method
+from atoll.solvers.problem import AllocationProblem, gpu_type_of
+from atoll.solvers.registry import UnknownNameError
+from atoll.solvers.types import Phase
 
 R = "r1"
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solvers.calibrate import _design, calibrate, predict_seconds, split
-from solvers.catalog import load_catalog
-from solvers.perf import SIBLING, load_factors, step_seconds
-from solvers.profiles import DATASETS, load_observations
+from atoll.solvers.calibrate import _design, calibrate, predict_seconds, split
+from atoll.solvers.catalog import load_catalog
+from atoll.solvers.perf import SIBLING, load_factors, step_seconds
+from atoll.solvers.profiles import DATASETS, load_observations
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from solvers.build_catalog import build
-from solvers.catalog import (
+from atoll.solvers.build_catalog import build
+from atoll.solvers.catalog import (
     DEFAULT_GPU_TYPES,
     DEFAULT_REGIONS,
     CatalogFileError,
     load_catalog,
     load_user_file,
 )
-from solvers.models import DEFAULT_MODELS, get_model
-from solvers.paths import CATALOG_PATH
+from atoll.solvers.models import DEFAULT_MODELS, get_model
+from atoll.solvers.paths import CATALOG_PATH
 
 CATALOG = load_catalog()
 

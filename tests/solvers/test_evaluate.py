@@ -1,9 +1,9 @@
 import pytest
 from alloc_instances import template
 
-from solvers.evaluate import evaluate_plan
-from solvers.problem import Allocation, AllocationProblem
-from solvers.types import Phase
+from atoll.solvers.evaluate import evaluate_plan
+from atoll.solvers.problem import Allocation, AllocationProblem
+from atoll.solvers.types import Phase
 
 R = "r1"
 PRE = template("m", Phase.PREFILL, R, {"1xA": 1}, 10.0)

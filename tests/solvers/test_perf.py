@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from solvers.catalog import DEFAULT_GPU_TYPES, load_catalog
-from solvers.models import DEFAULT_MODELS, get_model
-from solvers.perf import (
+from atoll.solvers.catalog import DEFAULT_GPU_TYPES, load_catalog
+from atoll.solvers.models import DEFAULT_MODELS, get_model
+from atoll.solvers.perf import (
     PerfFactors,
     RequestShape,
     kv_capacity_tokens,
@@ -18,7 +18,7 @@ from solvers.perf import (
     node_profile,
     step_seconds,
 )
-from solvers.types import GpuType, ModelSpec, NodeConfig, Phase, Slo
+from atoll.solvers.types import GpuType, ModelSpec, NodeConfig, Phase, Slo
 
 TOY_GPU = GpuType("TOY", memory_gb=10.0, hbm_bandwidth_gbs=1000.0, bf16_tflops=100.0,
                   link_gbs=100.0)
@@ -142,7 +142,7 @@ def test_moe_reads_fewer_bytes_than_dense_twin() -> None:
 
 
 def test_shipped_factors_are_fitted() -> None:
-    from solvers.perf import load_factors
+    from atoll.solvers.perf import load_factors
 
     f = load_factors()
     assert set(f.eta_c) >= {"T4", "L4", "V100", "A100", "H100"}

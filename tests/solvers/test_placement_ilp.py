@@ -8,11 +8,11 @@ from functools import cache
 
 import pytest
 
-from solvers.catalog import load_catalog
-from solvers.perf import PerfFactors, RequestShape, node_profile
-from solvers.placement import best_placement
-from solvers.placement_ilp import solve_placement
-from solvers.types import ModelSpec, NodeConfig, Phase, Slo
+from atoll.solvers.catalog import load_catalog
+from atoll.solvers.perf import PerfFactors, RequestShape, node_profile
+from atoll.solvers.placement import best_placement
+from atoll.solvers.placement_ilp import solve_placement
+from atoll.solvers.types import ModelSpec, NodeConfig, Phase, Slo
 
 CATALOG = load_catalog()
 FACTORS = PerfFactors()

@@ -3,9 +3,9 @@ import math
 import pytest
 from alloc_instances import template
 
-from solvers.perf import RequestShape
-from solvers.registry import UnknownNameError
-from solvers.scenarios import (
+from atoll.solvers.perf import RequestShape
+from atoll.solvers.registry import UnknownNameError
+from atoll.solvers.scenarios import (
     AMPLE_NODES,
     SCENARIOS,
     build_problem,
@@ -15,7 +15,7 @@ from solvers.scenarios import (
     scenario_prices,
     trace_shape,
 )
-from solvers.types import Phase
+from atoll.solvers.types import Phase
 
 
 def test_request_shapes_alternate_code_and_conv():
@@ -69,7 +69,7 @@ def test_ample_and_scarce_availability_definitions():
     ample = build_problem("core", "ample", templates=templates)
     assert set(ample.availability.values()) == {AMPLE_NODES}
     scarce = build_problem("core", "scarce", templates=templates)
-    from solvers.allocation import solve_allocation
+    from atoll.solvers.allocation import solve_allocation
 
     plan = solve_allocation(ample)
     used: dict = {}

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from solvers.catalog import load_catalog
-from solvers.models import get_model
-from solvers.perf import PerfFactors, RequestShape, load_factors, node_profile
-from solvers.placement import ProfileTable, solve
-from solvers.template_store import default_cache_dir
-from solvers.templates import (
+from atoll.solvers.catalog import load_catalog
+from atoll.solvers.models import get_model
+from atoll.solvers.perf import PerfFactors, RequestShape, load_factors, node_profile
+from atoll.solvers.placement import ProfileTable, solve
+from atoll.solvers.template_store import default_cache_dir
+from atoll.solvers.templates import (
     SCENARIO_LIBRARIES,
     LibrarySpec,
     TemplateLibrary,
@@ -26,7 +26,7 @@ from solvers.templates import (
     enumerate_multisets,
     remove_dominated,
 )
-from solvers.types import Phase, Service, Template
+from atoll.solvers.types import Phase, Service, Template
 
 CATALOG = load_catalog()
 # A small library that still has pipelines, data parallelism and dominated multisets.
@@ -208,7 +208,7 @@ def test_cache_hit_then_corrupt_tampered_and_stale_files_are_rebuilt(
     target = next(f for f in files if parts(f)[1]["rows"])
     for how, reason in (("garbage", "unreadable"), ("tampered", "checksum mismatch"), ("stale", "stale")):
         damage(target, how)
-        with caplog.at_level(logging.WARNING, logger="solvers.template_store"):
+        with caplog.at_level(logging.WARNING, logger="atoll.solvers.template_store"):
             again = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
         assert not again.from_cache and again.templates == cold.templates
         assert reason in caplog.text

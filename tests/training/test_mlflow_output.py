@@ -1,4 +1,4 @@
-"""training.mlflow_output: SB3 logger key/values reach an MLflow run as metrics."""
+"""atoll.training.mlflow_output: SB3 logger key/values reach an MLflow run as metrics."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mlflow.utils.validation import _validate_metric_name
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Figure, HumanOutputFormat, Image
 
-from training.mlflow_output import FORMAT_NAME, MLflowOutputFormat, make_logger, sanitize_metric_key
+from atoll.training.mlflow_output import FORMAT_NAME, MLflowOutputFormat, make_logger, sanitize_metric_key
 
 
 def _history(run_id: str, key: str) -> list[tuple[int, float]]:

@@ -1,4 +1,4 @@
-"""training.policy_model: the PPO policy and its VecNormalize statistics as one pyfunc model."""
+"""atoll.training.policy_model: the PPO policy and its VecNormalize statistics as one pyfunc model."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import VecNormalize
 
-from training.policy_model import (
+from atoll.training.policy_model import (
     LoadedPolicy,
     PolicyPyfuncModel,
     load_policy,

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from control.cli import main
-from envs.config import FleetConfig
-from envs.fleet_env import FleetEnv
-from forecast.workloads import DemandSeries
-from solvers.types import Phase, Service, Stage, Template
-from training.evaluate import evaluate_policies, resolve_policy
-from training.tracking import evaluate_run, train_run
-from training.train import TrainSettings
+from atoll.control.cli import main
+from atoll.envs.config import FleetConfig
+from atoll.envs.fleet_env import FleetEnv
+from atoll.forecast.workloads import DemandSeries
+from atoll.solvers.types import Phase, Service, Stage, Template
+from atoll.training.evaluate import evaluate_policies, resolve_policy
+from atoll.training.tracking import evaluate_run, train_run
+from atoll.training.train import TrainSettings
 
 MODELS = ("Phi-4-14B", "GPT-OSS-20B")
 
@@ -118,7 +118,7 @@ def test_simulate_cli_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_bootstrap_rule_is_cloned_and_validated() -> None:
-    from training.train import train_policy
+    from atoll.training.train import train_policy
 
     with pytest.raises(ValueError, match="bootstrap_rule.*deployable rule.*'hindsight'"):
         TrainSettings(bootstrap_rule="hindsight")
