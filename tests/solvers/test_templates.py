@@ -234,7 +234,8 @@ def test_default_cache_dir_follows_env(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
     assert default_cache_dir() == tmp_path / "templates"
     monkeypatch.delenv("ATOLL_CACHE_DIR")
-    assert default_cache_dir().parts[-2:] == ("cache", "templates")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "atoll" / "templates"
 
 
 # --- workers ----------------------------------------------------------------------------------
