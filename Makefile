@@ -41,7 +41,13 @@ typecheck: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) prometheus
+# The Ray template build is tested against a local Ray instance, so the tests need the ray extra.
+RAY_STAMP := $(VENV)/.installed-ray
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -e '.[dev,ray]'
+	@touch $(RAY_STAMP)
+
+test: $(STAMP) $(RAY_STAMP) prometheus
 	$(BIN)/python -m pytest
 	$(MAKE) lint typecheck
 

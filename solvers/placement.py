@@ -199,8 +199,12 @@ def _general_split(values: list[np.ndarray], n_layers: int) -> tuple[float, list
     return tau, take
 
 
-def solve(table: ProfileTable, multiset: Sequence[int]) -> Placement:
-    """Exact best placement of the nodes ``multiset`` (config indices into ``table``)."""
+def solve(table: ProfileTable, multiset: Sequence[int], *, one_node_per_stage: bool = False) -> Placement:
+    """Exact best placement of the nodes ``multiset`` (config indices into ``table``).
+
+    ``one_node_per_stage`` restricts it to pipelines of single nodes (stock vLLM's shape, see
+    :mod:`atoll.solvers.runtime`): only the stage count n is searched, where the only choices are
+    which node is last and the layer split."""
     nodes = sorted(multiset)
     n, n_layers = len(nodes), table.layers
     if n == 0:
@@ -208,7 +212,8 @@ def solve(table: ProfileTable, multiset: Sequence[int]) -> Placement:
     pattern = tuple(nodes.count(c) for c in sorted(set(nodes)))
     memb = _membership(n)
     best_tau, best = 0.0, None
-    for s in range(1, min(n, n_layers, table.max_stages) + 1):
+    top = min(n, n_layers, table.max_stages)
+    for s in range(n if one_node_per_stage else 1, top + 1):
         g_last = memb @ table.last[s - 1][nodes]
         g_send = memb @ table.send[s - 1][nodes]
         nonlast, last = _combos(pattern, s)

@@ -38,6 +38,7 @@ from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.perf import RequestShape
 from atoll.solvers.problem import AllocationProblem, SolveStatus
 from atoll.solvers.registry import Registry, UnknownNameError
+from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
 from atoll.solvers.types import NODE_GPU_COUNTS, Phase, Service, Template
 
 AMPLE_NODES = 1000
@@ -151,22 +152,24 @@ def ample_availability(spec: ScenarioSpec) -> dict[tuple[str, str], int]:
     return {rc: AMPLE_NODES for rc in scenario_prices(spec)}
 
 
-def library_spec(spec: ScenarioSpec) -> Any:
-    """The scenario's ``LibrarySpec`` with each model's own request shape."""
+def library_spec(spec: ScenarioSpec, runtime: str = DEFAULT_RUNTIME) -> Any:
+    """The scenario's ``LibrarySpec`` with each model's own request shape, for ``runtime``
+    (:mod:`atoll.solvers.runtime`)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
     shapes = tuple(request_shapes(spec).items())
     base = lib.SCENARIO_LIBRARIES.get(spec.name)
     if base is not None:
-        return replace(base, model_shapes=shapes)
+        return replace(base, model_shapes=shapes, runtime=runtime)
     return lib.LibrarySpec(models=spec.models, regions=spec.regions, gpu_types=spec.gpu_types,
-                           model_shapes=shapes)
+                           model_shapes=shapes, runtime=runtime)
 
 
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
-                       progress: bool = False) -> tuple[Template, ...]:
+                       progress: bool = False, runtime: str = DEFAULT_RUNTIME) -> tuple[Template, ...]:
     """The scenario's template library (built once, then read from the on-disk cache)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
-    library = lib.build_library(library_spec(spec), cache_dir=cache_dir, workers=workers, progress=progress)
+    library = lib.build_library(library_spec(spec, runtime), cache_dir=cache_dir, workers=workers,
+                                progress=progress)
     return tuple(library.templates)
 
 
@@ -204,13 +207,16 @@ AVAILABILITY: Mapping[str, Callable[[ScenarioSpec, Sequence[Template]], dict[tup
 def build_problem(scenario: str, availability: str = "ample", mix: str = "even", *,
                   templates: Sequence[Template] | None = None, mode: str = "cost",
                   time_limit: float | None = None, gap: float = 1e-4,
-                  cache_dir: Path | None = None, progress: bool = False) -> AllocationProblem:
-    """The allocation problem of a scenario; ``templates`` overrides the library (tests)."""
+                  cache_dir: Path | None = None, progress: bool = False,
+                  runtime: str = DEFAULT_RUNTIME) -> AllocationProblem:
+    """The allocation problem of a scenario; ``templates`` overrides the library (tests);
+    ``runtime`` picks the library of what that serving runtime can run."""
     spec = SCENARIOS[scenario]
     _choice("availability", availability, AVAILABILITIES, "availabilities")
     _choice("mix", mix, MIXES, "mixes")
     if templates is None:
-        templates = scenario_templates(spec, cache_dir=cache_dir, progress=progress)
+        check_runtime(runtime)
+        templates = scenario_templates(spec, cache_dir=cache_dir, progress=progress, runtime=runtime)
     return AllocationProblem(tuple(templates), scenario_demand(spec, mix),
                              AVAILABILITY[availability](spec, templates), scenario_prices(spec),
                              mode=mode, time_limit=time_limit, gap=gap)

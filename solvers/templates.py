@@ -7,9 +7,15 @@ the model (total memory >= weights and the nodes' :func:`max_layers_that_fit` su
 place each exactly (:mod:`atoll.solvers.placement`, every node used); drop dominated templates.
 
 Dominance: B dominates A (same service and region) if B has no more nodes of any config and at
-least A's throughput. Throughput never decreases when a node is added (put it in any stage as a
-data-parallel copy), so A is dominated iff some A minus one node has throughput >= A's; checking
-those immediate sub-multisets is exact. Of an exact tie the smaller multiset is kept.
+least A's throughput. A is dominated iff the best throughput over its proper sub-multisets is >=
+A's; that maximum is computed exactly by recursion over immediate sub-multisets (memoized), with
+no assumption that adding a node never lowers throughput (it can under ``runtime="vllm"``, where
+a node is always a new stage and every stage's budget shrinks). Of an exact tie the smaller
+multiset is kept.
+
+Runtime (:mod:`atoll.solvers.runtime`): ``any`` places each multiset in any pipeline shape;
+``vllm`` keeps only multisets of one GPU count with a tensor-parallel size the model accepts, and
+places them one node per stage. The runtime is part of every cache key.
 
 A job is one (service, region); jobs run in local worker processes (default) or on a Ray cluster
 and are cached on disk one file per job (:mod:`atoll.solvers.template_store`).
@@ -32,6 +38,7 @@ from atoll.solvers.models import DEFAULT_MODELS, get_model
 from atoll.solvers.perf import PerfFactors, RequestShape, load_factors, max_layers_that_fit
 from atoll.solvers.placement import best_placement, profile_table, solve, to_stages
 from atoll.solvers.registry import UnknownNameError
+from atoll.solvers.runtime import DEFAULT_RUNTIME, RUNTIMES, multiset_ok
 from atoll.solvers.template_store import (
     CODE_VERSION,
     TemplateStore,
@@ -77,6 +84,8 @@ class LibrarySpec:
     """What a template library covers. Names are canonicalized (model aliases, GPU name case).
 
     ``model_shapes`` optionally overrides ``shape`` per model, as (model name, shape) pairs.
+    ``runtime``: ``any`` (every pipeline shape) or ``vllm`` (what stock vLLM runs), see
+    :mod:`atoll.solvers.runtime`.
     """
 
     models: tuple[str, ...]
@@ -86,9 +95,13 @@ class LibrarySpec:
     rho: float = 12.0
     shape: RequestShape = DEFAULT_SHAPE
     model_shapes: tuple[tuple[str, RequestShape], ...] = field(default=())
+    runtime: str = DEFAULT_RUNTIME
 
     def __post_init__(self) -> None:
         owner = "LibrarySpec"
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"{owner}: field 'runtime' must be one of {', '.join(RUNTIMES)}, "
+                             f"got {self.runtime!r}")
         catalog = load_catalog()
         models = _names(owner, "models", self.models, lambda n: get_model(n).name)
         object.__setattr__(self, "models", models)
@@ -124,7 +137,7 @@ class LibrarySpec:
     def to_json(self) -> dict[str, Any]:
         return {"models": list(self.models), "regions": list(self.regions), "gpu_types": list(self.gpu_types),
                 "n_max": self.n_max, "rho": self.rho, "shape": asdict(self.shape),
-                "model_shapes": {m: asdict(s) for m, s in self.model_shapes}}
+                "model_shapes": {m: asdict(s) for m, s in self.model_shapes}, "runtime": self.runtime}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> LibrarySpec:
@@ -133,7 +146,8 @@ class LibrarySpec:
                 models=tuple(data["models"]), regions=tuple(data["regions"]),
                 gpu_types=tuple(data["gpu_types"]), n_max=int(data["n_max"]), rho=float(data["rho"]),
                 shape=RequestShape(**data["shape"]),
-                model_shapes=tuple((m, RequestShape(**s)) for m, s in data.get("model_shapes", {}).items()))
+                model_shapes=tuple((m, RequestShape(**s)) for m, s in data.get("model_shapes", {}).items()),
+                runtime=str(data.get("runtime", DEFAULT_RUNTIME)))
         except KeyError as exc:
             raise ValueError(f"LibrarySpec JSON: missing field {exc}") from exc
 
@@ -150,7 +164,7 @@ class LibrarySpec:
                                             if catalog.config(name).gpu.name in self.gpu_types),
                                            key=lambda c: c.name))
                     out.append(TemplateJob(model, phase, region, configs, self.n_max, self.rho,
-                                           self.shape_of(m), factors))
+                                           self.shape_of(m), factors, self.runtime))
         return out
 
 
@@ -174,6 +188,7 @@ class TemplateJob:
     rho: float
     shape: RequestShape
     factors: PerfFactors
+    runtime: str = DEFAULT_RUNTIME
 
     @property
     def service(self) -> Service:
@@ -191,14 +206,15 @@ class TemplateJob:
             # Prices do not change templates, so they stay out of the key.
             "configs": [{"name": c.name, "gpu": asdict(c.gpu)} for c in self.configs],
             "n_max": self.n_max, "rho": self.rho, "shape": asdict(self.shape),
-            "factors": self.factors.to_json(),
+            "factors": self.factors.to_json(), "runtime": self.runtime,
         })
 
 
 def enumerate_multisets(model: ModelSpec, configs: Sequence[NodeConfig], n_max: int, rho: float,
-                        shape: RequestShape) -> list[tuple[int, ...]]:
+                        shape: RequestShape, runtime: str = DEFAULT_RUNTIME) -> list[tuple[int, ...]]:
     """Sorted index tuples of the multisets worth placing: <= n_max nodes, memory < rho x
-    weights, and able to hold the model (memory >= weights, max layers that fit sum >= layers)."""
+    weights, able to hold the model (memory >= weights, max layers that fit sum >= layers), and
+    of a shape ``runtime`` can run."""
     weights = model.weight_bytes
     memory = [c.memory_gb * 1e9 for c in configs]
     fit = [max_layers_that_fit(model, c, shape) for c in configs]
@@ -206,24 +222,29 @@ def enumerate_multisets(model: ModelSpec, configs: Sequence[NodeConfig], n_max: 
     for n in range(1, n_max + 1):
         for ms in itertools.combinations_with_replacement(range(len(configs)), n):
             mem = sum(memory[i] for i in ms)
-            if weights <= mem < rho * weights and sum(fit[i] for i in ms) >= model.layers:
+            if weights <= mem < rho * weights and sum(fit[i] for i in ms) >= model.layers and (
+                    runtime == "any" or multiset_ok(runtime, model, [configs[i] for i in ms])):
                 out.append(ms)
     return out
 
 
 def remove_dominated(values: dict[tuple[int, ...], float]) -> list[tuple[int, ...]]:
-    """Multisets (sorted index tuples) with throughput > 0 that no sub-multiset matches or beats.
+    """Multisets (sorted index tuples) with throughput > 0 that no proper sub-multiset matches or
+    beats. A multiset missing from ``values`` is not a template and counts as 0 (its own
+    sub-multisets still count)."""
+    best: dict[tuple[int, ...], float] = {}  # best throughput of ms or any sub-multiset of it
 
-    Exact for throughputs that never decrease when a node is added (see module docstring); a
-    multiset missing from ``values`` is not a template and counts as 0.
-    """
-    keep = []
-    for ms, thr in values.items():
-        if thr <= 0.0:
-            continue
-        subs = {ms[:i] + ms[i + 1:] for i in range(len(ms))}
-        if all(values.get(sub, 0.0) < thr for sub in subs if sub):
-            keep.append(ms)
+    def best_sub(ms: tuple[int, ...]) -> float:
+        out = 0.0
+        for sub in {ms[:i] + ms[i + 1:] for i in range(len(ms))}:
+            if sub:
+                got = best.get(sub)
+                if got is None:
+                    got = best[sub] = max(values.get(sub, 0.0), best_sub(sub))
+                out = max(out, got)
+        return out
+
+    keep = [ms for ms, thr in values.items() if thr > 0.0 and best_sub(ms) < thr]
     return sorted(keep, key=lambda ms: (len(ms), ms))
 
 
@@ -275,12 +296,13 @@ class JobResult:
 def run_job(job: TemplateJob) -> JobResult:
     """Enumerate, place exactly and prune one (service, region). Runs in a worker process."""
     t0 = time.perf_counter()
-    multisets = enumerate_multisets(job.model, job.configs, job.n_max, job.rho, job.shape)
+    multisets = enumerate_multisets(job.model, job.configs, job.n_max, job.rho, job.shape, job.runtime)
     if not multisets:
         return JobResult((), 0, time.perf_counter() - t0)
     table = profile_table(job.model, job.configs, job.phase, job.budget_ms,
                           max_stages=max(len(ms) for ms in multisets), shape=job.shape, factors=job.factors)
-    placed = {ms: solve(table, ms) for ms in multisets}
+    chain = job.runtime == "vllm"
+    placed = {ms: solve(table, ms, one_node_per_stage=chain) for ms in multisets}
     templates = []
     for ms in remove_dominated({ms: p.throughput for ms, p in placed.items()}):
         nodes = tuple((job.configs[i].name, ms.count(i)) for i in sorted(set(ms)))
@@ -410,7 +432,8 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
                                                         store.path(key), exc)
     todo = [job for job, key in zip(jobs, keys, strict=True) if key not in results]
     # Largest first keeps the workers busy to the end.
-    weight = {job.key: len(enumerate_multisets(job.model, job.configs, job.n_max, job.rho, job.shape))
+    weight = {job.key: len(enumerate_multisets(job.model, job.configs, job.n_max, job.rho, job.shape,
+                                               job.runtime))
               for job in todo}
     todo.sort(key=lambda j: -weight[j.key])
     if todo:

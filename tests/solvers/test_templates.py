@@ -247,13 +247,24 @@ def test_process_pool_gives_the_same_library(small_library: TemplateLibrary) -> 
 
 
 def test_ray_gives_the_same_library(small_library: TemplateLibrary) -> None:
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    """A local Ray instance with 2 CPUs builds the same library as the process pool, for both
+    runtimes. Not skipped: `make test` installs the `ray` extra."""
     try:
-        remote = build_library(SMALL, ray_address="auto", progress=False, use_cache=False)
+        import ray
+    except ImportError:  # pragma: no cover - the Makefile installs it
+        pytest.fail("Ray is not installed; `make test` installs it (pip install -e '.[dev,ray]')")
+    vllm = dataclasses.replace(SMALL, runtime="vllm")
+    pooled = {spec.runtime: build_library(spec, workers=2, progress=False, use_cache=False)
+              for spec in (SMALL, vllm)}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = {spec.runtime: build_library(spec, ray_address="auto", progress=False, use_cache=False)
+                  for spec in (SMALL, vllm)}
     finally:
         ray.shutdown()
-    assert remote.templates == small_library.templates
+    assert remote["any"].templates == pooled["any"].templates == small_library.templates
+    assert remote["vllm"].templates == pooled["vllm"].templates
+    assert remote["vllm"].key == pooled["vllm"].key != remote["any"].key
 
 
 # --- spec validation ----------------------------------------------------------------------------
