@@ -43,7 +43,8 @@ def test_every_source_package_is_in_the_wheel(wheel: Path) -> None:
     for folder in FOLDERS:
         for init in (ROOT / folder).rglob("__init__.py"):
             rel = init.relative_to(ROOT).as_posix()
-            assert f"atoll/{rel}" in names, f"{rel} missing from the wheel: list its package in pyproject.toml"
+            assert f"atoll/{rel}" in names, (f"{rel} missing from the wheel: list its package in "
+                                             f"pyproject.toml")
     assert "atoll/solvers/data/catalog.json" in names
 
 
