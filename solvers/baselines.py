@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from atoll.solvers.allocation import solve_allocation
-from atoll.solvers.evaluate import PlanEvaluation, evaluate_plan
+from atoll.solvers.allocation.evaluate import PlanEvaluation, evaluate_plan
 from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus, model_of
 from atoll.solvers.registry import Registry
 from atoll.solvers.types import Template

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
-from atoll.solvers.evaluate import evaluate_plan
+from atoll.solvers.allocation.evaluate import evaluate_plan
 from atoll.solvers.problem import Allocation, AllocationProblem
 from atoll.solvers.types import Phase, Service, Stage, Template
 

@@ -6,8 +6,8 @@ import pytest
 from alloc_instances import brute_force, random_problem, template
 
 from atoll.solvers.allocation import Allocation, AllocationProblem, SolveStatus, solve_allocation
-from atoll.solvers.evaluate import evaluate_plan
-from atoll.solvers.highs_warm import WarmHiGHS
+from atoll.solvers.allocation.evaluate import evaluate_plan
+from atoll.solvers.allocation.highs import WarmHiGHS
 from atoll.solvers.types import Phase, Stage, Template
 
 R = "r1"

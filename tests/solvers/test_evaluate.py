@@ -1,7 +1,7 @@
 import pytest
 from alloc_instances import template
 
-from atoll.solvers.evaluate import evaluate_plan
+from atoll.solvers.allocation.evaluate import evaluate_plan
 from atoll.solvers.problem import Allocation, AllocationProblem
 from atoll.solvers.types import Phase
 

@@ -1,0 +1,36 @@
+"""The online allocation ILP (DESIGN.md §4): template instances per (template, region).
+
+One concept per module:
+
+- :mod:`.reduction` — one round's instance: fixed models, residual availability, variable
+  bounds and dominance pruning of templates;
+- :mod:`.model` — the ILP as a PuLP model with readable variable names, its MIP start, the plan
+  read back;
+- :mod:`.highs` — the solver backend: HiGHS with a warm start and a bulk build, CBC, statuses;
+- :mod:`.blocks` — decomposition of a cost-mode round into independent blocks of services;
+- :mod:`.diagnosis` — why a cost-mode problem is infeasible;
+- :mod:`.solve` — row generation over rounds and :func:`solve_allocation`;
+- :mod:`.evaluate` — any plan checked and scored against a problem without a solver.
+
+The problem, plan and result types live in :mod:`atoll.solvers.problem` and are re-exported here.
+"""
+
+from atoll.solvers.allocation.diagnosis import max_capacity_alone
+from atoll.solvers.allocation.evaluate import PlanEvaluation, evaluate_plan
+from atoll.solvers.allocation.highs import WarmHiGHS
+from atoll.solvers.allocation.solve import MAX_ROUNDS, SOLVERS, solve_allocation
+from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus
+
+__all__ = [
+    "MAX_ROUNDS",
+    "SOLVERS",
+    "Allocation",
+    "AllocationProblem",
+    "AllocationResult",
+    "PlanEvaluation",
+    "SolveStatus",
+    "WarmHiGHS",
+    "evaluate_plan",
+    "max_capacity_alone",
+    "solve_allocation",
+]

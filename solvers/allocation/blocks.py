@@ -1,0 +1,77 @@
+"""Decomposition of a cost-mode round into independent blocks of services.
+
+The only rows that tie services together are the availability rows a round builds (rows
+without room for a node only bound templates to zero and get no terms). Group the services into
+connected components, two services joined when templates of both have terms in one built row;
+with no row spanning two components the ILP is a sum of independent ILPs, one per component (its
+templates, its a_t, its demand rows and the rows it alone touches), and each is solved on its
+own. Each block stops at the same relative gap g: z_b - L_b <= g z_b for its objective z_b and
+dual bound L_b, so summing (all z_b >= 0) gives sum z_b - sum L_b <= g sum z_b: the combined
+plan is within g of sum L_b, a lower bound on the joint optimum (the sum of the block optima),
+and sum L_b is the round's bound. Adding the fixed models' constant to both sides keeps this;
+the solver's absolute gap (1e-6 in HiGHS) adds up over blocks. Separate solves spare the solver
+a search over the product of the blocks' trees; a round whose built rows join every service
+stays one ILP, as does goodput mode (its share floor ties the models) and the one-GPU-type rule.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+
+from atoll.solvers.allocation.reduction import RoundInstance
+from atoll.solvers.problem import model_of
+
+
+def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
+    """``inst`` split into the connected components of its services (two services joined when
+    templates of both have terms in one availability row the round builds), in the order of
+    their first service. Each block is a shallow copy restricted to its services, models and
+    templates, without the fixed models (the caller adds them back). A single component comes
+    back as ``[inst]``, and so does an instance with a service left without templates (its
+    demand row alone is infeasible; the joint ILP reports it)."""
+    p = inst.problem
+    parent = {s: s for s in inst.services}
+
+    def find(s: str) -> str:
+        while parent[s] != s:
+            parent[s] = parent[parent[s]]
+            s = parent[s]
+        return s
+
+    owner: dict[tuple[str, str], str] = {}  # built row -> a service with a term in it
+    service_of: dict[str, str] = {}
+    for key in inst.free:
+        t = p.template(key)
+        s = service_of[key] = t.service.name
+        for c, _k in t.nodes:
+            rc = (t.region, c)
+            if rc in inst.rows:
+                a, b = find(owner.setdefault(rc, s)), find(s)
+                if a != b:
+                    parent[b] = a
+    if len(set(service_of.values())) < len(inst.services):
+        return [inst]
+    groups: dict[str, list[str]] = defaultdict(list)
+    for s in inst.services:
+        groups[find(s)].append(s)
+    if len(groups) < 2:
+        return [inst]
+    blocks = []
+    for services in groups.values():
+        members = set(services)
+        block = copy.copy(inst)
+        block.services = services
+        block.models = sorted({model_of(s) for s in services})
+        block.free = [k for k in inst.free if service_of[k] in members]
+        block.fixed = {}
+        blocks.append(block)
+    return blocks
+
+
+def combined_start_status(statuses: list[object]) -> object:
+    """One start status for blocks solved apart: the first block's, unless a later block's start
+    was not accepted (``warm_start_accepted`` then says no)."""
+    if not statuses:
+        return None
+    return next((s for s in statuses if not str(s).endswith("kOk")), statuses[0])

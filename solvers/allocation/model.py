@@ -1,0 +1,153 @@
+"""The allocation ILP of one round (DESIGN.md §4) as a PuLP model, its MIP start and its plan.
+
+Sets: templates t (each of one service s(t) of model m(t), one region), node configs c.
+Data: n_tc nodes of config c in t; p_t = sum_c n_tc x price(region, c) ($/h); theta_t tokens/s;
+d_s demand; A_rc availability; r_t running instances; K start-up weight.
+
+    x_t in Z>=0                       instances (variables only for re-optimized models)
+    a_t >= x_t - r_t, a_t >= 0        instances added beyond the running ones
+    sum_t n_tc x_t <= A_rc - F_rc     per (region, config); F = usage of the models held fixed
+    cost mode:  sum_{t of s} theta_t x_t >= d_s
+    minimize    sum_t p_t x_t + K sum_t p_t a_t
+
+Goodput mode (scarcity) is lexicographic. Stage 1 maximizes sum_m f_m, 0 <= f_m <= 1, with
+f_m d_s <= sum_{t of s} theta_t x_t for both services of model m: f_m is the share of model m's
+requests served, since a request needs both its prefill and its decode. Every model weighs the
+same, whatever its token volume. Stage 2 minimizes the cost objective with sum_m f_m >= F* - eps.
+Optional restriction: one GPU type per model (binary y_mg, x_t <= u_t y_m,g(t)).
+
+Variable and row names say what they are: ``inst<i>_<template>`` (x_t), ``added<i>_<template>``
+(a_t), ``fraction<j>_<model>`` (f_m), ``uses<j>_<g>_<model>_<gpu type>`` (y_mg);
+``avail<j>_<region>_<config>``, ``demand<j>_<service>``, ``share<j>_<service>``. The numbered
+prefix keeps names unique after PuLP's character translation and keeps PuLP's name-sorted
+column order the same from one round to the next.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pulp
+
+from atoll.solvers.allocation.reduction import RoundInstance
+from atoll.solvers.problem import Allocation, gpu_type_of, model_of
+
+STAGES = ("cost", "share", "cost_at_share")
+_NOT_IN_NAME = re.compile(r"[^0-9A-Za-z.@]+")
+
+
+def label(text: str) -> str:
+    """``text`` as a name fragment LP files accept: runs of other characters become ``_``."""
+    return _NOT_IN_NAME.sub("_", text).strip("_")
+
+
+@dataclass
+class Model:
+    """A built round: the PuLP problem and its variables by what they stand for."""
+
+    prob: pulp.LpProblem
+    count: dict[str, pulp.LpVariable]  # template key -> instances x_t
+    added: dict[str, pulp.LpVariable] = field(default_factory=dict)  # template key -> a_t
+    fraction: dict[str, pulp.LpVariable] = field(default_factory=dict)  # model -> f_m
+
+
+def build_model(inst: RoundInstance, stage: str, floor_share: float | None = None) -> Model:
+    """stage: "cost" (demand rows), "share" (goodput stage 1) or "cost_at_share" (stage 2)."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; valid stages: {', '.join(STAGES)}")
+    p = inst.problem
+    sense = pulp.LpMaximize if stage == "share" else pulp.LpMinimize
+    prob = pulp.LpProblem("allocation", sense)
+    names = {k: label(k) for k in inst.free}
+    x = {k: prob.add_variable(f"inst{i:06d}_{names[k]}", 0, inst.bound[k], cat=pulp.LpInteger)
+         for i, k in enumerate(inst.free)}
+    model = Model(prob, x)
+    by_rc: dict[tuple[str, str], list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
+    by_service: dict[str, list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
+    by_model_type: dict[tuple[str, str], list[str]] = defaultdict(list)
+    objective: list[tuple[pulp.LpVariable, float]] = []
+    for i, (key, var) in enumerate(x.items()):
+        t = p.template(key)
+        for c, k in t.nodes:
+            if (t.region, c) in inst.rows:
+                by_rc[(t.region, c)].append((var, float(k)))
+        by_service[t.service.name].append((var, t.throughput))
+        by_model_type[(t.service.model, gpu_type_of(t.nodes[0][0]))].append(key)
+        cost = p.template_cost(key)
+        r = inst.running[key]
+        if r == 0:
+            objective.append((var, cost * (1.0 + p.startup_weight)))
+        else:
+            objective.append((var, cost))
+            if p.startup_weight > 0:
+                add = model.added[key] = prob.add_variable(f"added{i:06d}_{names[key]}", 0,
+                                                           inst.bound[key])
+                objective.append((add, cost * p.startup_weight))
+                prob += (pulp.LpAffineExpression([(add, 1.0), (var, -1.0)]) >= -r,
+                         f"startup{i:06d}_{names[key]}")
+    for j, (rc, terms) in enumerate(sorted(by_rc.items())):
+        prob += (pulp.LpAffineExpression(terms) <= inst.residual[rc],
+                 f"avail{j:05d}_{label(rc[0])}_{label(rc[1])}")
+    if p.one_gpu_type_per_model:
+        n_rows = 0
+        for j, m in enumerate(inst.models):
+            types = sorted(g for (mm, g) in by_model_type if mm == m)
+            y = {g: prob.add_variable(f"uses{j:05d}_{i:02d}_{label(m)}_{label(g)}", cat=pulp.LpBinary)
+                 for i, g in enumerate(types)}
+            if y:
+                prob += pulp.lpSum(y.values()) == 1, f"onetype{j:05d}_{label(m)}"
+            for g, yv in y.items():
+                for key in by_model_type[(m, g)]:
+                    n_rows += 1
+                    prob += (pulp.LpAffineExpression([(x[key], 1.0), (yv, -float(inst.bound[key]))])
+                             <= 0, f"type{n_rows:06d}_{label(g)}_{names[key]}")
+    if stage == "cost":
+        for j, s in enumerate(inst.services):
+            prob += pulp.LpAffineExpression(by_service[s]) >= p.demand[s], f"demand{j:05d}_{label(s)}"
+    else:
+        f = model.fraction
+        for j, m in enumerate(inst.models):
+            f[m] = prob.add_variable(f"fraction{j:05d}_{label(m)}", 0, 1)
+        for j, s in enumerate(inst.services):
+            prob += (pulp.LpAffineExpression([*by_service[s], (f[model_of(s)], -p.demand[s])]) >= 0,
+                     f"share{j:05d}_{label(s)}")
+        if stage == "share":
+            objective = [(v, 1.0) for v in f.values()]
+        else:
+            prob += pulp.lpSum(f.values()) >= floor_share, "share_floor"
+    prob.setObjective(pulp.LpAffineExpression(objective))
+    return model
+
+
+def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[str, float]:
+    """A full MIP start from an allocation (variable name -> value): x clipped to its bound, a
+    and f implied by x. The one-type binaries get none (the solver completes or rejects it)."""
+    p = inst.problem
+    values: dict[str, float] = {}
+    cap: dict[str, float] = defaultdict(float)
+    for key, var in model.count.items():
+        v = min(start[key], inst.bound[key])
+        values[var.name] = v
+        if key in model.added:
+            values[model.added[key].name] = max(0, v - inst.running[key])
+        cap[p.template(key).service.name] += v * p.template(key).throughput
+    for m, var in model.fraction.items():
+        values[var.name] = min([1.0] + [cap[s] / p.demand[s] for s in inst.services
+                                        if model_of(s) == m])
+    return values
+
+
+def extract(inst: RoundInstance, count: Mapping[str, pulp.LpVariable]) -> Allocation | str:
+    """The plan the solver found, with the fixed models added back; a message if a value is not
+    a non-negative integer."""
+    counts = dict(inst.fixed)
+    for key, var in count.items():
+        v = var.varValue
+        if v is None or abs(v - round(v)) > 1e-5 or v < -1e-6:
+            return f"solver returned a non-integer value {v!r} for {key}"
+        if round(v):
+            counts[key] = int(round(v))
+    return Allocation.of(counts)

@@ -1,0 +1,132 @@
+"""One round's instance of the allocation ILP, reduced: which templates get a variable and how
+large it may be.
+
+Models outside the re-optimized subset are held at their running counts (``fixed``) and their
+nodes leave the availability (``residual``). Templates of services without demand get no
+variable. x_t <= u_t = min(ceil(d_s / theta_t), min_c floor(A_rc / n_tc)) loses no optimum:
+beyond ceil(d_s / theta_t) instances t alone covers d_s, so dropping one keeps every constraint
+and cannot raise the objective. Dominated templates are dropped too (see
+:meth:`RoundInstance._undominated`). ``rows`` are the availability rows the round enforces (row
+generation in :mod:`atoll.solvers.allocation.solve`); rows without room for one node always
+count, since they only remove templates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from atoll.solvers.problem import Allocation, AllocationProblem, model_of
+
+
+class RoundInstance:
+    """What one ILP round needs: free and fixed templates, the availability rows enforced in
+    this round (``rows``), bounds, and the templates left after dominance pruning.
+
+    Works on the problem's :class:`~atoll.solvers.problem.TemplateIndex` arrays: a round touches every
+    template of a 1e5-template library, and per-template Python was most of the solve time."""
+
+    def __init__(self, problem: AllocationProblem, rows: frozenset[tuple[str, str]] | None = None,
+                 keep: frozenset[str] = frozenset()) -> None:
+        self.problem = p = problem
+        ix = p.index
+        running = problem.running or Allocation()
+        free_models = problem.free_models
+        self.fixed: dict[str, int] = {}
+        self.fixed_use: dict[tuple[str, str], int] = defaultdict(int)
+        for key, n in running.counts:
+            t = p.template(key)
+            if t.service.model not in free_models:
+                self.fixed[key] = n
+                for c, k in t.nodes:
+                    self.fixed_use[(t.region, c)] += k * n
+        self.residual: dict[tuple[str, str], float] = {}
+        self.overused: list[str] = []
+        for rc in problem.prices:
+            cap = problem.available(rc) - self.fixed_use.get(rc, 0)
+            if cap < 0:
+                self.overused.append(f"{rc[0]}/{rc[1]} (fixed models hold {self.fixed_use[rc]}, "
+                                     f"available {problem.available(rc):g})")
+            self.residual[rc] = max(cap, 0.0)
+        # rows without room for one node always count: they only remove templates
+        self.rows = frozenset(rc for rc, v in self.residual.items() if v < 1 or rows is None
+                              or rc in rows)
+        self.running = running
+        self.services = sorted(s for s, d in problem.demand.items()
+                               if d > 0 and model_of(s) in free_models)
+        self.models = sorted({model_of(s) for s in self.services})
+        self.bound: dict[str, int] = {}
+        self.free: list[str] = []  # template keys that get a variable
+        if not len(ix.keys):
+            return
+        # per service: demand (0 = no variable), per template: bound
+        demand = np.array([problem.demand.get(s, 0.0) if model_of(s) in free_models else 0.0
+                           for s in ix.services])
+        d = demand[ix.service]
+        free = d > 0
+        if problem.one_gpu_type_per_model:
+            free &= ~ix.multi_type
+        resid = np.array([self.residual[rc] for rc in ix.rcs])
+        enforced = np.array([rc in self.rows for rc in ix.rcs], dtype=bool)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            u = np.ceil(np.where(free, d, 0.0) / ix.throughput - 1e-9)
+        entry_cap = np.where(enforced[ix.rc], np.floor(resid[ix.rc] / ix.k), np.inf)
+        u = np.minimum(u, np.minimum.reduceat(entry_cap, ix.ptr[:-1]))
+        bound = np.maximum(u, 0.0)
+        cand = np.flatnonzero(free & (bound > 0))
+        touches = np.add.reduceat(enforced[ix.rc].astype(np.int64), ix.ptr[:-1]) > 0
+        pinned = {ix.position[k] for k in keep if k in ix.position}
+        pinned |= {ix.position[k] for k, _ in running.counts}
+        chosen = self._undominated(cand, touches, enforced, pinned)
+        self.free = [ix.keys[i] for i in chosen]
+        self.bound = {ix.keys[i]: int(bound[i]) for i in chosen}
+
+    def _undominated(self, cand: np.ndarray, touches: np.ndarray, enforced: np.ndarray,
+                     pinned: set[int]) -> list[int]:
+        """Drop t when a t' of the same service (and GPU type, under the one-type rule) has
+        cost <= and throughput >= and uses no node of an enforced row, or the same nodes of
+        enforced rows as t. Moving an instance from t to t' then keeps every enforced row and
+        demand row and cannot raise the objective (t has no running instance, so its added
+        cost (1 + K) p_t is at least t's worst case (1 + K) p_t'). Running and warm-start
+        templates are kept. Returns kept template positions in library order."""
+        p = self.problem
+        ix = p.index
+        cost, thr = p.costs, ix.throughput
+        kind = ix.kind if p.one_gpu_type_per_model else np.zeros_like(ix.kind)
+        group = ix.service * ix.n_kinds + kind
+        out: list[int] = []
+        # templates that touch no enforced row: one Pareto front per (service, kind)
+        plain = cand[~touches[cand]]
+        order = plain[np.lexsort((plain, -thr[plain], cost[plain], group[plain]))]
+        fronts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if len(order):
+            g = group[order]
+            cuts = np.flatnonzero(np.diff(g)) + 1
+            for seg in np.split(order, cuts):
+                t_seg = thr[seg]
+                best_before = np.concatenate(([-np.inf], np.maximum.accumulate(t_seg)[:-1]))
+                keep = t_seg > best_before
+                out.extend(seg[keep].tolist())
+                fronts[int(group[seg[0]])] = (cost[seg[keep]], t_seg[keep])  # cost and thr ascending
+        # templates that touch an enforced row: grouped by that usage, also beaten by the front
+        groups: dict[tuple[int, tuple[tuple[int, float], ...]], list[int]] = defaultdict(list)
+        on = enforced.tolist()
+        ptr, rcs, ks, gr = ix.ptr.tolist(), ix.rc_list, ix.k_list, group.tolist()
+        for i in cand[touches[cand]].tolist():
+            a, b = ptr[i], ptr[i + 1]
+            usage = tuple((r, k) for r, k in zip(rcs[a:b], ks[a:b], strict=True) if on[r])
+            groups[(gr[i], usage)].append(i)
+        for (gid, _usage), members in groups.items():
+            front_cost, front_thr = fronts.get(gid, (np.zeros(0), np.zeros(0)))
+            members.sort(key=lambda i: (cost[i], -thr[i], i))
+            best = -math.inf
+            for i in members:
+                j = int(np.searchsorted(front_cost, cost[i] + 1e-12, side="right"))
+                dominated = thr[i] <= best or (j > 0 and front_thr[j - 1] >= thr[i])
+                if not dominated:
+                    out.append(i)
+                best = max(best, thr[i])
+        kept = set(out) | (pinned & set(cand.tolist()))
+        return sorted(kept)

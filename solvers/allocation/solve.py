@@ -1,0 +1,205 @@
+"""Solving the allocation ILP: row generation over rounds, each round's stages, and the blocks a
+cost-mode round splits into.
+
+Availability rows are generated lazily: a round enforces only the rows found violated so far
+(plus rows without room for a node) and prunes templates dominated under them; when a round's
+optimum satisfies every row it is optimal for the full problem too (a relaxation's optimum that
+is feasible is optimal). After MAX_ROUNDS rounds every row is enforced. The model of a round is
+in :mod:`~atoll.solvers.allocation.model`, its reduction in
+:mod:`~atoll.solvers.allocation.reduction`, the block argument in
+:mod:`~atoll.solvers.allocation.blocks`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pulp
+
+from atoll.solvers.allocation.blocks import combined_start_status, split_blocks
+from atoll.solvers.allocation.diagnosis import FEAS_TOL, diagnose_infeasible
+from atoll.solvers.allocation.highs import SolverRun, failure_message, status_of
+from atoll.solvers.allocation.model import Model, build_model, extract, start_values
+from atoll.solvers.allocation.reduction import RoundInstance
+from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus
+
+SOLVERS = ("highs", "cbc")
+MAX_ROUNDS = 12
+
+
+@dataclass
+class _Round:
+    """The outcome of solving one round (one set of enforced rows), all stages."""
+
+    status: SolveStatus
+    allocation: Allocation | None = None
+    bound: float | None = None
+    message: str = ""
+    complete: bool = True  # every stage solved (goodput stage 2 may fail and keep stage 1)
+
+
+def _violated_rows(inst: RoundInstance, allocation: Allocation) -> set[tuple[str, str]]:
+    p = inst.problem
+    use: dict[tuple[str, str], int] = defaultdict(int)
+    for key, n in allocation.counts:
+        t = p.template(key)
+        for c, k in t.nodes:
+            use[(t.region, c)] += k * n
+    return {rc for rc, u in use.items() if u > p.available(rc) + 1e-9}
+
+
+class _Solver:
+    """Runs the stages of one round and keeps the time and start bookkeeping across rounds."""
+
+    def __init__(self, problem: AllocationProblem, solver: str, warm_start: Allocation | None,
+                 decompose: bool) -> None:
+        self.problem, self.solver, self.warm_start = problem, solver, warm_start
+        self.decompose = decompose
+        self.build = self.solve = 0.0
+        self.start_status: object = None
+        self.deadline = None if problem.time_limit is None else time.perf_counter() + problem.time_limit
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else max(self.deadline - time.perf_counter(), 0.05)
+
+    def _stage(self, inst: RoundInstance, stage: str, floor_share: float | None,
+               start_alloc: Allocation | None) -> tuple[SolverRun, Model, bool]:
+        """Build and solve one stage of ``inst``; returns the run, the model and whether a start
+        was handed to the solver."""
+        tb = time.perf_counter()
+        model = build_model(inst, stage, floor_share)
+        start = start_values(inst, model, start_alloc) if start_alloc is not None else None
+        self.build += time.perf_counter() - tb
+        run = SolverRun(model.prob, self.solver, self.remaining(), self.problem.gap, start)
+        self.build += run.model_seconds
+        self.solve += run.solve_seconds
+        return run, model, start is not None
+
+    def round(self, inst: RoundInstance) -> _Round:
+        if self.decompose and self.problem.mode == "cost" and not self.problem.one_gpu_type_per_model:
+            blocks = split_blocks(inst)
+            if len(blocks) > 1:
+                return self._round_blocks(inst, blocks)
+        stages = ["cost"] if self.problem.mode == "cost" else ["share", "cost_at_share"]
+        statuses: list[SolveStatus] = []
+        floor_share: float | None = None
+        start_alloc = self.warm_start
+        last: tuple[SolverRun, Model] | None = None
+        for stage in stages:
+            run, model, started = self._stage(inst, stage, floor_share, start_alloc)
+            if self.start_status is None and started:
+                self.start_status = run.start_status
+            status = status_of(run)
+            if status in (SolveStatus.INFEASIBLE, SolveStatus.ERROR):
+                if last is not None:  # stage 2 failed: keep the stage-1 plan
+                    break
+                return _Round(status, message=failure_message(run, status))
+            statuses.append(status)
+            last = (run, model)
+            if stage == "share":
+                floor_share = (pulp.value(model.prob.objective) or 0.0) - FEAS_TOL * max(1, len(inst.models))
+                extracted = extract(inst, model.count)
+                start_alloc = extracted if isinstance(extracted, Allocation) else None
+        if last is None:  # unreachable: the loop returns before leaving it empty
+            return _Round(SolveStatus.ERROR, message="no stage was solved")
+        run, model = last
+        allocation = extract(inst, model.count)
+        if isinstance(allocation, str):
+            return _Round(SolveStatus.ERROR, message=allocation)
+        complete = len(statuses) == len(stages)
+        final = (SolveStatus.OPTIMAL if complete and all(s is SolveStatus.OPTIMAL for s in statuses)
+                 else SolveStatus.FEASIBLE_TIME_LIMIT)
+        bound = None
+        if run.bound is not None and stages[len(statuses) - 1] != "share":
+            bound = run.bound + self.problem.objective_constant(inst.fixed)
+        return _Round(final, allocation, bound, "" if complete else
+                      "goodput stage 2 failed; returning the stage-1 plan", complete)
+
+    def _round_blocks(self, inst: RoundInstance, blocks: list[RoundInstance]) -> _Round:
+        """A cost-mode round solved block by block (see the module docstring): optimal only if
+        every block is, infeasible or failed if any block is; the dual bound is the sum of the
+        blocks' bounds plus the fixed models' cost."""
+        counts = dict(inst.fixed)
+        bound: float | None = self.problem.objective_constant(inst.fixed)
+        statuses: list[SolveStatus] = []
+        starts: list[object] = []
+        failed: _Round | None = None
+        for block in blocks:
+            run, model, started = self._stage(block, "cost", None, self.warm_start)
+            if started:
+                starts.append(run.start_status)
+            status = status_of(run)
+            if status in (SolveStatus.INFEASIBLE, SolveStatus.ERROR):
+                failed = _Round(status, message=failure_message(run, status))
+                break
+            part = extract(block, model.count)
+            if isinstance(part, str):
+                failed = _Round(SolveStatus.ERROR, message=part)
+                break
+            counts.update(part.counts)
+            statuses.append(status)
+            bound = None if bound is None or run.bound is None else bound + run.bound
+        if self.start_status is None and starts:
+            self.start_status = combined_start_status(starts)
+        if failed is not None:
+            return failed
+        final = (SolveStatus.OPTIMAL if all(s is SolveStatus.OPTIMAL for s in statuses)
+                 else SolveStatus.FEASIBLE_TIME_LIMIT)
+        return _Round(final, Allocation.of(counts), bound)
+
+
+def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | None = None,
+                     solver: str = "highs", decompose: bool = True) -> AllocationResult:
+    """Solve the allocation ILP exactly (to ``problem.gap``) by row generation (module
+    docstring). ``decompose``: solve a cost-mode round's independent blocks of services apart
+    (:mod:`~atoll.solvers.allocation.blocks`); False keeps every round one ILP. Never raises
+    for a failed solve: the result's status and message say what happened."""
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; valid solvers: {', '.join(SOLVERS)}")
+    t0 = time.perf_counter()
+    runner = _Solver(problem, solver, warm_start, decompose)
+
+    def result(status: SolveStatus, allocation: Allocation | None, message: str = "",
+               bound: float | None = None) -> AllocationResult:
+        start = runner.start_status
+        return AllocationResult.from_allocation(
+            problem, status, allocation, message=message, bound=bound,
+            build_seconds=runner.build, solve_seconds=runner.solve, solver=solver,
+            warm_start_accepted=None if start is None else str(start).endswith("kOk"))
+
+    try:
+        keep = frozenset(k for k, _ in warm_start.counts) if warm_start is not None else frozenset()
+        inst = RoundInstance(problem, frozenset(), keep)
+        runner.build += time.perf_counter() - t0
+        if inst.overused:
+            return result(SolveStatus.INFEASIBLE, None, "models held fixed exceed availability at "
+                          + "; ".join(inst.overused) + "; re-optimize them too")
+        served_by = {problem.template(k).service.name for k in inst.free}
+        if problem.mode == "cost" and any(s not in served_by for s in inst.services):
+            return result(SolveStatus.INFEASIBLE, None, diagnose_infeasible(inst))
+        rows: set[tuple[str, str]] = set()
+        for round_no in range(MAX_ROUNDS + 1):
+            if round_no:
+                tb = time.perf_counter()
+                inst = RoundInstance(problem, None if round_no == MAX_ROUNDS else frozenset(rows), keep)
+                runner.build += time.perf_counter() - tb
+            if not inst.free:  # nothing to decide: every free service is without demand
+                return result(SolveStatus.OPTIMAL, Allocation.of(inst.fixed),
+                              bound=problem.objective_constant(inst.fixed))
+            out = runner.round(inst)
+            if out.allocation is None:
+                infeasible = out.status is SolveStatus.INFEASIBLE and problem.mode == "cost"
+                msg = diagnose_infeasible(inst) if infeasible else out.message
+                return result(out.status, None, msg)
+            violated = _violated_rows(inst, out.allocation)
+            if not violated:
+                return result(out.status, out.allocation, out.message, bound=out.bound)
+            rows |= violated
+            if runner.deadline is not None and time.perf_counter() >= runner.deadline:
+                return result(SolveStatus.ERROR, None, "time limit reached before a plan within "
+                              "availability was found")
+        return result(SolveStatus.ERROR, None, "row generation did not converge")
+    except Exception as exc:  # noqa: BLE001 — the contract: a status, never an exception
+        return result(SolveStatus.ERROR, None, f"{type(exc).__name__}: {exc}")
