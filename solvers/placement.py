@@ -199,12 +199,14 @@ def _general_split(values: list[np.ndarray], n_layers: int) -> tuple[float, list
     return tau, take
 
 
-def solve(table: ProfileTable, multiset: Sequence[int], *, one_node_per_stage: bool = False) -> Placement:
+def solve(table: ProfileTable, multiset: Sequence[int], *, one_node_per_stage: bool = False,
+          last_configs: frozenset[int] | None = None) -> Placement:
     """Exact best placement of the nodes ``multiset`` (config indices into ``table``).
 
     ``one_node_per_stage`` restricts it to pipelines of single nodes (stock vLLM's shape, see
     :mod:`atoll.solvers.runtime`): only the stage count n is searched, where the only choices are
-    which node is last and the layer split."""
+    which node is last and the layer split. ``last_configs`` (config indices) restricts which
+    configs the last stage's nodes may be."""
     nodes = sorted(multiset)
     n, n_layers = len(nodes), table.layers
     if n == 0:
@@ -217,6 +219,12 @@ def solve(table: ProfileTable, multiset: Sequence[int], *, one_node_per_stage: b
         g_last = memb @ table.last[s - 1][nodes]
         g_send = memb @ table.send[s - 1][nodes]
         nonlast, last = _combos(pattern, s)
+        if last_configs is not None:
+            ok = np.array([all(nodes[i] in last_configs for i in range(n) if (m + 1) >> i & 1) for m in last],
+                          dtype=bool)
+            nonlast, last = nonlast[ok], last[ok]
+            if not len(last):
+                continue
         if table.monotone:
             vals = np.concatenate([g_send[nonlast].reshape(len(last), -1), g_last[last]], axis=1)
             cut = vals.shape[1] - n_layers

@@ -7,6 +7,11 @@ a stage and a different tensor-parallel size (GPUs per node) in each stage.
 ``--tensor-parallel-size`` for the whole engine, so a template it can run has
 
 - exactly one node per pipeline stage (``--pipeline-parallel-size`` = nodes),
+- at most two node configs, and when two, one node of the first stage's config and every other
+  stage on the other one: a multi-node instance is one LeaderWorkerSet group (one leader pod
+  template, one worker pod template), and vLLM's Ray executor puts the driver's node (the
+  leader, where ``vllm serve`` runs) at pipeline rank 0 and orders the other nodes by IP, so
+  only the first stage can differ from the rest,
 - the same GPU count on every node (``--tensor-parallel-size`` = GPUs per node),
 - a tensor-parallel size vLLM's attention layers accept: it divides the attention heads, and
   either divides the KV heads or is a multiple of them (vLLM replicates KV heads then),
@@ -27,6 +32,16 @@ from atoll.solvers.types import ModelSpec, NodeConfig, Template
 RUNTIMES: tuple[str, ...] = ("vllm", "any")
 DEFAULT_RUNTIME = "any"  # the bundled research scenarios; fleet files and the controller default to vllm
 DEPLOY_RUNTIME = "vllm"
+
+
+# Bump when a runtime's rules change what a build produces (it is part of every cache key).
+_RULES_VERSION = {"any": "", "vllm": "2"}
+
+
+def runtime_tag(name: str) -> str:
+    """The runtime as it enters template cache keys: its name and the version of its rules."""
+    version = _RULES_VERSION[check_runtime(name)]
+    return f"{name}-{version}" if version else name
 
 
 def check_runtime(name: str) -> str:
@@ -50,8 +65,35 @@ def multiset_ok(runtime: str, model: ModelSpec, configs: Sequence[NodeConfig]) -
     if runtime == "any":
         return True
     counts = {c.count for c in configs}
-    return (len(counts) == 1 and len(configs) <= model.layers
-            and tp_problem(model, next(iter(counts))) is None)
+    names = [c.name for c in configs]
+    kinds = sorted(names.count(n) for n in set(names))
+    return (len(counts) == 1 and len(configs) <= model.layers and (len(kinds) == 1 or kinds[0] == 1)
+            and len(kinds) <= 2 and tp_problem(model, next(iter(counts))) is None)
+
+
+def vllm_last_configs(configs: Sequence[str]) -> frozenset[str] | None:
+    """Configs the last stage may have under ``vllm`` for this node multiset (None: any). With
+    one node of config L and k >= 2 of W, L leads (first stage) and W ends the pipeline."""
+    kinds = {n: list(configs).count(n) for n in set(configs)}
+    if len(kinds) == 2 and max(kinds.values()) >= 2:
+        return frozenset(n for n, k in kinds.items() if k >= 2)
+    return None
+
+
+def leader_first(template: Template) -> Template:
+    """The same template with its stages reordered so the single-node config leads (the
+    LeaderWorkerSet leader); only non-last stages move, and they are interchangeable (each sends
+    its activations within the same per-stage budget), so the throughput is unchanged."""
+    stages = list(template.stages)
+    if len(stages) < 3:
+        return template
+    configs = [s.nodes[0] for s in stages]
+    lone = [i for i, c in enumerate(configs[:-1]) if configs.count(c) == 1]
+    if not lone or lone[0] == 0:
+        return template
+    i = lone[0]
+    order = [stages[i], *stages[:i], *stages[i + 1:]]
+    return Template(template.service, template.region, template.nodes, tuple(order), template.throughput)
 
 
 def template_problem(runtime: str, model: ModelSpec, template: Template) -> str | None:
@@ -63,6 +105,10 @@ def template_problem(runtime: str, model: ModelSpec, template: Template) -> str 
     if crowded:
         return (f"template {template.key}: a stage has {len(crowded[0].nodes)} data-parallel nodes; vLLM "
                 f"runs one node per pipeline stage")
+    workers = {s.nodes[0] for s in template.stages[1:]}
+    if len(workers) > 1:
+        return (f"template {template.key}: stages after the first use {len(workers)} node configs "
+                f"{sorted(workers)}; a LeaderWorkerSet has one worker pod template")
     gpus = sorted({int(c.split("x", 1)[0]) for c, _ in template.nodes})
     if len(gpus) != 1:
         return (f"template {template.key}: stages have different GPU counts {gpus}; vLLM uses one "

@@ -38,7 +38,14 @@ from atoll.solvers.models import DEFAULT_MODELS, get_model
 from atoll.solvers.perf import PerfFactors, RequestShape, load_factors, max_layers_that_fit
 from atoll.solvers.placement import best_placement, profile_table, solve, to_stages
 from atoll.solvers.registry import UnknownNameError
-from atoll.solvers.runtime import DEFAULT_RUNTIME, RUNTIMES, multiset_ok
+from atoll.solvers.runtime import (
+    DEFAULT_RUNTIME,
+    RUNTIMES,
+    leader_first,
+    multiset_ok,
+    runtime_tag,
+    vllm_last_configs,
+)
 from atoll.solvers.template_store import (
     CODE_VERSION,
     TemplateStore,
@@ -206,7 +213,7 @@ class TemplateJob:
             # Prices do not change templates, so they stay out of the key.
             "configs": [{"name": c.name, "gpu": asdict(c.gpu)} for c in self.configs],
             "n_max": self.n_max, "rho": self.rho, "shape": asdict(self.shape),
-            "factors": self.factors.to_json(), "runtime": self.runtime,
+            "factors": self.factors.to_json(), "runtime": runtime_tag(self.runtime),
         })
 
 
@@ -302,12 +309,19 @@ def run_job(job: TemplateJob) -> JobResult:
     table = profile_table(job.model, job.configs, job.phase, job.budget_ms,
                           max_stages=max(len(ms) for ms in multisets), shape=job.shape, factors=job.factors)
     chain = job.runtime == "vllm"
-    placed = {ms: solve(table, ms, one_node_per_stage=chain) for ms in multisets}
+    index = {c.name: i for i, c in enumerate(job.configs)}
+
+    def last_of(ms: tuple[int, ...]) -> frozenset[int] | None:
+        allowed = vllm_last_configs([job.configs[i].name for i in ms]) if chain else None
+        return None if allowed is None else frozenset(index[n] for n in allowed)
+
+    placed = {ms: solve(table, ms, one_node_per_stage=chain, last_configs=last_of(ms)) for ms in multisets}
     templates = []
     for ms in remove_dominated({ms: p.throughput for ms, p in placed.items()}):
         nodes = tuple((job.configs[i].name, ms.count(i)) for i in sorted(set(ms)))
-        templates.append(Template(job.service, job.region, nodes, to_stages(placed[ms], job.configs),
-                                  placed[ms].throughput))
+        t = Template(job.service, job.region, nodes, to_stages(placed[ms], job.configs),
+                     placed[ms].throughput)
+        templates.append(leader_first(t) if chain else t)
     return JobResult(tuple(templates), len(multisets), time.perf_counter() - t0)
 
 

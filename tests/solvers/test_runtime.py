@@ -20,13 +20,16 @@ VLLM = LibrarySpec(models=("Qwen3-32B", "Phi-4-14B"), regions=("aws:us-east-2",)
                    n_max=3, runtime="vllm")
 
 
-def _chain_brute(table: ProfileTable, nodes: list[int]) -> float:
-    """Best pipeline with one node per stage: every order of the nodes, every layer split."""
+def _chain_brute(table: ProfileTable, nodes: list[int], lws: bool = False) -> float:
+    """Best pipeline with one node per stage: every order of the nodes, every layer split;
+    ``lws``: only orders a LeaderWorkerSet can run (every stage after the first one config)."""
     n, n_layers = len(nodes), table.layers
     if n > n_layers:
         return 0.0
     best = 0.0
     for order in set(itertools.permutations(nodes)):
+        if lws and len(set(order[1:])) > 1:
+            continue
         for cuts in itertools.combinations(range(1, n_layers), n - 1):
             comp = [b - a for a, b in zip((0, *cuts), (*cuts, n_layers), strict=True)]
             thr = min(float((table.last if k == n - 1 else table.send)[n - 1][c, comp[k] - 1])
@@ -45,6 +48,10 @@ def test_one_node_per_stage_matches_brute_force_on_random_tables() -> None:
         nodes = sorted(int(c) for c in rng.integers(0, n_configs, size=n))
         placed = solve(table, nodes, one_node_per_stage=True)
         assert placed.throughput == _chain_brute(table, nodes), (table, nodes)
+        if sorted(nodes.count(c) for c in set(nodes))[:1] == [1] and len(set(nodes)) == 2 and n >= 3:
+            multi = frozenset(c for c in nodes if nodes.count(c) >= 2)
+            lws = solve(table, nodes, one_node_per_stage=True, last_configs=multi)
+            assert lws.throughput == _chain_brute(table, nodes, lws=True), (table, nodes)
         if placed.throughput > 0:
             assert len(placed.stages) == n and all(len(m) == 1 for _, m in placed.stages)
 
@@ -69,7 +76,7 @@ def test_vllm_library_is_exactly_the_non_dominated_runnable_pipelines(vllm_libra
             gpus = {c.count for c in configs}
             runnable = len(gpus) == 1 and tp_problem(job.model, gpus.pop()) is None
             everything[tuple(sorted(c.name for c in configs))] = (
-                _chain_brute(table, list(ms)) if runnable else 0.0)
+                _chain_brute(table, list(ms), lws=True) if runnable else 0.0)
 
         def within(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
             return all(a.count(c) <= b.count(c) for c in set(a))
@@ -87,6 +94,7 @@ def test_every_vllm_template_is_runnable_and_phi4_never_uses_tp4(vllm_library: T
     for t in vllm_library.templates:
         assert template_problem("vllm", get_model(t.service.model), t) is None
         assert all(len(s.nodes) == 1 for s in t.stages)
+        assert len({s.nodes[0] for s in t.stages[1:]}) <= 1  # one worker config after the leader
     phi = {c for t in vllm_library.for_model("Phi-4-14B") for c, _ in t.nodes}
     assert phi and not any(c.startswith(("4x", "8x")) for c in phi)  # 10 KV heads: TP 4 and 8 fail
     assert tp_problem(get_model("Phi-4-14B"), 4) is not None
@@ -102,6 +110,10 @@ def test_template_problem_names_the_reason() -> None:
                   (Stage(8, ("4xL40S",)), Stage(72, ("4xL40S", "4xL40S"))), 900.0)
     assert "tensor-parallel size" in (template_problem("vllm", model, mixed_tp) or "")
     assert "one node per pipeline stage" in (template_problem("vllm", model, dp) or "")
+    three = Template(Service(model.name, Phase.DECODE), "aws:us-east-2",
+                     (("4xA10G", 1), ("4xL4", 1), ("4xL40S", 1)),
+                     (Stage(20, ("4xL40S",)), Stage(30, ("4xA10G",)), Stage(30, ("4xL4",))), 900.0)
+    assert "one worker pod template" in (template_problem("vllm", model, three) or "")
     assert template_problem("any", model, dp) is None
     with pytest.raises(UnknownNameError, match="valid runtimes: vllm, any"):
         check_runtime("sglang")
