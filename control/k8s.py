@@ -1,135 +1,48 @@
-"""A plan as Kubernetes Deployments: rendered to a directory, or applied through the API.
+"""Kubernetes plan sinks: rendered manifests in a directory (``k8s:DIR``), or server-side apply
+through the API (``k8s-apply``). What the objects are — Deployments and LeaderWorkerSets that
+start vLLM, one Service per (model, phase) — is :mod:`atoll.control.k8s_render`.
 
-How a template maps: one template instance is a group of nodes (a pipeline of stages, each
-stage one or more data-parallel nodes), possibly of several node configs. A Deployment's pods
-are all alike, so there is one Deployment per (template, node config), and each pod is one
-whole node of that config: ``replicas`` = instances x nodes of that config in the template,
-``nvidia.com/gpu`` limit = GPUs per node, node selectors on the GPU product
-(``nvidia.com/gpu.product``, GPU Feature Discovery's label), GPU count and region
-(``topology.kubernetes.io/region``; atoll's "aws:us-east-2" becomes "us-east-2"). The template
-key, its stages and its node multiset ride along as annotations and environment variables,
-so the serving stack (e.g. a Ray or LeaderWorkerSet launcher) can wire an instance's pods into
-its pipeline. A Deployment does not gang-schedule one instance's nodes; a LeaderWorkerSet per
-template is the upgrade path when that matters.
-
-Names are DNS-1123 labels (lowercase, <= 63 characters): ``atoll-<model>-<phase>-<config>-<hash>``
-with the hash of (template key, config), so they are stable across plans and distinct.
+Before anything is written or applied every object passes :func:`validate_object`, a
+structural check of the fields atoll relies on (names, selectors matching pod labels, node
+selectors, GPU limits, the serving container's command and probes); the tests additionally
+validate every rendered object against the Kubernetes OpenAPI schemas (kubernetes-validate) and
+the LeaderWorkerSet CRD schema.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from atoll.control.k8s_render import (
+    CAPACITY_LABEL,
+    DEFAULT_GPU_PRODUCTS,
+    DEFAULT_MODEL_SOURCES,
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    LWS_API,
+    MANAGED_BY,
+    REGION_LABEL,
+    K8sOptions,
+    render_manifests,
+    service_name,
+    workload_name,
+)
 from atoll.control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-REGION_LABEL = "topology.kubernetes.io/region"
-GPU_RESOURCE = "nvidia.com/gpu"
-MANAGED_BY = ("app.kubernetes.io/managed-by", "atoll")
-TEMPLATE_LABEL = "atoll.io/template"
-CONFIG_LABEL = "atoll.io/node-config"
-# GPU Feature Discovery's product names on the clouds atoll's catalog covers; override per cluster.
-DEFAULT_GPU_PRODUCTS: dict[str, str] = {
-    "T4": "Tesla-T4", "L4": "NVIDIA-L4", "A10G": "NVIDIA-A10G", "L40S": "NVIDIA-L40S",
-    "V100": "Tesla-V100-SXM2-16GB", "A100-40GB": "NVIDIA-A100-SXM4-40GB",
-    "A100-80GB": "NVIDIA-A100-SXM4-80GB", "H100": "NVIDIA-H100-80GB-HBM3", "H200": "NVIDIA-H200",
-}
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+__all__ = ["CAPACITY_LABEL", "DEFAULT_GPU_PRODUCTS", "DEFAULT_MODEL_SOURCES", "GPU_COUNT_LABEL",
+           "GPU_PRODUCT_LABEL", "REGION_LABEL", "K8sApplySink", "K8sManifestSink", "K8sOptions",
+           "render_manifests", "service_name", "validate_object", "workload_name"]
+
+_KINDS = {"Deployment": "apps/v1", "LeaderWorkerSet": LWS_API, "Service": "v1"}
+_DNS = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-_CONFIG = re.compile(r"([1-9][0-9]*)x(.+)")
-
-
-@dataclass(frozen=True)
-class K8sOptions:
-    """Cluster-specific parts of the rendering: namespace, serving image, GPU product names."""
-
-    namespace: str = "default"
-    image: str = "vllm/vllm-openai:latest"
-    gpu_products: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_GPU_PRODUCTS))
-
-    def __post_init__(self) -> None:
-        if not _DNS_LABEL.fullmatch(self.namespace) or len(self.namespace) > 63:
-            raise SinkError(f"K8sOptions: field 'namespace' must be a DNS-1123 label (lowercase letters, "
-                            f"digits, '-'), got {self.namespace!r}")
-        if not self.image:
-            raise SinkError("K8sOptions: field 'image' must name a container image")
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", text.lower())).strip("-")
-
-
-def _label_value(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63].strip("-_.")
-
-
-def _digest(key: str, config: str) -> str:
-    return hashlib.sha256(f"{key}#{config}".encode()).hexdigest()[:8]
-
-
-def deployment_name(model: str, phase: str, config: str, key: str) -> str:
-    """``atoll-<model>-<phase>-<config>-<hash>``, the model part cut to fit 63 characters."""
-    tail = f"-{_slug(phase)}-{_slug(config)}-{_digest(key, config)}"
-    head = ("atoll-" + _slug(model))[: 63 - len(tail)].rstrip("-")
-    return head + tail
-
-
-def _parse_config(key: str, config: str) -> tuple[int, str]:
-    m = _CONFIG.fullmatch(config)
-    if not m:
-        raise SinkError(f"template {key!r}: node config {config!r} is not '<count>x<GPU>' such as '4xL40S'")
-    return int(m.group(1)), m.group(2)
-
-
-def render_deployments(record: PlanRecord, options: K8sOptions | None = None) -> list[dict[str, Any]]:
-    """One Deployment per (planned template, node config), sorted by name."""
-    options = options or K8sOptions()
-    out = []
-    for key, instances in record.plan.items():
-        t = record.templates[key]
-        model, phase = str(t["model"]), str(t["phase"])
-        for config, per_instance in t["nodes"]:
-            gpus, gpu = _parse_config(key, config)
-            name = deployment_name(model, phase, config, key)
-            selector = {MANAGED_BY[0]: MANAGED_BY[1], TEMPLATE_LABEL: _digest(key, config),
-                        CONFIG_LABEL: _label_value(config)}
-            labels = {**selector, "app.kubernetes.io/name": "vllm", "atoll.io/model": _label_value(model),
-                      "atoll.io/phase": _label_value(phase)}
-            stages = json.dumps(t["stages"], separators=(",", ":"))
-            annotations = {"atoll.io/template-key": key, "atoll.io/stages": stages,
-                           "atoll.io/template-nodes": json.dumps(t["nodes"], separators=(",", ":")),
-                           "atoll.io/instances": str(instances),
-                           "atoll.io/plan-sequence": str(record.sequence)}
-            env = {"ATOLL_MODEL": model, "ATOLL_PHASE": phase, "ATOLL_TEMPLATE_KEY": key,
-                   "ATOLL_NODE_CONFIG": config, "ATOLL_STAGES": stages}
-            pod = {
-                "nodeSelector": {GPU_PRODUCT_LABEL: options.gpu_products.get(gpu, f"NVIDIA-{gpu}"),
-                                 GPU_COUNT_LABEL: str(gpus),
-                                 REGION_LABEL: str(t["region"]).rsplit(":", 1)[-1]},
-                "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-                "containers": [{"name": "server", "image": options.image,
-                                "env": [{"name": k, "value": v} for k, v in env.items()],
-                                "resources": {"limits": {GPU_RESOURCE: gpus}}}],
-            }
-            out.append({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": name, "namespace": options.namespace, "labels": labels,
-                             "annotations": annotations},
-                "spec": {"replicas": instances * int(per_instance), "selector": {"matchLabels": selector},
-                         "template": {"metadata": {"labels": labels, "annotations": annotations},
-                                      "spec": pod}},
-            })
-    return sorted(out, key=lambda d: d["metadata"]["name"])
 
 
 def _get(doc: Any, path: str) -> Any:
@@ -141,44 +54,76 @@ def _get(doc: Any, path: str) -> Any:
     return cur
 
 
-def validate_deployment(doc: Any, where: str = "Deployment") -> None:
-    """Check the fields a Deployment needs (and the ones atoll relies on); SinkError names the
-    object and the field."""
+def _labels_ok(where: str, labels: Mapping[str, Any]) -> None:
+    for k, v in labels.items():
+        if not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.fullmatch(v):
+            raise SinkError(f"{where}: label {k}={v!r} is not a valid label value "
+                            f"(<= 63 of A-Z a-z 0-9 - _ .)")
+
+
+def _pod_ok(where: str, template: Any, serving: bool) -> None:
+    _labels_ok(where, _get(template, "metadata.labels"))
+    selectors = _get(template, "spec.nodeSelector")
+    for k in (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, REGION_LABEL):
+        if not selectors.get(k):
+            raise SinkError(f"{where}: spec.nodeSelector lacks {k}")
+    _labels_ok(f"{where} nodeSelector", selectors)
+    containers = _get(template, "spec.containers")
+    if not containers:
+        raise SinkError(f"{where}: spec.containers is empty")
+    for c in containers:
+        gpus = _get(c, "resources.limits").get(GPU_RESOURCE)
+        if not c.get("name") or not c.get("image") or not isinstance(gpus, int) or gpus < 1:
+            raise SinkError(f"{where}: container {c.get('name')!r} needs a name, an image and "
+                            f"{GPU_RESOURCE} >= 1")
+        if not c.get("command"):
+            raise SinkError(f"{where}: container {c['name']!r} has no command")
+        if serving and not (c.get("readinessProbe") and c.get("livenessProbe")):
+            raise SinkError(f"{where}: serving container {c['name']!r} needs readiness and liveness probes")
+
+
+def validate_object(doc: Any, where: str = "object") -> None:
+    """Check the fields atoll relies on; SinkError names the object and the field."""
     try:
-        if _get(doc, "apiVersion") != "apps/v1" or _get(doc, "kind") != "Deployment":
-            raise SinkError("must be apiVersion apps/v1, kind Deployment")
+        kind = _get(doc, "kind")
+        if kind not in _KINDS or _get(doc, "apiVersion") != _KINDS[kind]:
+            raise SinkError(f"must be one of {', '.join(f'{a} {k}' for k, a in _KINDS.items())}")
         name = _get(doc, "metadata.name")
-        if not isinstance(name, str) or len(name) > 63 or not _DNS_LABEL.fullmatch(name):
+        if not isinstance(name, str) or len(name) > 63 or not _DNS.fullmatch(name):
             raise SinkError(f"metadata.name {name!r} is not a DNS-1123 label")
+        _labels_ok("metadata.labels", _get(doc, "metadata.labels"))
+        if kind == "Service":
+            if not _get(doc, "spec.selector") or not _get(doc, "spec.ports"):
+                raise SinkError("spec.selector and spec.ports must be non-empty")
+            return
         replicas = _get(doc, "spec.replicas")
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise SinkError(f"spec.replicas must be an integer >= 0, got {replicas!r}")
-        match = _get(doc, "spec.selector.matchLabels")
-        pod_labels = _get(doc, "spec.template.metadata.labels")
-        if not match or any(pod_labels.get(k) != v for k, v in match.items()):
-            raise SinkError("spec.selector.matchLabels must be non-empty and match the pod template's labels")
-        selectors = _get(doc, "spec.template.spec.nodeSelector")
-        for k in (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, REGION_LABEL):
-            if not selectors.get(k):
-                raise SinkError(f"spec.template.spec.nodeSelector lacks {k}")
-        for k, v in {**_get(doc, "metadata.labels"), **pod_labels, **selectors}.items():
-            if not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.fullmatch(v):
-                raise SinkError(f"label {k}={v!r} is not a valid label value (<= 63 of A-Z a-z 0-9 - _ .)")
-        containers = _get(doc, "spec.template.spec.containers")
-        if not containers:
-            raise SinkError("spec.template.spec.containers is empty")
-        for c in containers:
-            gpus = _get(c, "resources.limits").get(GPU_RESOURCE)
-            if not c.get("name") or not c.get("image") or not isinstance(gpus, int) or gpus < 1:
-                raise SinkError(f"container {c.get('name')!r} needs a name, an image and {GPU_RESOURCE} >= 1")
+        if kind == "Deployment":
+            match = _get(doc, "spec.selector.matchLabels")
+            pod_labels = _get(doc, "spec.template.metadata.labels")
+            if not match or any(pod_labels.get(k) != v for k, v in match.items()):
+                raise SinkError("spec.selector.matchLabels must be non-empty and match the pod "
+                                "template's labels")
+            _pod_ok("spec.template", _get(doc, "spec.template"), True)
+        else:
+            size = _get(doc, "spec.leaderWorkerTemplate.size")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 2:
+                raise SinkError(f"spec.leaderWorkerTemplate.size must be an integer >= 2, got {size!r}")
+            _pod_ok("leaderTemplate", _get(doc, "spec.leaderWorkerTemplate.leaderTemplate"), True)
+            _pod_ok("workerTemplate", _get(doc, "spec.leaderWorkerTemplate.workerTemplate"), False)
     except SinkError as exc:
         raise SinkError(f"{where}: {exc}") from None
 
 
+def _file_name(doc: Mapping[str, Any]) -> str:
+    return f"{doc['metadata']['name']}.{doc['kind'].lower()}.yaml"
+
+
 class K8sManifestSink:
-    """``k8s:DIR``: one YAML file per Deployment plus a kustomization.yaml listing them
-    (``kubectl apply -k DIR``). Each file is re-loaded and validated after writing; manifests
-    of templates no longer planned are deleted."""
+    """``k8s:DIR``: one YAML file per object (``<name>.<kind>.yaml``) plus a kustomization.yaml
+    listing them (``kubectl apply -k DIR``; the LeaderWorkerSet CRD must be installed). Each file
+    is re-loaded and validated after writing; files of objects no longer planned are deleted."""
 
     def __init__(self, directory: Path | str, options: K8sOptions | None = None) -> None:
         self.directory = Path(directory)
@@ -186,14 +131,14 @@ class K8sManifestSink:
         self.name = f"k8s:{self.directory}"
 
     def write(self, record: PlanRecord) -> SinkResult:
-        docs = render_deployments(record, self.options)
+        docs = render_manifests(record, self.options)
         written: list[str] = []
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             for doc in docs:
-                path = self.directory / f"{doc['metadata']['name']}.yaml"
+                path = self.directory / _file_name(doc)
                 atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
-                validate_deployment(yaml.safe_load(path.read_text()), str(path))
+                validate_object(yaml.safe_load(path.read_text()), str(path))
                 written.append(str(path))
             files = sorted(Path(p).name for p in written)
             kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
@@ -209,7 +154,14 @@ class K8sManifestSink:
             raise SinkError(f"{self.name}: cannot write manifests ({exc}); check that the directory is "
                             f"writable") from exc
         return SinkResult(self.name, True, tuple(written), tuple(removed),
-                          f"{len(docs)} Deployment(s) for plan {record.sequence}")
+                          f"{_summary(docs)} for plan {record.sequence}")
+
+
+def _summary(docs: Iterable[Mapping[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for d in docs:
+        counts[d["kind"]] = counts.get(d["kind"], 0) + 1
+    return ", ".join(f"{n} {k}(s)" for k, n in sorted(counts.items())) or "no objects"
 
 
 ApiFactory = Callable[[], Any]
@@ -226,11 +178,62 @@ def _api_cause(api: Any, exc: Exception) -> str:
     return f"cannot reach {host} ({type(exc).__name__}: {str(reason)[:300]})"
 
 
+class KubeObjects:
+    """Server-side apply, list and delete of atoll's three kinds through the kubernetes client
+    (AppsV1Api, CoreV1Api and CustomObjectsApi for LeaderWorkerSets). Tests pass an object with
+    the same three methods instead."""
+
+    LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self.api_client = api_client
+        # Any: the client's generated types are stricter than the plain dicts atoll applies
+        self.apps: Any = client.AppsV1Api(api_client)
+        self.core: Any = client.CoreV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
+
+    def apply(self, doc: Mapping[str, Any], namespace: str, dry_run: str | None, timeout: float) -> None:
+        name = doc["metadata"]["name"]
+        kw: dict[str, Any] = {"field_manager": "atoll", "force": True, "dry_run": dry_run,
+                              "_content_type": "application/apply-patch+yaml", "_request_timeout": timeout}
+        if doc["kind"] == "Deployment":
+            self.apps.patch_namespaced_deployment(name, namespace, doc, **kw)
+        elif doc["kind"] == "Service":
+            self.core.patch_namespaced_service(name, namespace, doc, **kw)
+        else:
+            self.custom.patch_namespaced_custom_object(*self.LWS[:2], namespace, self.LWS[2], name, doc, **kw)
+
+    def list_names(self, kind: str, namespace: str, selector: str, timeout: float) -> list[str]:
+        if kind == "Deployment":
+            items = self.apps.list_namespaced_deployment(namespace, label_selector=selector,
+                                                         _request_timeout=timeout).items
+            return [i.metadata.name for i in items]
+        if kind == "Service":
+            items = self.core.list_namespaced_service(namespace, label_selector=selector,
+                                                      _request_timeout=timeout).items
+            return [i.metadata.name for i in items]
+        got = self.custom.list_namespaced_custom_object(*self.LWS[:2], namespace, self.LWS[2],
+                                                        label_selector=selector, _request_timeout=timeout)
+        return [i["metadata"]["name"] for i in got.get("items", [])]
+
+    def delete(self, kind: str, name: str, namespace: str, dry_run: str | None, timeout: float) -> None:
+        if kind == "Deployment":
+            self.apps.delete_namespaced_deployment(name, namespace, dry_run=dry_run, _request_timeout=timeout)
+        elif kind == "Service":
+            self.core.delete_namespaced_service(name, namespace, dry_run=dry_run, _request_timeout=timeout)
+        else:
+            self.custom.delete_namespaced_custom_object(*self.LWS[:2], namespace, self.LWS[2], name,
+                                                        dry_run=dry_run, _request_timeout=timeout)
+
+
 class K8sApplySink:
-    """``k8s-apply``: server-side apply of the rendered Deployments through the kubernetes
-    client, as a server-side dry run unless ``apply`` is True; atoll-managed Deployments that
-    the plan no longer names are deleted (dry-run likewise). ``api_factory`` returns an
-    ``AppsV1Api``-like object (tests pass a fake; default: kubeconfig, then in-cluster)."""
+    """``k8s-apply``: server-side apply of the rendered objects (Deployments, LeaderWorkerSets,
+    Services) through the kubernetes client, as a server-side dry run unless ``apply`` is True;
+    atoll-managed objects the plan no longer names are deleted (dry-run likewise). The cluster
+    needs the LeaderWorkerSet CRD for multi-node templates. ``api_factory`` returns a
+    :class:`KubeObjects`-like object (tests pass a fake; default: kubeconfig, then in-cluster)."""
 
     def __init__(self, options: K8sOptions | None = None, *, apply: bool = False,
                  kubeconfig: str | None = None, context: str | None = None, timeout: float = 10.0,
@@ -250,7 +253,7 @@ class K8sApplySink:
         try:
             cfg = client.Configuration()
             cfg.retries = 0  # deliver() owns retries; urllib3's would triple every failure's latency
-            return client.AppsV1Api(config.new_client_from_config(
+            return KubeObjects(config.new_client_from_config(
                 config_file=path, context=self.context, persist_config=False, client_configuration=cfg))
         except (config.ConfigException, OSError, ValueError, TypeError) as exc:
             problems.append(f"kubeconfig {path}: {exc}")
@@ -259,7 +262,7 @@ class K8sApplySink:
                 cfg = client.Configuration()
                 config.load_incluster_config(client_configuration=cfg)
                 cfg.retries = 0
-                return client.AppsV1Api(client.ApiClient(cfg))
+                return KubeObjects(client.ApiClient(cfg))
             except config.ConfigException as exc:
                 problems.append(f"in-cluster config: {exc}")
         else:
@@ -269,10 +272,10 @@ class K8sApplySink:
                         f"manifests with the k8s:DIR sink instead")
 
     def objects(self, record: PlanRecord) -> list[dict[str, Any]]:
-        """The validated Deployment bodies this sink would apply (no cluster needed)."""
-        docs = render_deployments(record, self.options)
+        """The validated objects this sink would apply (no cluster needed)."""
+        docs = render_manifests(record, self.options)
         for doc in docs:
-            validate_deployment(doc, f"Deployment {doc['metadata']['name']}")
+            validate_object(doc, f"{doc['kind']} {doc['metadata']['name']}")
         return docs
 
     def write(self, record: PlanRecord) -> SinkResult:
@@ -281,27 +284,25 @@ class K8sApplySink:
         ns, dry = self.options.namespace, (None if self.apply else "All")
         written, removed = [], []
         what = "server"
+        selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
         try:
-            for doc in docs:
-                what = f"Deployment {doc['metadata']['name']}"
-                api.patch_namespaced_deployment(
-                    doc["metadata"]["name"], ns, doc, field_manager="atoll", force=True, dry_run=dry,
-                    _content_type="application/apply-patch+yaml", _request_timeout=self.timeout)
-                written.append(f"deployment/{doc['metadata']['name']}")
-            what = "the Deployment list"
-            wanted = {d["metadata"]["name"] for d in docs}
-            listed = api.list_namespaced_deployment(ns, label_selector=f"{MANAGED_BY[0]}={MANAGED_BY[1]}",
-                                                    _request_timeout=self.timeout)
-            for item in listed.items:
-                if item.metadata.name not in wanted:
-                    what = f"Deployment {item.metadata.name} (deleting)"
-                    api.delete_namespaced_deployment(item.metadata.name, ns, dry_run=dry,
-                                                     _request_timeout=self.timeout)
-                    removed.append(f"deployment/{item.metadata.name}")
+            # workloads before the Services that route to them
+            for doc in sorted(docs, key=lambda d: d["kind"] == "Service"):
+                what = f"{doc['kind']} {doc['metadata']['name']}"
+                api.apply(doc, ns, dry, self.timeout)
+                written.append(f"{doc['kind'].lower()}/{doc['metadata']['name']}")
+            for kind in ("Deployment", "LeaderWorkerSet", "Service"):
+                what = f"the {kind} list"
+                wanted = {d["metadata"]["name"] for d in docs if d["kind"] == kind}
+                for name in api.list_names(kind, ns, selector, self.timeout):
+                    if name not in wanted:
+                        what = f"{kind} {name} (deleting)"
+                        api.delete(kind, name, ns, dry, self.timeout)
+                        removed.append(f"{kind.lower()}/{name}")
         except SinkError:
             raise
         except Exception as exc:  # ApiException, urllib3 errors, time-outs: all mean "not delivered"
             raise SinkError(f"{self.name}: {what} failed: {_api_cause(api, exc)}") from exc
         mode = "applied" if self.apply else "server-side dry run, nothing changed (pass --apply to apply)"
         return SinkResult(self.name, True, tuple(written), tuple(removed),
-                          f"{len(docs)} Deployment(s) for plan {record.sequence}: {mode}")
+                          f"{_summary(docs)} for plan {record.sequence}: {mode}")

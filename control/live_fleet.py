@@ -10,7 +10,8 @@ what a user actually has:
     {"scenario": "core", "models": ["Phi-4-14B", "Qwen3-32B"], "prices": "spot",
      "availability": {"aws:us-east-2/4xL4": 6, "aws:us-east-2/1xL40S": 2}}
 
-Every key is optional except ``scenario``; ``availability`` (nodes per ``region/config``)
+Every key is optional except ``scenario``; ``runtime`` (``vllm`` by default, or ``any``) picks
+the template library (:mod:`atoll.solvers.runtime`); ``availability`` (nodes per ``region/config``)
 replaces the scenario's ample availability, and cells it leaves out get no nodes.
 """
 
@@ -31,12 +32,13 @@ from atoll.envs.planner import Replanner
 from atoll.solvers.catalog import load_catalog
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import AllocationProblem, gpu_type_of
-from atoll.solvers.scenarios import SCENARIOS, ample_availability, scenario_prices
+from atoll.solvers.runtime import DEPLOY_RUNTIME, check_runtime
+from atoll.solvers.scenarios import SCENARIOS, ample_availability, scenario_prices, scenario_templates
 from atoll.solvers.types import Template
 
 Cell = tuple[str, str]
 STEP_S = FleetConfig.step_s  # the env's decision step: start-up weight and since-re-optimization units
-FLEET_KEYS = ("scenario", "models", "prices", "availability")
+FLEET_KEYS = ("scenario", "models", "prices", "availability", "runtime")
 
 
 class FleetFileError(InputError):
@@ -50,7 +52,7 @@ class LiveFleet:
     def __init__(self, scenario: str, *, models: Sequence[str] | None = None, prices: str = "on-demand",
                  availability: Mapping[Cell, int] | None = None, solver_time_limit: float = 10.0,
                  solver_gap: float = 1e-3, demand_round: float = 0.02,
-                 templates: Sequence[Template] | None = None) -> None:
+                 templates: Sequence[Template] | None = None, runtime: str = DEPLOY_RUNTIME) -> None:
         if prices not in ("on-demand", "spot"):
             raise ValueError(f"LiveFleet: field 'prices' must be 'on-demand' or 'spot', got {prices!r}")
         spec = SCENARIOS[scenario]
@@ -60,7 +62,11 @@ class LiveFleet:
         if unknown and templates is None:
             raise ValueError(f"models {unknown} are not in scenario {scenario!r}; valid: "
                              f"{', '.join(spec.models)}")
-        library = _library(scenario) if templates is None else tuple(templates)
+        # The controller deploys, so its library holds only what the serving runtime can run
+        # (vLLM by default: every planned template renders as a Deployment or LeaderWorkerSet).
+        self.runtime = check_runtime(runtime)
+        library = (tuple(templates) if templates is not None else _library(scenario) if runtime == "any"
+                   else scenario_templates(spec, runtime=runtime))
         templates = tuple(t for t in library if t.service.model in self.models)
         price_map = scenario_prices(spec, spot=prices == "spot")
         self.availability: dict[Cell, int] = dict(availability if availability is not None
@@ -153,6 +159,7 @@ def load_fleet_file(path: Path | str, **settings: Any) -> LiveFleet:
                 raise _fail(path, f"availability of {cell!r} must be a whole number of nodes >= 0, got {n!r}")
             availability[(region, cfg)] = int(n)
     try:
+        settings.setdefault("runtime", str(doc.get("runtime", DEPLOY_RUNTIME)))
         return LiveFleet(str(doc["scenario"]), models=models, prices=str(doc.get("prices", "on-demand")),
                          availability=availability, **settings)
     except (KeyError, ValueError) as exc:

@@ -2,8 +2,8 @@
 
 - ``json:DIR``: ``DIR/plan-<sequence:06d>.json`` per plan change plus ``DIR/latest.json``, each
   written atomically (temporary file + ``os.replace``);
-- ``k8s:DIR``: rendered Kubernetes Deployments (see ``atoll.control.k8s``), validated, stale ones
-  deleted;
+- ``k8s:DIR``: rendered Kubernetes objects that start vLLM (Deployments, LeaderWorkerSets,
+  Services; see ``atoll.control.k8s_render``), validated, stale ones deleted;
 - ``k8s-apply[:NAMESPACE]``: server-side apply through the kubernetes client; a server-side
   dry run unless ``apply=True``.
 
@@ -18,6 +18,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -62,20 +63,24 @@ class JsonDirSink:
                           f"{len(record.diff)} changed")
 
 
-def make_sink(spec: str, *, apply: bool = False, image: str | None = None) -> PlanSink:
+def make_sink(spec: str, *, apply: bool = False, image: str | None = None,
+              options: K8sOptions | None = None) -> PlanSink:
     """The sink a spec names; ``apply`` (only for k8s-apply) turns the dry run into a real
-    apply; ``image`` overrides the serving image of the Kubernetes sinks."""
+    apply; ``options`` (a fleet file's kubernetes section) configure the Kubernetes sinks, and
+    ``image`` overrides their serving image; ``k8s-apply:NAMESPACE`` overrides the namespace."""
     kind, sep, arg = spec.partition(":")
     if apply and kind != "k8s-apply":
         raise SinkError(f"--apply only applies to the k8s-apply sink, not {spec!r}; drop --apply or use "
                         f"--sink k8s-apply")
-    image = image or K8sOptions.image
+    base = options or K8sOptions()
+    if image:
+        base = replace(base, image=image)
     if kind == "json" and arg:
         return JsonDirSink(Path(arg))
     if kind == "k8s" and arg:
-        return K8sManifestSink(Path(arg), K8sOptions(image=image))
+        return K8sManifestSink(Path(arg), base)
     if kind == "k8s-apply" and (arg or not sep):
-        return K8sApplySink(K8sOptions(namespace=arg or "default", image=image), apply=apply)
+        return K8sApplySink(replace(base, namespace=arg) if arg else base, apply=apply)
     raise SinkError(f"unknown plan sink {spec!r}; use {SINK_SPECS}")
 
 

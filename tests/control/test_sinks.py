@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,8 +15,8 @@ from atoll.control.k8s import (
     GPU_PRODUCT_LABEL,
     REGION_LABEL,
     K8sOptions,
-    render_deployments,
-    validate_deployment,
+    render_manifests,
+    validate_object,
 )
 from atoll.control.plans import PlanRecord, SinkError, SinkResult
 from atoll.control.sinks import JsonDirSink, K8sApplySink, K8sManifestSink, deliver, make_sink
@@ -74,56 +73,37 @@ def test_json_sink_files_and_latest(tmp_path: Path) -> None:
     assert latest["diff"] == {MIXED.key: 1} and latest["plan"] == {MIXED.key: 2}
 
 
-def test_k8s_manifests_replicas_selectors_and_removal(tmp_path: Path) -> None:
+def test_k8s_manifests_and_long_names(tmp_path: Path) -> None:
     sink = make_sink(f"k8s:{tmp_path / 'k8s'}")
     assert isinstance(sink, K8sManifestSink)
-    result = sink.write(record(1, {MIXED.key: 2, SMALL.key: 1}))
-    docs = {}
-    for path in result.written:
-        doc = yaml.safe_load(Path(path).read_text())
-        if doc["kind"] == "Deployment":
-            validate_deployment(doc, path)
-            docs[doc["metadata"]["annotations"]["atoll.io/template-key"], doc["metadata"]["labels"]
-                 ["atoll.io/node-config"]] = doc
-    assert len(docs) == 3  # MIXED has two node configs, SMALL one
-    l40s = docs[MIXED.key, "4xL40S"]
-    assert l40s["spec"]["replicas"] == 2 * 3  # instances x nodes of that config
-    assert docs[MIXED.key, "1xL4"]["spec"]["replicas"] == 2
-    pod = l40s["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {GPU_PRODUCT_LABEL: "NVIDIA-L40S", GPU_COUNT_LABEL: "4",
-                                   REGION_LABEL: "us-east-2"}
-    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
-    assert l40s["metadata"]["name"].startswith("atoll-llama-3-70b-decode-4xl40s-")
-    small = docs[SMALL.key, "1xH100"]
-    assert small["spec"]["template"]["spec"]["nodeSelector"][REGION_LABEL] == "us-central1"
-    kustomization = yaml.safe_load((tmp_path / "k8s" / "kustomization.yaml").read_text())
-    names = sorted(f"{d['metadata']['name']}.yaml" for d in docs.values())
-    assert sorted(kustomization["resources"]) == names
-    # the next plan drops MIXED: its two manifests go
-    result = sink.write(record(2, {SMALL.key: 2}, {MIXED.key: 2, SMALL.key: 1}))
-    assert len(result.removed) == 2
-    left = sorted(p.name for p in (tmp_path / "k8s").glob("atoll-*.yaml"))
-    assert left == [f"{docs[SMALL.key, '1xH100']['metadata']['name']}.yaml"]
-    assert yaml.safe_load((tmp_path / "k8s" / left[0]).read_text())["spec"]["replicas"] == 2
-
-
-def test_names_stay_dns_labels_for_long_model_names() -> None:
+    result = sink.write(record(1, {SMALL.key: 1, OLD.key: 2}))
+    docs = [yaml.safe_load(Path(p).read_text()) for p in result.written if "kustomization" not in p]
+    for doc in docs:
+        validate_object(doc)
+    (small,) = [d for d in docs if d["kind"] == "Deployment" and "prefill" in d["metadata"]["name"]]
+    pod = small["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3", GPU_COUNT_LABEL: "1",
+                                   REGION_LABEL: "us-central1", "karpenter.sh/capacity-type": "on-demand"}
     long = Template(Service("Some_Org/Very.Long-Model-Name-That-Goes-On-And-On-Forever-v2.5", Phase.DECODE),
                     "aws:us-east-2", (("8xH200", 1),), (Stage(10, ("8xH200",)),), 10.0)
     r = PlanRecord(1, 0.0, {long.key: 1}, {long.key: {
         "service": long.service.name, "model": long.service.model, "phase": "decode", "region": long.region,
         "nodes": [["8xH200", 1]], "stages": [[10, ["8xH200"]]], "throughput": 10.0}})
-    (doc,) = render_deployments(r, K8sOptions(namespace="serving", image="example/vllm:1"))
-    validate_deployment(doc)
-    assert len(doc["metadata"]["name"]) <= 63 and doc["metadata"]["namespace"] == "serving"
-    bad = json.loads(json.dumps(doc))
+    opts = K8sOptions(namespace="serving", image="example/vllm:1",
+                      model_sources={long.service.model: "org/m"})
+    docs = render_manifests(r, opts)
+    for doc in docs:
+        validate_object(doc)
+        assert len(doc["metadata"]["name"]) <= 63 and doc["metadata"]["namespace"] == "serving"
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    bad = json.loads(json.dumps(dep))
     bad["spec"]["replicas"] = -1
     with pytest.raises(SinkError, match="spec.replicas"):
-        validate_deployment(bad, "x.yaml")
-    bad = json.loads(json.dumps(doc))
+        validate_object(bad, "x.yaml")
+    bad = json.loads(json.dumps(dep))
     del bad["spec"]["template"]["spec"]["nodeSelector"][GPU_PRODUCT_LABEL]
     with pytest.raises(SinkError, match="nodeSelector lacks nvidia.com/gpu.product"):
-        validate_deployment(bad)
+        validate_object(bad)
 
 
 def test_k8s_apply_without_a_cluster_is_a_clear_error(tmp_path: Path,
@@ -151,38 +131,37 @@ def test_k8s_apply_unreachable_api_server(tmp_path: Path) -> None:
         sink.write(record(1, {SMALL.key: 1}))
 
 
-class FakeApps:
-    def __init__(self, existing: list[str]) -> None:
-        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+class FakeObjects:
+    def __init__(self, existing: dict[str, list[str]]) -> None:
+        self.calls: list[tuple[str, str, str, Any]] = []
         self.existing = existing
 
-    def patch_namespaced_deployment(self, name: str, namespace: str, body: dict[str, Any], **kw: Any) -> None:
-        self.calls.append(("patch", name, kw))
+    def apply(self, doc: dict[str, Any], namespace: str, dry_run: str | None, timeout: float) -> None:
+        self.calls.append(("apply", doc["kind"], doc["metadata"]["name"], dry_run))
 
-    def list_namespaced_deployment(self, namespace: str, **kw: Any) -> SimpleNamespace:
-        self.calls.append(("list", namespace, kw))
-        items = [SimpleNamespace(metadata=SimpleNamespace(name=n)) for n in self.existing]
-        return SimpleNamespace(items=items)
+    def list_names(self, kind: str, namespace: str, selector: str, timeout: float) -> list[str]:
+        self.calls.append(("list", kind, namespace, selector))
+        return self.existing.get(kind, [])
 
-    def delete_namespaced_deployment(self, name: str, namespace: str, **kw: Any) -> None:
-        self.calls.append(("delete", name, kw))
+    def delete(self, kind: str, name: str, namespace: str, dry_run: str | None, timeout: float) -> None:
+        self.calls.append(("delete", kind, name, dry_run))
 
 
 @pytest.mark.parametrize("apply", [False, True])
 def test_k8s_apply_objects_and_calls_without_a_cluster(apply: bool) -> None:
-    api = FakeApps(existing=["atoll-old-decode-2xa10g-12345678"])
+    api = FakeObjects(existing={"Deployment": ["atoll-old-decode-12345678"],
+                                "Service": ["atoll-phi-4-14b-prefill"]})
     sink = K8sApplySink(K8sOptions(namespace="llm"), apply=apply, api_factory=lambda: api)
-    objects = sink.objects(record(1, {MIXED.key: 1}))
-    assert sorted(o["spec"]["replicas"] for o in objects) == [1, 3]
-    result = sink.write(record(1, {MIXED.key: 1}))
-    assert result.ok and result.removed == ("deployment/atoll-old-decode-2xa10g-12345678",)
-    patches = [c for c in api.calls if c[0] == "patch"]
-    assert {c[1] for c in patches} == {o["metadata"]["name"] for o in objects} and len(patches) == 2
+    objects = sink.objects(record(1, {SMALL.key: 2}))
+    assert sorted(o["kind"] for o in objects) == ["Deployment", "Service"]
+    result = sink.write(record(1, {SMALL.key: 2}))
     expected_dry = None if apply else "All"
-    assert all(c[2]["dry_run"] == expected_dry and c[2]["field_manager"] == "atoll" for c in patches)
-    assert all(c[2]["_content_type"] == "application/apply-patch+yaml" for c in patches)
-    assert api.calls[-1] == ("delete", "atoll-old-decode-2xa10g-12345678",
-                             {"dry_run": expected_dry, "_request_timeout": 10.0})
+    assert result.ok and result.removed == ("deployment/atoll-old-decode-12345678",)
+    applied = [c for c in api.calls if c[0] == "apply"]
+    assert [c[1] for c in applied] == ["Deployment", "Service"]  # workloads before Services
+    assert all(c[3] == expected_dry for c in applied)
+    assert [c for c in api.calls if c[0] == "delete"] == [
+        ("delete", "Deployment", "atoll-old-decode-12345678", expected_dry)]
     assert ("dry run" in result.message) is not apply
 
 

@@ -1,0 +1,326 @@
+"""A plan as Kubernetes objects that start vLLM.
+
+Per planned template (all its instances):
+
+- **one node** -> a ``Deployment`` (``apps/v1``), ``replicas`` = instances; the pod runs
+  ``vllm serve <model source> --tensor-parallel-size <GPUs per node>``.
+- **several nodes** (a pipeline, one node per stage; :mod:`atoll.solvers.runtime` ``vllm``) ->
+  a ``LeaderWorkerSet`` (``leaderworkerset.x-k8s.io/v1``), ``replicas`` = instances, ``size`` =
+  stages: each replica is one gang-scheduled group (``RecreateGroupOnPodRestart``). The leader
+  pod is stage 0; it starts the Ray head with vLLM's ``multi-node-serving.sh leader
+  --ray_cluster_size=$(LWS_GROUP_SIZE)`` and then ``vllm serve ... --tensor-parallel-size T
+  --pipeline-parallel-size S --distributed-executor-backend ray``; workers join with
+  ``multi-node-serving.sh worker --ray_address=$(LWS_LEADER_ADDRESS)``. vLLM's Ray executor
+  ranks the driver's node first, so the leader holds pipeline rank 0, and the layer split rides
+  in ``VLLM_PP_LAYER_PARTITION`` (set on every pod). The leader may be a different node config
+  from the workers (one leader template, one worker template), which is exactly the shape the
+  ``vllm`` runtime allows.
+- **one Service per (model, phase)** selecting the serving pods of that service (label
+  ``atoll.io/serving: "true"``: single-node pods and LeaderWorkerSet leaders; workers only run
+  Ray).
+
+Every serving pod: container port ``http`` (8000) with readiness and liveness probes on vLLM's
+``/health`` (a start-up probe allows ``startup_timeout_s`` for weights to load), ``/dev/shm`` as
+a memory-backed ``emptyDir``, a model cache volume (a PersistentVolumeClaim when
+``model_cache_claim`` is set, else an ``emptyDir``) mounted at ``/root/.cache/huggingface``, the
+Hugging Face token from Secret ``token_secret`` (key ``token_key``, optional so public models
+start without it), CPU and memory requests per GPU and ``nvidia.com/gpu`` limits, node selectors
+on GPU product (GPU Feature Discovery's ``nvidia.com/gpu.product``), GPU count, region
+(``topology.kubernetes.io/region``) and capacity type (``karpenter.sh/capacity-type`` by
+default: ``on-demand`` or ``spot``; a template description's ``tier`` overrides the default).
+``--served-model-name`` is atoll's model name, so vLLM's metrics carry the ``model_name`` the
+controller reads.
+
+**Prefill/decode.** ``pd="disaggregated"`` (default, what the planner plans): both sides run
+vLLM's ``NixlConnector`` (``--kv-transfer-config {"kv_connector":"NixlConnector",
+"kv_role":"kv_both"}``; side channel on the pod IP, port 5600). Requests then go through a
+PD-aware router that sends each request to a prefill server first and its decode to a decode
+server: we document the **vLLM Router** (github.com/vllm-project/router) in its
+prefill/decode mode, pointed at the two Services of a model (``atoll-<model>-prefill`` and
+``atoll-<model>-decode``); atoll renders the engines and Services, not the router.
+``pd="aggregated"``: no KV transfer; every pod serves whole requests and the Services of both
+phases of a model select the same pods (the planner still sizes prefill and decode separately,
+so aggregated serving holds at least the capacity planned for each phase).
+
+Names are DNS-1123 labels: ``atoll-<model>-<phase>-<hash of the template key>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from atoll.control.plans import PlanRecord, SinkError
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+REGION_LABEL = "topology.kubernetes.io/region"
+CAPACITY_LABEL = "karpenter.sh/capacity-type"
+GPU_RESOURCE = "nvidia.com/gpu"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "atoll")
+TEMPLATE_LABEL = "atoll.io/template"
+MODEL_LABEL = "atoll.io/model"
+PHASE_LABEL = "atoll.io/phase"
+SERVING_LABEL = "atoll.io/serving"  # "true" on pods that serve HTTP (not LeaderWorkerSet workers)
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
+NIXL_PORT = 5600
+PD_MODES = ("disaggregated", "aggregated")
+CAPACITY_TYPES = ("on-demand", "spot")
+# GPU Feature Discovery's product names on the clouds atoll's catalog covers; override per cluster.
+DEFAULT_GPU_PRODUCTS: dict[str, str] = {
+    "T4": "Tesla-T4", "L4": "NVIDIA-L4", "A10G": "NVIDIA-A10G", "L40S": "NVIDIA-L40S",
+    "V100": "Tesla-V100-SXM2-16GB", "A100-40GB": "NVIDIA-A100-SXM4-40GB",
+    "A100-80GB": "NVIDIA-A100-SXM4-80GB", "H100": "NVIDIA-H100-80GB-HBM3", "H200": "NVIDIA-H200",
+}
+# Hugging Face repositories of the catalog's serving models; a fleet file names its own.
+DEFAULT_MODEL_SOURCES: dict[str, str] = {
+    "Phi-4-14B": "microsoft/phi-4", "GPT-OSS-20B": "openai/gpt-oss-20b", "Qwen3-32B": "Qwen/Qwen3-32B",
+    "Llama-3-70B": "meta-llama/Meta-Llama-3-70B-Instruct", "GPT-OSS-120B": "openai/gpt-oss-120b",
+    "Qwen3-235B-A22B": "Qwen/Qwen3-235B-A22B",
+}
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+_CONFIG = re.compile(r"([1-9][0-9]*)x(.+)")
+
+
+def _dns_label(owner: str, name: str, value: str) -> None:
+    if not isinstance(value, str) or len(value) > 63 or not _DNS_LABEL.fullmatch(value):
+        raise SinkError(f"{owner}: field '{name}' must be a DNS-1123 label (lowercase letters, digits, '-', "
+                        f"at most 63), got {value!r}")
+
+
+@dataclass(frozen=True)
+class K8sOptions:
+    """Cluster-specific parts of the rendering (a fleet file's ``kubernetes`` section)."""
+
+    namespace: str = "default"
+    image: str = "vllm/vllm-openai:v0.11.0"
+    gpu_products: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_GPU_PRODUCTS))
+    model_sources: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_SOURCES))
+    token_secret: str = "hf-token"
+    token_key: str = "token"
+    model_cache_claim: str | None = None
+    pd: str = "disaggregated"
+    capacity_type: str = "on-demand"
+    capacity_label: str = CAPACITY_LABEL
+    port: int = 8000
+    shm_gi: int = 16
+    cpu_per_gpu: float = 3.0
+    memory_gi_per_gpu: int = 12
+    startup_timeout_s: int = 1800
+
+    def __post_init__(self) -> None:
+        owner = "K8sOptions"
+        _dns_label(owner, "namespace", self.namespace)
+        _dns_label(owner, "token_secret", self.token_secret)
+        if self.model_cache_claim is not None:
+            _dns_label(owner, "model_cache_claim", self.model_cache_claim)
+        if not isinstance(self.image, str) or not self.image.strip():
+            raise SinkError(f"{owner}: field 'image' must name a container image")
+        if self.pd not in PD_MODES:
+            raise SinkError(f"{owner}: field 'pd' must be one of {', '.join(PD_MODES)}, got {self.pd!r}")
+        if self.capacity_type not in CAPACITY_TYPES:
+            raise SinkError(f"{owner}: field 'capacity_type' must be one of {', '.join(CAPACITY_TYPES)}, "
+                            f"got {self.capacity_type!r}")
+        for name in ("port", "shm_gi", "memory_gi_per_gpu", "startup_timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SinkError(f"{owner}: field '{name}' must be an integer >= 1, got {v!r}")
+        if not (isinstance(self.cpu_per_gpu, int | float) and self.cpu_per_gpu > 0):
+            raise SinkError(f"{owner}: field 'cpu_per_gpu' must be > 0, got {self.cpu_per_gpu!r}")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", text.lower())).strip("-")
+
+
+def _label_value(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63].strip("-_.")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _name(*parts: str, tail: str = "") -> str:
+    """``atoll-<parts>[-tail]``, cut to 63 characters from the left parts, tail kept whole."""
+    suffix = f"-{tail}" if tail else ""
+    head = "-".join(["atoll", *(_slug(p) for p in parts)])
+    return head[: 63 - len(suffix)].rstrip("-") + suffix
+
+
+def workload_name(model: str, phase: str, key: str) -> str:
+    return _name(model, phase, tail=_digest(key))
+
+
+def service_name(model: str, phase: str) -> str:
+    """The Service of (model, phase); long model names keep a hash so two never collide."""
+    name = _name(model, phase)
+    return name if len(_name(model, phase) + "x") <= 63 else _name(model[:30], phase, tail=_digest(model))
+
+
+def _parse_config(key: str, config: str) -> tuple[int, str]:
+    m = _CONFIG.fullmatch(config)
+    if not m:
+        raise SinkError(f"template {key!r}: node config {config!r} is not '<count>x<GPU>' such as '4xL40S'")
+    return int(m.group(1)), m.group(2)
+
+
+def vllm_stages(key: str, t: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """(layers, node config) per pipeline stage, checked against what vLLM on a LeaderWorkerSet
+    can run (:mod:`atoll.solvers.runtime`); SinkError names the template and the reason."""
+    stages = [(int(j), list(nodes)) for j, nodes in t["stages"]]
+    if any(len(nodes) != 1 for _, nodes in stages):
+        raise SinkError(f"template {key!r} has a stage with several data-parallel nodes; vLLM runs one node "
+                        f"per pipeline stage: plan with runtime 'vllm'")
+    out = [(j, nodes[0]) for j, nodes in stages]
+    gpus = {_parse_config(key, c)[0] for _, c in out}
+    if len(gpus) != 1:
+        raise SinkError(f"template {key!r} mixes GPU counts {sorted(gpus)} across stages; vLLM uses one "
+                        f"tensor-parallel size: plan with runtime 'vllm'")
+    if len({c for _, c in out[1:]}) > 1:
+        raise SinkError(f"template {key!r}: stages after the first use several node configs; a "
+                        f"LeaderWorkerSet has one worker template: plan with runtime 'vllm'")
+    return out
+
+
+def _node_selector(options: K8sOptions, config: str, key: str, region: str, tier: str) -> dict[str, str]:
+    gpus, gpu = _parse_config(key, config)
+    return {GPU_PRODUCT_LABEL: options.gpu_products.get(gpu, f"NVIDIA-{gpu}"), GPU_COUNT_LABEL: str(gpus),
+            REGION_LABEL: region.rsplit(":", 1)[-1], options.capacity_label: tier}
+
+
+def _volumes(options: K8sOptions) -> list[dict[str, Any]]:
+    cache: dict[str, Any] = ({"persistentVolumeClaim": {"claimName": options.model_cache_claim}}
+                             if options.model_cache_claim else {"emptyDir": {}})
+    return [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{options.shm_gi}Gi"}},
+            {"name": "model-cache", **cache}]
+
+
+def _container(options: K8sOptions, name: str, gpus: int, command: str, env: dict[str, str],
+               serving: bool, nixl: bool) -> dict[str, Any]:
+    envs: list[dict[str, Any]] = [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": options.token_secret,
+                                                            "key": options.token_key, "optional": True}}},
+        *({"name": k, "value": v} for k, v in env.items())]
+    ports: list[dict[str, Any]] = []
+    if nixl:
+        envs.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+                     "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        envs.append({"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_PORT)})
+        ports.append({"name": "nixl", "containerPort": NIXL_PORT, "protocol": "TCP"})
+    c: dict[str, Any] = {
+        "name": name, "image": options.image, "command": ["sh", "-c", command], "env": envs,
+        "resources": {"requests": {"cpu": f"{options.cpu_per_gpu * gpus:g}",
+                                   "memory": f"{options.memory_gi_per_gpu * gpus}Gi", GPU_RESOURCE: gpus},
+                      "limits": {GPU_RESOURCE: gpus}},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+                         {"name": "model-cache", "mountPath": "/root/.cache/huggingface"}],
+    }
+    if serving:
+        ports.insert(0, {"name": "http", "containerPort": options.port, "protocol": "TCP"})
+        health = {"httpGet": {"path": "/health", "port": "http"}}
+        c["startupProbe"] = {**health, "periodSeconds": 10,
+                             "failureThreshold": max(1, options.startup_timeout_s // 10)}
+        c["readinessProbe"] = {**health, "periodSeconds": 10, "failureThreshold": 3}
+        c["livenessProbe"] = {**health, "periodSeconds": 15, "failureThreshold": 4}
+    if ports:
+        c["ports"] = ports
+    return c
+
+
+def _pod(options: K8sOptions, selector: dict[str, str], container: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeSelector": selector,
+            "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 60, "containers": [container], "volumes": _volumes(options)}
+
+
+def serve_command(options: K8sOptions, model: str, tp: int, layers: list[int]) -> str:
+    """The ``vllm serve`` command line of one instance (shell-quoted)."""
+    source = options.model_sources.get(model)
+    if not source:
+        raise SinkError(f"no model source for {model!r}: name its Hugging Face repository or path in the "
+                        f"fleet file's kubernetes.model_sources (known: "
+                        f"{', '.join(sorted(options.model_sources))})")
+    args = ["vllm", "serve", source, "--served-model-name", model, "--host", "0.0.0.0",
+            "--port", str(options.port), "--tensor-parallel-size", str(tp)]
+    if len(layers) > 1:
+        args += ["--pipeline-parallel-size", str(len(layers)), "--distributed-executor-backend", "ray"]
+    if options.pd == "disaggregated":
+        args += ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"},
+                                                    separators=(",", ":"))]
+    return shlex.join(args)
+
+
+def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> list[dict[str, Any]]:
+    """Deployments, LeaderWorkerSets and Services of a plan, sorted by (kind, name)."""
+    options = options or K8sOptions()
+    out: list[dict[str, Any]] = []
+    services: dict[tuple[str, str], None] = {}
+    for key, instances in sorted(record.plan.items()):
+        t = record.templates[key]
+        model, phase, region = str(t["model"]), str(t["phase"]), str(t["region"])
+        tier = str(t.get("tier") or options.capacity_type)
+        if tier not in CAPACITY_TYPES:
+            raise SinkError(f"template {key!r}: field 'tier' must be one of {', '.join(CAPACITY_TYPES)}, "
+                            f"got {tier!r}")
+        stages = vllm_stages(key, t)
+        tp = _parse_config(key, stages[0][1])[0]
+        layers = [j for j, _ in stages]
+        name = workload_name(model, phase, key)
+        services[(model, phase)] = None
+        labels = {MANAGED_BY[0]: MANAGED_BY[1], "app.kubernetes.io/name": "vllm",
+                  MODEL_LABEL: _label_value(model), PHASE_LABEL: _label_value(phase),
+                  TEMPLATE_LABEL: _digest(key)}
+        annotations = {"atoll.io/template-key": key,
+                       "atoll.io/stages": json.dumps(t["stages"], separators=(",", ":")),
+                       "atoll.io/instances": str(instances), "atoll.io/plan-sequence": str(record.sequence)}
+        meta = {"name": name, "namespace": options.namespace, "labels": labels, "annotations": annotations}
+        serve = serve_command(options, model, tp, layers)
+        nixl = options.pd == "disaggregated"
+        if len(stages) == 1:
+            pod = _pod(options, _node_selector(options, stages[0][1], key, region, tier),
+                       _container(options, "vllm", tp, f"exec {serve}", {}, True, nixl))
+            out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                        "spec": {"replicas": instances, "selector": {"matchLabels": {
+                            MANAGED_BY[0]: MANAGED_BY[1], TEMPLATE_LABEL: labels[TEMPLATE_LABEL]}},
+                                 "template": {"metadata": {"labels": {**labels, SERVING_LABEL: "true"}},
+                                              "spec": pod}}})
+            continue
+        env = {"VLLM_PP_LAYER_PARTITION": ",".join(str(j) for j in layers)}
+        leader_cmd = (f"bash {MULTI_NODE_SCRIPT} leader --ray_cluster_size=$(LWS_GROUP_SIZE) && exec {serve}")
+        worker_cmd = f"bash {MULTI_NODE_SCRIPT} worker --ray_address=$(LWS_LEADER_ADDRESS)"
+        leader = _pod(options, _node_selector(options, stages[0][1], key, region, tier),
+                      _container(options, "vllm-leader", tp, leader_cmd, env, True, nixl))
+        worker = _pod(options, _node_selector(options, stages[1][1], key, region, tier),
+                      _container(options, "vllm-worker", tp, worker_cmd, env, False, nixl))
+        out.append({"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": meta, "spec": {
+            "replicas": instances, "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": len(stages), "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": {"metadata": {"labels": {**labels, SERVING_LABEL: "true"}},
+                                   "spec": leader},
+                "workerTemplate": {"metadata": {"labels": {**labels, SERVING_LABEL: "false"}},
+                                   "spec": worker},
+            }}})
+    for model, phase in services:
+        phases = [phase] if options.pd == "disaggregated" else None
+        selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: _label_value(model), SERVING_LABEL: "true"}
+        if phases:
+            selector[PHASE_LABEL] = _label_value(phase)
+        out.append({"apiVersion": "v1", "kind": "Service", "metadata": {
+            "name": service_name(model, phase), "namespace": options.namespace,
+            "labels": {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: _label_value(model),
+                       PHASE_LABEL: _label_value(phase)}},
+            "spec": {"type": "ClusterIP", "selector": selector,
+                     "ports": [{"name": "http", "port": options.port, "targetPort": "http",
+                                "protocol": "TCP"}]}})
+    return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
