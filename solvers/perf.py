@@ -21,13 +21,17 @@ smallest useful batch is one sequence (decode) or one whole prompt (prefill).
 
 The efficiency factors ``eta_c, eta_m`` per GPU, ``t_layer``, ``eta_link`` and the all-reduce
 latency are fitted to measured public profiles by :mod:`atoll.solvers.calibrate`; GPUs with no
-measurements borrow the factors of their architecture sibling (:data:`SIBLING`).
+measurements borrow the factors of their architecture sibling (:data:`SIBLING`). A GPU with
+neither (a user's own card, e.g. MI300X) borrows the ``default`` entry when the factors have one
+(the uncalibrated priors do) and otherwise the **median of the fitted GPUs' factors**
+(:meth:`PerfFactors.borrowed`), since the calibration writes per-GPU factors only.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -93,11 +97,17 @@ class PerfFactors:
         k = SIBLING.get(gpu, gpu)
         return k if k in self.eta_c else "default"
 
+    def borrowed(self, gpu: str) -> bool:
+        """True when ``gpu`` has no fitted factors of its own or of a sibling."""
+        return SIBLING.get(gpu, gpu) not in self.eta_c
+
     def compute_eff(self, gpu: str) -> float:
-        return self.eta_c[self.key(gpu)]
+        k = self.key(gpu)
+        return self.eta_c[k] if k in self.eta_c else statistics.median(self.eta_c.values())
 
     def memory_eff(self, gpu: str) -> float:
-        return self.eta_m[self.key(gpu)]
+        k = self.key(gpu)
+        return self.eta_m[k] if k in self.eta_m else statistics.median(self.eta_m.values())
 
     def to_json(self) -> dict[str, object]:
         return {"eta_c": dict(self.eta_c), "eta_m": dict(self.eta_m), "t_layer_ms": self.t_layer_ms,
