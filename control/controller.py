@@ -2,23 +2,27 @@
 
 A tick:
 
-1. **deliver** the plan an earlier tick could not deliver (``ControllerState.pending``), first;
-2. **observe**: read vLLM's counters and gauges per model (``atoll.control.metrics``, retried with
+1. **observe**: read vLLM's counters and gauges per model (``atoll.control.metrics``, retried with
    backoff), turn them into token rates (``atoll.control.rates``: counter resets, new replicas,
-   missing or NaN series), append the fresh rates to the history and forecast the planning
-   demand (``atoll.control.live_demand``);
-3. **decide**: build the observation with the env's own :func:`atoll.envs.observation.build_observation`
-   and ask the policy which models to re-optimize. Models without a fresh rate are *held*: the
+   missing or NaN series) and append the fresh rates to the history; account the interval since
+   the last tick as the env accounts a step (served against the capacity ready over it, billed
+   for running, starting and draining nodes); then deliver the plan an earlier tick could not
+   deliver (``ControllerState.pending``) and forecast the planning demand
+   (``atoll.control.live_demand``);
+2. **decide**: build the observation exactly as the env does — the controller's fleet is the env's
+   :class:`~atoll.envs.fleet_model.FleetModel` and its state a :class:`~atoll.envs.fleet.FleetState`,
+   and :func:`atoll.envs.signals.fleet_signals` makes the ``Signals`` on both sides — and ask
+   the policy which models to re-optimize. Models without a fresh rate are *held*: the
    policy cannot choose them and the solver keeps their instances as they are — a metrics gap
    never scales a model down, let alone to zero. A model with fresh demand and no capacity at
    all is always chosen;
-4. **solve** the exact ILP for the chosen models, the others fixed, warm-started from the
+3. **solve** the exact ILP for the chosen models, the others fixed, warm-started from the
    running plan (:class:`atoll.envs.planner.Replanner`: cost mode, then goodput mode; a time-out
    keeps the incumbent when the solver has one, else the fleet holds);
-5. **apply**: a changed plan becomes a :class:`~atoll.control.plans.PlanRecord`, persisted as pending
+4. **apply**: a changed plan becomes a :class:`~atoll.control.plans.PlanRecord`, persisted as pending
    *before* the sink sees it, then delivered (retried); only a delivered plan becomes the
    running plan. A failed delivery stays pending and is retried next tick;
-6. **persist** the state atomically (``atoll.control.state``), so a controller killed at any point
+5. **persist** the state atomically (``atoll.control.state``), so a controller killed at any point
    resumes from the last tick it finished, with its running plan, pending plan, history and
    rate baselines.
 
@@ -47,9 +51,10 @@ from atoll.control.plans import PlanRecord, SinkResult
 from atoll.control.rates import RateReport, RateTracker
 from atoll.control.sinks import PlanSink, deliver
 from atoll.control.state import HISTORY_LIMIT, ControllerState, HistoryPoint, load_state, save_state
-from atoll.envs.fleet_env import UNSERVED_WINDOW
+from atoll.envs.fleet import FleetState
 from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observation_space
 from atoll.envs.policies import Policy
+from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
 from atoll.solvers.problem import Allocation
 
 
@@ -127,6 +132,12 @@ class TickReport:
                 "plan_sequence": self.plan_sequence, "pending": self.pending, "seconds": self.seconds}
 
 
+def _absolute(bucket: Mapping[str, list[list[float]]], now: float) -> tuple[tuple[str, int, float], ...]:
+    """(key, count, absolute end time) of a FleetState's starting or draining entries."""
+    return tuple((k, int(c), now + left) for k, entries in sorted(bucket.items())
+                 for c, left in entries if c > 0)
+
+
 class Controller:
     """Runs ticks against a metrics source, a policy and a plan sink, persisting to ``state_dir``."""
 
@@ -149,7 +160,8 @@ class Controller:
         limit = max(HISTORY_LIMIT, math.ceil(7 * 86400 / s.interval_s))
         self.state = loaded if loaded is not None else ControllerState(history_limit=limit)
         self.tracker = RateTracker(fleet.models, baseline=self.state.last_metrics)
-        self.forecaster = LiveForecast(forecaster=s.forecaster, quantile=s.planning_quantile,
+        self.forecaster = LiveForecast(shapes=fleet.shapes, forecaster=s.forecaster,
+                                       quantile=s.planning_quantile,
                                        horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S)
 
     # ----- the tick ------------------------------------------------------------------------
@@ -158,13 +170,13 @@ class Controller:
         seconds: dict[str, float] = {}
         now = float(self.clock())
         tick_no = self.state.tick
-        earlier = self._deliver_pending()
         t = time.perf_counter()
         try:
             snapshot = read_with_retry(self.source, self.settings.read_attempts, self.settings.read_backoff_s,
                                        self.sleep)
         except MetricsUnavailable as exc:
             seconds["read"] = time.perf_counter() - t
+            earlier = self._deliver_pending()
             return self._hold_stale(now, tick_no, str(exc), earlier, seconds, t_start)
         rates = self._scaled(self.tracker.update(snapshot))
         seconds["read"] = time.perf_counter() - t
@@ -174,10 +186,15 @@ class Controller:
         for m in fresh:
             r = rates.models[m]
             assert r.prompt_tokens_per_s is not None and r.generation_tokens_per_s is not None
-            state = state.with_history(m, HistoryPoint(now, r.prompt_tokens_per_s, r.generation_tokens_per_s))
+            point = HistoryPoint(now, r.prompt_tokens_per_s, r.generation_tokens_per_s)
+            state = state.with_history(m, replace(point, requests_per_s=self.forecaster.rate_of(m, point)))
         self.state = state
-        forecasts = self.forecaster.forecast(state.history, now, self.fleet.models)
-        signals = self._signals(now, forecasts)
+        # the interval since the last tick, as the env's step: served against the capacity that
+        # was ready over it, billed for the nodes held over it (before this tick changes either)
+        last_cost, last_seconds = self._account(now, fresh)
+        earlier = self._deliver_pending()
+        forecasts = self.forecaster.forecast(self.state.history, now, self.fleet.models)
+        signals = self._signals(now, forecasts, last_cost, last_seconds)
         obs = build_observation(signals)
         action = np.asarray(self.policy.act(obs, {"step": tick_no, "seconds": now}))
         decision = self._decide(action, fresh, rates, signals)
@@ -196,6 +213,7 @@ class Controller:
         save_state(self.state_dir, self.state)
         seconds["persist"] = time.perf_counter() - t
         seconds["total"] = time.perf_counter() - t_start
+        self.last_observation = obs
         ignored = sorted(set(rates.models) - set(self.fleet.models))
         metrics = {"ok": True, "source": snapshot.source, "stale_s": 0.0,
                    "rates": {m: r.as_dict() for m, r in rates.models.items() if m in self.fleet.models},
@@ -203,6 +221,51 @@ class Controller:
         return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
                           solve, record is not None, self._diff_rows(record), sink_result, earlier,
                           self.state.plan_sequence, self.state.pending is not None, seconds)
+
+    # ----- the fleet state -----------------------------------------------------------------
+    def fleet_state(self, at_s: float) -> FleetState:
+        """The env's :class:`FleetState` of the delivered plan at time ``at_s``: instances still
+        starting and removed ones still draining then, from the persisted absolute times."""
+        known = self.fleet.known(self.state.running)
+        fs = FleetState(running=dict(known))
+        for key, n, ready_at in self.state.starting:
+            if key in known and ready_at > at_s + 1e-9:
+                take = min(n, fs.running[key])
+                fs.running[key] -= take
+                fs.starting.setdefault(key, []).append([float(take), ready_at - at_s])
+        for key, n, until in self.state.draining:
+            if key in self.fleet.templates and until > at_s + 1e-9:
+                fs.draining.setdefault(key, []).append([float(n), until - at_s])
+        return fs
+
+    def _account(self, now: float, fresh: list[str]) -> tuple[np.ndarray, float]:
+        """($ per model billed since the last tick, its seconds); pushes the fresh models'
+        unserved shares of that interval into the observation's window. Without a last tick:
+        the cost of holding the fleet one step (what the env reports at reset)."""
+        model = self.fleet.model
+        last = self.state.last_tick_s
+        if last is None or now <= last:
+            return model.cost(self.fleet_state(now), STEP_S), STEP_S
+        elapsed = now - last
+        before = self.fleet_state(last)
+        ready, _ = model.capacity(before, elapsed)
+        demand = self._last_demand()
+        shares = unserved_shares(demand, ready)
+        window = dict(self.state.unserved)
+        for i, m in enumerate(self.fleet.models):
+            if m in fresh:
+                window[m] = (float(np.clip(shares[i], 0.0, 1.0)), *window.get(m, ()))[:UNSERVED_WINDOW]
+        self.state = replace(self.state, unserved=window)
+        return model.cost(before, elapsed), elapsed
+
+    def _last_demand(self) -> np.ndarray:
+        """[M, 2] tokens/s of each model's latest history point (0 without one)."""
+        out = np.zeros((len(self.fleet.models), 2))
+        for i, m in enumerate(self.fleet.models):
+            points = self.state.history.get(m, ())
+            if points:
+                out[i] = (points[-1].prompt_tokens_per_s, points[-1].generation_tokens_per_s)
+        return out
 
     # ----- steps ---------------------------------------------------------------------------
     def _scaled(self, report: RateReport) -> RateReport:
@@ -214,43 +277,26 @@ class Controller:
                        generation_tokens_per_s=(r.generation_tokens_per_s or 0.0) / k) if r.ok else r
             for m, r in report.models.items()})
 
-    def _ready_plan(self, now: float) -> dict[str, int]:
-        """The running plan without the instances still starting."""
-        ready = dict(self.state.running)
-        for key, n, at in self.state.starting:
-            if at > now and key in ready:
-                ready[key] = max(0, ready[key] - n)
-        return ready
-
-    def _signals(self, now: float, forecasts: Mapping[str, ModelForecast]) -> Signals:
+    def _signals(self, now: float, forecasts: Mapping[str, ModelForecast], last_cost: np.ndarray,
+                 last_seconds: float) -> Signals:
         fleet, state = self.fleet, self.state
         m = len(fleet.models)
-        demand, fmean, fupper = np.zeros((m, 2)), np.zeros((m, 2)), np.zeros((m, 2))
+        fmean, fupper = np.zeros(m), np.zeros(m)
         for i, model in enumerate(fleet.models):
             f = forecasts.get(model)
             if f is not None:
-                demand[i], fmean[i], fupper[i] = f.last, f.mean, f.upper
-        planned = fleet.capacity(state.running)
-        ready = fleet.capacity(self._ready_plan(now))
-        unserved = np.zeros(m)
+                fmean[i], fupper[i] = f.mean_rps, f.upper_rps
+        window = np.zeros((UNSERVED_WINDOW, m))
         for i, model in enumerate(fleet.models):
-            points = state.history.get(model, ())[-UNSERVED_WINDOW:]
-            shares = []
-            for p in points:
-                d = np.array([p.prompt_tokens_per_s, p.generation_tokens_per_s])
-                served = np.where(d > 0, np.minimum(d, ready[i]) / np.where(d > 0, d, 1.0), 1.0)
-                shares.append(1.0 - float(served.min()))
-            unserved[i] = float(np.mean(shares)) if shares else 0.0
-        cost = fleet.cost_by_model(state.running)
-        total = float(cost.sum())
+            for j, share in enumerate(state.unserved.get(model, ())[:UNSERVED_WINDOW]):
+                window[j, i] = share
         since = np.array([(state.tick - state.last_reoptimized[model]) * self.settings.interval_s / STEP_S
                           if model in state.last_reoptimized else SINCE_CAP for model in fleet.models])
-        scale = state.cost_scale_usd_h
-        return Signals(demand=demand, forecast_mean=fmean, forecast_upper=fupper, ready_capacity=ready,
-                       planned_capacity=planned, since_reopt=since, unserved_share=unserved,
-                       cost_share=cost / total if total > 0 else np.zeros(m), preempted=np.zeros(m),
-                       headroom=fleet.headroom(state.running), seconds_of_day=now % 86400.0,
-                       cost_rate_ratio=total / scale if scale else 1.0)
+        return fleet_signals(fleet.model, self.fleet_state(now), fleet.availability,
+                             demand=self._last_demand(), forecast_mean=fmean, forecast_upper=fupper,
+                             since=since, unserved_window=window, last_cost=last_cost,
+                             last_seconds=last_seconds, cost_scale_usd_h=state.cost_scale_usd_h,
+                             preempted=np.zeros(m), seconds_of_day=now)
 
     def _decide(self, action: np.ndarray, fresh: list[str], rates: RateReport, s: Signals) -> Decision:
         chosen: dict[str, str] = {}
@@ -280,12 +326,18 @@ class Controller:
                ) -> tuple[dict[str, Any] | None, PlanRecord | None]:
         if not decision.chosen:
             return None, None
+        model = self.fleet.model
+        upper = np.zeros(len(self.fleet.models))
+        for i, name in enumerate(self.fleet.models):
+            if name in decision.chosen:
+                upper[i] = forecasts[name].upper_rps
+        tokens = model.tokens(upper)  # the env's planning demand: upper quantile x request shape
         demand: dict[str, float] = {}
-        for model in decision.chosen:
-            upper = forecasts[model].upper
-            demand[f"{model}/prefill"], demand[f"{model}/decode"] = float(upper[0]), float(upper[1])
-        running = Allocation.of(self.fleet.known(self.state.running))
-        out = self.fleet.replanner.plan(frozenset(decision.chosen), demand, self.fleet.availability, running)
+        for i, name in enumerate(self.fleet.models):
+            if name in decision.chosen:
+                demand[f"{name}/prefill"], demand[f"{name}/decode"] = float(tokens[i, 0]), float(tokens[i, 1])
+        out = model.replan(self.fleet_state(now), frozenset(decision.chosen), tokens, self.fleet.availability,
+                           replanner=self.fleet.replanner)
         solve = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
                  "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand}
         if out.allocation is None or out.allocation.as_dict() == self.fleet.known(self.state.running):
@@ -308,14 +360,16 @@ class Controller:
         result = deliver(self.sink, record, self.settings.sink_attempts, self.settings.sink_backoff_s,
                          self.sleep)
         if result.ok:
-            starting = [(k, n, at) for k, n, at in self.state.starting if at > now]
-            for key, change in record.diff.items():
-                if change > 0 and key in self.fleet.templates:
-                    starting.append((key, change, now + self.fleet.startup.of(self.fleet.templates[key])))
-            keep = [(k, min(n, record.plan.get(k, 0)), at) for k, n, at in starting]
-            scale = self.state.cost_scale_usd_h or float(self.fleet.cost_by_model(record.plan).sum()) or None
-            self.state = replace(self.state, running=dict(record.plan), pending=None,
-                                 starting=tuple(e for e in keep if e[1] > 0), cost_scale_usd_h=scale)
+            # the env's transition: added instances start, removed ones are cancelled or drain
+            fs = self.fleet_state(now)
+            self.fleet.model.apply(fs, Allocation.of(self.fleet.known(record.plan)))
+            starting, draining = _absolute(fs.starting, now), _absolute(fs.draining, now)
+            scale = self.state.cost_scale_usd_h
+            if not scale:
+                planned = FleetState(running=self.fleet.known(record.plan))
+                scale = float(self.fleet.model.cost(planned, 3600.0).sum()) or None
+            self.state = replace(self.state, running=dict(record.plan), pending=None, starting=starting,
+                                 draining=draining, cost_scale_usd_h=scale)
             save_state(self.state_dir, self.state)
         return result
 

@@ -1,9 +1,11 @@
-"""The fleet the live controller plans: templates, prices, node availability and the re-planner.
+"""The fleet the live controller plans: the env's fleet model plus what only the live side has.
 
-Built from a solver scenario (``core``, ``extended``) exactly as :class:`envs.FleetEnv` builds
-it — same template library, prices, start-up weight and :class:`atoll.envs.planner.Replanner` — so a
-policy trained in the env meets the same planner in production. A *fleet file* narrows it to
-what a user actually has:
+The fleet model — templates, prices, request shapes, start-up times, the re-planner, and the
+capacity, billed cost and headroom of a fleet state — is :class:`atoll.envs.fleet_model.FleetModel`,
+built from a :class:`~atoll.envs.config.FleetConfig` exactly as :class:`atoll.envs.FleetEnv`
+builds it, so a policy trained in the env meets the same numbers and the same planner in
+production. What is live-specific stays here: the static node availability the user has (a
+*fleet file* narrows the scenario to it) and the plan entries a changed library no longer knows.
 
 .. code-block:: json
 
@@ -23,17 +25,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from atoll.envs.config import FleetConfig
-from atoll.envs.fleet import StartupTimes
-from atoll.envs.fleet_env import _library
-from atoll.envs.planner import Replanner
-from atoll.solvers.catalog import load_catalog
+from atoll.envs.fleet_model import FleetModel
 from atoll.solvers.errors import InputError
-from atoll.solvers.problem import AllocationProblem, gpu_type_of
 from atoll.solvers.runtime import DEPLOY_RUNTIME, check_runtime
-from atoll.solvers.scenarios import SCENARIOS, ample_availability, scenario_prices, scenario_templates
+from atoll.solvers.scenarios import SCENARIOS, ample_availability
 from atoll.solvers.types import Template
 
 Cell = tuple[str, str]
@@ -46,79 +42,63 @@ class FleetFileError(InputError):
 
 
 class LiveFleet:
-    """Static facts of the fleet and the capacity, cost and node use of a plan. ``templates``
-    replaces the scenario's library (tests, or a library built elsewhere)."""
+    """The env's :class:`FleetModel` of a scenario (narrowed to ``models``, priced at ``prices``)
+    and the nodes the user can hold. ``templates`` replaces the scenario's library and
+    ``request_shapes`` its shapes (tests, or a library built elsewhere); ``runtime`` picks the
+    scenario's library (see :mod:`atoll.solvers.runtime`)."""
 
     def __init__(self, scenario: str, *, models: Sequence[str] | None = None, prices: str = "on-demand",
                  availability: Mapping[Cell, int] | None = None, solver_time_limit: float = 10.0,
                  solver_gap: float = 1e-3, demand_round: float = 0.02,
-                 templates: Sequence[Template] | None = None, runtime: str = DEPLOY_RUNTIME) -> None:
+                 templates: Sequence[Template] | None = None,
+                 request_shapes: Sequence[tuple[float, float]] | None = None,
+                 runtime: str = DEPLOY_RUNTIME) -> None:
         if prices not in ("on-demand", "spot"):
             raise ValueError(f"LiveFleet: field 'prices' must be 'on-demand' or 'spot', got {prices!r}")
+        if scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
         spec = SCENARIOS[scenario]
-        self.scenario = scenario
-        self.models: tuple[str, ...] = tuple(models) if models else spec.models
-        unknown = [m for m in self.models if m not in spec.models]
+        models = tuple(models) if models else spec.models
+        unknown = [m for m in models if m not in spec.models]
         if unknown and templates is None:
             raise ValueError(f"models {unknown} are not in scenario {scenario!r}; valid: "
                              f"{', '.join(spec.models)}")
         # The controller deploys, so its library holds only what the serving runtime can run
         # (vLLM by default: every planned template renders as a Deployment or LeaderWorkerSet).
         self.runtime = check_runtime(runtime)
-        library = (tuple(templates) if templates is not None else _library(scenario) if runtime == "any"
-                   else scenario_templates(spec, runtime=runtime))
-        templates = tuple(t for t in library if t.service.model in self.models)
-        price_map = scenario_prices(spec, spot=prices == "spot")
+        self.config = FleetConfig(
+            scenario=scenario, models=models, prices=prices, availability="ample", runtime=self.runtime,
+            solver_time_limit=solver_time_limit, solver_gap=solver_gap, demand_round=demand_round,
+            templates=tuple(templates) if templates is not None else None,
+            request_shapes=tuple((float(a), float(b)) for a, b in request_shapes) if request_shapes else None)
+        self.model = FleetModel.from_config(self.config)
+        self.scenario = scenario
+        self.models: tuple[str, ...] = self.model.models
         self.availability: dict[Cell, int] = dict(availability if availability is not None
                                                   else ample_availability(spec))
-        bad = [c for c in self.availability if c not in price_map]
+        bad = [c for c in self.availability if c not in self.model.prices]
         if bad:
-            valid = ", ".join(f"{r}/{c}" for r, c in sorted(price_map))
+            valid = ", ".join(f"{r}/{c}" for r, c in sorted(self.model.prices))
             raise ValueError(f"availability names unknown (region, node config) {bad[0][0]}/{bad[0][1]}; "
                              f"valid: {valid}")
-        catalog = load_catalog()
-        self.startup = StartupTimes({name: catalog.config(name) for _, name in price_map})
-        median = self.startup.median(templates)
-        self.base = AllocationProblem(templates, {}, None, price_map, startup_weight=median / STEP_S,
-                                      time_limit=solver_time_limit, gap=solver_gap)
-        self.replanner = Replanner(self.base, demand_round=demand_round)
-        self.templates: dict[str, Template] = dict(self.base.index.by_key)
-        self.gpu_types: tuple[str, ...] = tuple(dict.fromkeys(gpu_type_of(cfg) for _, cfg in price_map))
-        self._index = {m: i for i, m in enumerate(self.models)}
+        self.replanner = self.model.replanner  # the controller plans through this (tests swap it)
+
+    @property
+    def templates(self) -> dict[str, Template]:
+        return self.model.templates
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return self.model.gpu_types
+
+    @property
+    def shapes(self) -> dict[str, tuple[float, float]]:
+        return {m: (float(self.model.shape[i, 0]), float(self.model.shape[i, 1]))
+                for i, m in enumerate(self.models)}
 
     def known(self, plan: Mapping[str, int]) -> dict[str, int]:
         """The plan's entries whose template this fleet knows (others cannot be costed or planned)."""
-        return {k: n for k, n in plan.items() if k in self.templates and n}
-
-    def capacity(self, plan: Mapping[str, int]) -> np.ndarray:
-        """[models, 2] tokens/s per (prefill, decode) of ``plan``."""
-        out = np.zeros((len(self.models), 2))
-        for key, n in self.known(plan).items():
-            t = self.templates[key]
-            phase = 0 if t.service.phase.value == "prefill" else 1
-            out[self._index[t.service.model], phase] += n * t.throughput
-        return out
-
-    def cost_by_model(self, plan: Mapping[str, int]) -> np.ndarray:
-        """[models] $/h of ``plan``."""
-        out = np.zeros(len(self.models))
-        for key, n in self.known(plan).items():
-            out[self._index[self.templates[key].service.model]] += n * self.base.template_cost(key)
-        return out
-
-    def headroom(self, plan: Mapping[str, int]) -> np.ndarray:
-        """[gpu types] (nodes offered - nodes held) / nodes offered; 0 where none are offered."""
-        held: dict[Cell, int] = {}
-        for key, n in self.known(plan).items():
-            t = self.templates[key]
-            for cfg, k in t.nodes:
-                held[(t.region, cfg)] = held.get((t.region, cfg), 0) + n * k
-        out = np.zeros(len(self.gpu_types))
-        for j, g in enumerate(self.gpu_types):
-            cap = sum(n for (_, cfg), n in self.availability.items() if gpu_type_of(cfg) == g)
-            use = sum(n for (_, cfg), n in held.items() if gpu_type_of(cfg) == g)
-            out[j] = (cap - use) / cap if cap > 0 else 0.0
-        return out
+        return {k: n for k, n in plan.items() if k in self.model.templates and n}
 
 
 def _fail(path: Path, what: str) -> FleetFileError:

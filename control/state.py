@@ -72,7 +72,10 @@ class ControllerState:
     plan number used; pending: a plan made but not yet delivered (see ``atoll.control.sinks.deliver``);
     last_reoptimized: model -> tick of its last re-optimization; last_metrics: the rate
     tracker's baseline, so the first tick after a restart has rates; history: model -> recent
-    per-interval demand, oldest first, at most ``history_limit`` points."""
+    per-interval demand, oldest first, at most ``history_limit`` points; starting / draining:
+    (template key, instances, when they become ready / stop being billed) of the delivered plan's
+    instances still starting and of removed ones still draining; unserved: model -> its unserved
+    shares of the last steps, newest first (the observation's window)."""
 
     version: int = STATE_VERSION
     tick: int = 0
@@ -86,6 +89,8 @@ class ControllerState:
     history_limit: int = HISTORY_LIMIT
     starting: tuple[tuple[str, int, float], ...] = ()
     cost_scale_usd_h: float | None = None
+    draining: tuple[tuple[str, int, float], ...] = ()
+    unserved: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         owner = "ControllerState"
@@ -115,6 +120,19 @@ class ControllerState:
                 raise ValueError(f"{owner}: field 'starting' ready time of {key!r} must be finite, "
                                  f"got {at!r}")
         _opt_float(owner, "cost_scale_usd_h", self.cost_scale_usd_h)
+        draining = tuple((str(k), n, float(until)) for k, n, until in self.draining)
+        for key, n, until in draining:
+            _count(owner, f"draining[{key!r}]", n)
+            if not math.isfinite(until):
+                raise ValueError(f"{owner}: field 'draining' end time of {key!r} must be finite, "
+                                 f"got {until!r}")
+        unserved = {str(m): tuple(float(v) for v in shares) for m, shares in dict(self.unserved).items()}
+        for model, shares in unserved.items():
+            if not all(0.0 <= v <= 1.0 for v in shares):
+                raise ValueError(f"{owner}: field 'unserved' of {model!r} must hold shares in [0, 1], "
+                                 f"got {shares!r}")
+        object.__setattr__(self, "draining", draining)
+        object.__setattr__(self, "unserved", unserved)
         object.__setattr__(self, "starting", starting)
         object.__setattr__(self, "running", {k: n for k, n in sorted(running.items()) if n})
         object.__setattr__(self, "last_reoptimized", dict(sorted(last.items())))
@@ -136,6 +154,8 @@ class ControllerState:
             "history": {m: [p.as_list() for p in points] for m, points in self.history.items()},
             "history_limit": self.history_limit,
             "starting": [list(e) for e in self.starting], "cost_scale_usd_h": self.cost_scale_usd_h,
+            "draining": [list(e) for e in self.draining],
+            "unserved": {m: list(v) for m, v in self.unserved.items()},
         }
 
     @classmethod
@@ -152,6 +172,8 @@ class ControllerState:
             history_limit=doc.get("history_limit", HISTORY_LIMIT),
             starting=tuple((str(k), int(n), float(t)) for k, n, t in doc.get("starting", [])),
             cost_scale_usd_h=doc.get("cost_scale_usd_h"),
+            draining=tuple((str(k), int(n), float(t)) for k, n, t in doc.get("draining", [])),
+            unserved={str(m): tuple(v) for m, v in doc.get("unserved", {}).items()},
         )
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from atoll.forecast.forecasters import FORECASTERS, QUANTILES
 from atoll.forecast.workloads import DemandSeries
+from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
 from atoll.solvers.types import Template
 
 AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot")
@@ -37,7 +38,10 @@ class FleetConfig:
 
     ``days`` is the inclusive 1-based range episodes are drawn from; ``models``, ``templates``
     and ``demand`` (one series per model) override the scenario's (tests and user fleets).
-    ``prices`` None means spot prices with spot availability, on-demand otherwise.
+    ``request_shapes`` (input, output tokens per request, one pair per model) overrides the
+    scenario's shapes; ``runtime`` picks the scenario's template library (``any``: the research
+    runtime; ``vllm``: what vLLM can run, as the controller deploys). ``prices`` None means spot
+    prices with spot availability, on-demand otherwise.
     ``solver_gap``: re-optimizations stop at a proven relative gap of 0.1% by default — far below
     the forecast error, and it cuts the worst solve times of the extended scenario severalfold.
     """
@@ -62,6 +66,8 @@ class FleetConfig:
     models: tuple[str, ...] | None = None
     templates: tuple[Template, ...] | None = None
     demand: tuple[DemandSeries, ...] | None = None
+    request_shapes: tuple[tuple[float, float], ...] | None = None
+    runtime: str = DEFAULT_RUNTIME
 
     def __post_init__(self) -> None:
         owner = "FleetConfig"
@@ -96,6 +102,15 @@ class FleetConfig:
                              f"got {self.startup_weight!r}")
         if not 0 <= self.solver_gap < 1:
             raise ValueError(f"{owner}: field 'solver_gap' must be in [0, 1), got {self.solver_gap!r}")
+        if self.request_shapes is not None and not all(
+                len(pair) == 2 and all(isinstance(v, int | float) and math.isfinite(v) and v > 0
+                                       for v in pair) for pair in self.request_shapes):
+            raise ValueError(f"{owner}: field 'request_shapes' must hold (input, output) token pairs > 0, "
+                             f"got {self.request_shapes!r}")
+        try:
+            check_runtime(self.runtime)
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{owner}: field 'runtime': {exc}") from exc
         if not 0 <= self.demand_round < 1:
             raise ValueError(f"{owner}: field 'demand_round' must be in [0, 1), got {self.demand_round!r}")
 

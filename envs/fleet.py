@@ -8,7 +8,7 @@ Semantics (DESIGN.md §6):
 - when availability of a (region, config) drops below the nodes held, instances holding that
   config are preempted at once (starting ones first, then running; among templates in an order
   drawn from the caller's generator, so the same seed preempts the same instances);
-- every node of a running, starting or draining instance is billed.
+- every node of a running or starting instance is billed, a draining one until its drain ends.
 """
 
 from __future__ import annotations
@@ -179,14 +179,16 @@ class FleetState:
 
 def node_hours_cost(state: FleetState, templates: Mapping[str, Template],
                     prices: Mapping[Cell, float], seconds: float) -> float:
-    """$ for holding every running, starting and draining node for ``seconds``."""
+    """$ for holding the fleet ``seconds`` from now: running and starting nodes for the whole
+    interval, draining nodes until their drain ends (as the env bills them)."""
     total = 0.0
     for key in set(state.running) | set(state.starting) | set(state.draining):
-        n = state.held(key)
-        if n:
-            t = templates[key]
-            total += n * sum(k * prices[(t.region, c)] for c, k in t.nodes)
-    return total * seconds / 3600.0
+        t = templates[key]
+        per_s = sum(k * prices[(t.region, c)] for c, k in t.nodes) / 3600.0
+        whole = state.running.get(key, 0) + state.starting_count(key)
+        total += whole * per_s * seconds
+        total += sum(c * per_s * min(left, seconds) for c, left in state.draining.get(key, []))
+    return total
 
 
 def steps_for(seconds: float, step_s: float) -> int:

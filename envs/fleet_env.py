@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-from functools import lru_cache
 from typing import Any
 
 import gymnasium as gym
@@ -13,44 +11,19 @@ from gymnasium import spaces
 from atoll.envs.availability import SpotAvailability, StaticAvailability, load_spot_trace
 from atoll.envs.config import FleetConfig
 from atoll.envs.demand import DemandBook, build_book, workload_series
-from atoll.envs.fleet import FleetState, StartupTimes
-from atoll.envs.observation import Signals, build_observation, observation_space
-from atoll.envs.planner import PlanOutcome, Replanner
-from atoll.solvers.catalog import load_catalog
-from atoll.solvers.models import get_model
+from atoll.envs.fleet import FleetState
+from atoll.envs.fleet_model import FleetModel
+from atoll.envs.observation import build_observation, observation_space
+from atoll.envs.planner import PlanOutcome
+from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
 from atoll.solvers.paths import shared_data_dir
-from atoll.solvers.problem import AllocationProblem, gpu_type_of
-from atoll.solvers.scenarios import (
-    SCENARIOS,
-    ample_availability,
-    model_shapes,
-    scarce_availability,
-    scenario_prices,
-    scenario_templates,
-)
-from atoll.solvers.types import Template
+from atoll.solvers.scenarios import SCENARIOS, ample_availability, scarce_availability
+
+__all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
 
 Cell = tuple[str, str]
 INITIAL_PLANS = ("forecast", "peak")
 PLANNING = ("forecast", "oracle")
-UNSERVED_WINDOW = 3
-
-
-@lru_cache(maxsize=4)
-def _library(scenario: str) -> tuple[Template, ...]:
-    return scenario_templates(SCENARIOS[scenario])
-
-
-_REPLANNERS: dict[tuple[object, ...], Replanner] = {}
-
-
-def _replanner(base: AllocationProblem, ident: tuple[object, ...], config: FleetConfig) -> Replanner:
-    """One memo per (library, prices, start-up weight, settings), shared by every env of a process:
-    vectorized training envs and an evaluation's policies then reuse each other's solves."""
-    key = (*ident, config.demand_round, config.memoize, config.solver_time_limit, config.solver_gap)
-    if key not in _REPLANNERS:
-        _REPLANNERS[key] = Replanner(base, demand_round=config.demand_round, memoize=config.memoize)
-    return _REPLANNERS[key]
 
 
 class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -71,13 +44,37 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     of the stage a node holds at 1 GB/s, slowest node); instances removed stop serving at once
     and are billed for ``drain_s`` more (those still starting are cancelled first, unbilled).
 
-    **Observation** ``Box(float32)``, every entry in [0, 1] except time of day in [-1, 1]; the
-    table with units is ``atoll.envs.observation.MODEL_FEATURES`` / ``FLEET_FEATURES``: per model,
-    demand / ready capacity, forecast mean and upper over the look-ahead / planned capacity
-    (ratios capped at 4 and divided by 4), starting share, steps since its last
-    re-optimization, recent unserved share, cost share, preempted flag; then availability
-    headroom per GPU type; then sin and cos of the time of day and the cost rate relative to
-    the initial plan's.
+    **Observation** ``Box(float32)`` of ``8 M + G + 3`` values (M models, G GPU types of the
+    scenario's prices), built by :func:`atoll.envs.signals.fleet_signals` and
+    :func:`atoll.envs.observation.build_observation` — the live controller builds its own with
+    the same two functions. Ratios are capped at 4 and divided by 4.
+
+    ==============  ==========================  =============================================  =====  ====
+    index           name                        unit                                           min    max
+    ==============  ==========================  =============================================  =====  ====
+    8 m + 0         ``<model>/demand_ratio``    last step's demand / ready capacity (max       0      1
+                                                over phases, tokens/s), / 4
+    8 m + 1         ``forecast_mean_ratio``     forecast mean (req/s x request shape), max     0      1
+                                                over phases and look-ahead / planned, / 4
+    8 m + 2         ``forecast_upper_ratio``    same at the planning quantile                  0      1
+    8 m + 3         ``starting_share``          capacity still starting / planned capacity     0      1
+                                                (min over phases)
+    8 m + 4         ``since_reopt``             steps since the model's last                   0      1
+                                                re-optimization / 288, capped at 1
+    8 m + 5         ``unserved_share``          share of its demand tokens not served within   0      1
+                                                SLO, mean of the last 3 steps
+    8 m + 6         ``cost_share``              its share of last step's billed cost           0      1
+                                                (running, starting, draining nodes)
+    8 m + 7         ``preempted``               1 if one of its instances was preempted at     0      1
+                                                the last step boundary
+    8 M + g         ``headroom/<gpu type>``     (nodes offered - nodes held) / offered         0      1
+    8 M + G + 0     ``time_sin``                sin(2 pi x seconds of day / 86400)             -1     1
+    8 M + G + 1     ``time_cos``                cos(2 pi x seconds of day / 86400)             -1     1
+    8 M + G + 2     ``cost_rate``               last step's $/h / the initial plan's, / 4      0      1
+    ==============  ==========================  =============================================  =====  ====
+
+    (``atoll.envs.observation.MODEL_FEATURES`` / ``FLEET_FEATURES`` hold the same table; a test
+    keeps the two equal.)
 
     **Dynamics of a step** (t -> t + 1): apply the action; serve the step's true demand: per
     service served = min(demand, ready capacity), where an instance that becomes ready during
@@ -98,6 +95,15 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
 
     **Termination**: never (the fleet has no terminal state). **Truncation**: after
     ``episode_steps`` steps.
+
+    **Version history**
+
+    * ``v0`` (this revision): one observation path shared with the live controller
+      (``fleet_signals``); ``since_reopt`` counts the step of the re-optimization itself (a model
+      re-optimized at step t reads 1 at t + 1, it read 0 before); draining nodes are billed
+      until their drain ends everywhere (``node_hours_cost`` billed them for the whole interval).
+    * ``v0`` (first release): ``MultiBinary(M)`` action re-optimizing a model fully at the
+      configured planning quantile; spot, scarce and ample availability.
     """
 
     metadata: dict[str, Any] = {"render_modes": []}
@@ -107,32 +113,14 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         if overrides:
             config = FleetConfig(**{**config.__dict__, **overrides})
         self.config = c = config
-        spec = SCENARIOS[c.scenario]
-        self.models: tuple[str, ...] = c.models or spec.models
-        unknown = [m for m in self.models if m not in spec.models and c.templates is None]
-        if unknown:
-            raise ValueError(f"FleetConfig: models {unknown} are not in scenario {c.scenario!r} "
-                             f"({', '.join(spec.models)}); pass templates for them")
-        for name in self.models:
-            get_model(name)
-        self._shape = np.array([[s.input_tokens, s.output_tokens] for s in model_shapes(spec, self.models)])
-        templates = c.templates if c.templates is not None else _library(c.scenario)
-        templates = tuple(t for t in templates if t.service.model in self.models)
-        prices = scenario_prices(spec, spot=c.price_kind == "spot")
-        self._prices = prices
-        catalog = load_catalog()
-        self._startup = StartupTimes({name: catalog.config(name) for _, name in prices})
-        median_startup = self._startup.median(templates)
-        if c.look_ahead_s < median_startup:
+        spec = SCENARIOS[c.scenario] if c.scenario in SCENARIOS else None
+        self.fleet = fleet = FleetModel.from_config(c)
+        assert spec is not None  # from_config refused an unknown scenario
+        self.models: tuple[str, ...] = fleet.models
+        if c.look_ahead_s < fleet.median_startup:
             raise ValueError(f"FleetConfig: field 'look_ahead_s' ({c.look_ahead_s:g} s) must cover the "
-                             f"median start-up time ({median_startup:.0f} s)")
-        k = c.startup_weight if c.startup_weight is not None else median_startup / c.step_s
-        base = AllocationProblem(templates, {}, None, prices, startup_weight=k,
-                                 time_limit=c.solver_time_limit, gap=c.solver_gap)
-        ident = (c.scenario, id(templates) if c.templates is not None else "library", c.price_kind, k,
-                 self.models)
-        self._replanner = _replanner(base, ident, c)
-        self._base = base
+                             f"median start-up time ({fleet.median_startup:.0f} s)")
+        templates = fleet.base.templates
         if c.availability == "ample":
             self._availability: StaticAvailability | SpotAvailability = StaticAvailability(
                 ample_availability(spec))
@@ -142,9 +130,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             data = shared_data_dir()
             self._availability = SpotAvailability(ample_availability(spec),
                                                   {r: load_spot_trace(data, r) for r in spec.regions})
-        self.gpu_types: tuple[str, ...] = tuple(dict.fromkeys(gpu_type_of(cfg) for _, cfg in prices))
-        self._cells_by_type = {g: [cell for cell in prices if gpu_type_of(cell[1]) == g]
-                               for g in self.gpu_types}
+        self.gpu_types: tuple[str, ...] = fleet.gpu_types
         series = c.demand if c.demand is not None else workload_series(c.workload, self.models,
                                                                        spec.req_per_s, c.step_s)
         self.book: DemandBook = build_book(self.models, series, forecaster=c.forecaster,
@@ -157,23 +143,10 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self.action_space = spaces.MultiBinary(m)
         self.observation_space = box = observation_space(m, len(self.gpu_types))
         self._obs_space_low = box.low
-        self._model_index = {name: i for i, name in enumerate(self.models)}
-        self._key_info: dict[str, tuple[int, int, float, float]] = {}
+        self._model_index = fleet.model_index
         self.state = FleetState()
 
     # ----- helpers ------------------------------------------------------------------------
-    def _info_of(self, key: str) -> tuple[int, int, float, float]:
-        """(model index, phase index, throughput tokens/s, $/h) of a template key."""
-        if key not in self._key_info:
-            t = self._base.template(key)
-            phase = 0 if t.service.phase.value == "prefill" else 1
-            self._key_info[key] = (self._model_index[t.service.model], phase, t.throughput,
-                                   self._base.template_cost(key))
-        return self._key_info[key]
-
-    def _tokens(self, rates: np.ndarray) -> np.ndarray:
-        return rates[:, None] * self._shape
-
     def _planning_demand(self, g: int, how: str) -> np.ndarray:
         h = self.book.horizon
         if how == "oracle":
@@ -182,90 +155,24 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             rates = self.book.day_peak[:, g // self.book.steps_per_day]
         else:
             rates = self.book.upper[:, g, :].max(axis=1)
-        return self._tokens(np.nan_to_num(rates, nan=0.0))
-
-    def _capacity(self, step_s: float) -> tuple[np.ndarray, np.ndarray]:
-        """(ready-for-the-step capacity, planned capacity) per model and phase, tokens/s."""
-        m = len(self.models)
-        ready = np.zeros((m, 2))
-        planned = np.zeros((m, 2))
-        for key, n in self.state.running.items():
-            if n:
-                mi, ph, thr, _ = self._info_of(key)
-                ready[mi, ph] += n * thr
-                planned[mi, ph] += n * thr
-        for key, entries in self.state.starting.items():
-            for count, left in entries:
-                mi, ph, thr, _ = self._info_of(key)
-                planned[mi, ph] += count * thr
-                if left < step_s:
-                    ready[mi, ph] += count * thr * (step_s - left) / step_s
-        return ready, planned
-
-    def _cost(self, seconds: float) -> np.ndarray:
-        """$ per model for holding the fleet ``seconds`` from now (drains end when they end)."""
-        cost = np.zeros(len(self.models))
-        for bucket in (self.state.running, self.state.starting):
-            for key, v in bucket.items():
-                n = v if isinstance(v, int) else sum(e[0] for e in v)
-                if n:
-                    mi, _, _, per_h = self._info_of(key)
-                    cost[mi] += n * per_h * seconds / 3600.0
-        for key, entries in self.state.draining.items():
-            for count, left in entries:
-                mi, _, _, per_h = self._info_of(key)
-                cost[mi] += count * per_h * min(left, seconds) / 3600.0
-        return cost
-
-    def _draining_by_cell(self) -> dict[Cell, int]:
-        """Nodes still held by draining instances (the solver may not hand them out yet)."""
-        use: dict[Cell, int] = defaultdict(int)
-        for key, entries in self.state.draining.items():
-            n = sum(int(e[0]) for e in entries)
-            if n:
-                t = self._base.template(key)
-                for cfg, k in t.nodes:
-                    use[(t.region, cfg)] += n * k
-        return use
+        return self.fleet.tokens(np.nan_to_num(rates, nan=0.0))
 
     def _apply(self, outcome: PlanOutcome) -> None:
-        if outcome.allocation is None:
-            return
-        keys = set(outcome.allocation.as_dict()) - set(self._startup.seconds)
-        for key in keys:
-            self._startup.of(self._base.template(key))
-        self.state.apply_plan(outcome.allocation, self._startup.seconds, self.config.drain_s)
+        if outcome.allocation is not None:
+            self.fleet.apply(self.state, outcome.allocation)
 
     def _replan(self, models: frozenset[str], demand: np.ndarray) -> PlanOutcome:
-        svc = {}
-        for i, m in enumerate(self.models):
-            svc[f"{m}/prefill"] = float(demand[i, 0])
-            svc[f"{m}/decode"] = float(demand[i, 1])
-        drain = self._draining_by_cell()
-        avail = {cell: max(0, n - drain.get(cell, 0)) for cell, n in self._cap.items()}
-        return self._replanner.plan(models, svc, avail, self.state.planned())
+        return self.fleet.replan(self.state, models, demand, self._cap)
 
     def _observe(self) -> np.ndarray:
         g = self._g
-        ready, planned = self._capacity(0.0)
-        self._ready_now = ready
-        fmean = self._tokens(np.nan_to_num(self.book.mean[:, g, :].max(axis=1)))
-        fupper = self._tokens(np.nan_to_num(self.book.upper[:, g, :].max(axis=1)))
-        held = self.state.nodes_held(self._base.index.by_key)
-        headroom = np.zeros(len(self.gpu_types))
-        for j, gt in enumerate(self.gpu_types):
-            cap = sum(self._cap.get(cell, 0) for cell in self._cells_by_type[gt])
-            use = sum(held.get(cell, 0) for cell in self._cells_by_type[gt])
-            headroom[j] = (cap - use) / cap if cap > 0 else 0.0
-        total = self._last_cost.sum()
-        signals = Signals(
-            demand=self._tokens(self.book.rates[:, g - 1]), forecast_mean=fmean, forecast_upper=fupper,
-            ready_capacity=ready, planned_capacity=planned, since_reopt=self._since.copy(),
-            unserved_share=self._unserved.mean(axis=0),
-            cost_share=self._last_cost / total if total > 0 else np.zeros(len(self.models)),
-            preempted=self._preempted.astype(float), headroom=headroom,
-            seconds_of_day=(g % self.book.steps_per_day) * self.config.step_s,
-            cost_rate_ratio=(total * 3600.0 / self.config.step_s) / self._cost_scale)
+        signals = fleet_signals(
+            self.fleet, self.state, self._cap, demand=self.fleet.tokens(self.book.rates[:, g - 1]),
+            forecast_mean=self.book.mean[:, g, :].max(axis=1),
+            forecast_upper=self.book.upper[:, g, :].max(axis=1),
+            since=self._since, unserved_window=self._unserved, last_cost=self._last_cost,
+            last_seconds=self.config.step_s, cost_scale_usd_h=self._cost_scale, preempted=self._preempted,
+            seconds_of_day=(g % self.book.steps_per_day) * self.config.step_s)
         return build_observation(signals)
 
     # ----- gymnasium API ------------------------------------------------------------------
@@ -298,7 +205,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._since = np.zeros(m, dtype=int)
         self._unserved = np.zeros((UNSERVED_WINDOW, m))
         self._preempted = np.zeros(m, dtype=bool)
-        self._last_cost = self._cost(self.config.step_s)
+        self._last_cost = self.fleet.cost(self.state, self.config.step_s)
         self._cost_scale = max(self._last_cost.sum() * 3600.0 / self.config.step_s, 1e-9)
         obs = self._observe()
         info = {"step": 0, "day": self.day, "seconds": self._g * self.config.step_s,
@@ -321,34 +228,29 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         if chosen:
             outcome = self._replan(chosen, self._planning_demand(g, self._planning))
             self._apply(outcome)
-        self._since += 1
         for name in chosen:
             self._since[self._model_index[name]] = 0
+        self._since += 1  # observed at the next step: one step has passed since
         # serve
-        ready, _ = self._capacity(dt)
+        ready, _ = self.fleet.capacity(self.state, dt)
         rates = self.book.rates[:, g]
-        demand = self._tokens(rates)
-        served = np.minimum(demand, ready)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = np.where(demand > 0, served / np.where(demand > 0, demand, 1.0), 1.0)
-        share = frac.min(axis=1)
+        demand = self.fleet.tokens(rates)
+        share = served_shares(demand, ready)
         demand_tok = demand.sum(axis=1) * dt
         goodput_tok = share * demand_tok
         unserved_tok = demand_tok - goodput_tok
-        cost = self._cost(dt)
+        cost = self.fleet.cost(self.state, dt)
         # time passes; availability moves; preemption at the boundary
         self.state.advance(dt)
         self._g, self._t = g + 1, self._t + 1
         self._cap = self._availability.capacity(self._g * dt)
         held_keys = set(self.state.running) | set(self.state.starting) | set(self.state.draining)
-        lost = self.state.preempt(self._cap, {k: self._base.template(k) for k in held_keys}, self.np_random)
+        lost = self.state.preempt(self._cap, {k: self.fleet.templates[k] for k in held_keys}, self.np_random)
         lost_by_model = np.zeros(m, dtype=int)
         for key, n in lost.items():
-            lost_by_model[self._info_of(key)[0]] += n
+            lost_by_model[self.fleet.info(key)[0]] += n
         self._preempted = lost_by_model > 0
-        self._unserved = np.roll(self._unserved, 1, axis=0)
-        self._unserved[0] = np.where(demand_tok > 0,
-                                     unserved_tok / np.where(demand_tok > 0, demand_tok, 1.0), 0.0)
+        self._unserved = push_window(self._unserved, unserved_shares(demand, ready))
         self._last_cost = cost
         w = c.reward
         reward = -w.scale * (cost.sum() + w.unserved_usd_per_mtok * unserved_tok.sum() / 1e6

@@ -24,6 +24,7 @@ from atoll.control.metrics import (
 from atoll.control.plans import PlanRecord, SinkError, SinkResult
 from atoll.control.sinks import JsonDirSink
 from atoll.control.state import load_state
+from atoll.envs.fleet import FleetState
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.policies import make_policy
 from atoll.solvers.problem import Allocation, SolveStatus
@@ -48,7 +49,7 @@ def templates() -> tuple[Template, ...]:
 
 @pytest.fixture(scope="module")
 def fleet() -> LiveFleet:
-    return LiveFleet("core", models=MODELS, templates=templates())
+    return LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(INPUT, OUTPUT)] * 2)
 
 
 class ScriptedSource:
@@ -110,7 +111,8 @@ def instances(plan: dict[str, int], model: str, phase: str) -> int:
 
 
 def capacity(fleet: LiveFleet, plan: dict[str, int]) -> np.ndarray:
-    return fleet.capacity(plan)
+    """[models, 2] planned tokens/s of ``plan`` (the env's fleet model computes it)."""
+    return fleet.model.capacity(FleetState(running=fleet.known(plan)), 0.0)[1]
 
 
 def test_first_read_warms_up_then_the_fleet_is_planned_for_the_forecast(fleet: LiveFleet,
@@ -125,7 +127,7 @@ def test_first_read_warms_up_then_the_fleet_is_planned_for_the_forecast(fleet: L
     assert all("no capacity" in why for why in second.decision.chosen.values())
     assert second.plan_changed and second.sink_result is not None and second.sink_result["ok"]
     # demand 10 req/s: 1000 prompt and 100 generation tokens/s; planned for recent max x 1.1
-    cap = fleet.capacity(h.controller.state.running)
+    cap = capacity(fleet, h.controller.state.running)
     assert np.all(cap[:, 0] >= 1100 - 1e-6) and np.all(cap[:, 1] >= 110 - 1e-6)
     assert np.all(cap[:, 0] == 2 * PREFILL_TPS) and np.all(cap[:, 1] == DECODE_TPS)  # the cheapest cover
     adds = {(d["model"], d["phase"]): d["change"] for d in second.diff}
@@ -151,8 +153,9 @@ def test_the_policy_decides_which_models_are_reoptimized(fleet: LiveFleet, tmp_p
 def test_threshold_replans_only_the_model_whose_demand_outgrew_its_plan(fleet: LiveFleet,
                                                                           tmp_path: Path) -> None:
     h = Harness(fleet, tmp_path, policy="threshold")
-    h.tick()
-    h.tick()
+    for _ in range(6):  # planned at tick 1; demand lost while it started leaves the window by tick 5
+        h.tick()
+    assert h.controller.state.unserved == {m: (0.0, 0.0, 0.0) for m in MODELS}
     before = dict(h.controller.state.running)
     h.source.rates["Phi-4-14B"] = 30.0  # 3x: 3000 prompt tokens/s against 1600 planned
     h.tick()  # this interval's rate is still the old one (the counters grew at 10 req/s)
@@ -163,7 +166,7 @@ def test_threshold_replans_only_the_model_whose_demand_outgrew_its_plan(fleet: L
     after = h.controller.state.running
     gpt = [k for k in before if "GPT-OSS-20B" in k]
     assert all(after.get(k) == before[k] for k in gpt)
-    assert fleet.capacity(after)[0, 0] >= 3000 * 1.1 - 1e-6
+    assert capacity(fleet, after)[0, 0] >= 3000 * 1.1 - 1e-6
 
 
 @pytest.mark.parametrize("fault", ["missing", "nan"])
@@ -182,7 +185,7 @@ def test_a_model_without_usable_metrics_is_held_never_scaled_down(fleet: LiveFle
         assert ("missing" if fault == "missing" else "NaN") in report.decision.held["GPT-OSS-20B"]
         gpt_now = {k: n for k, n in h.controller.state.running.items() if "GPT-OSS-20B" in k}
         assert gpt_now == gpt_before
-    assert fleet.capacity(h.controller.state.running)[0, 0] >= 2000  # Phi followed its demand
+    assert capacity(fleet, h.controller.state.running)[0, 0] >= 2000  # Phi followed its demand
     h.source.faults.clear()
     report = h.tick()
     assert "GPT-OSS-20B" in report.decision.chosen  # back: the gap is rated as a whole
@@ -200,7 +203,7 @@ def test_a_counter_reset_keeps_rates_positive(fleet: LiveFleet, tmp_path: Path) 
     assert rate["status"] == "ok" and rate["resets"] == 2
     # 300 s of tokens counted since the reset, over the 600 s since the last read
     assert rate["prompt_tokens_per_s"] == pytest.approx(1000.0 / 2)
-    assert fleet.capacity(h.controller.state.running)[0, 0] > 0
+    assert capacity(fleet, h.controller.state.running)[0, 0] > 0
     assert h.controller.state.running.keys() == running.keys()
 
 
@@ -311,7 +314,7 @@ class TimedOutReplanner:
 
 
 def test_solver_timeout_keeps_the_incumbent_or_holds(tmp_path: Path) -> None:
-    fleet = LiveFleet("core", models=MODELS, templates=templates())
+    fleet = LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(INPUT, OUTPUT)] * 2)
     h = Harness(fleet, tmp_path)
     h.tick()
     h.tick()

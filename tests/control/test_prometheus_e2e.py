@@ -58,6 +58,7 @@ def test_the_controller_reads_prometheus_and_writes_plans(start_prometheus: Call
     from atoll.control.controller import Controller, ControllerSettings
     from atoll.control.live_fleet import LiveFleet
     from atoll.control.sinks import make_sink
+    from atoll.envs.fleet import FleetState
     from atoll.envs.policies import make_policy
 
     models = ["Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"]
@@ -83,7 +84,7 @@ def test_the_controller_reads_prometheus_and_writes_plans(start_prometheus: Call
             assert rate["generation_tokens_per_s"] == pytest.approx((2.0 + i) * 50, rel=0.15)
         assert report.sink_result is not None and report.sink_result["ok"]
         assert set(report.decision.chosen) == set(models)
-        capacity = fleet.capacity(controller.state.running)
+        capacity = fleet.model.capacity(FleetState(running=fleet.known(controller.state.running)), 0.0)[1]
         assert (capacity[:, 0] >= [(2.0 + i) * 500 for i in range(3)]).all()
         manifests = list((tmp_path / "k8s").rglob("*.yaml"))
         assert manifests and len(report.diff) > 0

@@ -72,3 +72,10 @@ def test_startup_time_is_boot_plus_weight_load() -> None:
     configs = {c: cat.config(c) for c in ("1xL4", "4xL40S")}
     # slowest node loads 30 of 40 layers: 30 x 29.4 GB / 40 / 1 GB/s = 22.05 s after a 180 s boot
     assert startup_seconds(B, model, configs) == pytest.approx(180 + 0.75 * 29.4)
+
+
+def test_draining_nodes_are_billed_only_until_their_drain_ends() -> None:
+    s = FleetState(running={A.key: 2})
+    s.apply_plan(Allocation.of({A.key: 1}), STARTUP, drain_s=60)
+    # over 300 s: one instance (2 L4 nodes, $1/h each) runs 300 s, the other drains for 60 s
+    assert node_hours_cost(s, TEMPLATES, PRICES, 300) == pytest.approx((2 * 300 + 2 * 60) / 3600)

@@ -123,8 +123,8 @@ def test_unserved_demand_is_priced_in_the_reward() -> None:
     env.reset(seed=0, options={"day": 5})
     env.state.running = {PREFILL.key: 2, DECODE.key: 2}  # 1600 of 2047.85 prefill tok/s
     _, reward, _, _, info = env.step(np.array([0]))
-    share = 1600 / (1.0 * env._shape[0, 0])
-    tokens = (env._shape[0].sum()) * 300
+    share = 1600 / (1.0 * env.fleet.shape[0, 0])
+    tokens = (env.fleet.shape[0].sum()) * 300
     assert info["total"]["slo_attainment"] == pytest.approx(share)
     assert info["total"]["unserved_tokens"] == pytest.approx((1 - share) * tokens)
     cost = (2 * PRICE_L40S + 2 * PRICE_L4) * 300 / 3600
@@ -171,7 +171,7 @@ def test_preemption_removes_capacity_at_once() -> None:
     assert obs[7] == 1.0  # "preempted" flag of the model
     _, _, _, _, info = env.step(np.array([0]))
     assert info["models"][MODEL]["ready_prefill"] == pytest.approx(800)
-    assert info["total"]["slo_attainment"] == pytest.approx(800 / env._shape[0, 0])
+    assert info["total"]["slo_attainment"] == pytest.approx(800 / env.fleet.shape[0, 0])
     # the threshold rule re-plans after a preemption; within 1 node there is no plan that meets
     # demand, so the goodput fallback keeps what fits
     _, _, _, _, info = env.step(make_policy("threshold", 1).act(obs, info))
@@ -224,3 +224,44 @@ def test_invalid_actions_and_configs_give_clear_errors() -> None:
         make_policy("sometimes", 1)
     with pytest.raises(ValueError, match="fixed:K"):
         make_policy("fixed:0", 1)
+
+
+def test_an_env_never_reuses_the_planner_of_freed_templates_whose_id_is_reused() -> None:
+    """Process-wide planner caches key on content: a freed templates tuple's id() is handed to the
+    next tuple of its size (the loop below finds it), and must not bring back the old planner."""
+    import gc
+
+    def decode_instances(env: FleetEnv) -> int:
+        env.reset(seed=0, options={"day": 5})
+        return sum(n for k, n in env.state.running.items() if "decode" in k)
+
+    slow = DECODE  # 20 tokens/s per instance
+    fast = Template(DECODE.service, USE2, DECODE.nodes, DECODE.stages, 200.0)
+    env = FleetEnv(tiny_config(templates=tuple([PREFILL, slow])))
+    slow_n = decode_instances(env)
+    old = id(env.config.templates)
+    del env
+    gc.collect()
+    reused, alive = None, []  # kept alive, so each candidate takes the next free slot
+    for _ in range(100_000):
+        candidate = tuple([PREFILL, fast])
+        if id(candidate) == old:
+            reused = candidate
+            break
+        alive.append(candidate)
+    del alive
+    fast_n = decode_instances(FleetEnv(tiny_config(templates=reused or tuple([PREFILL, fast]))))
+    assert fast_n < slow_n  # planned with the 200 tokens/s template, not the freed 20 tokens/s one
+
+
+def test_the_docstring_table_lists_every_observation_feature_in_order() -> None:
+    import re
+
+    from atoll.envs.observation import FLEET_FEATURES, MODEL_FEATURES
+
+    rows = re.findall(r"^\s*8 [mM][^`]*``([^`]+)``.*?\s(-?\d+)\s+(-?\d+)\s*$", FleetEnv.__doc__ or "",
+                      flags=re.MULTILINE)
+    listed = [(name.split("/")[-1], float(lo), float(hi)) for name, lo, hi in rows]
+    expected = ([(f[0], f[2], f[3]) for f in MODEL_FEATURES] + [("<gpu type>", 0.0, 1.0)]
+                + [(f[0], f[2], f[3]) for f in FLEET_FEATURES])
+    assert listed == expected

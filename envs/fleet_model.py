@@ -1,0 +1,217 @@
+"""The fleet model shared by the simulator and the live controller.
+
+A :class:`FleetModel` holds the static facts of a fleet — its models, their request shapes,
+the template library, prices, start-up times and the re-planner — and computes, for a
+:class:`~atoll.envs.fleet.FleetState`, everything both sides need: ready and planned capacity,
+the billed cost (running, starting and draining nodes), availability headroom and the nodes
+draining instances still hold. :class:`atoll.envs.FleetEnv` and :class:`atoll.control.controller.
+Controller` both build one from a :class:`~atoll.envs.config.FleetConfig` with
+:meth:`FleetModel.from_config`, so a policy meets the same numbers in both.
+
+Re-planners (and their memo of solves) are shared per process by every fleet model of the same
+content — templates, prices, start-up weight and solver settings — so vectorized training envs
+and an evaluation's policies reuse each other's solves. The key holds the content itself (never
+an ``id()``, which a freed object hands to the next one).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from atoll.envs.config import FleetConfig
+from atoll.envs.fleet import FleetState, StartupTimes
+from atoll.envs.planner import PlanOutcome, Replanner
+from atoll.solvers.catalog import load_catalog
+from atoll.solvers.errors import InputError
+from atoll.solvers.models import get_model
+from atoll.solvers.problem import Allocation, AllocationProblem, gpu_type_of
+from atoll.solvers.runtime import DEFAULT_RUNTIME
+from atoll.solvers.scenarios import SCENARIOS, model_shapes, scenario_prices, scenario_templates
+from atoll.solvers.types import Template
+
+Cell = tuple[str, str]
+_REPLANNERS_MAX = 8
+_REPLANNERS: OrderedDict[tuple[object, ...], Replanner] = OrderedDict()
+
+
+@lru_cache(maxsize=4)
+def scenario_library(scenario: str, runtime: str = DEFAULT_RUNTIME) -> tuple[Template, ...]:
+    """The scenario's template library for ``runtime`` (built or read from the template cache once
+    per process)."""
+    if scenario not in SCENARIOS:
+        raise InputError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
+    return scenario_templates(SCENARIOS[scenario], runtime=runtime)
+
+
+def shared_replanner(base: AllocationProblem, prices: Mapping[Cell, float], config: FleetConfig
+                     ) -> Replanner:
+    """One re-planner per content (templates, prices, start-up weight, settings) per process."""
+    key = (base.templates, tuple(sorted(prices.items())), base.startup_weight, config.demand_round,
+           config.memoize, config.solver_time_limit, config.solver_gap)
+    hit = _REPLANNERS.get(key)
+    if hit is None:
+        hit = Replanner(base, demand_round=config.demand_round, memoize=config.memoize)
+        _REPLANNERS[key] = hit
+        while len(_REPLANNERS) > _REPLANNERS_MAX:
+            _REPLANNERS.popitem(last=False)
+    _REPLANNERS.move_to_end(key)
+    return hit
+
+
+class FleetModel:
+    """Static facts of a fleet and the capacity, cost and headroom of a :class:`FleetState`.
+
+    ``shape[m]`` = (input, output) tokens per request of model m: token demand per service is
+    requests/s x shape, the unit the templates' throughputs use.
+    """
+
+    def __init__(self, config: FleetConfig, models: Sequence[str], templates: Sequence[Template],
+                 prices: Mapping[Cell, float], shape: np.ndarray) -> None:
+        self.config = config
+        self.models: tuple[str, ...] = tuple(models)
+        self.prices: dict[Cell, float] = dict(prices)
+        self.shape = np.asarray(shape, dtype=float).reshape(len(self.models), 2)
+        catalog = load_catalog()
+        self.startup = StartupTimes({name: catalog.config(name) for _, name in prices})
+        self.median_startup = self.startup.median(tuple(templates))
+        k = config.startup_weight
+        if k is None:
+            k = self.median_startup / config.step_s
+        self.base = AllocationProblem(tuple(templates), {}, None, prices, startup_weight=k,
+                                      time_limit=config.solver_time_limit, gap=config.solver_gap)
+        self.replanner = shared_replanner(self.base, prices, config)
+        self.templates: dict[str, Template] = dict(self.base.index.by_key)
+        self.gpu_types: tuple[str, ...] = tuple(dict.fromkeys(gpu_type_of(cfg) for _, cfg in prices))
+        self.cells_by_type = {g: [cell for cell in prices if gpu_type_of(cell[1]) == g]
+                              for g in self.gpu_types}
+        self.model_index = {name: i for i, name in enumerate(self.models)}
+        self._key_info: dict[str, tuple[int, int, float, float]] = {}
+
+    @classmethod
+    def from_config(cls, config: FleetConfig) -> FleetModel:
+        """The fleet of ``config``: its scenario's models (or ``config.models``), library (or
+        ``config.templates``), prices of ``config.price_kind`` and request shapes."""
+        if config.scenario not in SCENARIOS:
+            raise InputError(f"FleetConfig: field 'scenario' must be one of {', '.join(SCENARIOS)}, "
+                             f"got {config.scenario!r}")
+        spec = SCENARIOS[config.scenario]
+        models: tuple[str, ...] = config.models or spec.models
+        unknown = [m for m in models if m not in spec.models and config.templates is None]
+        if unknown:
+            raise InputError(f"FleetConfig: models {unknown} are not in scenario {config.scenario!r} "
+                             f"({', '.join(spec.models)}); pass templates for them")
+        for name in models:
+            get_model(name)
+        if config.request_shapes is not None:
+            if len(config.request_shapes) != len(models):
+                raise InputError(f"FleetConfig: field 'request_shapes' has {len(config.request_shapes)} "
+                                 f"pairs for {len(models)} models; give one (input, output) pair per model")
+            shape = np.array(config.request_shapes, dtype=float)
+        else:
+            shape = np.array([[s.input_tokens, s.output_tokens] for s in model_shapes(spec, models)])
+        library = (config.templates if config.templates is not None
+                   else scenario_library(config.scenario, config.runtime))
+        templates = tuple(t for t in library if t.service.model in models)
+        prices = scenario_prices(spec, spot=config.price_kind == "spot")
+        return cls(config, models, templates, prices, shape)
+
+    # ----- per template ---------------------------------------------------------------------
+    def info(self, key: str) -> tuple[int, int, float, float]:
+        """(model index, phase index, throughput tokens/s, $/h) of a template key."""
+        hit = self._key_info.get(key)
+        if hit is None:
+            t = self.base.template(key)
+            phase = 0 if t.service.phase.value == "prefill" else 1
+            hit = (self.model_index[t.service.model], phase, t.throughput, self.base.template_cost(key))
+            self._key_info[key] = hit
+        return hit
+
+    def tokens(self, rates: np.ndarray) -> np.ndarray:
+        """[M, 2] tokens/s per (prefill, decode) of request rates [M] (req/s)."""
+        return np.asarray(rates, dtype=float)[:, None] * self.shape
+
+    # ----- of a fleet state -----------------------------------------------------------------
+    def capacity(self, state: FleetState, step_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """(capacity ready over the next ``step_s`` seconds, planned capacity) per model and
+        phase, tokens/s; an instance that becomes ready during the step counts for the part of
+        the step it is ready (``step_s`` = 0: ready now)."""
+        m = len(self.models)
+        ready = np.zeros((m, 2))
+        planned = np.zeros((m, 2))
+        for key, n in state.running.items():
+            if n:
+                mi, ph, thr, _ = self.info(key)
+                ready[mi, ph] += n * thr
+                planned[mi, ph] += n * thr
+        for key, entries in state.starting.items():
+            for count, left in entries:
+                mi, ph, thr, _ = self.info(key)
+                planned[mi, ph] += count * thr
+                if left < step_s:
+                    ready[mi, ph] += count * thr * (step_s - left) / step_s
+        return ready, planned
+
+    def cost(self, state: FleetState, seconds: float) -> np.ndarray:
+        """$ per model for holding the fleet ``seconds`` from now: running and starting nodes for
+        the whole interval, draining nodes until their drain ends."""
+        cost = np.zeros(len(self.models))
+        for key, n in state.running.items():
+            if n:
+                mi, _, _, per_h = self.info(key)
+                cost[mi] += n * per_h * seconds / 3600.0
+        for key, entries in state.starting.items():
+            for count, _ in entries:
+                mi, _, _, per_h = self.info(key)
+                cost[mi] += count * per_h * seconds / 3600.0
+        for key, entries in state.draining.items():
+            for count, left in entries:
+                mi, _, _, per_h = self.info(key)
+                cost[mi] += count * per_h * min(left, seconds) / 3600.0
+        return cost
+
+    def nodes_held(self, state: FleetState) -> dict[Cell, int]:
+        return state.nodes_held(self.templates)
+
+    def draining_by_cell(self, state: FleetState) -> dict[Cell, int]:
+        """Nodes still held by draining instances (the solver may not hand them out yet)."""
+        use: dict[Cell, int] = defaultdict(int)
+        for key, entries in state.draining.items():
+            n = sum(int(e[0]) for e in entries)
+            if n:
+                t = self.templates[key]
+                for cfg, k in t.nodes:
+                    use[(t.region, cfg)] += n * k
+        return dict(use)
+
+    def headroom(self, state: FleetState, caps: Mapping[Cell, int]) -> np.ndarray:
+        """[GPU types] (nodes offered - nodes held) / nodes offered; 0 where none are offered."""
+        held = self.nodes_held(state)
+        out = np.zeros(len(self.gpu_types))
+        for j, g in enumerate(self.gpu_types):
+            cap = sum(caps.get(cell, 0) for cell in self.cells_by_type[g])
+            use = sum(held.get(cell, 0) for cell in self.cells_by_type[g])
+            out[j] = (cap - use) / cap if cap > 0 else 0.0
+        return out
+
+    # ----- re-planning ----------------------------------------------------------------------
+    def replan(self, state: FleetState, models: frozenset[str], demand: np.ndarray,
+               caps: Mapping[Cell, int], replanner: Replanner | None = None) -> PlanOutcome:
+        """Re-optimize ``models`` for ``demand`` ([M, 2] tokens/s) within ``caps`` minus the nodes
+        draining instances still hold, the others fixed at their planned counts."""
+        svc: dict[str, float] = {}
+        for i, m in enumerate(self.models):
+            svc[f"{m}/prefill"] = float(demand[i, 0])
+            svc[f"{m}/decode"] = float(demand[i, 1])
+        drain = self.draining_by_cell(state)
+        avail = {cell: max(0, n - drain.get(cell, 0)) for cell, n in caps.items()}
+        return (replanner or self.replanner).plan(models, svc, avail, state.planned())
+
+    def apply(self, state: FleetState, allocation: Allocation) -> int:
+        """Move ``state`` toward ``allocation`` (see :meth:`FleetState.apply_plan`); instances added."""
+        for key in set(allocation.as_dict()) - set(self.startup.seconds):
+            self.startup.of(self.templates[key])
+        return state.apply_plan(allocation, self.startup.seconds, self.config.drain_s)

@@ -1,0 +1,73 @@
+"""The one place :class:`~atoll.envs.observation.Signals` are made, for the env and the controller.
+
+Both sides hold a :class:`~atoll.envs.fleet.FleetState` of the same :class:`~atoll.envs.fleet_model.
+FleetModel` and keep the same short memory of the steps behind them; from those and the
+forecast (requests/s, made by the same forecaster class) :func:`fleet_signals` computes every
+entry: demand, forecasts x the models' request shapes, ready and planned capacity, the
+unserved share over the last ``UNSERVED_WINDOW`` steps, each model's share of the billed cost
+(running, starting and draining nodes), availability headroom and the cost rate.
+:func:`unserved_shares` is how a step's outcome enters that memory, on both sides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from atoll.envs.fleet import FleetState
+from atoll.envs.fleet_model import FleetModel
+from atoll.envs.observation import Signals
+
+Cell = tuple[str, str]
+UNSERVED_WINDOW = 3  # steps the unserved share is averaged over
+
+
+def served_shares(demand: np.ndarray, ready: np.ndarray) -> np.ndarray:
+    """[M] share of each model's requests served: min over its phases of min(demand, ready) /
+    demand (a request needs both phases); 1 where a phase has no demand."""
+    served = np.minimum(demand, ready)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(demand > 0, served / np.where(demand > 0, demand, 1.0), 1.0)
+    return frac.min(axis=1)
+
+
+def unserved_shares(demand: np.ndarray, ready: np.ndarray) -> np.ndarray:
+    """[M] share of each model's demand not served within the SLO in a step (0 without demand)."""
+    return np.where(demand.sum(axis=1) > 0, 1.0 - served_shares(demand, ready), 0.0)
+
+
+def push_window(window: np.ndarray, shares: np.ndarray) -> np.ndarray:
+    """The unserved window [UNSERVED_WINDOW, M] with ``shares`` as its newest row."""
+    out = np.roll(window, 1, axis=0)
+    out[0] = shares
+    return out
+
+
+def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Cell, int], *,
+                  demand: np.ndarray, forecast_mean: np.ndarray, forecast_upper: np.ndarray,
+                  since: np.ndarray, unserved_window: np.ndarray, last_cost: np.ndarray,
+                  last_seconds: float, cost_scale_usd_h: float | None, preempted: np.ndarray,
+                  seconds_of_day: float) -> Signals:
+    """The decision's inputs.
+
+    demand: [M, 2] tokens/s of the last step; forecast_mean/upper: [M] requests/s, the maxima over
+    the look-ahead; since: [M] steps since each model's last re-optimization; unserved_window:
+    [UNSERVED_WINDOW, M] unserved shares of the last steps (zeros before any); last_cost: [M] $
+    billed over the last ``last_seconds``; cost_scale_usd_h: the initial plan's $/h (None: no plan
+    yet, the ratio is 1); preempted: [M] whether an instance was preempted at the last boundary.
+    """
+    ready, planned = fleet.capacity(state, 0.0)
+    total = float(last_cost.sum())
+    m = len(fleet.models)
+    rate = total * 3600.0 / last_seconds if last_seconds > 0 else 0.0
+    return Signals(
+        demand=np.asarray(demand, dtype=float),
+        forecast_mean=fleet.tokens(np.nan_to_num(forecast_mean, nan=0.0)),
+        forecast_upper=fleet.tokens(np.nan_to_num(forecast_upper, nan=0.0)),
+        ready_capacity=ready, planned_capacity=planned, since_reopt=np.asarray(since, dtype=float),
+        unserved_share=np.asarray(unserved_window, dtype=float).mean(axis=0),
+        cost_share=last_cost / total if total > 0 else np.zeros(m),
+        preempted=np.asarray(preempted, dtype=float), headroom=fleet.headroom(state, caps),
+        seconds_of_day=float(seconds_of_day) % 86400.0,
+        cost_rate_ratio=rate / max(cost_scale_usd_h, 1e-9) if cost_scale_usd_h is not None else 1.0)

@@ -1,0 +1,109 @@
+"""One trace through FleetEnv and through the live controller (scripted vLLM counters, a fake
+clock), the same policy: the observations and the decisions are the same at every step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from control_helpers import FakeClock
+from test_controller import INPUT, MODELS, OUTPUT, templates
+
+from atoll.control.controller import Controller, ControllerSettings
+from atoll.control.live_fleet import LiveFleet
+from atoll.control.metrics import GENERATION, PROMPT, RUNNING, WAITING, MetricsSnapshot, assemble
+from atoll.control.sinks import JsonDirSink
+from atoll.control.state import ControllerState, HistoryPoint, save_state
+from atoll.envs.config import FleetConfig
+from atoll.envs.fleet import FleetState
+from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.policies import make_policy
+from atoll.forecast.workloads import DemandSeries
+
+STEP = 300.0
+DAY = 5
+STEPS = 48
+
+
+def trace() -> np.ndarray:
+    """[models, 6 days of 5-min steps] request rates: a daily swing with noise, seeded."""
+    rng = np.random.default_rng(3)
+    t = np.arange(6 * 288)
+    out = []
+    for i in range(len(MODELS)):
+        base = (20.0 + 10 * i) * (1.0 + 0.6 * np.sin(2 * np.pi * (t / 288 + 0.3 * i)))
+        out.append(np.maximum(base * (1 + 0.15 * rng.standard_normal(len(t))), 0.2))
+    return np.array(out)
+
+
+class TraceSource:
+    """vLLM token counters of the trace up to the clock (a step's tokens land at its end)."""
+
+    url = "scripted://trace"
+
+    def __init__(self, clock: FakeClock, rates: np.ndarray) -> None:
+        self.clock, self.rates = clock, rates
+
+    def counters(self, t: float) -> dict[str, tuple[float, float]]:
+        steps = round(t / STEP)
+        done = self.rates[:, :steps].sum(axis=1) * STEP
+        return {m: (float(done[i] * INPUT), float(done[i] * OUTPUT)) for i, m in enumerate(MODELS)}
+
+    def snapshot(self, t: float) -> MetricsSnapshot:
+        raw = []
+        for m, (p, g) in self.counters(t).items():
+            raw += [(m, "r0", PROMPT, p), (m, "r0", GENERATION, g), (m, "r0", WAITING, 0.0),
+                    (m, "r0", RUNNING, 1.0)]
+        return assemble(raw, {}, t, self.url)
+
+    def read(self) -> MetricsSnapshot:
+        return self.snapshot(self.clock())
+
+
+@pytest.mark.parametrize("policy", ["threshold", "fixed:3"])
+def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_path: Path,
+                                                                           policy: str) -> None:
+    rates = trace()
+    shapes = ((INPUT, OUTPUT),) * len(MODELS)
+    demand = tuple(DemandSeries(f"s{i}", STEP, rates[i], np.full(rates.shape[1], INPUT),
+                                np.full(rates.shape[1], OUTPUT)) for i in range(len(MODELS)))
+    env = FleetEnv(FleetConfig(scenario="core", models=MODELS, templates=templates(), demand=demand,
+                               request_shapes=shapes, forecaster="ets", availability="ample",
+                               prices="on-demand", days=(4, 6)))
+    obs, _ = env.reset(seed=0, options={"day": DAY})
+    g0 = (DAY - 1) * 288
+
+    # the controller starts where the env starts: the env's initial plan running, the trace
+    # before the episode as its history, the counters of the step before as its rate baseline
+    fleet = LiveFleet("core", models=MODELS, templates=templates(), request_shapes=shapes,
+                      solver_time_limit=env.config.solver_time_limit)
+    clock = FakeClock(g0 * STEP)
+    source = TraceSource(clock, rates)
+    history = {m: tuple(HistoryPoint((g + 1) * STEP, rates[i, g] * INPUT, rates[i, g] * OUTPUT)
+                        for g in range(g0 - 1)) for i, m in enumerate(MODELS)}
+    running = dict(env.state.running)
+    scale = float(fleet.model.cost(FleetState(running=dict(running)), 3600.0).sum())
+    state_dir = tmp_path / "state"
+    save_state(state_dir, ControllerState(running=running, history=history,
+                                          last_reoptimized=dict.fromkeys(MODELS, 0),
+                                          last_metrics=source.snapshot((g0 - 1) * STEP),
+                                          cost_scale_usd_h=scale))
+    controller = Controller(fleet, source, make_policy(policy, len(MODELS)),  # type: ignore[arg-type]
+                            JsonDirSink(tmp_path / "plans"), state_dir,
+                            settings=ControllerSettings(interval_s=STEP, forecaster="ets"), clock=clock,
+                            sleep=lambda s: None)
+    env_policy = make_policy(policy, len(MODELS))
+    replans = 0
+    for k in range(STEPS):
+        action = env_policy.act(obs, {"step": k})
+        report = controller.tick()
+        assert report.metrics["ok"] and not report.decision.held
+        np.testing.assert_allclose(controller.last_observation, obs, rtol=0, atol=1e-5,
+                                   err_msg=f"observation differs at step {k}")
+        assert set(report.decision.chosen) == {MODELS[i] for i in np.flatnonzero(action)}, f"step {k}"
+        obs, *_ = env.step(action)
+        assert controller.state.running == env.state.planned().as_dict(), f"plan differs after step {k}"
+        replans += int(report.plan_changed)
+        clock.advance(STEP)
+    assert replans >= 2  # the plans moved: the comparison covered start-ups and drains
