@@ -128,6 +128,7 @@ def test_bootstrap_rule_is_cloned_and_validated() -> None:
     model, vec, stats = train_policy(tiny_config(), settings)
     env = FleetEnv(tiny_config(days=(6, 6)))
     obs, _ = env.reset(seed=0)
+    obs, *_ = env.step(np.ones(2, dtype=np.int8))  # fixed:1 holds at step 0 and re-optimizes after
     actions = [model.predict(vec.normalize_obs(obs), deterministic=True)[0] for _ in range(3)]
     assert stats["bootstrap_loss"] < 0.1
     assert all(np.array_equal(a, [1, 1]) for a in actions)
