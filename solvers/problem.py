@@ -109,6 +109,8 @@ class TemplateIndex:
         svc: list[int] = []
         kind: list[int] = []
         multi: list[bool] = []
+        config_id: dict[str, int] = {}
+        config_kind: list[int] = []
         ptr = [0]
         rc: list[int] = []
         k: list[int] = []
@@ -128,6 +130,7 @@ class TemplateIndex:
             types = {gpu_type_of(c) for c, _ in t.nodes}
             kind.append(kind_id.setdefault(gpu_type_of(t.nodes[0][0]), len(kind_id)))
             multi.append(len(types) > 1)
+            config_kind.append(config_id.setdefault(t.nodes[0][0], len(config_id)))
             for c, n in t.nodes:
                 rc.append(self.rc_id.setdefault((t.region, c), len(self.rc_id)))
                 k.append(n)
@@ -143,6 +146,10 @@ class TemplateIndex:
         self.kind = np.asarray(kind, dtype=np.int64)
         self.n_kinds = max(len(kind_id), 1)
         self.multi_type = np.asarray(multi, dtype=bool)
+        # the same for node configs (the one-config-per-model rule of the Homo rungs)
+        self.config_kind = np.asarray(config_kind, dtype=np.int64)
+        self.n_configs = max(len(config_id), 1)
+        self.multi_config = np.asarray([len(t.nodes) > 1 for t in templates], dtype=bool)
         self.throughput = np.asarray([t.throughput for t in templates], dtype=np.float64)
         self.ptr = np.asarray(ptr, dtype=np.int64)
         self.rc = np.asarray(rc, dtype=np.int64)
@@ -182,6 +189,9 @@ class AllocationProblem:
     in place (start-up penalty and fixed models refer to it). startup_weight K = start-up time /
     re-plan interval. reoptimize: model names to re-solve, the others held at their running
     counts (``None`` = all). gap: relative optimality gap at which the solver may stop.
+    one_gpu_type_per_model / one_config_per_model: every template a model uses (both services)
+    has nodes of one GPU type / one node config, the same for all of them, chosen by the ILP
+    (the baseline ladder's rungs, :mod:`atoll.solvers.ladder`).
     """
 
     templates: tuple[Template, ...]
@@ -195,6 +205,7 @@ class AllocationProblem:
     time_limit: float | None = None
     gap: float = 1e-4
     one_gpu_type_per_model: bool = False
+    one_config_per_model: bool = False
     _by_key: Mapping[str, Template] = field(init=False, repr=False, compare=False)
     _by_service: Mapping[str, tuple[Template, ...]] = field(init=False, repr=False, compare=False)
     _index: TemplateIndex = field(init=False, repr=False, compare=False)
@@ -282,6 +293,14 @@ class AllocationProblem:
         if self.availability is None:
             return math.inf
         return float(self.availability.get(rc, 0))
+
+    @property
+    def per_model_rule(self) -> str | None:
+        """What all templates of a model must share: "config", "gpu_type" or nothing (None).
+        One config implies one GPU type, so "config" wins when both flags are set."""
+        if self.one_config_per_model:
+            return "config"
+        return "gpu_type" if self.one_gpu_type_per_model else None
 
     @property
     def index(self) -> TemplateIndex:

@@ -2,7 +2,8 @@
 
 Recomputes from the templates and prices alone: feasibility (known template keys, integral and
 non-negative counts, availability per (region, config), demand in cost mode, models outside the
-re-optimized subset at their running counts, one GPU type per model when the problem asks),
+re-optimized subset at their running counts, one GPU type or one node config per model when
+the problem asks),
 node cost, start-up cost, capacity and served demand per service, served share per model.
 Used to cross-check the ILP's extraction path and to score the baselines on equal terms.
 """
@@ -45,6 +46,7 @@ def evaluate_plan(problem: AllocationProblem,
     capacity: dict[str, float] = defaultdict(float)
     cost = startup = 0.0
     types_by_model: dict[str, set[str]] = defaultdict(set)
+    configs_by_model: dict[str, set[str]] = defaultdict(set)
     for key, n in counts.items():
         try:
             t = problem.template(key)
@@ -67,6 +69,7 @@ def evaluate_plan(problem: AllocationProblem,
         capacity[t.service.name] += n * t.throughput
         if n > 0:
             types_by_model[t.service.model].update(gpu_type_of(c) for c, _ in t.nodes)
+            configs_by_model[t.service.model].update(c for c, _ in t.nodes)
     for rc, used in sorted(usage.items()):
         if used > problem.available(rc) + _TOL:
             violations.append(f"{rc[0]}/{rc[1]}: uses {used:g} nodes, {problem.available(rc):g} available")
@@ -87,6 +90,10 @@ def evaluate_plan(problem: AllocationProblem,
         for m, types in sorted(types_by_model.items()):
             if len(types) > 1:
                 violations.append(f"{m}: uses GPU types {sorted(types)}, one allowed")
+    if problem.one_config_per_model:
+        for m, configs in sorted(configs_by_model.items()):
+            if len(configs) > 1:
+                violations.append(f"{m}: uses node configs {sorted(configs)}, one allowed")
     served, shares, goodput = served_shares(problem.demand, capacity, problem.models)
     return PlanEvaluation(
         feasible=not violations, violations=tuple(violations), cost_per_hour=cost,

@@ -14,7 +14,8 @@ Goodput mode (scarcity) is lexicographic. Stage 1 maximizes sum_m f_m, 0 <= f_m 
 f_m d_s <= sum_{t of s} theta_t x_t for both services of model m: f_m is the share of model m's
 requests served, since a request needs both its prefill and its decode. Every model weighs the
 same, whatever its token volume. Stage 2 minimizes the cost objective with sum_m f_m >= F* - eps.
-Optional restriction: one GPU type per model (binary y_mg, x_t <= u_t y_m,g(t)).
+Optional restriction: one GPU type (or one node config) per model: binary y_mg over the model's
+types (configs) g, sum_g y_mg = 1, x_t <= u_t y_m,g(t).
 
 Variable and row names say what they are: ``inst<i>_<template>`` (x_t), ``added<i>_<template>``
 (a_t), ``fraction<j>_<model>`` (f_m), ``uses<j>_<g>_<model>_<gpu type>`` (y_mg);
@@ -52,6 +53,9 @@ class Model:
     count: dict[str, pulp.LpVariable]  # template key -> instances x_t
     added: dict[str, pulp.LpVariable] = field(default_factory=dict)  # template key -> a_t
     fraction: dict[str, pulp.LpVariable] = field(default_factory=dict)  # model -> f_m
+    # (model, GPU type or config) -> y_mg, under the one-type / one-config rule
+    choice: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)
+    kind_of: dict[str, str] = field(default_factory=dict)  # template key -> its g, under the rule
 
 
 def build_model(inst: RoundInstance, stage: str, floor_share: float | None = None) -> Model:
@@ -61,6 +65,7 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
     p = inst.problem
     sense = pulp.LpMaximize if stage == "share" else pulp.LpMinimize
     prob = pulp.LpProblem("allocation", sense)
+    rule = p.per_model_rule
     names = {k: label(k) for k in inst.free}
     x = {k: prob.add_variable(f"inst{i:06d}_{names[k]}", 0, inst.bound[k], cat=pulp.LpInteger)
          for i, k in enumerate(inst.free)}
@@ -75,7 +80,11 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
             if (t.region, c) in inst.rows:
                 by_rc[(t.region, c)].append((var, float(k)))
         by_service[t.service.name].append((var, t.throughput))
-        by_model_type[(t.service.model, gpu_type_of(t.nodes[0][0]))].append(key)
+        first = t.nodes[0][0]
+        kind = first if rule == "config" else gpu_type_of(first)
+        by_model_type[(t.service.model, kind)].append(key)
+        if rule is not None:
+            model.kind_of[key] = kind
         cost = p.template_cost(key)
         r = inst.running[key]
         if r == 0:
@@ -91,12 +100,13 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
     for j, (rc, terms) in enumerate(sorted(by_rc.items())):
         prob += (pulp.LpAffineExpression(terms) <= inst.residual[rc],
                  f"avail{j:05d}_{label(rc[0])}_{label(rc[1])}")
-    if p.one_gpu_type_per_model:
+    if rule is not None:
         n_rows = 0
         for j, m in enumerate(inst.models):
             types = sorted(g for (mm, g) in by_model_type if mm == m)
             y = {g: prob.add_variable(f"uses{j:05d}_{i:02d}_{label(m)}_{label(g)}", cat=pulp.LpBinary)
                  for i, g in enumerate(types)}
+            model.choice.update({(m, g): v for g, v in y.items()})
             if y:
                 prob += pulp.lpSum(y.values()) == 1, f"onetype{j:05d}_{label(m)}"
             for g, yv in y.items():
@@ -123,8 +133,9 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
 
 
 def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[str, float]:
-    """A full MIP start from an allocation (variable name -> value): x clipped to its bound, a
-    and f implied by x. The one-type binaries get none (the solver completes or rejects it)."""
+    """A full MIP start from an allocation (variable name -> value): x clipped to its bound, a,
+    f and the one-type / one-config binaries implied by x (a model without instances in the
+    start takes its first choice)."""
     p = inst.problem
     values: dict[str, float] = {}
     cap: dict[str, float] = defaultdict(float)
@@ -134,6 +145,15 @@ def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[s
         if key in model.added:
             values[model.added[key].name] = max(0, v - inst.running[key])
         cap[p.template(key).service.name] += v * p.template(key).throughput
+    used: dict[str, set[str]] = defaultdict(set)
+    for key, var in model.count.items():
+        if values[var.name] > 0 and key in model.kind_of:
+            used[p.template(key).service.model].add(model.kind_of[key])
+    first_choice: set[str] = set()
+    for (m, g), var in model.choice.items():
+        pick = g in used[m] if used[m] else m not in first_choice
+        first_choice.add(m)
+        values[var.name] = 1.0 if pick else 0.0
     for m, var in model.fraction.items():
         values[var.name] = min([1.0] + [cap[s] / p.demand[s] for s in inst.services
                                         if model_of(s) == m])

@@ -66,8 +66,9 @@ class RoundInstance:
                            for s in ix.services])
         d = demand[ix.service]
         free = d > 0
-        if problem.one_gpu_type_per_model:
-            free &= ~ix.multi_type
+        rule = problem.per_model_rule
+        if rule is not None:
+            free &= ~(ix.multi_config if rule == "config" else ix.multi_type)
         resid = np.array([self.residual[rc] for rc in ix.rcs])
         enforced = np.array([rc in self.rows for rc in ix.rcs], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -85,7 +86,8 @@ class RoundInstance:
 
     def _undominated(self, cand: np.ndarray, touches: np.ndarray, enforced: np.ndarray,
                      pinned: set[int]) -> list[int]:
-        """Drop t when a t' of the same service (and GPU type, under the one-type rule) has
+        """Drop t when a t' of the same service (and GPU type or config, under the one-type or
+        one-config rule) has
         cost <= and throughput >= and uses no node of an enforced row, or the same nodes of
         enforced rows as t. Moving an instance from t to t' then keeps every enforced row and
         demand row and cannot raise the objective (t has no running instance, so its added
@@ -94,8 +96,14 @@ class RoundInstance:
         p = self.problem
         ix = p.index
         cost, thr = p.costs, ix.throughput
-        kind = ix.kind if p.one_gpu_type_per_model else np.zeros_like(ix.kind)
-        group = ix.service * ix.n_kinds + kind
+        rule = p.per_model_rule
+        if rule == "config":
+            kind, n_kinds = ix.config_kind, ix.n_configs
+        elif rule == "gpu_type":
+            kind, n_kinds = ix.kind, ix.n_kinds
+        else:
+            kind, n_kinds = np.zeros_like(ix.kind), 1
+        group = ix.service * n_kinds + kind
         out: list[int] = []
         # templates that touch no enforced row: one Pareto front per (service, kind)
         plain = cand[~touches[cand]]

@@ -78,7 +78,7 @@ class _Solver:
         return run, model, start is not None
 
     def round(self, inst: RoundInstance) -> _Round:
-        if self.decompose and self.problem.mode == "cost" and not self.problem.one_gpu_type_per_model:
+        if self.decompose and self.problem.mode == "cost" and self.problem.per_model_rule is None:
             blocks = split_blocks(inst)
             if len(blocks) > 1:
                 return self._round_blocks(inst, blocks)
