@@ -64,8 +64,37 @@ class Catalog:
         return self.offers_in(region).get(config)
 
 
-@lru_cache(maxsize=4)
+# The active fleet file's GPU types and offers (atoll.envs.fleet_file.activate): its regions'
+# offers replace the table's, so a fleet plans exactly the nodes it names.
+_FLEET: dict[str, Any] = {}
+
+
+def register_fleet_catalog(gpus: Iterable[GpuType], offers: Iterable[Offer]) -> None:
+    """Overlay a fleet file's GPU types and offers on the catalog for this process."""
+    offers, gpus = tuple(offers), tuple(gpus)
+    _FLEET.clear()
+    if offers or gpus:  # nothing to overlay: back to the shipped table
+        _FLEET.update(gpus=gpus, offers=offers, regions=frozenset(o.region for o in offers))
+    _overlaid.cache_clear()
+
+
 def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
+    """The shipped table, with the active fleet file's GPU types and offers overlaid."""
+    return _overlaid(path, id(_FLEET.get("offers")))
+
+
+@lru_cache(maxsize=8)
+def _overlaid(path: Path, _fleet: int) -> Catalog:
+    base = _load_table(path)
+    if not _FLEET:
+        return base
+    merged = with_user_gpus(base, _FLEET["gpus"])
+    offers = tuple(o for o in base.offers if o.region not in _FLEET["regions"]) + _FLEET["offers"]
+    return Catalog(gpus=merged.gpus, offers=offers, sources=base.sources, notes=base.notes)
+
+
+@lru_cache(maxsize=4)
+def _load_table(path: Path = CATALOG_PATH) -> Catalog:
     table = json.loads(Path(path).read_text())
     gpus = Registry[GpuType]("GPU type")
     for g in table["gpus"]:

@@ -57,10 +57,21 @@ _MODELS: tuple[ModelSpec, ...] = (
 DEFAULT_MODELS: tuple[str, ...] = tuple(m.name for m in _MODELS if m.role == "serving")
 
 
+# Models of the active fleet file (atoll.envs.fleet_file.activate): one process plans one fleet.
+_FLEET_MODELS: dict[str, ModelSpec] = {}
+
+
+def register_fleet_models(models: Iterable[ModelSpec]) -> None:
+    """Make a fleet file's own models known to every lookup in this process (replacing the
+    previous fleet's)."""
+    _FLEET_MODELS.clear()
+    _FLEET_MODELS.update({m.name: m for m in models})
+
+
 def model_registry(extra: Iterable[ModelSpec] = ()) -> Registry[ModelSpec]:
     """Every model by name (aliases resolve too); user models override built-ins."""
     reg = Registry[ModelSpec]("model")
-    for m in (*_MODELS, *extra):
+    for m in (*_MODELS, *_FLEET_MODELS.values(), *extra):
         reg[m.name] = m
     return reg
 

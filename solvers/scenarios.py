@@ -33,6 +33,7 @@ from typing import Any
 
 from atoll.solvers.allocation import solve_allocation
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, load_catalog
+from atoll.solvers.errors import InputError
 from atoll.solvers.models import DEFAULT_MODELS, get_model
 from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.perf import RequestShape
@@ -58,9 +59,18 @@ class ScenarioSpec:
     req_per_s: float  # per model in the even mix
     scarce_headroom: float
     traces: tuple[str, ...] = ("code", "conv")
+    # A fleet file's scenario (atoll.envs.fleet_file) carries its own request shapes and mean
+    # request rates per model (from its workloads), its node caps and its serving runtime.
+    shapes: tuple[tuple[str, RequestShape], ...] = ()
+    rates: tuple[tuple[str, float], ...] = ()
+    static_availability: tuple[tuple[tuple[str, str], int], ...] | None = None
+    runtime: str = DEFAULT_RUNTIME
+    n_max: int = 6
+    rho: float = 12.0
 
     def __post_init__(self) -> None:
         owner = f"ScenarioSpec {self.name!r}"
+        check_runtime(self.runtime)
         if not self.models:
             raise ValueError(f"{owner}: field 'models' must name at least one model")
         if not (self.req_per_s > 0 and math.isfinite(self.req_per_s)):
@@ -103,6 +113,8 @@ def trace_shape(trace: str, data_dir: Path | None = None) -> RequestShape:
 
 
 def request_shapes(spec: ScenarioSpec, data_dir: Path | None = None) -> dict[str, RequestShape]:
+    if spec.shapes:
+        return dict(spec.shapes)
     return {m: trace_shape(spec.traces[i % len(spec.traces)], data_dir) for i, m in enumerate(spec.models)}
 
 
@@ -118,6 +130,8 @@ def model_shapes(spec: ScenarioSpec, models: Sequence[str], data_dir: Path | Non
 def request_rates(spec: ScenarioSpec, mix: str) -> dict[str, float]:
     """req/s per model; every mix has the same total, len(models) x req_per_s."""
     _choice("mix", mix, MIXES, "mixes")
+    if spec.rates:  # a fleet's own demand: the workloads' mean rates, whatever the mix
+        return dict(spec.rates)
     total = spec.req_per_s * len(spec.models)
     if mix == "even" or len(spec.models) == 1:
         return {m: spec.req_per_s for m in spec.models}
@@ -149,23 +163,36 @@ def scenario_prices(spec: ScenarioSpec, *, spot: bool = False) -> dict[tuple[str
 
 
 def ample_availability(spec: ScenarioSpec) -> dict[tuple[str, str], int]:
+    """AMPLE_NODES of every offered config, or a fleet file's static caps (0 where it names none)."""
+    if spec.static_availability is not None:
+        caps = dict(spec.static_availability)
+        return {rc: caps.get(rc, 0) for rc in scenario_prices(spec)}
     return {rc: AMPLE_NODES for rc in scenario_prices(spec)}
 
 
-def library_spec(spec: ScenarioSpec, runtime: str = DEFAULT_RUNTIME) -> Any:
+def register_scenario(spec: ScenarioSpec) -> None:
+    """Add (or replace) a scenario by name: a fleet file becomes one (atoll.envs.fleet_file)."""
+    if spec.name in ("core", "extended"):
+        raise InputError(f"scenario name {spec.name!r} is a bundled scenario's; name the fleet otherwise")
+    SCENARIOS[spec.name] = spec
+    _SCARCE.clear()
+
+
+def library_spec(spec: ScenarioSpec, runtime: str | None = None) -> Any:
     """The scenario's ``LibrarySpec`` with each model's own request shape, for ``runtime``
-    (:mod:`atoll.solvers.runtime`)."""
+    (:mod:`atoll.solvers.runtime`; default the scenario's own)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
+    runtime = runtime or spec.runtime
     shapes = tuple(request_shapes(spec).items())
     base = lib.SCENARIO_LIBRARIES.get(spec.name)
     if base is not None:
         return replace(base, model_shapes=shapes, runtime=runtime)
     return lib.LibrarySpec(models=spec.models, regions=spec.regions, gpu_types=spec.gpu_types,
-                           model_shapes=shapes, runtime=runtime)
+                           model_shapes=shapes, runtime=runtime, n_max=spec.n_max, rho=spec.rho)
 
 
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
-                       progress: bool = False, runtime: str = DEFAULT_RUNTIME) -> tuple[Template, ...]:
+                       progress: bool = False, runtime: str | None = None) -> tuple[Template, ...]:
     """The scenario's template library (built once, then read from the on-disk cache)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
     library = lib.build_library(library_spec(spec, runtime), cache_dir=cache_dir, workers=workers,
@@ -208,14 +235,14 @@ def build_problem(scenario: str, availability: str = "ample", mix: str = "even",
                   templates: Sequence[Template] | None = None, mode: str = "cost",
                   time_limit: float | None = None, gap: float = 1e-4,
                   cache_dir: Path | None = None, progress: bool = False,
-                  runtime: str = DEFAULT_RUNTIME) -> AllocationProblem:
+                  runtime: str | None = None) -> AllocationProblem:
     """The allocation problem of a scenario; ``templates`` overrides the library (tests);
     ``runtime`` picks the library of what that serving runtime can run."""
     spec = SCENARIOS[scenario]
     _choice("availability", availability, AVAILABILITIES, "availabilities")
     _choice("mix", mix, MIXES, "mixes")
     if templates is None:
-        check_runtime(runtime)
+        check_runtime(runtime or spec.runtime)
         templates = scenario_templates(spec, cache_dir=cache_dir, progress=progress, runtime=runtime)
     return AllocationProblem(tuple(templates), scenario_demand(spec, mix),
                              AVAILABILITY[availability](spec, templates), scenario_prices(spec),

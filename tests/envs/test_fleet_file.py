@@ -1,0 +1,99 @@
+"""A fleet file at work: activated as a scenario, its demand scaled as stated, solved and simulated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.fleet_file import activate, fleet_config
+from atoll.forecast.workloads import load_workload
+from atoll.solvers.allocation import solve_allocation
+from atoll.solvers.catalog import load_catalog, register_fleet_catalog
+from atoll.solvers.fleet import FleetFileError
+from atoll.solvers.models import get_model, register_fleet_models
+from atoll.solvers.runtime import template_problem
+from atoll.solvers.scenarios import SCENARIOS, build_problem
+
+
+def request_log(path: Path, days: int = 5, seed: int = 0) -> Path:
+    """A user's request log: two models, a daily cycle, seeded arrivals and lengths."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    t0 = 1714521600.0
+    for model, base, inp, out in (("phi-4", 0.02, 900, 180), ("acme-8b", 0.01, 400, 120)):
+        for b in range(days * 24 * 12):
+            t = b * 300.0
+            rate = base * (1 + 0.6 * np.sin(2 * np.pi * (t / 86400 - 0.25)))
+            for _ in range(rng.poisson(rate * 300)):
+                rows.append((t0 + t + rng.uniform(0, 300), model, int(rng.gamma(4, inp / 4)) + 1,
+                             int(rng.gamma(3, out / 3)) + 1))
+    rows.sort()
+    path.write_text("timestamp,model,input_tokens,output_tokens\n"
+                    + "".join(f"{t:.3f},{m},{i},{o}\n" for t, m, i, o in rows))
+    return path
+
+
+FLEET = {
+    "name": "acme-test", "runtime": "vllm",
+    "models": ["Phi-4-14B", {"name": "Acme-8B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8,
+                             "head_dim": 128, "params_b": 8.0, "active_params_b": 8.0,
+                             "bytes_per_param": 2, "slo": {"ttft_ms": 800, "tpot_ms": 40}}],
+    "regions": [{"name": "aws:us-east-2", "catalog": True, "gpu_types": ["L4", "L40S"]}],
+    "availability": {"static": {"aws:us-east-2/1xL4": 40, "aws:us-east-2/4xL4": 10,
+                                "aws:us-east-2/1xL40S": 20}},
+    "workloads": {"Phi-4-14B": {"source": "csv:requests.csv#phi-4", "mean_rate": 2.0},
+                  "Acme-8B": {"source": "csv:requests.csv#acme-8b", "scale": 100}},
+}
+
+
+@pytest.fixture()
+def fleet_file(tmp_path: Path) -> Path:
+    request_log(tmp_path / "requests.csv")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(FLEET))
+    yield path
+    register_fleet_models(())
+    register_fleet_catalog((), ())
+    SCENARIOS.pop("acme-test", None)
+
+
+def test_activate_scales_as_stated_and_solves_with_vllm_templates(fleet_file: Path) -> None:
+    fleet = activate(fleet_file)
+    assert get_model("Acme-8B").layers == 32 and fleet.days == 5
+    phi, acme = fleet.series
+    assert phi.name == "Phi-4-14B" and np.mean(phi.requests_per_s) == pytest.approx(2.0)
+    raw = load_workload(f"csv:{fleet_file.parent / 'requests.csv'}#acme-8b", step_s=300)
+    assert acme.requests_per_s == pytest.approx(100 * raw.requests_per_s)  # scale: exactly x100
+    assert set(load_catalog().offers_in("aws:us-east-2")) <= {f"{n}x{g}" for g in ("L4", "L40S")
+                                                              for n in (1, 2, 4, 8)}
+    problem = build_problem("acme-test", "ample", "even")
+    assert problem.availability[("aws:us-east-2", "4xL4")] == 10
+    assert problem.availability[("aws:us-east-2", "4xL40S")] == 0  # cells the file leaves out
+    result = solve_allocation(problem)
+    assert result.status.value == "optimal" and result.goodput_fraction == pytest.approx(1.0)
+    for key, _ in result.allocation.counts:
+        t = problem.template(key)
+        assert template_problem("vllm", get_model(t.service.model), t) is None
+
+
+def test_the_simulator_runs_on_the_fleets_own_demand(fleet_file: Path) -> None:
+    fleet = activate(fleet_file)
+    env = FleetEnv(fleet_config(fleet, (4, 5)))
+    assert env.models == ("Phi-4-14B", "Acme-8B")
+    env.reset(seed=0)
+    _, reward, *_ = env.step(np.ones(2, dtype=np.int8))
+    assert np.isfinite(reward)
+    with pytest.raises(FleetFileError, match="workloads cover days 1-5"):
+        fleet_config(fleet, (4, 9))
+
+
+def test_a_bad_workload_source_names_the_entry(fleet_file: Path) -> None:
+    doc = yaml.safe_load(fleet_file.read_text())
+    doc["workloads"]["Acme-8B"] = {"source": "csv:missing.csv#acme"}
+    fleet_file.write_text(yaml.safe_dump(doc))
+    with pytest.raises(FleetFileError, match=r"workloads\['Acme-8B'\]: field 'source'"):
+        activate(fleet_file)
