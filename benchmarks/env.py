@@ -21,9 +21,9 @@ from pathlib import Path
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from atoll.envs import fleet_env  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
+from atoll.envs.fleet_model import clear_replanners  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
 from atoll.envs.rollout import TOTAL_KEYS, run_policy  # noqa: E402
 
@@ -50,14 +50,14 @@ def main() -> None:
     core = FleetEnv(FleetConfig(scenario="core", days=(11, 14)))
     out["core_init_seconds"] = time.perf_counter() - t
     hold, _ = steps_per_second(core, "never", 11)
-    fleet_env._REPLANNERS.clear()
+    clear_replanners()
     core = FleetEnv(FleetConfig(scenario="core", days=(11, 14)))
     cold, _ = steps_per_second(core, "fixed:1", 11)
     warm, _ = steps_per_second(core, "fixed:1", 11)
     out["core_steps_per_s"] = {"hold": hold, "reoptimize_every_step_cold_memo": cold,
                                "reoptimize_every_step_warm_memo": warm}
     log(f"core steps/s: {out['core_steps_per_s']}")
-    fleet_env._REPLANNERS.clear()
+    clear_replanners()
     t = time.perf_counter()
     ext = FleetEnv(FleetConfig(scenario="extended", days=(11, 14)))
     out["extended_init_seconds"] = time.perf_counter() - t

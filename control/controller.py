@@ -225,14 +225,24 @@ class Controller:
     # ----- the fleet state -----------------------------------------------------------------
     def fleet_state(self, at_s: float) -> FleetState:
         """The env's :class:`FleetState` of the delivered plan at time ``at_s``: instances still
-        starting and removed ones still draining then, from the persisted absolute times."""
+        starting, replaced ones still serving (make-before-break) and removed ones still
+        draining then, from the persisted absolute times."""
         known = self.fleet.known(self.state.running)
         fs = FleetState(running=dict(known))
+        drain_s = self.fleet.config.drain_s
         for key, n, ready_at in self.state.starting:
             if key in known and ready_at > at_s + 1e-9:
                 take = min(n, fs.running[key])
                 fs.running[key] -= take
                 fs.starting.setdefault(key, []).append([float(take), ready_at - at_s])
+        for key, n, until in self.state.replacing:  # in the delivered plan until the removal phase
+            if key in known:
+                take = min(n, fs.running[key])
+                fs.running[key] -= take
+                if until > at_s + 1e-9:
+                    fs.replaced.setdefault(key, []).append([float(take), until - at_s, drain_s])
+                elif until + drain_s > at_s + 1e-9:
+                    fs.draining.setdefault(key, []).append([float(take), until + drain_s - at_s])
         for key, n, until in self.state.draining:
             if key in self.fleet.templates and until > at_s + 1e-9:
                 fs.draining.setdefault(key, []).append([float(n), until - at_s])
@@ -340,7 +350,7 @@ class Controller:
                            replanner=self.fleet.replanner)
         solve = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
                  "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand}
-        if out.allocation is None or out.allocation.as_dict() == self.fleet.known(self.state.running):
+        if out.allocation is None or out.allocation.as_dict() == self.fleet_state(now).planned().as_dict():
             solve["result"] = "held: no plan" if out.allocation is None else "unchanged"
             return solve, None
         solve["result"] = "new plan"
@@ -351,33 +361,75 @@ class Controller:
         return solve, record
 
     def _apply(self, record: PlanRecord, now: float) -> dict[str, Any]:
-        # pending first and on disk: a crash from here on re-delivers it, never loses it
-        self.state = replace(self.state, pending=record, plan_sequence=record.sequence)
+        """Deliver ``record`` make-before-break: when it replaces instances of a service, first a
+        plan with the additions only (the replaced instances stay), and ``final`` — the plan
+        itself — once the additions are ready. Both are on disk before the sink sees the first,
+        so a crash from here on re-delivers what was not delivered, never loses or repeats it."""
+        fs = self.fleet_state(now)
+        self.fleet.model.apply(fs, Allocation.of(self.fleet.known(record.plan)))
+        kept = {k: sum(int(e[0]) for e in entries) for k, entries in fs.replaced.items()}
+        kept = {k: n for k, n in kept.items() if n}
+        if not kept:
+            self.state = replace(self.state, pending=record, final=None, plan_sequence=record.sequence)
+        else:
+            interim_plan = dict(record.plan)
+            for key, n in kept.items():
+                interim_plan[key] = interim_plan.get(key, 0) + n
+            templates, demand = self.fleet.templates, record.demand
+            interim = PlanRecord.from_allocation(
+                record.sequence, now, Allocation.of(interim_plan), self.state.running, templates, demand,
+                f"{record.reason} [make-before-break 1/2: additions; the replaced instances keep serving]")
+            final = PlanRecord.from_allocation(
+                record.sequence + 1, now, Allocation.of(record.plan), interim_plan, templates, demand,
+                f"{record.reason} [make-before-break 2/2: removals, once the additions are ready]")
+            self.state = replace(self.state, pending=interim, final=final, plan_sequence=final.sequence)
         save_state(self.state_dir, self.state)
-        return self._deliver(record, now).as_dict()
+        assert self.state.pending is not None
+        return self._deliver(self.state.pending, now).as_dict()
 
     def _deliver(self, record: PlanRecord, now: float) -> SinkResult:
         result = deliver(self.sink, record, self.settings.sink_attempts, self.settings.sink_backoff_s,
                          self.sleep)
-        if result.ok:
-            # the env's transition: added instances start, removed ones are cancelled or drain
+        if not result.ok:
+            return result
+        state, drain_s = self.state, self.fleet.config.drain_s
+        if state.final is not None and record.sequence == state.final.sequence:
+            # the removal phase: the replaced instances leave (they drain from when their
+            # replacements became ready, as in the env)
+            draining = (*[e for e in state.draining if e[2] > now],
+                        *[(k, n, until + drain_s) for k, n, until in state.replacing
+                          if until + drain_s > now])
+            self.state = replace(state, running=dict(record.plan), final=None, replacing=(),
+                                 draining=draining)
+        else:
+            # the env's transition: added instances start, removed ones are cancelled, drain, or
+            # (make-before-break) keep serving until their replacements are ready
             fs = self.fleet_state(now)
-            self.fleet.model.apply(fs, Allocation.of(self.fleet.known(record.plan)))
-            starting, draining = _absolute(fs.starting, now), _absolute(fs.draining, now)
-            scale = self.state.cost_scale_usd_h
+            target = state.final.plan if state.final is not None else record.plan
+            self.fleet.model.apply(fs, Allocation.of(self.fleet.known(target)))
+            scale = state.cost_scale_usd_h
             if not scale:
-                planned = FleetState(running=self.fleet.known(record.plan))
+                planned = FleetState(running=self.fleet.known(target))
                 scale = float(self.fleet.model.cost(planned, 3600.0).sum()) or None
-            self.state = replace(self.state, running=dict(record.plan), pending=None, starting=starting,
-                                 draining=draining, cost_scale_usd_h=scale)
-            save_state(self.state_dir, self.state)
+            replacing = tuple((k, int(e[0]), now + e[1]) for k, entries in sorted(fs.replaced.items())
+                              for e in entries if e[0] > 0)
+            self.state = replace(state, running=dict(record.plan), pending=None,
+                                 starting=_absolute(fs.starting, now), draining=_absolute(fs.draining, now),
+                                 replacing=replacing, cost_scale_usd_h=scale)
+        save_state(self.state_dir, self.state)
         return result
 
     def _deliver_pending(self) -> dict[str, Any] | None:
-        pending = self.state.pending
-        if pending is None:
-            return None
-        return self._deliver(pending, float(self.clock())).as_dict()
+        """Deliver what an earlier tick left: a plan not yet delivered, or the removal phase of a
+        make-before-break change once the additions are ready (their start-up time has passed:
+        the sink cannot tell when a replica serves)."""
+        now = float(self.clock())
+        if self.state.pending is not None:
+            return self._deliver(self.state.pending, now).as_dict()
+        final = self.state.final
+        if final is not None and all(until <= now + 1e-9 for _, _, until in self.state.replacing):
+            return self._deliver(final, now).as_dict()
+        return None
 
     def _hold_stale(self, now: float, tick_no: int, error: str, earlier: dict[str, Any] | None,
                     seconds: dict[str, float], t_start: float) -> TickReport:

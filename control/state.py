@@ -74,7 +74,10 @@ class ControllerState:
     tracker's baseline, so the first tick after a restart has rates; history: model -> recent
     per-interval demand, oldest first, at most ``history_limit`` points; starting / draining:
     (template key, instances, when they become ready / stop being billed) of the delivered plan's
-    instances still starting and of removed ones still draining; unserved: model -> its unserved
+    instances still starting and of removed ones still draining; replacing: (template key,
+    instances, until when they serve) of instances a make-before-break change replaces, kept in
+    the delivered plan until ``final`` — the change's removal phase — is delivered once their
+    replacements are ready; unserved: model -> its unserved
     shares of the last steps, newest first (the observation's window)."""
 
     version: int = STATE_VERSION
@@ -91,6 +94,8 @@ class ControllerState:
     cost_scale_usd_h: float | None = None
     draining: tuple[tuple[str, int, float], ...] = ()
     unserved: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    replacing: tuple[tuple[str, int, float], ...] = ()
+    final: PlanRecord | None = None
 
     def __post_init__(self) -> None:
         owner = "ControllerState"
@@ -121,7 +126,9 @@ class ControllerState:
                                  f"got {at!r}")
         _opt_float(owner, "cost_scale_usd_h", self.cost_scale_usd_h)
         draining = tuple((str(k), n, float(until)) for k, n, until in self.draining)
-        for key, n, until in draining:
+        replacing = tuple((str(k), n, float(until)) for k, n, until in self.replacing)
+        object.__setattr__(self, "replacing", replacing)
+        for key, n, until in (*draining, *replacing):
             _count(owner, f"draining[{key!r}]", n)
             if not math.isfinite(until):
                 raise ValueError(f"{owner}: field 'draining' end time of {key!r} must be finite, "
@@ -155,6 +162,8 @@ class ControllerState:
             "history_limit": self.history_limit,
             "starting": [list(e) for e in self.starting], "cost_scale_usd_h": self.cost_scale_usd_h,
             "draining": [list(e) for e in self.draining],
+            "replacing": [list(e) for e in self.replacing],
+            "final": self.final.as_dict() if self.final else None,
             "unserved": {m: list(v) for m, v in self.unserved.items()},
         }
 
@@ -173,6 +182,8 @@ class ControllerState:
             starting=tuple((str(k), int(n), float(t)) for k, n, t in doc.get("starting", [])),
             cost_scale_usd_h=doc.get("cost_scale_usd_h"),
             draining=tuple((str(k), int(n), float(t)) for k, n, t in doc.get("draining", [])),
+            replacing=tuple((str(k), int(n), float(t)) for k, n, t in doc.get("replacing", [])),
+            final=PlanRecord.from_dict(doc["final"]) if doc.get("final") else None,
             unserved={str(m): tuple(v) for m, v in doc.get("unserved", {}).items()},
         )
 

@@ -12,6 +12,7 @@ from atoll.solvers.types import Template
 
 AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot")
 PRICE_KINDS: tuple[str, ...] = ("on-demand", "spot")
+TRANSITIONS: tuple[str, ...] = ("make-before-break", "break-before-make")
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,9 @@ class FleetConfig:
     ``request_shapes`` (input, output tokens per request, one pair per model) overrides the
     scenario's shapes; ``runtime`` picks the scenario's template library (``any``: the research
     runtime; ``vllm``: what vLLM can run, as the controller deploys). ``prices`` None means spot
-    prices with spot availability, on-demand otherwise.
+    prices with spot availability, on-demand otherwise. ``transition``: ``make-before-break``
+    (replaced instances serve until their replacement is ready) or ``break-before-make``
+    (removed instances stop serving at once, the behaviour before issue 13).
     ``solver_gap``: re-optimizations stop at a proven relative gap of 0.1% by default — far below
     the forecast error, and it cuts the worst solve times of the extended scenario severalfold.
     """
@@ -68,6 +71,7 @@ class FleetConfig:
     demand: tuple[DemandSeries, ...] | None = None
     request_shapes: tuple[tuple[float, float], ...] | None = None
     runtime: str = DEFAULT_RUNTIME
+    transition: str = "make-before-break"
 
     def __post_init__(self) -> None:
         owner = "FleetConfig"
@@ -107,6 +111,9 @@ class FleetConfig:
                                        for v in pair) for pair in self.request_shapes):
             raise ValueError(f"{owner}: field 'request_shapes' must hold (input, output) token pairs > 0, "
                              f"got {self.request_shapes!r}")
+        if self.transition not in TRANSITIONS:
+            raise ValueError(f"{owner}: field 'transition' must be one of {', '.join(TRANSITIONS)}, "
+                             f"got {self.transition!r}")
         try:
             check_runtime(self.runtime)
         except (KeyError, ValueError) as exc:

@@ -3,8 +3,11 @@ template, and how plans, preemptions and time move them.
 
 Semantics (DESIGN.md §6):
 - a new plan adds instances that serve only after their start-up time; removals first cancel
-  instances still starting (they serve nothing yet), then drain running ones, which stop serving
-  at once and are billed for the drain time;
+  instances still starting (they serve nothing yet), then remove running ones: make-before-break
+  (the default), a running instance replaced within a service to which the plan adds instances
+  keeps serving (and billing) until the slowest addition is ready, then drains; a pure
+  scale-down, and every removal under break-before-make, stops serving at once and is billed
+  for the drain time;
 - when availability of a (region, config) drops below the nodes held, instances holding that
   config are preempted at once (starting ones first, then running; among templates in an order
   drawn from the caller's generator, so the same seed preempts the same instances);
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,19 +68,24 @@ class StartupTimes:
 
 @dataclass
 class FleetState:
-    """Instance counts by template key; ``starting`` and ``draining`` hold (count, seconds left)."""
+    """Instance counts by template key; ``starting`` and ``draining`` hold [count, seconds left];
+    ``replaced`` holds [count, seconds it still serves, drain seconds after that] of instances a
+    re-plan replaces make-before-break (they serve and bill until their replacement is ready)."""
 
     running: dict[str, int] = field(default_factory=dict)
     starting: dict[str, list[list[float]]] = field(default_factory=dict)
     draining: dict[str, list[list[float]]] = field(default_factory=dict)
+    replaced: dict[str, list[list[float]]] = field(default_factory=dict)
 
     def held(self, key: str) -> int:
         """Instances that hold nodes now (and count against availability)."""
-        return (self.running.get(key, 0) + sum(int(c) for c, _ in self.starting.get(key, []))
-                + sum(int(c) for c, _ in self.draining.get(key, [])))
+        return (self.running.get(key, 0) + sum(int(e[0]) for e in self.starting.get(key, []))
+                + sum(int(e[0]) for e in self.draining.get(key, []))
+                + sum(int(e[0]) for e in self.replaced.get(key, [])))
 
     def planned(self) -> Allocation:
-        """The plan in force: running plus starting instances (draining ones are leaving)."""
+        """The plan in force: running plus starting instances (draining and replaced ones are
+        leaving)."""
         keys = set(self.running) | set(self.starting)
         return Allocation.of({k: self.running.get(k, 0)
                               + sum(int(c) for c, _ in self.starting.get(k, [])) for k in keys})
@@ -88,22 +96,44 @@ class FleetState:
     def starting_count(self, key: str) -> int:
         return sum(int(c) for c, _ in self.starting.get(key, []))
 
-    def apply_plan(self, target: Allocation, startup_s: Mapping[str, float],
-                   drain_s: float) -> int:
-        """Move toward ``target``; returns the number of instances added."""
+    def apply_plan(self, target: Allocation, startup_s: Mapping[str, float], drain_s: float, *,
+                   service_of: Callable[[str], object] | None = None) -> int:
+        """Move toward ``target``; returns the number of instances started.
+
+        Without ``service_of`` removals are break-before-make: running instances removed stop
+        serving at once and drain. With it (make-before-break), a removal from a service to which
+        this plan adds instances keeps serving until the slowest of those additions is ready,
+        then drains; a pure scale-down drains at once. Additions first bring back instances of the
+        same template that are still being replaced (they are running: no start-up)."""
         added = 0
-        keys = set(target.as_dict()) | set(self.running) | set(self.starting)
-        for key in sorted(keys):
+        ready_in: dict[object, float] = {}
+        keys = sorted(set(target.as_dict()) | set(self.running) | set(self.starting))
+        for key in keys:
             have = self.running.get(key, 0) + self.starting_count(key)
-            want = target[key]
-            if want > have:
-                self.starting.setdefault(key, []).append([float(want - have), startup_s[key]])
-                added += want - have
-            elif want < have:
-                self._remove(key, have - want, drain_s)
+            need = target[key] - have
+            if need <= 0:
+                continue
+            for entry in sorted(self.replaced.get(key, []), key=lambda e: e[1]):
+                take = min(need, int(entry[0]))
+                entry[0] -= take
+                self.running[key] = self.running.get(key, 0) + take
+                need -= take
+            if key in self.replaced:
+                self.replaced[key] = [e for e in self.replaced[key] if e[0] > 0]
+            if need > 0:
+                self.starting.setdefault(key, []).append([float(need), startup_s[key]])
+                added += need
+                if service_of is not None:
+                    svc = service_of(key)
+                    ready_in[svc] = max(ready_in.get(svc, 0.0), startup_s[key])
+        for key in keys:
+            have = self.running.get(key, 0) + self.starting_count(key)
+            if target[key] < have:
+                hold = ready_in.get(service_of(key)) if service_of is not None else None
+                self._remove(key, have - target[key], drain_s, hold)
         return added
 
-    def _remove(self, key: str, n: int, drain_s: float) -> None:
+    def _remove(self, key: str, n: int, drain_s: float, hold_s: float | None = None) -> None:
         # Cancel the instances furthest from ready first: they have served nothing.
         queue = sorted(self.starting.get(key, []), key=lambda e: -e[1])
         while n and queue:
@@ -115,11 +145,14 @@ class FleetState:
         self.starting[key] = queue
         if n:
             self.running[key] = self.running.get(key, 0) - n
-            if drain_s > 0:
+            if hold_s is not None and hold_s > 0:
+                self.replaced.setdefault(key, []).append([float(n), hold_s, drain_s])
+            elif drain_s > 0:
                 self.draining.setdefault(key, []).append([float(n), drain_s])
 
     def advance(self, seconds: float) -> None:
-        """Let time pass: start-ups that finish join ``running``; drains that end release nodes."""
+        """Let time pass: start-ups that finish join ``running``; replaced instances whose
+        replacement is ready start draining; drains that end release nodes."""
         for key, entries in self.starting.items():
             keep = []
             for count, left in entries:
@@ -130,10 +163,20 @@ class FleetState:
             self.starting[key] = keep
         for key, entries in self.draining.items():
             self.draining[key] = [[c, left - seconds] for c, left in entries if left > seconds + 1e-9]
+        for key, entries in self.replaced.items():
+            keep = []
+            for count, left, drain in entries:
+                if left <= seconds + 1e-9:
+                    rest = drain - (seconds - left)
+                    if rest > 1e-9:
+                        self.draining.setdefault(key, []).append([count, rest])
+                else:
+                    keep.append([count, left - seconds, drain])
+            self.replaced[key] = keep
 
     def nodes_held(self, templates: Mapping[str, Template]) -> dict[Cell, int]:
         use: dict[Cell, int] = defaultdict(int)
-        for key in set(self.running) | set(self.starting) | set(self.draining):
+        for key in set(self.running) | set(self.starting) | set(self.draining) | set(self.replaced):
             n = self.held(key)
             if n:
                 t = templates[key]
@@ -167,7 +210,7 @@ class FleetState:
 
     def _drop_one(self, key: str) -> None:
         # A preempted instance is gone at once: no drain. Starting ones go first.
-        for bucket in (self.starting, self.draining):
+        for bucket in (self.starting, self.draining, self.replaced):
             entries = bucket.get(key, [])
             if entries:
                 entries[-1][0] -= 1
@@ -182,12 +225,13 @@ def node_hours_cost(state: FleetState, templates: Mapping[str, Template],
     """$ for holding the fleet ``seconds`` from now: running and starting nodes for the whole
     interval, draining nodes until their drain ends (as the env bills them)."""
     total = 0.0
-    for key in set(state.running) | set(state.starting) | set(state.draining):
+    for key in set(state.running) | set(state.starting) | set(state.draining) | set(state.replaced):
         t = templates[key]
         per_s = sum(k * prices[(t.region, c)] for c, k in t.nodes) / 3600.0
         whole = state.running.get(key, 0) + state.starting_count(key)
         total += whole * per_s * seconds
         total += sum(c * per_s * min(left, seconds) for c, left in state.draining.get(key, []))
+        total += sum(c * per_s * min(left + drain, seconds) for c, left, drain in state.replaced.get(key, []))
     return total
 
 

@@ -244,7 +244,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self.state.advance(dt)
         self._g, self._t = g + 1, self._t + 1
         self._cap = self._availability.capacity(self._g * dt)
-        held_keys = set(self.state.running) | set(self.state.starting) | set(self.state.draining)
+        held_keys = (set(self.state.running) | set(self.state.starting) | set(self.state.draining)
+                     | set(self.state.replaced))
         lost = self.state.preempt(self._cap, {k: self.fleet.templates[k] for k in held_keys}, self.np_random)
         lost_by_model = np.zeros(m, dtype=int)
         for key, n in lost.items():

@@ -62,6 +62,11 @@ def shared_replanner(base: AllocationProblem, prices: Mapping[Cell, float], conf
     return hit
 
 
+def clear_replanners() -> None:
+    """Forget every shared re-planner and its memo (benchmarks measure a cold memo)."""
+    _REPLANNERS.clear()
+
+
 class FleetModel:
     """Static facts of a fleet and the capacity, cost and headroom of a :class:`FleetState`.
 
@@ -153,6 +158,10 @@ class FleetModel:
                 planned[mi, ph] += count * thr
                 if left < step_s:
                     ready[mi, ph] += count * thr * (step_s - left) / step_s
+        for key, entries in state.replaced.items():
+            for count, left, _ in entries:  # serving until their replacement is ready
+                mi, ph, thr, _ = self.info(key)
+                ready[mi, ph] += count * thr * (min(left, step_s) / step_s if step_s > 0 else 1.0)
         return ready, planned
 
     def cost(self, state: FleetState, seconds: float) -> np.ndarray:
@@ -171,15 +180,20 @@ class FleetModel:
             for count, left in entries:
                 mi, _, _, per_h = self.info(key)
                 cost[mi] += count * per_h * min(left, seconds) / 3600.0
+        for key, entries in state.replaced.items():
+            for count, left, drain in entries:  # serving, then draining
+                mi, _, _, per_h = self.info(key)
+                cost[mi] += count * per_h * min(left + drain, seconds) / 3600.0
         return cost
 
     def nodes_held(self, state: FleetState) -> dict[Cell, int]:
         return state.nodes_held(self.templates)
 
     def draining_by_cell(self, state: FleetState) -> dict[Cell, int]:
-        """Nodes still held by draining instances (the solver may not hand them out yet)."""
+        """Nodes still held by draining and replaced instances (the solver may not hand them
+        out yet)."""
         use: dict[Cell, int] = defaultdict(int)
-        for key, entries in state.draining.items():
+        for key, entries in [*state.draining.items(), *state.replaced.items()]:
             n = sum(int(e[0]) for e in entries)
             if n:
                 t = self.templates[key]
@@ -211,7 +225,12 @@ class FleetModel:
         return (replanner or self.replanner).plan(models, svc, avail, state.planned())
 
     def apply(self, state: FleetState, allocation: Allocation) -> int:
-        """Move ``state`` toward ``allocation`` (see :meth:`FleetState.apply_plan`); instances added."""
+        """Move ``state`` toward ``allocation`` with the config's transition (see
+        :meth:`FleetState.apply_plan`); instances started."""
         for key in set(allocation.as_dict()) - set(self.startup.seconds):
             self.startup.of(self.templates[key])
-        return state.apply_plan(allocation, self.startup.seconds, self.config.drain_s)
+        service_of = self._service_of if self.config.transition == "make-before-break" else None
+        return state.apply_plan(allocation, self.startup.seconds, self.config.drain_s, service_of=service_of)
+
+    def _service_of(self, key: str) -> tuple[int, int]:
+        return self.info(key)[:2]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from control_helpers import FakeClock
-from test_controller import INPUT, MODELS, OUTPUT, templates
+from test_controller import INPUT, LAYERS, MODELS, OUTPUT, USE2, templates
 
 from atoll.control.controller import Controller, ControllerSettings
 from atoll.control.live_fleet import LiveFleet
@@ -20,10 +20,20 @@ from atoll.envs.fleet import FleetState
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
 from atoll.forecast.workloads import DemandSeries
+from atoll.solvers.types import Phase, Service, Stage, Template
 
 STEP = 300.0
 DAY = 5
 STEPS = 48
+
+
+def library() -> tuple[Template, ...]:
+    """The controller tests' templates plus a second way to serve each service, so re-plans
+    replace instances (make-before-break) instead of only growing or shrinking one template."""
+    more = [Template(Service(m, phase), USE2, ((cfg, 1),), (Stage(LAYERS[m], (cfg,)),), thr)
+            for m in MODELS
+            for phase, cfg, thr in ((Phase.PREFILL, "1xL4", 300.0), (Phase.DECODE, "1xL40S", 700.0))]
+    return (*templates(), *more)
 
 
 def trace() -> np.ndarray:
@@ -61,14 +71,24 @@ class TraceSource:
         return self.snapshot(self.clock())
 
 
+def norm(fs: FleetState) -> tuple[object, ...]:
+    """A fleet state's instances, times rounded to the microsecond, empty entries left out."""
+    def bucket(b: dict[str, list[list[float]]]) -> dict[str, list[tuple[float, ...]]]:
+        return {k: sorted(tuple(round(v, 6) for v in e) for e in es if e[0] > 0)
+                for k, es in b.items() if any(e[0] > 0 for e in es)}
+    return ({k: n for k, n in fs.running.items() if n}, bucket(fs.starting), bucket(fs.draining),
+            bucket(fs.replaced))
+
+
 @pytest.mark.parametrize("policy", ["threshold", "fixed:3"])
 def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_path: Path,
                                                                            policy: str) -> None:
+    replaced = 0
     rates = trace()
     shapes = ((INPUT, OUTPUT),) * len(MODELS)
     demand = tuple(DemandSeries(f"s{i}", STEP, rates[i], np.full(rates.shape[1], INPUT),
                                 np.full(rates.shape[1], OUTPUT)) for i in range(len(MODELS)))
-    env = FleetEnv(FleetConfig(scenario="core", models=MODELS, templates=templates(), demand=demand,
+    env = FleetEnv(FleetConfig(scenario="core", models=MODELS, templates=library(), demand=demand,
                                request_shapes=shapes, forecaster="ets", availability="ample",
                                prices="on-demand", days=(4, 6)))
     obs, _ = env.reset(seed=0, options={"day": DAY})
@@ -76,7 +96,7 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
 
     # the controller starts where the env starts: the env's initial plan running, the trace
     # before the episode as its history, the counters of the step before as its rate baseline
-    fleet = LiveFleet("core", models=MODELS, templates=templates(), request_shapes=shapes,
+    fleet = LiveFleet("core", models=MODELS, templates=library(), request_shapes=shapes,
                       solver_time_limit=env.config.solver_time_limit)
     clock = FakeClock(g0 * STEP)
     source = TraceSource(clock, rates)
@@ -102,8 +122,9 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
         np.testing.assert_allclose(controller.last_observation, obs, rtol=0, atol=1e-5,
                                    err_msg=f"observation differs at step {k}")
         assert set(report.decision.chosen) == {MODELS[i] for i in np.flatnonzero(action)}, f"step {k}"
+        replaced += len(controller.state.replacing)  # a make-before-break change in flight
         obs, *_ = env.step(action)
-        assert controller.state.running == env.state.planned().as_dict(), f"plan differs after step {k}"
+        assert norm(controller.fleet_state(clock() + STEP)) == norm(env.state), f"fleet, step {k}"
         replans += int(report.plan_changed)
         clock.advance(STEP)
-    assert replans >= 2  # the plans moved: the comparison covered start-ups and drains
+    assert replans >= 2 and replaced >= 1  # the comparison covered start-ups, swaps and drains

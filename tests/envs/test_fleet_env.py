@@ -265,3 +265,21 @@ def test_the_docstring_table_lists_every_observation_feature_in_order() -> None:
     expected = ([(f[0], f[2], f[3]) for f in MODEL_FEATURES] + [("<gpu type>", 0.0, 1.0)]
                 + [(f[0], f[2], f[3]) for f in FLEET_FEATURES])
     assert listed == expected
+
+
+def test_make_before_break_counts_the_replaced_instance_until_the_new_one_serves() -> None:
+    from atoll.envs.fleet import FleetState
+    from atoll.solvers.problem import Allocation
+
+    other = Template(PREFILL.service, USE2, (("1xL4", 1),), (Stage(40, ("1xL4",)),), 300.0)
+    for transition, old_share in (("make-before-break", STARTUP / 300), ("break-before-make", 0.0)):
+        env = FleetEnv(tiny_config(templates=(PREFILL, other, DECODE), transition=transition))
+        state = FleetState(running={PREFILL.key: 1, DECODE.key: 2})
+        env.fleet.apply(state, Allocation.of({other.key: 1, DECODE.key: 2}))
+        ready, planned = env.fleet.capacity(state, 300.0)
+        # the old 800 tokens/s instance serves until the new one (209.4 s start-up) is ready
+        assert ready[0, 0] == pytest.approx(800 * old_share + 300 * (300 - STARTUP) / 300)
+        assert planned[0, 0] == pytest.approx(300)
+        cost = env.fleet.cost(state, 300.0)[0]
+        billed_old = min(STARTUP + 60, 300) if transition == "make-before-break" else 60
+        assert cost == pytest.approx((PRICE_L40S * billed_old + PRICE_L4 * 300 + 2 * PRICE_L4 * 300) / 3600)
