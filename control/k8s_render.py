@@ -52,7 +52,7 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from atoll.control.plans import PlanRecord, SinkError
@@ -324,3 +324,26 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
                      "ports": [{"name": "http", "port": options.port, "targetPort": "http",
                                 "protocol": "TCP"}]}})
     return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
+
+
+def k8s_options(section: Mapping[str, Any], where: str = "kubernetes") -> K8sOptions:
+    """:class:`K8sOptions` from a fleet file's ``kubernetes`` section; unknown or bad fields fail
+    with ``where`` (the file and section) and the field."""
+    allowed = {f.name for f in fields(K8sOptions)}
+    extra = sorted(set(section) - allowed)
+    if extra:
+        raise SinkError(f"{where}: unknown field(s) {extra}; valid: {', '.join(sorted(allowed))}")
+    values = dict(section)
+    for name in ("gpu_products", "model_sources"):
+        if name in values:
+            if not isinstance(values[name], Mapping):
+                raise SinkError(f"{where}: field '{name}' must map names to strings, got {values[name]!r}")
+            # a fleet's entries add to (and override) the built-in table
+            own = {str(k): str(v) for k, v in values[name].items()}
+            values[name] = {**getattr(K8sOptions(), name), **own}
+    try:
+        return K8sOptions(**values)
+    except SinkError as exc:
+        raise SinkError(f"{where}: {exc}") from None
+    except TypeError as exc:
+        raise SinkError(f"{where}: {exc}") from None

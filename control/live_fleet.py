@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from atoll.envs.config import FleetConfig
+from atoll.envs.fleet_file import ActiveFleet, activate
 from atoll.envs.fleet_model import FleetModel
 from atoll.solvers.errors import InputError
 from atoll.solvers.runtime import DEPLOY_RUNTIME, check_runtime
@@ -105,9 +106,24 @@ def _fail(path: Path, what: str) -> FleetFileError:
     return FleetFileError(f"fleet file {path}: {what}")
 
 
+def live_fleet(active: ActiveFleet, **settings: Any) -> LiveFleet:
+    """The :class:`LiveFleet` of an activated YAML fleet file (:mod:`atoll.envs.fleet_file`): its
+    scenario, runtime, request shapes and node caps; prices on-demand unless ``settings`` say."""
+    spec = active.spec
+    shapes = dict(active.scenario.shapes)
+    settings.setdefault("runtime", spec.runtime)
+    return LiveFleet(active.name, models=spec.model_names, availability=spec.availability,
+                     request_shapes=[(shapes[m].input_tokens, shapes[m].output_tokens)
+                                     for m in spec.model_names],
+                     **settings)
+
+
 def load_fleet_file(path: Path | str, **settings: Any) -> LiveFleet:
-    """A :class:`LiveFleet` from a JSON fleet file (see the module docstring)."""
+    """A :class:`LiveFleet` from a fleet file: the YAML fleet file of :mod:`atoll.solvers.fleet`
+    (``.yaml``/``.yml``), or the older JSON narrowing of a scenario (see the module docstring)."""
     path = Path(path)
+    if path.suffix in (".yaml", ".yml"):
+        return live_fleet(activate(path), **settings)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

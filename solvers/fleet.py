@@ -253,13 +253,31 @@ def _cell(path: Path, where: str, key: Any, cells: set[tuple[str, str]]) -> tupl
     return region, cfg
 
 
+BUNDLED_DIR = Path(__file__).resolve().parent / "data" / "fleets"
+
+
+def bundled_fleets() -> dict[str, Path]:
+    """The fleet files shipped with the package (the bundled scenarios), by name."""
+    return {p.stem: p for p in sorted(BUNDLED_DIR.glob("*.yaml"))}
+
+
+def resolve_fleet(path_or_name: Path | str) -> Path:
+    """A fleet file path, or the name of a bundled one (``core``, ``extended``)."""
+    path = Path(path_or_name)
+    if not path.exists() and str(path_or_name) in bundled_fleets():
+        return bundled_fleets()[str(path_or_name)]
+    return path
+
+
 def load_fleet(path: Path | str) -> FleetSpec:
-    """Parse and validate a fleet file (see the module docstring)."""
-    path = Path(path)
+    """Parse and validate a fleet file (see the module docstring); a bare bundled name
+    (``core``, ``extended``) loads the shipped file."""
+    path = resolve_fleet(path)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FleetFileError(f"{path}: file not found; pass the path of a fleet YAML file") from None
+        raise FleetFileError(f"{path}: file not found; pass the path of a fleet YAML file or a bundled "
+                             f"fleet's name ({', '.join(bundled_fleets())})") from None
     except (OSError, yaml.YAMLError) as exc:
         raise FleetFileError(f"{path}: cannot be read as YAML ({exc})") from exc
     doc = _mapping(path, "top level", doc, f"keys {', '.join(TOP_KEYS)}")

@@ -105,3 +105,16 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
         load_fleet(bad)
     with pytest.raises(FleetFileError, match="top level: must be a mapping"):
         load_fleet(write(tmp_path, ["a", "list"]))
+
+
+def test_the_bundled_scenarios_ship_as_fleet_files() -> None:
+    from atoll.solvers.fleet import bundled_fleets
+    from atoll.solvers.scenarios import SCENARIOS
+
+    assert set(bundled_fleets()) == {"core", "extended"}
+    for name in ("core", "extended"):
+        spec = load_fleet(name)
+        scenario = SCENARIOS[name]
+        assert spec.model_names == scenario.models and spec.regions == scenario.regions
+        assert set(spec.gpu_types) == set(scenario.gpu_types) and spec.runtime == "any"
+        assert {w.mean_rate for w in spec.workloads} == {scenario.req_per_s}

@@ -1,0 +1,61 @@
+"""A controller tick on a user's fleet file: its models, prices and caps, the demand a replay
+of its own request log serves, templates vLLM can run, manifests that validate."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fleet_helpers import write_fleet
+from test_k8s_manifests import k8s_validate
+
+from atoll.control.cli import main
+from atoll.control.k8s import render_manifests, validate_object
+from atoll.control.k8s_render import k8s_options
+from atoll.control.plans import PlanRecord
+from atoll.control.replay import ReplayExporter
+from atoll.envs.fleet_file import activate
+from atoll.solvers.catalog import register_fleet_catalog
+from atoll.solvers.models import get_model, register_fleet_models
+from atoll.solvers.runtime import template_problem
+from atoll.solvers.scenarios import SCENARIOS
+
+DAY_S = 86400.0
+
+
+@pytest.fixture()
+def fleet_file(tmp_path: Path) -> Iterator[Path]:
+    yield write_fleet(tmp_path)
+    register_fleet_models(())
+    register_fleet_catalog((), ())
+    SCENARIOS.pop("acme", None)
+
+
+def test_a_tick_on_a_fleet_file(fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = activate(fleet_file)
+    with ReplayExporter(fleet.series, fleet.spec.model_names, speedup=60.0, start_s=4 * DAY_S) as replay:
+        argv = ["control", "--fleet", str(fleet_file), "--scrape", replay.url, "--policy", "fixed:1",
+                "--state", str(tmp_path / "state"), "--sink", f"json:{tmp_path / 'plans'}",
+                "--time-scale", "60", "--once", "--json"]
+        assert main(argv) == 0  # the first tick reads the counters, a rate needs a second read
+        capsys.readouterr()
+        time.sleep(1.5)  # 90 trace seconds at 60x
+        code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["plan_changed"] and doc["sink_result"]["ok"], json.dumps(doc)[:3000]
+    record = PlanRecord.from_dict(json.loads((tmp_path / "plans" / "latest.json").read_text()))
+    assert {t["model"] for t in record.templates.values()} == {"Phi-4-14B", "Acme-8B"}
+    for key in record.plan:
+        t = record.templates[key]
+        assert t["region"] == "aws:us-east-2"
+    docs = render_manifests(record, k8s_options(fleet.spec.kubernetes, f"{fleet_file}: kubernetes"))
+    assert any("acme/acme-8b" in json.dumps(d) for d in docs)
+    for d in docs:
+        k8s_validate(d)
+        validate_object(d)
+    assert get_model("Acme-8B").layers == 32 and template_problem is not None
