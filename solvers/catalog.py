@@ -168,3 +168,43 @@ def with_user_gpus(catalog: Catalog, gpus: Iterable[GpuType]) -> Catalog:
     for g in gpus:
         merged[g.name] = g
     return Catalog(gpus=merged, offers=catalog.offers, sources=catalog.sources, notes=catalog.notes)
+
+
+# --- the what-if catalog (the Coral paper's assumption; never a default) -------------------------
+
+WHAT_IF_2GPU = "what-if-2gpu"
+WHAT_IF_NOTE = ("HYPOTHETICAL catalog: adds 2-GPU nodes to AWS regions where AWS sells a 1-GPU node "
+                "of the type but no 2-GPU one, priced as 2x the 1-GPU node; no such instance exists")
+HYPOTHETICAL_PREFIX = "HYPOTHETICAL "
+
+
+def what_if_two_gpu_nodes(catalog: Catalog) -> Catalog:
+    """``catalog`` plus, in every AWS region, a 2-GPU node of each GPU type sold there as a
+    1-GPU node but not as a 2-GPU one, at twice the 1-GPU node's on-demand (and spot) price.
+    The added offers' ``instance`` starts with ``HYPOTHETICAL`` and the catalog's notes say so."""
+    added = []
+    for region in catalog.regions:
+        if not region.startswith("aws:"):
+            continue
+        offers = catalog.offers_in(region)
+        for name, one in sorted(offers.items()):
+            count, _, gpu = name.partition("x")
+            two = f"2x{gpu}"
+            if count != "1" or two in offers:
+                continue
+            added.append(Offer(region=region, config=two, on_demand_per_hour=2 * one.on_demand_per_hour,
+                               spot_per_hour=None if one.spot_per_hour is None else 2 * one.spot_per_hour,
+                               instance=f"{HYPOTHETICAL_PREFIX}2 x {one.instance}",
+                               spot_estimated=one.spot_estimated))
+    return Catalog(gpus=catalog.gpus, offers=catalog.offers + tuple(added), sources=catalog.sources,
+                   notes=(*catalog.notes, WHAT_IF_NOTE))
+
+
+@lru_cache(maxsize=2)
+def catalog_for(what_if_2gpu: bool = False) -> Catalog:
+    """The shipped catalog, or the hypothetical one when ``what_if_2gpu`` is asked for."""
+    return what_if_two_gpu_nodes(load_catalog()) if what_if_2gpu else load_catalog()
+
+
+def is_hypothetical(catalog: Catalog) -> bool:
+    return WHAT_IF_NOTE in catalog.notes

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from atoll.solvers.allocation import solve_allocation
-from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, load_catalog
+from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, catalog_for, load_catalog
 from atoll.solvers.errors import InputError
 from atoll.solvers.models import DEFAULT_MODELS, get_model
 from atoll.solvers.paths import shared_data_dir
@@ -154,20 +154,22 @@ def scenario_demand(spec: ScenarioSpec, mix: str, shapes: Mapping[str, RequestSh
     return demand
 
 
-def scenario_prices(spec: ScenarioSpec, *, spot: bool = False) -> dict[tuple[str, str], float]:
+def scenario_prices(spec: ScenarioSpec, *, spot: bool = False, catalog: Catalog | None = None,
+                    ) -> dict[tuple[str, str], float]:
     """On-demand $/node-hour of every config of the scenario's GPU types each region offers."""
-    catalog = load_catalog()
+    catalog = catalog or load_catalog()
     wanted = set(spec.configs)
     return {(r, c): o.price(spot=spot) for r in spec.regions
             for c, o in catalog.offers_in(r).items() if c in wanted}
 
 
-def ample_availability(spec: ScenarioSpec) -> dict[tuple[str, str], int]:
+def ample_availability(spec: ScenarioSpec, catalog: Catalog | None = None) -> dict[tuple[str, str], int]:
     """AMPLE_NODES of every offered config, or a fleet file's static caps (0 where it names none)."""
+    prices = scenario_prices(spec, catalog=catalog)
     if spec.static_availability is not None:
         caps = dict(spec.static_availability)
-        return {rc: caps.get(rc, 0) for rc in scenario_prices(spec)}
-    return {rc: AMPLE_NODES for rc in scenario_prices(spec)}
+        return {rc: caps.get(rc, 0) for rc in prices}
+    return {rc: AMPLE_NODES for rc in prices}
 
 
 def register_scenario(spec: ScenarioSpec) -> None:
@@ -192,24 +194,27 @@ def library_spec(spec: ScenarioSpec, runtime: str | None = None) -> Any:
 
 
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
-                       progress: bool = False, runtime: str | None = None) -> tuple[Template, ...]:
+                       progress: bool = False, runtime: str | None = None,
+                       catalog: Catalog | None = None) -> tuple[Template, ...]:
     """The scenario's template library (built once, then read from the on-disk cache)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
     library = lib.build_library(library_spec(spec, runtime), cache_dir=cache_dir, workers=workers,
-                                progress=progress)
+                                progress=progress, catalog=catalog)
     return tuple(library.templates)
 
 
 _SCARCE: dict[tuple[str, int], dict[tuple[str, str], int]] = {}
 
 
-def scarce_availability(spec: ScenarioSpec, templates: Sequence[Template]) -> dict[tuple[str, str], int]:
+def scarce_availability(spec: ScenarioSpec, templates: Sequence[Template],
+                        catalog: Catalog | None = None) -> dict[tuple[str, str], int]:
     """ceil((1 + headroom) x nodes of each (region, config) in the cheapest even-mix plan)."""
-    memo = (spec.name, hash(tuple(t.key for t in templates)))
+    prices = scenario_prices(spec, catalog=catalog)
+    memo = (spec.name, hash(tuple(t.key for t in templates)), hash(tuple(sorted(prices.items()))))
     if memo in _SCARCE:
         return dict(_SCARCE[memo])
-    problem = AllocationProblem(tuple(templates), scenario_demand(spec, "even"), ample_availability(spec),
-                                scenario_prices(spec))
+    problem = AllocationProblem(tuple(templates), scenario_demand(spec, "even"),
+                                ample_availability(spec, catalog), prices)
     res = solve_allocation(problem)
     if res.allocation is None or res.status is not SolveStatus.OPTIMAL:
         raise RuntimeError(f"scenario {spec.name}: the even-mix plan behind 'scarce' availability "
@@ -225,8 +230,9 @@ def scarce_availability(spec: ScenarioSpec, templates: Sequence[Template]) -> di
     return dict(caps)
 
 
-AVAILABILITY: Mapping[str, Callable[[ScenarioSpec, Sequence[Template]], dict[tuple[str, str], int]]] = {
-    "ample": lambda spec, _templates: ample_availability(spec),
+AVAILABILITY: Mapping[str, Callable[[ScenarioSpec, Sequence[Template], Catalog | None],
+                                     dict[tuple[str, str], int]]] = {
+    "ample": lambda spec, _templates, catalog: ample_availability(spec, catalog),
     "scarce": scarce_availability,
 }
 
@@ -235,15 +241,20 @@ def build_problem(scenario: str, availability: str = "ample", mix: str = "even",
                   templates: Sequence[Template] | None = None, mode: str = "cost",
                   time_limit: float | None = None, gap: float = 1e-4,
                   cache_dir: Path | None = None, progress: bool = False,
-                  runtime: str | None = None) -> AllocationProblem:
+                  runtime: str | None = None, what_if_2gpu: bool = False) -> AllocationProblem:
     """The allocation problem of a scenario; ``templates`` overrides the library (tests);
-    ``runtime`` picks the library of what that serving runtime can run."""
+    ``runtime`` picks the library of what that serving runtime can run. ``what_if_2gpu``: the
+    HYPOTHETICAL catalog with 2-GPU AWS nodes (:func:`atoll.solvers.catalog.what_if_two_gpu_nodes`),
+    for the paper comparison only."""
     spec = SCENARIOS[scenario]
     _choice("availability", availability, AVAILABILITIES, "availabilities")
     _choice("mix", mix, MIXES, "mixes")
+    catalog = catalog_for(what_if_2gpu)
     if templates is None:
         check_runtime(runtime or spec.runtime)
-        templates = scenario_templates(spec, cache_dir=cache_dir, progress=progress, runtime=runtime)
+        templates = scenario_templates(spec, cache_dir=cache_dir, progress=progress, runtime=runtime,
+                                       catalog=catalog)
     return AllocationProblem(tuple(templates), scenario_demand(spec, mix),
-                             AVAILABILITY[availability](spec, templates), scenario_prices(spec),
+                             AVAILABILITY[availability](spec, templates, catalog),
+                             scenario_prices(spec, catalog=catalog),
                              mode=mode, time_limit=time_limit, gap=gap)

@@ -420,18 +420,20 @@ def _start_ray(todo: list[TemplateJob], address: str) -> Iterator[tuple[Template
 
 def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: int | None = None,
                   ray_address: str | None = None, progress: bool = True,
-                  use_cache: bool = True) -> TemplateLibrary:
+                  use_cache: bool = True, catalog: Catalog | None = None) -> TemplateLibrary:
     """Build (or load from the on-disk cache) the template library of ``spec``.
 
     cache_dir: default :func:`default_cache_dir`; use_cache=False neither reads nor writes it.
     workers: local worker processes (default ``os.cpu_count()``; 1 runs in this process).
     ray_address: run the jobs on this Ray cluster instead ("auto", "ray://host:10001", ...).
     progress: a rich progress bar on stderr.
+    catalog: the offers per region (default the shipped catalog; the job keys hold the configs,
+    so another catalog's templates are cached apart).
     """
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     t0 = time.perf_counter()
-    jobs = spec.jobs()
+    jobs = spec.jobs(catalog)
     keys = [job.key for job in jobs]
     store = TemplateStore(cache_dir if cache_dir is not None else default_cache_dir()) if use_cache else None
     results: dict[str, JobResult] = {}
