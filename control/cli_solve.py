@@ -10,6 +10,7 @@ from rich.table import Table
 
 from atoll.control.output import UserError, console, emit_json
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
+from atoll.solvers.ladder import decompose
 from atoll.solvers.problem import AllocationProblem
 from atoll.solvers.registry import UnknownNameError
 from atoll.solvers.scenarios import AVAILABILITIES, MIXES, SCENARIOS, build_problem
@@ -76,17 +77,55 @@ def _print(doc: dict[str, Any]) -> None:
         console.print(f"[yellow]{doc['message']}[/]", highlight=False)
 
 
+def _print_ladder(doc: dict[str, Any]) -> None:
+    if "warning" in doc:
+        console.print(f"[bold red]{doc['warning']}[/]", highlight=False)
+    models = doc["models"]
+    table = Table(title=f"{doc['scenario']} / {doc['availability']} / {doc['mix']} — ladder "
+                        f"({doc['mode']} mode, catalog {doc['catalog']})")
+    for col in ("rung", "status", "$/h", "goodput", "/ joint", *models):
+        table.add_column(col, justify="left" if col in ("rung", "status") else "right")
+    for r in [*doc["rungs"], *doc["side"]]:
+        cost = r["cost_per_hour"]
+        ratio = doc["over_joint"].get(r["rung"])
+        table.add_row(r["rung"], r["status"], "-" if cost is None else f"{cost:.2f}",
+                      "-" if r["goodput_fraction"] is None else f"{r['goodput_fraction']:.1%}",
+                      "-" if ratio is None else f"{ratio:.3f}",
+                      *(f"{r['model_cost'].get(m, 0.0):.2f}" for m in models))
+    console.print(table)
+    steps = Table(title="each rung over the next ($/h ratio)")
+    for col in ("step", "total", *models):
+        steps.add_column(col, justify="left" if col == "step" else "right")
+    for s in doc["steps"]:
+        steps.add_row(s["step"], "-" if s["ratio"] is None else f"{s['ratio']:.3f}",
+                      *("-" if s["per_model"][m] is None else f"{s['per_model'][m]:.3f}" for m in models))
+    console.print(steps)
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
     try:
         METHODS[args.method]  # unknown names fail before the library is built
         problem = build_problem(args.scenario, args.availability, args.mix,
                                 mode="goodput" if args.goodput else "cost",
-                                time_limit=args.time_limit, gap=args.gap, progress=not args.json)
+                                time_limit=args.time_limit, gap=args.gap, progress=not args.json,
+                                what_if_2gpu=args.what_if_2gpu)
     except (UnknownNameError, ValueError, FileNotFoundError) as exc:
         raise UserError(str(exc)) from exc
+    context = {"scenario": args.scenario, "availability": args.availability, "mix": args.mix,
+               "mode": problem.mode}
+    if args.decompose:
+        doc = decompose(problem, hypothetical=args.what_if_2gpu, **context)
+        _print_ladder(doc)
+        if args.json:
+            emit_json(doc)
+        return 0 if doc["all_ilp_rungs_optimal"] else 1
+    if args.what_if_2gpu:
+        from atoll.solvers.catalog import WHAT_IF_NOTE
+
+        console.print(f"[bold red]{WHAT_IF_NOTE}[/]", highlight=False)
+        context.update(catalog="what-if-2gpu", warning=WHAT_IF_NOTE)
     result = run_method(problem, args.method)
-    doc = solve_document(problem, result, scenario=args.scenario, availability=args.availability,
-                         mix=args.mix, mode=problem.mode)
+    doc = solve_document(problem, result, **context)
     _print(doc)
     if args.json:
         emit_json(doc)
@@ -103,5 +142,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="maximize served demand first, then minimize cost (for scarcity)")
     p.add_argument("--time-limit", type=float, default=None, help="solver time limit (s)")
     p.add_argument("--gap", type=float, default=1e-4, help="relative optimality gap (default 1e-4)")
+    p.add_argument("--decompose", action="store_true",
+                   help="the ladder of baselines (homo-node ... joint) and each rung over the next")
+    p.add_argument("--what-if-2gpu", action="store_true",
+                   help="HYPOTHETICAL catalog: add 2-GPU AWS nodes at 2x the 1-GPU price (paper comparison)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     p.set_defaults(handler=cmd_solve)

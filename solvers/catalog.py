@@ -200,10 +200,18 @@ def what_if_two_gpu_nodes(catalog: Catalog) -> Catalog:
                    notes=(*catalog.notes, WHAT_IF_NOTE))
 
 
-@lru_cache(maxsize=2)
+_WHAT_IF: list[tuple[Catalog, Catalog]] = []  # (base, what-if of it); holds base, so `is` is safe
+
+
 def catalog_for(what_if_2gpu: bool = False) -> Catalog:
-    """The shipped catalog, or the hypothetical one when ``what_if_2gpu`` is asked for."""
-    return what_if_two_gpu_nodes(load_catalog()) if what_if_2gpu else load_catalog()
+    """The catalog in force (shipped, or with a fleet's overlay), or the hypothetical one built
+    on it when ``what_if_2gpu`` is asked for."""
+    base = load_catalog()
+    if not what_if_2gpu:
+        return base
+    if not _WHAT_IF or _WHAT_IF[0][0] is not base:
+        _WHAT_IF[:] = [(base, what_if_two_gpu_nodes(base))]
+    return _WHAT_IF[0][1]
 
 
 def is_hypothetical(catalog: Catalog) -> bool:

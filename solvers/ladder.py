@@ -367,3 +367,17 @@ def solve_ladder(problem: AllocationProblem) -> Ladder:
             single = above if rung.allocation is not None else None
     side = (homo_node_greedy(base), _solve_rung(PER_REPLICA, base, None))
     return Ladder(tuple(rungs), side, tuple(base.models), base.mode)
+
+
+def decompose(problem: AllocationProblem, *, hypothetical: bool = False, **context: Any) -> dict[str, Any]:
+    """The ladder of ``problem`` as one JSON-ready document: ``context`` (scenario, mix, ...),
+    each rung's cost, goodput and per-model cost, each rung over the next (total and per model),
+    every rung over joint. ``hypothetical``: the problem uses the what-if catalog; the document
+    then says so in ``catalog`` and ``warning``."""
+    from atoll.solvers.catalog import WHAT_IF_2GPU, WHAT_IF_NOTE
+
+    doc: dict[str, Any] = {**context, "catalog": WHAT_IF_2GPU if hypothetical else "default"}
+    if hypothetical:
+        doc["warning"] = WHAT_IF_NOTE
+    doc.update(solve_ladder(problem).as_dict())
+    return doc

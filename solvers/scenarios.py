@@ -203,7 +203,7 @@ def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, wor
     return tuple(library.templates)
 
 
-_SCARCE: dict[tuple[str, int], dict[tuple[str, str], int]] = {}
+_SCARCE: dict[tuple[str, int, int], dict[tuple[str, str], int]] = {}
 
 
 def scarce_availability(spec: ScenarioSpec, templates: Sequence[Template],
