@@ -1,13 +1,21 @@
-"""Figures of the FleetEnv issue, as one JSON document on stdout (progress on stderr).
+"""Figures of the fleet-world issue (13), as one JSON document on stdout (progress on stderr).
 
-- env steps/s on the core scenario (spot availability): hold steps (the ``never`` policy) and a
-  re-optimization of every model every step (``fixed:1``), with the memo cold (first pass over
-  the day) and warm (the same day again); targets >= 1,000 and >= 50 steps/s;
-- wall time of a 1-day ``fixed:1`` episode of the extended scenario, memo cold; target <= 60 s;
-- every rule policy on core and extended, spot availability, ServeGen days 11-14 (seed 0):
-  the baselines the learned policy must beat.
+Parts (``--parts``, comma-separated; default all):
 
-``--quick`` runs day 11 only and skips the extended table.
+- ``speed``: env steps/s on core (spot): hold steps (``never``) and re-optimizing every model every
+  step (``fixed:1``) with a fresh memo; targets >= 1,000 and >= 50 steps/s; and the wall time of a
+  1-day ``fixed:1`` episode of the extended scenario (fresh memo, spot), target <= 60 s;
+- ``demand``: sampled vs held demand on core, days 11-14: share of steps equal to the previous
+  one, 1- and 3-step MAPE of the env's ETS forecast against persistence, coefficient of
+  variation of per-minute counts (sampled at 60 s steps; the held series' minutes repeat their
+  window's rate);
+- ``core`` / ``extended``: the rule table (fixed:1/3/6/12, threshold, never, hindsight) per
+  availability, days 11-14, mean and spread over the demand/env seeds;
+- ``variants``: the same table on core/spot with ``resample="hold"`` and with
+  ``transition="break-before-make"``, each change on its own.
+
+``--seeds``, ``--days`` and ``--availability`` shrink the run; the document records what ran.
+``--merge A.json B.json ...`` prints the union of earlier documents (parts run in parallel).
 """
 
 from __future__ import annotations
@@ -17,68 +25,143 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from atoll.envs.config import FleetConfig  # noqa: E402
+from atoll.envs.demand import workload_series  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.envs.fleet_model import clear_replanners  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
-from atoll.envs.rollout import TOTAL_KEYS, run_policy  # noqa: E402
+from atoll.envs.rollout import run_policy  # noqa: E402
+from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
 
 POLICIES = ("fixed:1", "fixed:3", "fixed:6", "fixed:12", "threshold", "never", "hindsight")
+KEYS = ("cost_usd", "slo_attainment", "goodput_share", "usd_per_mtok", "reoptimizations", "preemptions")
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def steps_per_second(env: FleetEnv, policy: str, day: int) -> tuple[float, float]:
+def episode_seconds(env: FleetEnv, policy: str, day: int) -> tuple[float, int]:
     t = time.perf_counter()
     ep = run_policy(env, make_policy(policy, len(env.models)), days=[day], seed=0)
-    dt = time.perf_counter() - t
-    return len(ep.steps) / dt, dt
+    return time.perf_counter() - t, len(ep.steps)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    out: dict[str, object] = {}
-    t = time.perf_counter()
+def speed() -> dict[str, Any]:
+    out: dict[str, Any] = {}
     core = FleetEnv(FleetConfig(scenario="core", days=(11, 14)))
-    out["core_init_seconds"] = time.perf_counter() - t
-    hold, _ = steps_per_second(core, "never", 11)
+    dt, n = episode_seconds(core, "never", 11)
+    out["core_hold_steps_per_s"] = n / dt
     clear_replanners()
     core = FleetEnv(FleetConfig(scenario="core", days=(11, 14)))
-    cold, _ = steps_per_second(core, "fixed:1", 11)
-    warm, _ = steps_per_second(core, "fixed:1", 11)
-    out["core_steps_per_s"] = {"hold": hold, "reoptimize_every_step_cold_memo": cold,
-                               "reoptimize_every_step_warm_memo": warm}
-    log(f"core steps/s: {out['core_steps_per_s']}")
+    dt, n = episode_seconds(core, "fixed:1", 11)
+    out["core_reoptimize_steps_per_s_fresh_memo"] = n / dt
+    log(f"speed core: {out}")
     clear_replanners()
     t = time.perf_counter()
     ext = FleetEnv(FleetConfig(scenario="extended", days=(11, 14)))
     out["extended_init_seconds"] = time.perf_counter() - t
-    _, seconds = steps_per_second(ext, "fixed:1", 11)
-    out["extended_fixed1_day_seconds"] = seconds
-    log(f"extended fixed:1 day: {seconds:.1f} s")
-    days = [11] if args.quick else [11, 12, 13, 14]
-    tables: dict[str, dict[str, dict[str, float]]] = {}
-    for name, env in (("core", core), ("extended", ext)):
-        if args.quick and name == "extended":
-            continue
-        tables[name] = {}
-        for policy in POLICIES:
-            t = time.perf_counter()
-            totals = run_policy(env, make_policy(policy, len(env.models)), days=days, seed=0).totals()
-            tables[name][policy] = {k: totals[k] for k in (*TOTAL_KEYS, "solves", "preemptions")}
-            tables[name][policy]["wall_seconds"] = time.perf_counter() - t
-            log(f"{name} {policy}: {json.dumps(tables[name][policy])}")
-    out["days"] = days
-    out["availability"] = "spot"
-    out["policies"] = tables
+    out["extended_fixed1_day_seconds"], _ = episode_seconds(ext, "fixed:1", 11)
+    log(f"speed extended: {out}")
+    out["targets"] = {"core_hold_steps_per_s": ">= 1000", "core_reoptimize_steps_per_s_fresh_memo": ">= 50",
+                      "extended_fixed1_day_seconds": "<= 60"}
+    return out
+
+
+def demand(days: list[int]) -> dict[str, Any]:
+    spec = SCENARIOS["core"]
+    out: dict[str, Any] = {}
+    for resample in ("sampled", "hold"):
+        env = FleetEnv(FleetConfig(scenario="core", days=(11, 14), resample=resample))
+        book = env.book
+        gs = np.concatenate([np.arange((d - 1) * book.steps_per_day, d * book.steps_per_day) for d in days])
+        rates = book.rates
+        row: dict[str, Any] = {"equal_to_previous_share": float(np.mean(rates[:, gs] == rates[:, gs - 1]))}
+        for h in (1, 3):
+            truth = rates[:, gs + h - 1]
+            ok = truth > 0
+            ets = np.abs(book.mean[:, gs, h - 1] - truth)[ok] / truth[ok]
+            persist = np.abs(rates[:, gs - 1] - truth)[ok] / truth[ok]
+            row[f"mape_{h}_step"] = {"ets": float(np.mean(ets)), "persistence": float(np.mean(persist))}
+        minute = workload_series("servegen", env.models, spec.req_per_s, 60.0, resample=resample, seed=0)
+        lo, hi = (days[0] - 1) * 1440, days[-1] * 1440
+        counts = np.array([s.requests_per_s[lo:hi] * 60.0 for s in minute])
+        row["per_minute_count_cv"] = float(np.mean(counts.std(axis=1) / counts.mean(axis=1)))
+        out[resample] = row
+        log(f"demand {resample}: {row}")
+    out["note"] = ("ServeGen lists per-window rates and fitted inter-arrival distributions, not requests: "
+                   "the raw trace has no per-minute counts to compare the sampled burstiness with")
+    return out
+
+
+def table(scenario: str, availability: str, days: list[int], seeds: list[int], **changes: Any
+          ) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    envs = {s: FleetEnv(FleetConfig(scenario=scenario, availability=availability, days=(min(days), max(days)),
+                                    demand_seed=s, **changes)) for s in seeds}
+    for policy in POLICIES:
+        per_seed = []
+        t = time.perf_counter()
+        for s, env in envs.items():
+            totals = run_policy(env, make_policy(policy, len(env.models)), days=days, seed=s).totals()
+            per_seed.append({k: float(totals[k]) for k in KEYS})
+        rows[policy] = {k: {"mean": float(np.mean([r[k] for r in per_seed])),
+                            "min": float(np.min([r[k] for r in per_seed])),
+                            "max": float(np.max([r[k] for r in per_seed]))} for k in KEYS}
+        rows[policy]["wall_seconds"] = time.perf_counter() - t
+        log(f"{scenario}/{availability} {changes or ''} {policy}: "
+            + ", ".join(f"{k}={rows[policy][k]['mean']:.4g}" for k in KEYS))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--parts", default="speed,demand,core,variants,extended")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--days", default="11-14")
+    parser.add_argument("--availability", default="spot,ample")
+    parser.add_argument("--merge", nargs="+", type=Path)
+    args = parser.parse_args()
+    if args.merge:
+        merged: dict[str, Any] = {}
+        for path in args.merge:
+            for key, value in json.loads(path.read_text()).items():
+                if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                    merged[key] = {**merged[key], **value}
+                else:
+                    merged[key] = value
+        print(json.dumps(merged, indent=2))
+        return
+    first, last = (int(x) for x in args.days.split("-"))
+    days = list(range(first, last + 1))
+    seeds = list(range(args.seeds))
+    avail = [a for a in args.availability.split(",") if a]
+    parts = set(args.parts.split(","))
+    out: dict[str, Any] = {"run": {"days": days, "seeds": seeds, "availability": avail,
+                                   "parts": sorted(parts), "policies": list(POLICIES),
+                                   "seed_meaning": "demand_seed and the env's reset seed"}}
+    if "speed" in parts:
+        out["speed"] = speed()
+    if "demand" in parts:
+        out["demand"] = demand(days)
+    tables: dict[str, Any] = {}
+    for scenario in ("core", "extended"):
+        if scenario in parts:
+            for a in avail:
+                tables[f"{scenario}/{a}"] = table(scenario, a, days, seeds)
+    if "variants" in parts:
+        tables["core/spot/resample=hold"] = table("core", "spot", days, seeds, resample="hold")
+        tables["core/spot/transition=break-before-make"] = table("core", "spot", days, seeds,
+                                                                 transition="break-before-make")
+    if tables:
+        out["tables"] = tables
     print(json.dumps(out, indent=2))
 
 

@@ -13,6 +13,7 @@ from atoll.solvers.types import Template
 AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot")
 PRICE_KINDS: tuple[str, ...] = ("on-demand", "spot")
 TRANSITIONS: tuple[str, ...] = ("make-before-break", "break-before-make")
+RESAMPLES: tuple[str, ...] = ("sampled", "hold")
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,10 @@ class FleetConfig:
     runtime; ``vllm``: what vLLM can run, as the controller deploys). ``prices`` None means spot
     prices with spot availability, on-demand otherwise. ``transition``: ``make-before-break``
     (replaced instances serve until their replacement is ready) or ``break-before-make``
-    (removed instances stop serving at once, the behaviour before issue 13).
+    (removed instances stop serving at once, the behaviour before issue 13). ``resample`` and
+    ``demand_seed`` (the ``servegen`` workload): ``sampled`` draws every step's requests from the
+    clients' arrival processes with a generator seeded by ``demand_seed``; ``hold`` repeats each
+    600 s window's rate (the series before issue 13).
     ``solver_gap``: re-optimizations stop at a proven relative gap of 0.1% by default — far below
     the forecast error, and it cuts the worst solve times of the extended scenario severalfold.
     """
@@ -72,6 +76,8 @@ class FleetConfig:
     request_shapes: tuple[tuple[float, float], ...] | None = None
     runtime: str = DEFAULT_RUNTIME
     transition: str = "make-before-break"
+    resample: str = "sampled"
+    demand_seed: int = 0
 
     def __post_init__(self) -> None:
         owner = "FleetConfig"
@@ -111,6 +117,12 @@ class FleetConfig:
                                        for v in pair) for pair in self.request_shapes):
             raise ValueError(f"{owner}: field 'request_shapes' must hold (input, output) token pairs > 0, "
                              f"got {self.request_shapes!r}")
+        if self.resample not in RESAMPLES:
+            raise ValueError(f"{owner}: field 'resample' must be one of {', '.join(RESAMPLES)}, "
+                             f"got {self.resample!r}")
+        seed = self.demand_seed
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"{owner}: field 'demand_seed' must be an integer >= 0, got {seed!r}")
         if self.transition not in TRANSITIONS:
             raise ValueError(f"{owner}: field 'transition' must be one of {', '.join(TRANSITIONS)}, "
                              f"got {self.transition!r}")

@@ -24,8 +24,16 @@ from functools import lru_cache
 
 import numpy as np
 
+from atoll.envs.arrivals import sample_counts, servegen_windows
+from atoll.envs.config import RESAMPLES
 from atoll.forecast.forecasters import QUANTILES, ForecastError, make_forecaster
-from atoll.forecast.workloads import DemandSeries, load_workload, n_model_scenario, scale_to_mean_rate
+from atoll.forecast.workloads import (
+    DemandSeries,
+    load_workload,
+    n_model_groups,
+    n_model_scenario,
+    scale_to_mean_rate,
+)
 from atoll.solvers.errors import InputError
 from atoll.solvers.paths import cache_root
 
@@ -153,10 +161,21 @@ def build_book(models: Sequence[str], series: Sequence[DemandSeries], *, forecas
 
 
 @lru_cache(maxsize=8)
-def _named_series(workload: str, n_models: int, mean_rate: float, step_s: float
-                  ) -> tuple[DemandSeries, ...]:
+def _named_series(workload: str, n_models: int, mean_rate: float, step_s: float, resample: str = "hold",
+                  seed: int = 0) -> tuple[DemandSeries, ...]:
     if workload == "servegen":
         raw = n_model_scenario(n_models, step_s=step_s)
+        if resample == "sampled":
+            out = []
+            groups = n_model_groups(n_models)
+            for i, ((source, members, name), hold) in enumerate(zip(groups, raw, strict=True)):
+                factor = mean_rate / float(np.mean(hold.requests_per_s))
+                counts = sample_counts(servegen_windows(source), members, factor, step_s,
+                                       np.random.default_rng([seed, i]))
+                n = min(len(counts), len(hold))
+                out.append(DemandSeries(name, step_s, counts[:n] / step_s, hold.input_tokens[:n],
+                                        hold.output_tokens[:n]))
+            return tuple(out)
     else:
         names = [w.strip() for w in workload.split(",") if w.strip()]
         if len(names) != n_models:
@@ -166,9 +185,17 @@ def _named_series(workload: str, n_models: int, mean_rate: float, step_s: float
     return tuple(scale_to_mean_rate(s, mean_rate) for s in raw)
 
 
-def workload_series(workload: str, models: Sequence[str], mean_rate: float,
-                    step_s: float) -> tuple[DemandSeries, ...]:
+def workload_series(workload: str, models: Sequence[str], mean_rate: float, step_s: float, *,
+                    resample: str = "sampled", seed: int = 0) -> tuple[DemandSeries, ...]:
     """The scenario's demand: ``servegen`` = ServeGen client groups (one per model, see
     ``atoll.forecast.workloads.n_model_scenario``), or one workload name per model, comma-separated;
-    each scaled to ``mean_rate`` req/s over the whole trace (the Coral paper's 10 / 25 req/s)."""
-    return _named_series(workload, len(models), float(mean_rate), float(step_s))
+    each scaled to ``mean_rate`` req/s over the whole trace (the Coral paper's 10 / 25 req/s).
+
+    ``resample`` (``servegen`` only): ``sampled`` draws each step's requests from the clients'
+    own arrival processes (:mod:`atoll.envs.arrivals`) with the generator seeded by ``seed``, at
+    the scaled rates; ``hold`` repeats each 600 s window's rate in every step it covers (the
+    series before issue 13). Request logs (Azure, CSV) are already per request: both give the same.
+    """
+    if resample not in RESAMPLES:
+        raise DemandError(f"resample must be one of {', '.join(RESAMPLES)}, got {resample!r}")
+    return _named_series(workload, len(models), float(mean_rate), float(step_s), resample, int(seed))

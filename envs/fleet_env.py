@@ -131,8 +131,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             self._availability = SpotAvailability(ample_availability(spec),
                                                   {r: load_spot_trace(data, r) for r in spec.regions})
         self.gpu_types: tuple[str, ...] = fleet.gpu_types
-        series = c.demand if c.demand is not None else workload_series(c.workload, self.models,
-                                                                       spec.req_per_s, c.step_s)
+        series = c.demand if c.demand is not None else workload_series(
+            c.workload, self.models, spec.req_per_s, c.step_s, resample=c.resample, seed=c.demand_seed)
         self.book: DemandBook = build_book(self.models, series, forecaster=c.forecaster,
                                            horizon=c.look_ahead_steps, quantile=c.planning_quantile)
         if abs(self.book.step_s - c.step_s) > 1e-9:

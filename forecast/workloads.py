@@ -351,21 +351,14 @@ def _load_named(name: str, *, step_s: float, data: Path | None) -> DemandSeries:
 LANGUAGE_MODELS: tuple[str, ...] = ("m-large", "m-mid", "m-small")
 
 
-def n_model_scenario(n: int, *, step_s: float = 300, data: Path | None = None) -> list[DemandSeries]:
-    """``n`` model series with distinct shapes from the clients of the three ServeGen language
-    models (deterministic).
-
-    The n models are dealt to m-large, m-mid, m-small in turn (so 6 -> 2 each, 20 -> 7/7/6).
-    Within a source model, clients are ordered by the hour of day of their mean peak (ties by
-    client index) and cut into contiguous groups of about equal request volume: each group is a
-    set of clients with a similar daily phase, so the groups' curves differ in shape, not just
-    in scale. Series are named ``<source>/g<i>``; scale them with :func:`scale_to_mean_rate`.
-    """
+def n_model_groups(n: int, data: Path | None = None) -> list[tuple[str, list[int], str]]:
+    """(ServeGen source model, client indices, series name) of each of :func:`n_model_scenario`'s
+    ``n`` models, in order (see there for how clients are grouped)."""
     if n < 1:
         raise WorkloadError(f"n must be >= 1 model, got {n}")
     data = data or shared_data_dir()
     per = [n // 3 + (1 if i < n % 3 else 0) for i in range(3)]
-    out: list[DemandSeries] = []
+    out: list[tuple[str, list[int], str]] = []
     for source, groups in zip(LANGUAGE_MODELS, per, strict=True):
         if groups == 0:
             continue
@@ -386,7 +379,20 @@ def n_model_scenario(n: int, *, step_s: float = 300, data: Path | None = None) -
             cuts.append(min(max(idx, cuts[-1] + 1), len(order) - (groups - g)))
         cuts.append(len(order))
         for g in range(groups):
-            members = [order[i] for i in range(cuts[g], cuts[g + 1])]
-            out.append(load_servegen(source, step_s=step_s, data=data, clients=members,
-                                     name=f"{source}/g{g}"))
+            out.append((source, [order[i] for i in range(cuts[g], cuts[g + 1])], f"{source}/g{g}"))
     return out
+
+
+def n_model_scenario(n: int, *, step_s: float = 300, data: Path | None = None) -> list[DemandSeries]:
+    """``n`` model series with distinct shapes from the clients of the three ServeGen language
+    models (deterministic).
+
+    The n models are dealt to m-large, m-mid, m-small in turn (so 6 -> 2 each, 20 -> 7/7/6).
+    Within a source model, clients are ordered by the hour of day of their mean peak (ties by
+    client index) and cut into contiguous groups of about equal request volume: each group is a
+    set of clients with a similar daily phase, so the groups' curves differ in shape, not just
+    in scale. Series are named ``<source>/g<i>``; scale them with :func:`scale_to_mean_rate`.
+    """
+    data = data or shared_data_dir()
+    return [load_servegen(source, step_s=step_s, data=data, clients=members, name=name)
+            for source, members, name in n_model_groups(n, data)]
