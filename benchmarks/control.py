@@ -28,9 +28,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from atoll.control.cli_control import run_loop  # noqa: E402
 from atoll.control.controller import Controller, ControllerSettings  # noqa: E402
 from atoll.control.live_fleet import LiveFleet  # noqa: E402
+from atoll.control.loop import run_loop  # noqa: E402
 from atoll.control.metrics import ScrapeSource  # noqa: E402
 from atoll.control.replay import ReplayExporter  # noqa: E402
 from atoll.control.sinks import make_sink  # noqa: E402

@@ -35,12 +35,15 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 from gymnasium import spaces
+from mlflow.exceptions import MlflowException
 from mlflow.models import Model, ModelSignature
 from mlflow.pyfunc import PyFuncModel, PythonModel
 from mlflow.types import Schema, TensorSpec
 from stable_baselines3 import PPO
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecNormalize
+
+from atoll.solvers.errors import InputError
 
 __all__ = ["LoadedPolicy", "PolicyPyfuncModel", "load_policy", "log_policy", "pip_requirements"]
 
@@ -311,5 +314,12 @@ def load_policy(uri: str, name: str = "learned") -> LoadedPolicy:
     """Load a model logged by :func:`log_policy` (any MLflow model URI: ``models:/...``, ``runs:/...``).
 
     ``name`` is the policy's label in evaluations (rule policies use their spec, e.g. ``fixed:3``).
+    A URI that does not resolve (unknown run or model, wrong store) is an :class:`InputError`.
     """
-    return LoadedPolicy(mlflow.pyfunc.load_model(uri), uri, name=name)
+    try:
+        model = mlflow.pyfunc.load_model(uri)
+    except (MlflowException, OSError) as exc:
+        raise InputError(f"learned policy {uri!r} cannot be loaded ({exc}); use the model_uri that "
+                         f"'atoll train' printed, with MLFLOW_TRACKING_URI set as it was "
+                         f"(now {mlflow.get_tracking_uri()})") from exc
+    return LoadedPolicy(model, uri, name=name)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import io
 import json
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,21 @@ def configure(tracking_uri: str | None = None, experiment: str = EXPERIMENT) -> 
     if found is not None:
         return str(found.experiment_id)
     return str(client.create_experiment(experiment, artifact_location=artifacts))
+
+
+def settings_key(settings: Mapping[str, Any]) -> str:
+    """A short stable digest of settings, tagged on a training run so a later identical
+    request can find and reuse its policy."""
+    return hashlib.sha256(json.dumps(dict(settings), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def find_logged_policy(tag: str, value: str) -> str | None:
+    """The model URI of the newest FINISHED run tagged ``tag = value``, or None."""
+    experiment = configure()
+    runs = MlflowClient().search_runs([experiment], filter_string=f"tags.`{tag}` = '{value}' and "
+                                      "attributes.status = 'FINISHED'", max_results=1,
+                                      order_by=["attributes.start_time DESC"])
+    return runs[0].data.tags.get("atoll.model_uri") if runs else None
 
 
 def config_params(config: FleetConfig) -> dict[str, str]:

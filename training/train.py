@@ -14,6 +14,7 @@ than from coin flips, which on this task mostly pays for needless re-optimizatio
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,11 +29,41 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
+from atoll.solvers.errors import InputError
 
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """PPO and bootstrapping settings; every field is logged as an MLflow parameter."""
+    """PPO and bootstrapping settings; every field is logged as an MLflow parameter (``ppo.<field>``).
+
+    Attributes:
+        timesteps: PPO environment steps after bootstrapping (one step = one 5-minute interval of
+            the fleet; a training day is 288 steps). >= 1.
+        seed: seeds PPO (network initialization, action sampling), the vectorized envs (env ``i``
+            is reset with ``seed + i``, which fixes its spot availability and preemptions) and the
+            behaviour-cloning minibatch order. >= 0.
+        n_envs: FleetEnv copies stepped together in one ``DummyVecEnv``; each PPO rollout holds
+            ``n_steps x n_envs`` transitions. >= 1.
+        learning_rate: Adam step size of the PPO updates (constant). > 0.
+        n_steps: steps per env collected before each PPO update (576 = two days). >= 1.
+        batch_size: minibatch size of the PPO updates; ``n_steps x n_envs`` should be a multiple
+            of it. >= 1.
+        n_epochs: passes over each rollout in a PPO update. >= 1.
+        gamma: discount factor of the return, used by PPO's advantages and by ``VecNormalize``'s
+            reward scaling (which divides rewards by the std of this same discounted return).
+            0 < gamma <= 1; 0.98 weights about the next 50 steps (4 hours).
+        gae_lambda: generalized advantage estimation's bias/variance trade-off. 0 <= . <= 1.
+        ent_coef: weight of the entropy bonus in PPO's loss (keeps the trigger exploring). >= 0.
+        net_arch: hidden layer sizes of the policy and value networks (separate networks of
+            this shape). Each >= 1.
+        bootstrap_steps: behaviour-cloning observations collected from ``bootstrap_rule`` on the
+            training days before PPO; 0 skips bootstrapping. >= 0.
+        bootstrap_epochs: passes over those observations when fitting the policy network to the
+            rule's actions (binary cross-entropy on the logits). >= 1.
+        bootstrap_rule: the rule imitated: a deployable rule spec of :mod:`atoll.envs.policies`
+            (``fixed:K``, ``threshold[:LOW:HIGH]`` or ``never``; not ``hindsight``, which sees
+            the future).
+    """
 
     timesteps: int = 20_000
     seed: int = 0
@@ -50,15 +81,27 @@ class TrainSettings:
     bootstrap_rule: str = "threshold"
 
     def __post_init__(self) -> None:
-        for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs"):
+        for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "bootstrap_epochs"):
             v = getattr(self, name)
             if not (isinstance(v, int) and v >= 1):
-                raise ValueError(f"TrainSettings: field {name!r} must be an int >= 1, got {v!r}")
-        if self.bootstrap_steps < 0:
-            raise ValueError(f"TrainSettings: field 'bootstrap_steps' must be >= 0, "
-                             f"got {self.bootstrap_steps}")
+                raise InputError(f"TrainSettings: field {name!r} must be an int >= 1, got {v!r}")
+        for name in ("seed", "bootstrap_steps"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and v >= 0):
+                raise InputError(f"TrainSettings: field {name!r} must be an int >= 0, got {v!r}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise InputError(f"TrainSettings: field 'learning_rate' must be > 0, got {self.learning_rate!r}")
+        if not 0 < self.gamma <= 1:
+            raise InputError(f"TrainSettings: field 'gamma' must be in (0, 1], got {self.gamma!r}")
+        if not 0 <= self.gae_lambda <= 1:
+            raise InputError(f"TrainSettings: field 'gae_lambda' must be in [0, 1], got {self.gae_lambda!r}")
+        if not (math.isfinite(self.ent_coef) and self.ent_coef >= 0):
+            raise InputError(f"TrainSettings: field 'ent_coef' must be >= 0, got {self.ent_coef!r}")
+        if not (self.net_arch and all(isinstance(n, int) and n >= 1 for n in self.net_arch)):
+            raise InputError(f"TrainSettings: field 'net_arch' must be layer sizes >= 1, "
+                             f"got {self.net_arch!r}")
         if self.bootstrap_rule.split(":")[0] not in ("fixed", "threshold", "never"):
-            raise ValueError(f"TrainSettings: field 'bootstrap_rule' must be a deployable rule "
+            raise InputError(f"TrainSettings: field 'bootstrap_rule' must be a deployable rule "
                              f"(fixed:K, threshold[:LOW:HIGH], never), got {self.bootstrap_rule!r}")
 
 
@@ -72,7 +115,9 @@ class _Progress(BaseCallback):
         return True
 
 
-def make_vec_env(config: FleetConfig, n_envs: int, seed: int) -> VecNormalize:
+def make_vec_env(config: FleetConfig, n_envs: int, seed: int, gamma: float) -> VecNormalize:
+    """``n_envs`` FleetEnvs, normalized; rewards are scaled by the std of the return discounted
+    with ``gamma``, the same discount PPO optimizes."""
     def factory(i: int) -> Callable[[], Monitor]:
         def make() -> Monitor:
             env = FleetEnv(config)
@@ -82,7 +127,7 @@ def make_vec_env(config: FleetConfig, n_envs: int, seed: int) -> VecNormalize:
 
     vec = DummyVecEnv([factory(i) for i in range(n_envs)])
     vec.seed(seed)
-    return VecNormalize(vec, norm_obs=True, norm_reward=True, gamma=0.98)
+    return VecNormalize(vec, norm_obs=True, norm_reward=True, gamma=gamma)
 
 
 def _bootstrap(model: PPO, vec: VecNormalize, steps: int, epochs: int, rule_spec: str,
@@ -126,7 +171,7 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
                  tick: Callable[[int], None] | None = None) -> tuple[PPO, VecNormalize, dict[str, float]]:
     """Train PPO on ``config``'s training days; returns the model, its VecNormalize and stats."""
     torch.set_num_threads(1)
-    vec = make_vec_env(config, settings.n_envs, settings.seed)
+    vec = make_vec_env(config, settings.n_envs, settings.seed, settings.gamma)
     model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
                 batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
                 gae_lambda=settings.gae_lambda, ent_coef=settings.ent_coef, device="cpu",

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import mlflow
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from atoll.control.cli import main
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.forecast.workloads import DemandSeries
@@ -100,23 +97,6 @@ def test_learned_policy_errors_are_clear() -> None:
         resolve_policy("learned:", 2)
 
 
-def test_simulate_cli_json_totals(capsys: pytest.CaptureFixture[str], shared_data: object) -> None:
-    code = main(["simulate", "--scenario", "core", "--days", "11", "--policy", "fixed:6", "--json",
-                 "--forecaster", "naive"])
-    doc = json.loads(capsys.readouterr().out)
-    assert code == 0
-    assert set(doc["totals"]) == {"cost_usd", "goodput_share", "slo_attainment", "usd_per_mtok",
-                                  "reoptimizations", "solver_seconds"}
-    assert doc["totals"]["reoptimizations"] == 47 * 3
-
-
-def test_simulate_cli_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["simulate", "--days", "1-2", "--forecaster", "naive"]) == 2
-    assert "days 1-2 are outside 4-14" in capsys.readouterr().err
-    assert main(["simulate", "--policy", "sometimes", "--forecaster", "naive"]) == 2
-    assert "unknown policy 'sometimes'" in capsys.readouterr().err
-
-
 def test_bootstrap_rule_is_cloned_and_validated() -> None:
     from atoll.training.train import train_policy
 
@@ -132,3 +112,25 @@ def test_bootstrap_rule_is_cloned_and_validated() -> None:
     actions = [model.predict(vec.normalize_obs(obs), deterministic=True)[0] for _ in range(3)]
     assert stats["bootstrap_loss"] < 0.1
     assert all(np.array_equal(a, [1, 1]) for a in actions)
+
+
+def test_vecnormalize_discounts_with_the_settings_gamma() -> None:
+    from atoll.training.train import train_policy
+
+    settings = TrainSettings(timesteps=32, n_steps=32, batch_size=16, n_epochs=1, bootstrap_steps=0,
+                             gamma=0.9)
+    model, vec, _ = train_policy(tiny_config(), settings)
+    assert model.gamma == 0.9 and vec.gamma == 0.9  # reward scaling uses the return PPO discounts
+
+
+def test_train_settings_fields_are_documented_and_validated() -> None:
+    import dataclasses
+
+    doc = TrainSettings.__doc__ or ""
+    for field in dataclasses.fields(TrainSettings):
+        assert f"        {field.name}: " in doc, f"TrainSettings.{field.name} is not documented"
+    for bad in ({"seed": -1}, {"gamma": 0.0}, {"gamma": 1.5}, {"gae_lambda": -0.1}, {"learning_rate": 0.0},
+                {"ent_coef": -1.0}, {"net_arch": ()}, {"bootstrap_epochs": 0}):
+        name = next(iter(bad))
+        with pytest.raises(ValueError, match=f"field '{name}'"):
+            TrainSettings(**bad)  # type: ignore[arg-type]

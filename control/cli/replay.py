@@ -7,17 +7,10 @@ import signal
 import threading
 from types import FrameType
 
-from atoll.control.output import UserError, console, emit_json
+from atoll.control.cli.common import add_json, split_names
+from atoll.control.cli.output import UserError, as_user_error, output_for
 from atoll.control.replay import ReplayExporter
 from atoll.forecast.workloads import DAY_S, DemandSeries, WorkloadError, load_workload
-
-
-def _names(text: str, what: str) -> list[str]:
-    names = [n.strip() for n in text.split(",")]
-    if not all(names):
-        raise UserError(f"--{what} {text!r} has an empty name; give a comma-separated list without "
-                        f"empty entries")
-    return names
 
 
 def _load(workloads: list[str], step_s: float) -> list[DemandSeries]:
@@ -32,8 +25,8 @@ def _load(workloads: list[str], step_s: float) -> list[DemandSeries]:
 
 def build_exporter(args: argparse.Namespace) -> ReplayExporter:
     """The exporter the parsed arguments describe (not started)."""
-    workloads = _names(args.workload, "workload")
-    models = _names(args.models, "models") if args.models else workloads
+    workloads = split_names(args.workload, "--workload")
+    models = split_names(args.models, "--models") if args.models else workloads
     if len(models) != len(workloads):
         raise UserError(f"--models names {len(models)} models for {len(workloads)} workloads; give one "
                         f"name per workload, in the same order")
@@ -53,15 +46,16 @@ def build_exporter(args: argparse.Namespace) -> ReplayExporter:
         return ReplayExporter(series, models, speedup=args.speedup, port=args.port, host=args.host,
                               start_s=start_s)
     except ValueError as exc:
-        raise UserError(str(exc)) from exc
+        raise as_user_error(exc) from exc
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    out = output_for(args)
     exporter = build_exporter(args)
     try:
         exporter.start()
     except OSError as exc:
-        raise UserError(str(exc)) from exc
+        raise UserError(f"cannot listen on {args.host}:{args.port}: {exc}") from exc
     stop = threading.Event()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
@@ -70,17 +64,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         remaining = exporter.trace.duration_s - exporter.start_s
-        console.print(f"replaying {', '.join(exporter.models)} at {args.speedup:g}x on "
-                      f"{exporter.url}/metrics ({remaining / args.speedup:.0f} s of wall time left in "
-                      f"the trace); Ctrl-C or SIGTERM stops", highlight=False)
-        if args.json:
-            emit_json({"url": exporter.url, "metrics_url": f"{exporter.url}/metrics",
-                       "target": exporter.target,
-                       "models": [{"model": m, "workload": w}
-                                  for m, w in zip(exporter.models, _names(args.workload, "workload"),
-                                                  strict=True)],
-                       "speedup": args.speedup, "start_day": args.start_day,
-                       "trace_start_s": exporter.start_s, "trace_duration_s": exporter.trace.duration_s})
+        out.note(f"replaying {', '.join(exporter.models)} at {args.speedup:g}x on "
+                 f"{exporter.url}/metrics ({remaining / args.speedup:.0f} s of wall time left in "
+                 f"the trace); Ctrl-C or SIGTERM stops")
+        workloads = split_names(args.workload, "--workload")
+        out.json({"url": exporter.url, "metrics_url": f"{exporter.url}/metrics", "target": exporter.target,
+                  "models": [{"model": m, "workload": w}
+                             for m, w in zip(exporter.models, workloads, strict=True)],
+                  "speedup": args.speedup, "start_day": args.start_day,
+                  "trace_start_s": exporter.start_s, "trace_duration_s": exporter.trace.duration_s})
         # wait() in slices: a bare wait() would not let Ctrl-C's KeyboardInterrupt through promptly
         while not stop.wait(0.5):
             pass
@@ -89,7 +81,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         exporter.stop()
-    console.print("replay stopped")
+    out.note("replay stopped")
     return 0
 
 
@@ -104,5 +96,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--start-day", type=float, default=1.0, help="trace day to start at (1-based)")
     p.add_argument("--step", type=float, default=300.0, help="trace resolution in seconds")
-    p.add_argument("--json", action="store_true")
+    add_json(p)
     p.set_defaults(handler=cmd_replay)

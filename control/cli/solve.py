@@ -7,12 +7,13 @@ import math
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
-from atoll.control.output import UserError, console, emit_json
+from atoll.control.cli.common import add_json
+from atoll.control.cli.output import Output, as_user_error, output_for
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
 from atoll.solvers.ladder import decompose
 from atoll.solvers.problem import AllocationProblem
-from atoll.solvers.registry import UnknownNameError
 from atoll.solvers.scenarios import AVAILABILITIES, MIXES, SCENARIOS, build_problem
 
 
@@ -52,7 +53,7 @@ def solve_document(problem: AllocationProblem, result: MethodResult, **context: 
     }
 
 
-def _print(doc: dict[str, Any]) -> None:
+def _print(out: Output, doc: dict[str, Any]) -> None:
     table = Table(title=f"{doc['scenario']} / {doc['availability']} / {doc['mix']} — {doc['method']}")
     for col in ("service", "region", "nodes", "pipeline (layers:nodes)", "inst.", "tok/s"):
         table.add_column(col, justify="right" if col in ("inst.", "tok/s") else "left")
@@ -60,26 +61,26 @@ def _print(doc: dict[str, Any]) -> None:
         nodes = " + ".join(f"{k}x {c}" for c, k in r["nodes"].items())
         split = " | ".join(f"{s['layers']}:{','.join(s['nodes'])}" for s in r["stages"])
         table.add_row(r["service"], r["region"], nodes, split, str(r["instances"]), f"{r['throughput']:.0f}")
-    console.print(table)
+    out.result(table)
     svc = Table(title="Throughput vs demand (tokens/s)")
     for col in ("service", "demand", "capacity", "served"):
         svc.add_column(col, justify="left" if col == "service" else "right")
     for s in doc["services"]:
         svc.add_row(s["service"], f"{s['demand']:.0f}", f"{s['capacity']:.0f}", f"{s['served']:.0f}")
-    console.print(svc)
+    out.result(svc)
     shares = ", ".join(f"{m} {v:.1%}" for m, v in doc["served_share"].items())
-    console.print(f"status [bold]{doc['status']}[/]  cost ${doc['cost_per_hour']:.2f}/h  goodput "
+    out.result(f"status {doc['status']}  cost ${doc['cost_per_hour']:.2f}/h  goodput "
                   f"{doc['goodput_fraction']:.1%}  gap {doc['gap']:.2e}  solve {doc['solve_seconds']:.2f} s"
-                  f"  build {doc['build_seconds']:.2f} s", highlight=False)
+                  f"  build {doc['build_seconds']:.2f} s")
     if shares:
-        console.print(f"served share per model: {shares}", highlight=False)
+        out.result(f"served share per model: {shares}")
     if doc["message"]:
-        console.print(f"[yellow]{doc['message']}[/]", highlight=False)
+        out.result(Text(doc["message"], style="yellow"))
 
 
-def _print_ladder(doc: dict[str, Any]) -> None:
+def _print_ladder(out: Output, doc: dict[str, Any]) -> None:
     if "warning" in doc:
-        console.print(f"[bold red]{doc['warning']}[/]", highlight=False)
+        out.result(Text(doc["warning"], style="bold red"))
     models = doc["models"]
     table = Table(title=f"{doc['scenario']} / {doc['availability']} / {doc['mix']} — ladder "
                         f"({doc['mode']} mode, catalog {doc['catalog']})")
@@ -92,43 +93,42 @@ def _print_ladder(doc: dict[str, Any]) -> None:
                       "-" if r["goodput_fraction"] is None else f"{r['goodput_fraction']:.1%}",
                       "-" if ratio is None else f"{ratio:.3f}",
                       *(f"{r['model_cost'].get(m, 0.0):.2f}" for m in models))
-    console.print(table)
+    out.result(table)
     steps = Table(title="each rung over the next ($/h ratio)")
     for col in ("step", "total", *models):
         steps.add_column(col, justify="left" if col == "step" else "right")
     for s in doc["steps"]:
         steps.add_row(s["step"], "-" if s["ratio"] is None else f"{s['ratio']:.3f}",
                       *("-" if s["per_model"][m] is None else f"{s['per_model'][m]:.3f}" for m in models))
-    console.print(steps)
+    out.result(steps)
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
+    out = output_for(args)
     try:
         METHODS[args.method]  # unknown names fail before the library is built
         problem = build_problem(args.scenario, args.availability, args.mix,
                                 mode="goodput" if args.goodput else "cost",
                                 time_limit=args.time_limit, gap=args.gap, progress=not args.json,
                                 what_if_2gpu=args.what_if_2gpu)
-    except (UnknownNameError, ValueError, FileNotFoundError) as exc:
-        raise UserError(str(exc)) from exc
+    except (KeyError, ValueError, FileNotFoundError) as exc:
+        raise as_user_error(exc) from exc
     context = {"scenario": args.scenario, "availability": args.availability, "mix": args.mix,
                "mode": problem.mode}
     if args.decompose:
         doc = decompose(problem, hypothetical=args.what_if_2gpu, **context)
-        _print_ladder(doc)
-        if args.json:
-            emit_json(doc)
+        _print_ladder(out, doc)
+        out.json(doc)
         return 0 if doc["all_ilp_rungs_optimal"] else 1
     if args.what_if_2gpu:
         from atoll.solvers.catalog import WHAT_IF_NOTE
 
-        console.print(f"[bold red]{WHAT_IF_NOTE}[/]", highlight=False)
+        out.result(Text(WHAT_IF_NOTE, style="bold red"))
         context.update(catalog="what-if-2gpu", warning=WHAT_IF_NOTE)
     result = run_method(problem, args.method)
     doc = solve_document(problem, result, **context)
-    _print(doc)
-    if args.json:
-        emit_json(doc)
+    _print(out, doc)
+    out.json(doc)
     return 0 if result.ok else 1
 
 
@@ -146,5 +146,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the ladder of baselines (homo-node ... joint) and each rung over the next")
     p.add_argument("--what-if-2gpu", action="store_true",
                    help="HYPOTHETICAL catalog: add 2-GPU AWS nodes at 2x the 1-GPU price (paper comparison)")
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_json(p)
     p.set_defaults(handler=cmd_solve)

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -15,11 +14,10 @@ import pytest
 from control_helpers import tiny_series
 
 from atoll.control.cli import main
-from atoll.control.cli_control import LoopSummary, parse_interval, run_loop
-from atoll.control.controller import Decision, TickReport
-from atoll.control.output import UserError
+from atoll.control.cli.control import parse_interval
 from atoll.control.replay import ReplayExporter
 from atoll.control.state import load_state
+from atoll.solvers.errors import InputError
 
 CORE = ("Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B")
 
@@ -28,7 +26,7 @@ def test_parse_interval() -> None:
     assert parse_interval("60s") == 60 and parse_interval("5m") == 300 and parse_interval("1h") == 3600
     assert parse_interval("2.5") == 2.5
     for bad in ("0s", "-1m", "soon", "5d"):
-        with pytest.raises(UserError, match="--interval"):
+        with pytest.raises(InputError, match="--interval"):
             parse_interval(bad)
 
 
@@ -69,43 +67,6 @@ def test_a_corrupt_state_file_is_refused_not_replaced(tmp_path: Path,
                  "http://127.0.0.1:1", "--once"])
     assert code == 2 and "is not valid JSON" in capsys.readouterr().err.replace("\n", "")
     assert (state / "controller-state.json").read_text() == "{not json"
-
-
-class _SlowController:
-    """Ticks that take scripted times on a fake monotonic clock."""
-
-    def __init__(self, durations: list[float], clock: list[float]) -> None:
-        self.durations, self.clock, self.n = durations, clock, 0
-
-    def tick(self) -> TickReport:
-        self.clock[0] += self.durations[self.n]
-        self.n += 1
-        return TickReport(self.n - 1, 0.0, {"ok": True}, {}, Decision("x"), None, False, [], None, None, 0,
-                          False, {"total": self.durations[self.n - 1]})
-
-
-class _FakeEvent(threading.Event):
-    def __init__(self, clock: list[float]) -> None:
-        super().__init__()
-        self.clock = clock
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.clock[0] += timeout or 0.0
-        return self.is_set()
-
-
-def test_run_loop_counts_late_and_missed_ticks() -> None:
-    clock = [0.0]
-    ctl = _SlowController([0.1, 0.1, 2.5, 0.1, 0.1], clock)
-    summary = run_loop(ctl, wall_interval_s=1.0, max_ticks=5, stop=_FakeEvent(clock),  # type: ignore[arg-type]
-                       on_tick=lambda r: None, monotonic=lambda: clock[0])
-    # tick 2 runs from 2.0 to 4.5: slot 3.0 passes wholly during it (missed), and the next tick
-    # starts at 4.5, half an interval after its slot 4.0 (late)
-    assert isinstance(summary, LoopSummary)
-    assert summary.ticks == 5 and summary.missed == 1 and summary.late == 1
-    on_time = run_loop(_SlowController([0.1] * 4, [0.0]), wall_interval_s=1.0, max_ticks=4,  # type: ignore[arg-type]
-                       stop=_FakeEvent([0.0]), on_tick=lambda r: None)
-    assert on_time.missed == 0
 
 
 def _wait_for_tick(state: Path, tick: int, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:

@@ -7,18 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from atoll.control import cli, cli_templates
-
-
-@pytest.fixture(autouse=True)
-def _templates_group(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The group may not be wired into control/cli.py yet; make sure it is for these tests.
-    if cli_templates.add_parser not in cli._GROUPS:
-        monkeypatch.setattr(cli, "_GROUPS", [*cli._GROUPS, cli_templates.add_parser])
+from atoll.control.cli import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
+    code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
 

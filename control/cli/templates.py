@@ -8,11 +8,12 @@ from typing import Any
 
 from rich.table import Table
 
-from atoll.control.output import UserError, console, emit_json
+from atoll.control.cli.common import add_json
+from atoll.control.cli.output import UserError, as_user_error, console, output_for
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS
+from atoll.solvers.errors import UnknownNameError
 from atoll.solvers.models import DEFAULT_MODELS
 from atoll.solvers.perf import RequestShape
-from atoll.solvers.registry import UnknownNameError
 from atoll.solvers.templates import SCENARIO_LIBRARIES, LibrarySpec, TemplateLibrary, build_library
 
 
@@ -45,10 +46,10 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
             shape = RequestShape(default.input_tokens if args.input_tokens is None else args.input_tokens,
                                  default.output_tokens if args.output_tokens is None else args.output_tokens)
         except ValueError as exc:
-            raise UserError(str(exc)) from exc
+            raise as_user_error(exc) from exc
     if args.scenario is not None:
         if args.scenario not in SCENARIO_LIBRARIES:
-            raise UserError(f"unknown scenario {args.scenario!r}; valid scenarios: "
+            raise UnknownNameError(f"unknown scenario {args.scenario!r}; valid scenarios: "
                             f"{', '.join(sorted(SCENARIO_LIBRARIES))}")
         base = SCENARIO_LIBRARIES[args.scenario]
         fields: dict[str, Any] = {"models": base.models, "regions": base.regions, "gpu_types": base.gpu_types,
@@ -69,8 +70,8 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
     fields["model_shapes"] = tuple((m, s) for m, s in fields.get("model_shapes", ()) if m in kept)
     try:
         return args.scenario, LibrarySpec(**fields)
-    except (ValueError, TypeError, UnknownNameError) as exc:
-        raise UserError(str(exc)) from exc
+    except (ValueError, TypeError, KeyError) as exc:
+        raise as_user_error(exc) from exc
 
 
 def library_document(scenario: str | None, lib: TemplateLibrary) -> dict[str, Any]:
@@ -81,6 +82,7 @@ def library_document(scenario: str | None, lib: TemplateLibrary) -> dict[str, An
 
 
 def cmd_templates_build(args: argparse.Namespace) -> int:
+    out = output_for(args)
     scenario, spec = spec_from_args(args)
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
@@ -88,7 +90,7 @@ def cmd_templates_build(args: argparse.Namespace) -> int:
         lib = build_library(spec, cache_dir=args.cache_dir, workers=args.workers, ray_address=args.ray,
                             use_cache=not args.no_cache)
     except RuntimeError as exc:  # e.g. --ray without the optional extra
-        raise UserError(str(exc)) from exc
+        raise as_user_error(exc) from exc
     table = Table(title=f"Template library ({scenario or 'custom'}; "
                         f"{'loaded from cache' if lib.from_cache else 'built'} in {lib.build_seconds:.1f} s)")
     for col in ("service", "templates", "best tokens/s", "max nodes"):
@@ -98,10 +100,9 @@ def cmd_templates_build(args: argparse.Namespace) -> int:
         ts = [t for t in lib.for_model(model) if t.service.phase.value == phase]
         table.add_row(service, str(n), f"{max((t.throughput for t in ts), default=0.0):.0f}",
                       str(max((t.node_count for t in ts), default=0)))
-    console.print(table)
-    console.print(f"{len(lib.templates)} templates; cache key {lib.key[:16]}")
-    if args.json:
-        emit_json(library_document(scenario, lib))
+    out.result(table)
+    out.note(f"{len(lib.templates)} templates; cache key {lib.key[:16]}")
+    out.json(library_document(scenario, lib))
     return 0
 
 
@@ -123,5 +124,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--cache-dir", type=Path, help="cache folder (default $ATOLL_CACHE_DIR/templates or "
                                                    "<repo>/cache/templates)")
     b.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
-    b.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    add_json(b)
     b.set_defaults(handler=cmd_templates_build)

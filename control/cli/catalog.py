@@ -1,0 +1,70 @@
+"""``atoll catalog``: GPU types, node configs and prices per region."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from atoll.control.cli.common import add_json
+from atoll.control.cli.output import as_user_error, output_for
+from atoll.solvers.catalog import (
+    DEFAULT_REGIONS,
+    Catalog,
+    load_catalog,
+    load_user_file,
+    with_user_gpus,
+)
+from atoll.solvers.tables import catalog_document
+from atoll.solvers.types import ModelSpec
+
+
+def catalog_and_models(user_file: Path | None) -> tuple[Catalog, list[ModelSpec]]:
+    """The bundled catalog, with the GPU types and models of ``--user-file`` added."""
+    catalog = load_catalog()
+    extra_models: list[ModelSpec] = []
+    if user_file is not None:
+        gpus, extra_models = load_user_file(user_file)  # raises CatalogFileError, an InputError
+        catalog = with_user_gpus(catalog, gpus)
+    return catalog, extra_models
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    out = output_for(args)
+    catalog, _ = catalog_and_models(args.user_file)
+    regions = args.regions.split(",") if args.regions else list(DEFAULT_REGIONS)
+    try:
+        doc = catalog_document(catalog, regions)
+    except KeyError as exc:
+        raise as_user_error(exc) from exc
+    for table in catalog_tables(doc):
+        out.result(table)
+    out.json(doc)
+    return 0
+
+
+def catalog_tables(doc: dict[str, Any]) -> list[Table]:
+    gt = Table(title="GPU types", show_lines=False)
+    for col in ("GPU", "memory GB", "HBM GB/s", "bf16 TFLOPS", "link GB/s"):
+        gt.add_column(col, justify="right")
+    for g in doc["gpus"]:
+        gt.add_row(g["name"], f"{g['memory_gb']:g}", f"{g['hbm_bandwidth_gbs']:g}",
+                   f"{g['bf16_tflops']:g}", f"{g['link_gbs']:g}")
+    ot = Table(title="Offers ($/node-hour; * = spot estimated)")
+    for col in ("region", "config", "instance", "on-demand", "spot"):
+        ot.add_column(col)
+    for o in doc["offers"]:
+        spot = "-" if o["spot_per_hour"] is None else f"{o['spot_per_hour']:.3f}"
+        ot.add_row(o["region"], o["config"], o["instance"], f"{o['on_demand_per_hour']:.3f}",
+                   spot + ("*" if o["spot_estimated"] else ""))
+    return [gt, ot]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("catalog", help="GPU types, node configs and prices per region")
+    p.add_argument("--regions", help=f"comma-separated (default {','.join(DEFAULT_REGIONS)})")
+    p.add_argument("--user-file", type=Path, help="YAML/TOML file adding GPU types and models")
+    add_json(p)
+    p.set_defaults(handler=cmd_catalog)

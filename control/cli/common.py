@@ -1,0 +1,64 @@
+"""Options and argument parsing shared by several commands (days, the simulator's environment)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from atoll.control.cli.output import UserError
+from atoll.envs.config import AVAILABILITY_KINDS, PRICE_KINDS, FleetConfig
+from atoll.envs.demand import DemandError
+from atoll.envs.fleet_env import FleetEnv
+from atoll.forecast.workloads import WorkloadError
+from atoll.solvers.errors import AtollError
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def parse_days(text: str) -> tuple[int, int]:
+    """``11-14`` or ``11`` -> (11, 14) / (11, 11)."""
+    first, sep, last = text.partition("-")
+    try:
+        a = int(first)
+        b = int(last) if sep else a
+    except ValueError:
+        raise UserError(f"days {text!r} must look like 11-14 or 11") from None
+    if not 1 <= a <= b:
+        raise UserError(f"days {text!r}: need 1 <= first <= last")
+    return a, b
+
+
+def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> FleetEnv:
+    """FleetEnv from the shared --scenario/--workload/--availability/--prices options."""
+    try:
+        config = FleetConfig(scenario=args.scenario, workload=args.workload, days=days,
+                             availability=args.availability, prices=args.prices,
+                             forecaster=args.forecaster, **extra)
+        return FleetEnv(config)
+    except AtollError:
+        raise
+    except (ValueError, KeyError, DemandError, WorkloadError, FileNotFoundError) as exc:
+        raise UserError(str(exc).strip("'\"")) from exc
+
+
+def add_env_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", default="core", help="solver scenario: core or extended")
+    p.add_argument("--workload", default="servegen",
+                   help="servegen (ServeGen client groups, one per model) or one workload per model, "
+                        "comma-separated (servegen:m-large, csv:PATH#MODEL, ...)")
+    p.add_argument("--availability", default="spot", choices=AVAILABILITY_KINDS)
+    p.add_argument("--prices", default=None, choices=PRICE_KINDS,
+                   help="node prices (default: spot with spot availability, else on-demand)")
+    p.add_argument("--forecaster", default="ets", help="naive, ets, sarimax, uc or auto")
+    add_json(p)
+
+
+def split_names(text: str, option: str) -> list[str]:
+    """A comma-separated option -> its names; an empty entry or an empty list is an error."""
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise UserError(f"{option} {text!r} has an empty name; give a comma-separated list without "
+                        f"empty entries")
+    return names

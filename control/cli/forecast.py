@@ -1,0 +1,133 @@
+"""``atoll forecast backtest`` and ``atoll forecast plot``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from pathlib import Path
+
+from rich.table import Table
+
+from atoll.control.cli.common import add_json, split_names
+from atoll.control.cli.output import UserError, as_user_error, output_for, progress
+from atoll.forecast.backtest import HORIZONS, backtest
+from atoll.forecast.forecasters import DAY, FORECASTERS, ForecastError
+from atoll.forecast.plot import plot_forecast
+from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
+from atoll.solvers.errors import UnknownNameError
+
+
+def _series(name: str, step_s: float) -> DemandSeries:
+    try:
+        return load_workload(name, step_s=step_s)
+    except (WorkloadError, FileNotFoundError) as exc:
+        raise as_user_error(exc) from exc
+
+
+def _forecasters(text: str) -> list[str]:
+    names = split_names(text, "--forecaster")
+    for f in names:
+        if f not in FORECASTERS:
+            raise UnknownNameError(f"unknown forecaster {f!r}; valid: {', '.join(FORECASTERS)}")
+    return names
+
+
+def cmd_backtest(args: argparse.Namespace) -> int:
+    out = output_for(args)
+    logging.basicConfig(level=logging.WARNING)
+    names = split_names(args.workload, "--workload")
+    forecasters = _forecasters(args.forecaster)
+    if args.train_days < 1:
+        raise UserError(f"--train-days must be >= 1, got {args.train_days}")
+    results = []
+    timings = {}
+    for name in names:
+        series = _series(name, 300.0)
+        y = series.requests_per_s
+        train = args.train_days * DAY
+        if len(y) < train + DAY:
+            raise UserError(f"workload {name!r} has {len(y) // DAY} days; the backtest needs "
+                            f"{args.train_days} training days plus at least one test day")
+        for f in forecasters:
+            with progress(f"backtest {name} {f}", len(y) - train) as advance:
+                try:
+                    res, per_step = backtest(y, series=name, forecaster=f, train_steps=train,
+                                             tick=lambda: advance(1))
+                except ForecastError as exc:
+                    raise UserError(f"{name}: {exc}") from exc
+            results.extend(res)
+            timings[f"{name}/{f}"] = per_step
+    table = Table(title="Rolling-origin backtest (MASE scaled by in-sample daily seasonal naive)")
+    for col in ("series", "forecaster", "horizon", "MASE", "naive MASE", "ratio", "pinball",
+                "cov 80%", "cov 90%"):
+        table.add_column(col, justify="right")
+    for r in results:
+        table.add_row(r.series, r.forecaster, f"{r.horizon_min:g} min", f"{r.mase:.3f}",
+                      f"{r.naive_mase:.3f}", f"{r.mase / r.naive_mase:.2f}", f"{r.pinball:.3f}",
+                      f"{r.coverage_80:.2f}", f"{r.coverage_90:.2f}")
+    out.result(table)
+    out.json({"results": [r.as_dict() for r in results], "train_days": args.train_days,
+              "update_forecast_seconds": timings})
+    return 0
+
+
+PLOT_STEP_S = 300.0
+MAX_PLOT_HOURS = 7 * 24.0  # a week ahead: longer forecasts say nothing and cost memory
+
+
+def _image_format(out: Path) -> str:
+    """The file format matplotlib will write for ``out``, checked before any fitting."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    supported = FigureCanvasBase.get_supported_filetypes()
+    ext = out.suffix.lstrip(".").lower()
+    if ext not in supported:
+        raise UserError(f"--out {str(out)!r}: unknown image format {ext or '(no extension)'!r}; use one of "
+                        f"{', '.join('.' + e for e in sorted(supported))} (e.g. forecast.png)")
+    return ext
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    out = output_for(args)
+    if not (math.isfinite(args.hours) and 0 < args.hours <= MAX_PLOT_HOURS):
+        raise UserError(f"--hours {args.hours:g} must be > 0 and at most {MAX_PLOT_HOURS:g} (one week)")
+    horizon = int(round(args.hours * 3600.0 / PLOT_STEP_S))
+    if horizon < 1:
+        raise UserError(f"--hours {args.hours:g} is shorter than one {PLOT_STEP_S / 60:g}-minute step; "
+                        f"use at least {PLOT_STEP_S / 3600:.3g}")
+    if not math.isfinite(args.origin_day):
+        raise UserError(f"--origin-day {args.origin_day:g} must be a number of days, e.g. 8")
+    _forecasters(args.forecaster)
+    _image_format(args.out)
+    series = _series(args.workload, PLOT_STEP_S)
+    origin = int(args.origin_day * DAY)
+    if not 2 * DAY <= origin < len(series):
+        raise UserError(f"--origin-day {args.origin_day:g} must leave >= 2 days of history and lie "
+                        f"inside the series' {len(series) / DAY:g} days")
+    info = plot_forecast(series, forecaster=args.forecaster, origin_step=origin, horizon=horizon,
+                         history_steps=2 * DAY, out=args.out)
+    out.note(f"wrote {args.out}")
+    out.json({"out": str(args.out), **info})
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("forecast", help="demand forecasting: backtests and plots")
+    fsub = p.add_subparsers(dest="forecast_command", required=True, metavar="SUBCOMMAND")
+    b = fsub.add_parser("backtest", help="rolling-origin backtest over the test days")
+    b.add_argument("--workload", default="servegen:m-large",
+                   help="servegen:<model>, azure:<trace> or csv:<path>#<model>; comma-separated")
+    b.add_argument("--forecaster", default="auto", help=f"one or more of {', '.join(FORECASTERS)}")
+    b.add_argument("--train-days", type=int, default=7)
+    add_json(b)
+    b.set_defaults(handler=cmd_backtest, horizons=HORIZONS)
+    pl = fsub.add_parser("plot", help="plot history, forecast and intervals to a PNG")
+    pl.add_argument("--workload", default="servegen:m-large")
+    pl.add_argument("--forecaster", default="auto")
+    pl.add_argument("--origin-day", type=float, default=8.0, help="forecast origin, in days")
+    pl.add_argument("--hours", type=float, default=6.0, help="forecast length (at most a week)")
+    pl.add_argument("--out", type=Path, required=True, help="image file; the extension picks the "
+                    "format (.png, .svg, .pdf, ...)")
+    add_json(pl)
+    pl.set_defaults(handler=cmd_plot)

@@ -1,0 +1,105 @@
+"""``atoll perf table`` and ``atoll perf calibrate``: node profiles and the fitted efficiency factors."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from atoll.control.cli.catalog import catalog_and_models
+from atoll.control.cli.common import add_json
+from atoll.control.cli.output import as_user_error, output_for
+from atoll.solvers.catalog import DEFAULT_GPU_TYPES
+from atoll.solvers.models import DEFAULT_MODELS, get_model
+from atoll.solvers.paths import PERF_FACTORS_PATH
+from atoll.solvers.perf import RequestShape
+from atoll.solvers.tables import perf_rows
+from atoll.solvers.types import ModelSpec
+
+
+def _models_arg(value: str | None, extra: list[ModelSpec]) -> list[ModelSpec]:
+    names = value.split(",") if value else list(DEFAULT_MODELS)
+    return [get_model(n, extra) for n in names]
+
+
+def cmd_perf_table(args: argparse.Namespace) -> int:
+    out = output_for(args)
+    catalog, extra = catalog_and_models(args.user_file)
+    models = _models_arg(args.model, extra)
+    try:
+        gpu_types = args.gpus.split(",") if args.gpus else list(DEFAULT_GPU_TYPES)
+        configs = catalog.configs(gpu_types)
+        shape = RequestShape(args.input_tokens, args.output_tokens)
+    except ValueError as exc:
+        raise as_user_error(exc) from exc
+    t0 = time.perf_counter()
+    rows = perf_rows(models, configs, shape=shape)
+    seconds = time.perf_counter() - t0
+    out.result(perf_table(rows, shape))
+    out.note(f"{len(rows)} profiles in {seconds * 1e3:.1f} ms")
+    out.json({"rows": rows, "seconds": seconds,
+              "shape": {"input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens}})
+    return 0
+
+
+def perf_table(rows: list[dict[str, Any]], shape: RequestShape) -> Table:
+    table = Table(title=f"Node profiles (tokens/s within SLO; input {shape.input_tokens:g}, "
+                        f"output {shape.output_tokens:g} tokens)")
+    for col in ("model", "config", "max layers", "prefill tok/s", "decode tok/s"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(r["model"], r["config"], f"{r['max_layers']}/{r['layers']}",
+                      f"{r['prefill_tokens_per_s']:.0f}", f"{r['decode_tokens_per_s']:.0f}")
+    return table
+
+
+def cmd_perf_calibrate(args: argparse.Namespace) -> int:
+    from atoll.solvers.calibrate import calibrate, write_factors
+
+    out = output_for(args)
+    try:
+        report = calibrate(args.data, seed=args.seed, progress=out.note)
+    except FileNotFoundError as exc:
+        raise as_user_error(exc) from exc
+    write_factors(report, args.out)
+    table = Table(title="Held-out median absolute percentage error")
+    table.add_column("dataset")
+    table.add_column("GPU")
+    table.add_column("MdAPE", justify="right")
+    for ds, by_gpu in report["heldout_mape_by_gpu"].items():
+        table.add_row(ds, "all", f"{report['heldout_mape'][ds]:.3f}")
+        for gpu, v in by_gpu.items():
+            table.add_row("", gpu, f"{v:.3f}")
+    out.result(table)
+    logo = Table(title="Leave-one-GPU-out MdAPE (predicted with a relative's factors)")
+    logo.add_column("GPU")
+    logo.add_column("relative")
+    logo.add_column("MdAPE", justify="right")
+    for gpu, v in report["leave_one_gpu_out_mape"].items():
+        logo.add_row(gpu, report["leave_one_gpu_out_relative"][gpu], f"{v:.3f}")
+    out.result(logo)
+    out.note(f"wrote fitted factors to {args.out}")
+    out.json({**report, "factors_path": str(args.out)})
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    perf = sub.add_parser("perf", help="performance model: node profiles and calibration")
+    psub = perf.add_subparsers(dest="perf_command", required=True, metavar="SUBCOMMAND")
+    t = psub.add_parser("table", help="node profiles of models across node configs")
+    t.add_argument("--model", help="model name(s), comma-separated (default: the six defaults)")
+    t.add_argument("--gpus", help=f"GPU types (default {','.join(DEFAULT_GPU_TYPES)})")
+    t.add_argument("--input-tokens", type=float, default=RequestShape().input_tokens)
+    t.add_argument("--output-tokens", type=float, default=RequestShape().output_tokens)
+    t.add_argument("--user-file", type=Path, help="YAML/TOML file adding GPU types and models")
+    add_json(t)
+    t.set_defaults(handler=cmd_perf_table)
+    c = psub.add_parser("calibrate", help="fit efficiency factors to measured public profiles")
+    c.add_argument("--data", type=Path, help="shared data folder (default ../shared/data)")
+    c.add_argument("--out", type=Path, default=PERF_FACTORS_PATH)
+    c.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
+    add_json(c)
+    c.set_defaults(handler=cmd_perf_calibrate)

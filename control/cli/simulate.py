@@ -1,0 +1,62 @@
+"""``atoll simulate``: run rule policies through FleetEnv episodes and total the results."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from atoll.control.cli.common import add_env_options, make_env, parse_days, split_names
+from atoll.control.cli.output import as_user_error, output_for, progress, results_table
+from atoll.envs.plot import plot_episodes
+from atoll.envs.policies import Policy, make_policy
+from atoll.envs.rollout import TOTAL_KEYS, Episode, run_policy
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    out = output_for(args)
+    names = split_names(args.policy, "--policy")
+    days = parse_days(args.days)
+    env = make_env(args, days)
+    policies: list[Policy] = []
+    for name in names:
+        try:
+            policies.append(make_policy(name, len(env.models)))
+        except (KeyError, ValueError) as exc:
+            raise as_user_error(exc) from exc
+    day_list = list(range(days[0], days[1] + 1))
+    episodes: list[Episode] = []
+    for policy in policies:
+        with progress(f"simulate {policy.name}", len(day_list) * env.config.episode_steps) as advance:
+            episodes.append(run_policy(env, policy, days=day_list, seed=args.seed, tick=advance))
+    results = {ep.policy: ep.totals() for ep in episodes}
+    doc: dict[str, Any] = {
+        "scenario": args.scenario, "workload": args.workload, "days": day_list,
+        "availability": args.availability, "prices": env.config.price_kind, "seed": args.seed,
+        "models": list(env.models),
+        "policies": {name: {"totals": {k: t[k] for k in TOTAL_KEYS},
+                            "extra": {k: v for k, v in t.items() if k not in TOTAL_KEYS}}
+                     for name, t in results.items()},
+    }
+    if len(episodes) == 1:
+        doc["policy"] = episodes[0].policy
+        doc["totals"] = doc["policies"][episodes[0].policy]["totals"]
+    out.result(results_table(f"{args.scenario} / {args.availability} / days {args.days}", results))
+    if args.plot:
+        written = plot_episodes(episodes, env.models, Path(args.plot),
+                                title=f"{args.scenario}, {args.availability} availability, days {args.days}")
+        doc["plot"] = str(written)
+        out.note(f"plot written to {written}")
+    out.json(doc)
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="run re-planning policies through the fleet simulator")
+    add_env_options(p)
+    p.add_argument("--days", default="11", help="days of the workload to simulate, e.g. 11-14 (from 4)")
+    p.add_argument("--policy", default="fixed:1",
+                   help="fixed:K, threshold[:LOW:HIGH], never or hindsight; several comma-separated")
+    p.add_argument("--seed", type=int, default=0, help="seed of availability offsets and preemptions")
+    p.add_argument("--plot", default=None, metavar="FILE.png", help="draw demand vs capacity and cost")
+    p.set_defaults(handler=cmd_simulate)

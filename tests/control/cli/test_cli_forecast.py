@@ -1,0 +1,66 @@
+"""``atoll forecast backtest`` and ``atoll forecast plot``: JSON, unknown names, bad plot options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from atoll.control.cli import main
+from atoll.forecast.forecasters import DAY
+
+
+def test_cli_backtest_json_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(0)
+    lines = ["timestamp,model,input_tokens,output_tokens"]
+    for step in range(9 * DAY):
+        rate = 3 + 2 * np.sin(2 * np.pi * step / DAY)
+        for k in range(rng.poisson(rate)):
+            lines.append(f"{step * 300 + k},m,{rng.integers(50, 500)},{rng.integers(5, 50)}")
+    log = tmp_path / "log.csv"
+    log.write_text("\n".join(lines) + "\n")
+    code = main(["forecast", "backtest", "--workload", f"csv:{log}", "--forecaster", "ets", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    keys = {"series", "forecaster", "horizon_min", "mase", "naive_mase", "coverage_80", "coverage_90"}
+    assert keys <= set(doc["results"][0])
+    assert {r["horizon_min"] for r in doc["results"]} == {5, 30, 60, 360}
+
+
+def test_cli_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["forecast", "backtest", "--forecaster", "prophet"]) == 2
+    assert "unknown forecaster 'prophet'" in capsys.readouterr().err
+    assert main(["forecast", "backtest", "--workload", "servegen:m-huge"]) == 2
+    assert "unknown ServeGen model 'm-huge'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--hours", "0"), "--hours 0 must be > 0"),
+    (("--hours", "1e6"), "--hours 1e+06 must be > 0 and at most 168"),
+    (("--hours", "nan"), "--hours nan must be > 0"),
+    (("--hours", "0.01"), "shorter than one 5-minute step"),
+    (("--origin-day", "nan"), "--origin-day nan must be a number of days"),
+    (("--origin-day", "1"), "must leave >= 2 days of history"),
+    (("--out", "plot.xyz"), "unknown image format 'xyz'"),
+    (("--out", "plot"), "unknown image format '(no extension)'"),
+    (("--forecaster", "prophet"), "unknown forecaster 'prophet'"),
+])
+def test_plot_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
+                                 message: str) -> None:
+    args = {"--out": str(tmp_path / "f.png"), **dict(zip(argv[::2], argv[1::2], strict=True))}
+    if args["--out"] in ("plot.xyz", "plot"):
+        args["--out"] = str(tmp_path / args["--out"])
+    code = main(["forecast", "plot", "--forecaster", "naive", *[x for kv in args.items() for x in kv]])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and message in err and "Traceback" not in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_plot_writes_the_image(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               shared_data: object) -> None:
+    out = tmp_path / "f.svg"
+    code = main(["forecast", "plot", "--forecaster", "naive", "--hours", "2", "--out", str(out), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and out.stat().st_size > 0 and doc["horizon_steps"] == 24

@@ -1,0 +1,42 @@
+"""``atoll train`` and ``atoll evaluate``: bad input exits 2 before any MLflow run is left behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from atoll.control.cli import main
+from atoll.training.tracking import configure
+
+
+def _runs() -> list[object]:
+    experiment = configure()
+    return list(MlflowClient().search_runs([experiment]))
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--seed", "-1"), "field 'seed' must be an int >= 0, got -1"),
+    (("--timesteps", "0"), "field 'timesteps' must be an int >= 1, got 0"),
+    (("--bootstrap-rule", "hindsight"), "field 'bootstrap_rule' must be a deployable rule"),
+])
+def test_train_bad_settings_exit_2_and_leave_no_run(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
+                                                    message: str) -> None:
+    code = main(["train", "--forecaster", "naive", "--json", *argv])
+    captured = capsys.readouterr()
+    assert code == 2 and message in json.loads(captured.out)["error"]["message"]
+    assert "Traceback" not in captured.err
+    assert _runs() == []
+
+
+def test_evaluate_unknown_learned_uri_exits_2(capsys: pytest.CaptureFixture[str],
+                                              shared_data: object) -> None:
+    code = main(["evaluate", "--forecaster", "naive", "--eval-days", "11", "--seeds", "1",
+                 "--policies", "learned:runs:/0123456789abcdef/policy,never", "--json"])
+    captured = capsys.readouterr()
+    error = json.loads(captured.out)["error"]
+    assert code == 2 and error["type"] == "InputError"
+    assert "learned policy 'runs:/0123456789abcdef/policy' cannot be loaded" in error["message"]
+    assert "MLFLOW_TRACKING_URI" in error["message"] and "Traceback" not in captured.err
+    assert _runs() == []
