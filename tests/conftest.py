@@ -20,3 +20,6 @@ def shared_data() -> Path:
 def _isolated_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # No test may write to the repository's mlruns/ store.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    # atoll.training.tracking.configure() calls mlflow.set_tracking_uri, a process global that
+    # outranks the variable: clear it for each test, and restore the cleared value afterwards.
+    monkeypatch.setattr("mlflow.tracking._tracking_service.utils._tracking_uri", None)
