@@ -81,8 +81,9 @@ def demand(days: list[int]) -> dict[str, Any]:
     for resample in ("sampled", "hold"):
         env = FleetEnv(FleetConfig(scenario="core", days=(11, 14), resample=resample))
         book = env.book
-        gs = np.concatenate([np.arange((d - 1) * book.steps_per_day, d * book.steps_per_day) for d in days])
         rates = book.rates
+        gs = np.concatenate([np.arange((d - 1) * book.steps_per_day, d * book.steps_per_day) for d in days])
+        gs = gs[gs + 3 <= rates.shape[1]]  # forecasts whose 3rd step is still in the trace
         row: dict[str, Any] = {"equal_to_previous_share": float(np.mean(rates[:, gs] == rates[:, gs - 1]))}
         for h in (1, 3):
             truth = rates[:, gs + h - 1]

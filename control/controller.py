@@ -451,6 +451,7 @@ class Controller:
         for key, change in record.diff.items():
             d = record.templates.get(key, {})
             rows.append({"template": key, "model": d.get("model"), "phase": d.get("phase"),
-                         "region": d.get("region"), "nodes": d.get("nodes"), "change": change,
+                         "region": d.get("region"), "tier": d.get("tier"), "nodes": d.get("nodes"),
+                         "change": change,
                          "action": "add" if change > 0 else "remove", "instances": record.plan.get(key, 0)})
         return rows

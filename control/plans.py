@@ -20,6 +20,7 @@ from typing import Any
 
 from atoll.solvers.errors import AtollError
 from atoll.solvers.problem import Allocation
+from atoll.solvers.tiers import split_tier
 from atoll.solvers.types import Template
 
 TEMPLATE_FIELDS: tuple[str, ...] = ("service", "model", "phase", "region", "nodes", "stages", "throughput")
@@ -55,9 +56,13 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def describe_template(t: Template) -> dict[str, Any]:
-    """The JSON description of a template that a :class:`PlanRecord` carries."""
+    """The JSON description of a template that a :class:`PlanRecord` carries: ``region`` is the
+    plain region and ``tier``, present for a hedged market's spot pool (``spot``, see
+    :mod:`atoll.solvers.tiers`), its price tier; without it the fleet's default capacity type
+    applies (the Kubernetes sinks' ``capacity_type``)."""
+    region, tier = split_tier(t.region, default="")
     return {"service": t.service.name, "model": t.service.model, "phase": t.service.phase.value,
-            "region": t.region, "nodes": [[c, k] for c, k in t.nodes],
+            "region": region, **({"tier": tier} if tier else {}), "nodes": [[c, k] for c, k in t.nodes],
             "stages": [[s.layers, list(s.nodes)] for s in t.stages], "throughput": float(t.throughput)}
 
 

@@ -1,6 +1,8 @@
 """Availability processes: how many nodes of each (region, config) can be held at each step.
 
 - ``static`` (the solver scenarios' ``ample`` and ``scarce``): a fixed cap per (region, config).
+- ``hedged`` (:class:`HedgedAvailability`): a ``spot`` pool per (region, config) beside an
+  on-demand quota that does not move.
 - ``spot``: the cap moves with real spot availability traces (SkyPilot's "Can't Be Late"
   traces, ../shared/data/spot-traces-cantbelate, NSDI'24). Each trace counts the spot nodes
   obtainable out of 16 every 300 s. A (region, config) cap at time t is
@@ -113,3 +115,18 @@ class SpotAvailability:
             raise RuntimeError("SpotAvailability.capacity called before reset(rng)")
         return {cell: math.floor(cap * self.traces[cell[0]].fraction(seconds + self.offsets[cell]))
                 for cell, cap in self.base.items()}
+
+
+@dataclass
+class HedgedAvailability:
+    """A hedged market: a static on-demand quota beside trace-driven spot pools (whose cells are
+    the tiered regions of :mod:`atoll.solvers.tiers`); only the spot pools move."""
+
+    on_demand: StaticAvailability
+    spot: SpotAvailability
+
+    def reset(self, rng: np.random.Generator) -> None:
+        self.spot.reset(rng)
+
+    def capacity(self, seconds: float) -> dict[Cell, int]:
+        return {**self.on_demand.capacity(seconds), **self.spot.capacity(seconds)}

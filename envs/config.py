@@ -10,7 +10,8 @@ from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
 from atoll.solvers.types import Template
 
-AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot")
+AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot", "hedged")
+QUOTA_LEVELS: tuple[str, ...] = ("scarce", "ample")
 PRICE_KINDS: tuple[str, ...] = ("on-demand", "spot")
 TRANSITIONS: tuple[str, ...] = ("make-before-break", "break-before-make")
 RESAMPLES: tuple[str, ...] = ("sampled", "hold")
@@ -48,7 +49,10 @@ class FleetConfig:
     (removed instances stop serving at once, the behaviour before issue 13). ``resample`` and
     ``demand_seed`` (the ``servegen`` workload): ``sampled`` draws every step's requests from the
     clients' arrival processes with a generator seeded by ``demand_seed``; ``hold`` repeats each
-    600 s window's rate (the series before issue 13).
+    600 s window's rate (the series before issue 13). ``availability="hedged"``: every
+    (region, config) offers a spot pool that follows the spot traces (as ``spot``) and an
+    on-demand pool with its own quota (``ondemand_quota``: the ``scarce`` or ``ample`` level) at
+    on-demand prices; the ILP picks the tier per instance and preemption hits spot only.
     ``solver_gap``: re-optimizations stop at a proven relative gap of 0.1% by default — far below
     the forecast error, and it cuts the worst solve times of the extended scenario severalfold.
     """
@@ -77,6 +81,7 @@ class FleetConfig:
     runtime: str = DEFAULT_RUNTIME
     transition: str = "make-before-break"
     resample: str = "sampled"
+    ondemand_quota: str = "scarce"
     demand_seed: int = 0
 
     def __post_init__(self) -> None:
@@ -117,6 +122,9 @@ class FleetConfig:
                                        for v in pair) for pair in self.request_shapes):
             raise ValueError(f"{owner}: field 'request_shapes' must hold (input, output) token pairs > 0, "
                              f"got {self.request_shapes!r}")
+        if self.ondemand_quota not in QUOTA_LEVELS:
+            raise ValueError(f"{owner}: field 'ondemand_quota' must be one of {', '.join(QUOTA_LEVELS)}, "
+                             f"got {self.ondemand_quota!r}")
         if self.resample not in RESAMPLES:
             raise ValueError(f"{owner}: field 'resample' must be one of {', '.join(RESAMPLES)}, "
                              f"got {self.resample!r}")

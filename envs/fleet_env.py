@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from atoll.envs.availability import SpotAvailability, StaticAvailability, load_spot_trace
+from atoll.envs.availability import HedgedAvailability, SpotAvailability, StaticAvailability, load_spot_trace
 from atoll.envs.config import FleetConfig
 from atoll.envs.demand import DemandBook, build_book, workload_series
 from atoll.envs.fleet import FleetState
@@ -18,10 +18,12 @@ from atoll.envs.planner import PlanOutcome
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
 from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.scenarios import SCENARIOS, ample_availability, scarce_availability
+from atoll.solvers.tiers import split_tier, tiered_region
 
 __all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
 
 Cell = tuple[str, str]
+Availability = StaticAvailability | SpotAvailability | HedgedAvailability
 INITIAL_PLANS = ("forecast", "peak")
 PLANNING = ("forecast", "oracle")
 
@@ -122,10 +124,19 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                              f"median start-up time ({fleet.median_startup:.0f} s)")
         templates = fleet.base.templates
         if c.availability == "ample":
-            self._availability: StaticAvailability | SpotAvailability = StaticAvailability(
-                ample_availability(spec))
+            self._availability: Availability = StaticAvailability(ample_availability(spec))
         elif c.availability == "scarce":
             self._availability = StaticAvailability(scarce_availability(spec, templates))
+        elif c.availability == "hedged":
+            plain = [t for t in templates if split_tier(t.region)[1] == "on-demand"]
+            ample = ample_availability(spec)
+            quota = ample if c.ondemand_quota == "ample" else scarce_availability(spec, plain)
+            data = shared_data_dir()
+            spot_pools = {(tiered_region(r, "spot"), cfg): n for (r, cfg), n in ample.items()}
+            self._availability = HedgedAvailability(
+                StaticAvailability(quota),
+                SpotAvailability(spot_pools, {tiered_region(r, "spot"): load_spot_trace(data, r)
+                                              for r in spec.regions}))
         else:
             data = shared_data_dir()
             self._availability = SpotAvailability(ample_availability(spec),
@@ -240,6 +251,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         goodput_tok = share * demand_tok
         unserved_tok = demand_tok - goodput_tok
         cost = self.fleet.cost(self.state, dt)
+        node_hours = self.fleet.node_hours(self.state, dt)
         # time passes; availability moves; preemption at the boundary
         self.state.advance(dt)
         self._g, self._t = g + 1, self._t + 1
@@ -262,6 +274,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         obs = self._obs_space_low.copy() if at_end else self._observe()
         info = self._step_info(rates, demand, ready, demand_tok, goodput_tok, unserved_tok, share, cost,
                                chosen, outcome, solver_s, lost_by_model)
+        info["total"]["node_hours"], info["total"]["ondemand_node_hours"] = node_hours
         return obs, float(reward), False, bool(truncated), info
 
     def _step_info(self, rates: np.ndarray, demand: np.ndarray, ready: np.ndarray, demand_tok: np.ndarray,

@@ -31,6 +31,7 @@ from atoll.solvers.models import get_model
 from atoll.solvers.problem import Allocation, AllocationProblem, gpu_type_of
 from atoll.solvers.runtime import DEFAULT_RUNTIME
 from atoll.solvers.scenarios import SCENARIOS, model_shapes, scenario_prices, scenario_templates
+from atoll.solvers.tiers import split_tier, spot_twins, tiered_region
 from atoll.solvers.types import Template
 
 Cell = tuple[str, str]
@@ -122,6 +123,10 @@ class FleetModel:
                    else scenario_library(config.scenario, config.runtime))
         templates = tuple(t for t in library if t.service.model in models)
         prices = scenario_prices(spec, spot=config.price_kind == "spot")
+        if config.availability == "hedged":  # both tiers of every cell: spot twins at spot prices
+            spot = scenario_prices(spec, spot=True)
+            prices = {**prices, **{(tiered_region(r, "spot"), c): p for (r, c), p in spot.items()}}
+            templates = templates + spot_twins(templates)
         return cls(config, models, templates, prices, shape)
 
     # ----- per template ---------------------------------------------------------------------
@@ -134,6 +139,27 @@ class FleetModel:
             hit = (self.model_index[t.service.model], phase, t.throughput, self.base.template_cost(key))
             self._key_info[key] = hit
         return hit
+
+    def node_hours(self, state: FleetState, seconds: float) -> tuple[float, float]:
+        """(node-hours, of which on-demand) held over the next ``seconds``, billed as :meth:`cost`."""
+        total = on_demand = 0.0
+        for key, n, span in self._billed(state, seconds):
+            t = self.templates[key]
+            hours = n * sum(k for _, k in t.nodes) * span / 3600.0
+            total += hours
+            if split_tier(t.region)[1] == "on-demand":
+                on_demand += hours
+        return total, on_demand
+
+    @staticmethod
+    def _billed(state: FleetState, seconds: float) -> list[tuple[str, float, float]]:
+        """(key, instances, seconds billed) of every entry held over the next ``seconds``."""
+        out: list[tuple[str, float, float]] = [(k, float(n), seconds) for k, n in state.running.items() if n]
+        out += [(k, c, seconds) for k, es in state.starting.items() for c, _ in es]
+        out += [(k, c, min(left, seconds)) for k, es in state.draining.items() for c, left in es]
+        out += [(k, c, min(left + drain, seconds)) for k, es in state.replaced.items()
+                for c, left, drain in es]
+        return out
 
     def tokens(self, rates: np.ndarray) -> np.ndarray:
         """[M, 2] tokens/s per (prefill, decode) of request rates [M] (req/s)."""
@@ -166,24 +192,12 @@ class FleetModel:
 
     def cost(self, state: FleetState, seconds: float) -> np.ndarray:
         """$ per model for holding the fleet ``seconds`` from now: running and starting nodes for
-        the whole interval, draining nodes until their drain ends."""
+        the whole interval, draining nodes until their drain ends, replaced ones (make-before-
+        break) until their replacement is ready plus their drain."""
         cost = np.zeros(len(self.models))
-        for key, n in state.running.items():
-            if n:
-                mi, _, _, per_h = self.info(key)
-                cost[mi] += n * per_h * seconds / 3600.0
-        for key, entries in state.starting.items():
-            for count, _ in entries:
-                mi, _, _, per_h = self.info(key)
-                cost[mi] += count * per_h * seconds / 3600.0
-        for key, entries in state.draining.items():
-            for count, left in entries:
-                mi, _, _, per_h = self.info(key)
-                cost[mi] += count * per_h * min(left, seconds) / 3600.0
-        for key, entries in state.replaced.items():
-            for count, left, drain in entries:  # serving, then draining
-                mi, _, _, per_h = self.info(key)
-                cost[mi] += count * per_h * min(left + drain, seconds) / 3600.0
+        for key, n, span in self._billed(state, seconds):
+            mi, _, _, per_h = self.info(key)
+            cost[mi] += n * per_h * span / 3600.0
         return cost
 
     def nodes_held(self, state: FleetState) -> dict[Cell, int]:

@@ -28,8 +28,9 @@ class Episode:
     def add(self, info: dict[str, Any], reward: float) -> None:
         total = info["total"]
         for k in ("cost_usd", "demand_tokens", "goodput_tokens", "unserved_tokens", "requests",
-                  "reoptimizations", "solves", "solver_seconds", "preemptions"):
-            self.sums[k] = self.sums.get(k, 0.0) + float(total[k])
+                  "reoptimizations", "solves", "solver_seconds", "preemptions", "node_hours",
+                  "ondemand_node_hours"):
+            self.sums[k] = self.sums.get(k, 0.0) + float(total.get(k, 0.0))
         met = total["slo_attainment"] * total["requests"]
         self.sums["met_requests"] = self.sums.get("met_requests", 0.0) + met
         self.sums["reward"] = self.sums.get("reward", 0.0) + reward
@@ -55,6 +56,9 @@ class Episode:
             "solver_seconds": s.get("solver_seconds", 0.0),
             "solves": s.get("solves", 0.0),
             "preemptions": s.get("preemptions", 0.0),
+            "node_hours": s.get("node_hours", 0.0),
+            "ondemand_node_hour_share": (s.get("ondemand_node_hours", 0.0) / s["node_hours"]
+                                         if s.get("node_hours", 0.0) > 0 else 0.0),
             "goodput_tokens": goodput,
             "demand_tokens": demand,
             "reward": s.get("reward", 0.0),

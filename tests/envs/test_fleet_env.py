@@ -283,3 +283,15 @@ def test_make_before_break_counts_the_replaced_instance_until_the_new_one_serves
         cost = env.fleet.cost(state, 300.0)[0]
         billed_old = min(STARTUP + 60, 300) if transition == "make-before-break" else 60
         assert cost == pytest.approx((PRICE_L40S * billed_old + PRICE_L4 * 300 + 2 * PRICE_L4 * 300) / 3600)
+
+
+def test_a_hedged_env_plans_both_tiers_and_reports_the_on_demand_share() -> None:
+    from atoll.solvers.tiers import split_tier
+
+    env = FleetEnv(tiny_config(availability="hedged", ondemand_quota="ample"))
+    env.reset(seed=0, options={"day": 5})
+    tiers = {split_tier(env.fleet.templates[k].region)[1] for k in env.fleet.templates}
+    assert tiers == {"on-demand", "spot"}
+    _, _, _, _, info = env.step(np.array([1]))
+    total = info["total"]
+    assert total["node_hours"] > 0 and 0 <= total["ondemand_node_hours"] <= total["node_hours"]
