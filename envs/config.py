@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from atoll.forecast.forecasters import FORECASTERS, QUANTILES
 from atoll.forecast.workloads import DemandSeries
+from atoll.solvers.errors import InputError
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
 from atoll.solvers.types import Template
 
@@ -32,7 +33,7 @@ class RewardWeights:
         for name in ("unserved_usd_per_mtok", "reopt_usd", "scale"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"RewardWeights: field {name!r} must be finite and >= 0, got {v!r}")
+                raise InputError(f"RewardWeights: field {name!r} must be finite and >= 0, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -88,58 +89,58 @@ class FleetConfig:
         owner = "FleetConfig"
         if len(self.days) != 2 or not (isinstance(self.days[0], int) and isinstance(self.days[1], int)) \
                 or not 1 <= self.days[0] <= self.days[1]:
-            raise ValueError(f"{owner}: field 'days' must be (first, last) with 1 <= first <= last, "
+            raise InputError(f"{owner}: field 'days' must be (first, last) with 1 <= first <= last, "
                              f"got {self.days!r}")
         for name in ("step_s", "look_ahead_s", "solver_time_limit"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise ValueError(f"{owner}: field {name!r} must be > 0 seconds, got {v!r}")
+                raise InputError(f"{owner}: field {name!r} must be > 0 seconds, got {v!r}")
         if not (math.isfinite(self.drain_s) and self.drain_s >= 0):
-            raise ValueError(f"{owner}: field 'drain_s' must be >= 0 seconds, got {self.drain_s!r}")
+            raise InputError(f"{owner}: field 'drain_s' must be >= 0 seconds, got {self.drain_s!r}")
         if not (isinstance(self.episode_steps, int) and self.episode_steps >= 1):
-            raise ValueError(f"{owner}: field 'episode_steps' must be an int >= 1, "
+            raise InputError(f"{owner}: field 'episode_steps' must be an int >= 1, "
                              f"got {self.episode_steps!r}")
         if self.forecaster not in FORECASTERS:
-            raise ValueError(f"{owner}: field 'forecaster' must be one of {', '.join(FORECASTERS)}, "
+            raise InputError(f"{owner}: field 'forecaster' must be one of {', '.join(FORECASTERS)}, "
                              f"got {self.forecaster!r}")
         if self.planning_quantile not in QUANTILES:
-            raise ValueError(f"{owner}: field 'planning_quantile' must be one of {list(QUANTILES)}, "
+            raise InputError(f"{owner}: field 'planning_quantile' must be one of {list(QUANTILES)}, "
                              f"got {self.planning_quantile!r}")
         if self.availability not in AVAILABILITY_KINDS:
-            raise ValueError(f"{owner}: field 'availability' must be one of {', '.join(AVAILABILITY_KINDS)}, "
+            raise InputError(f"{owner}: field 'availability' must be one of {', '.join(AVAILABILITY_KINDS)}, "
                              f"got {self.availability!r}")
         if self.prices is not None and self.prices not in PRICE_KINDS:
-            raise ValueError(f"{owner}: field 'prices' must be one of {', '.join(PRICE_KINDS)} or None, "
+            raise InputError(f"{owner}: field 'prices' must be one of {', '.join(PRICE_KINDS)} or None, "
                              f"got {self.prices!r}")
         if self.startup_weight is not None and not (math.isfinite(self.startup_weight)
                                                     and self.startup_weight >= 0):
-            raise ValueError(f"{owner}: field 'startup_weight' must be >= 0 or None, "
+            raise InputError(f"{owner}: field 'startup_weight' must be >= 0 or None, "
                              f"got {self.startup_weight!r}")
         if not 0 <= self.solver_gap < 1:
-            raise ValueError(f"{owner}: field 'solver_gap' must be in [0, 1), got {self.solver_gap!r}")
+            raise InputError(f"{owner}: field 'solver_gap' must be in [0, 1), got {self.solver_gap!r}")
         if self.request_shapes is not None and not all(
                 len(pair) == 2 and all(isinstance(v, int | float) and math.isfinite(v) and v > 0
                                        for v in pair) for pair in self.request_shapes):
-            raise ValueError(f"{owner}: field 'request_shapes' must hold (input, output) token pairs > 0, "
+            raise InputError(f"{owner}: field 'request_shapes' must hold (input, output) token pairs > 0, "
                              f"got {self.request_shapes!r}")
         if self.ondemand_quota not in QUOTA_LEVELS:
             raise ValueError(f"{owner}: field 'ondemand_quota' must be one of {', '.join(QUOTA_LEVELS)}, "
                              f"got {self.ondemand_quota!r}")
         if self.resample not in RESAMPLES:
-            raise ValueError(f"{owner}: field 'resample' must be one of {', '.join(RESAMPLES)}, "
+            raise InputError(f"{owner}: field 'resample' must be one of {', '.join(RESAMPLES)}, "
                              f"got {self.resample!r}")
         seed = self.demand_seed
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ValueError(f"{owner}: field 'demand_seed' must be an integer >= 0, got {seed!r}")
+            raise InputError(f"{owner}: field 'demand_seed' must be an integer >= 0, got {seed!r}")
         if self.transition not in TRANSITIONS:
-            raise ValueError(f"{owner}: field 'transition' must be one of {', '.join(TRANSITIONS)}, "
+            raise InputError(f"{owner}: field 'transition' must be one of {', '.join(TRANSITIONS)}, "
                              f"got {self.transition!r}")
         try:
             check_runtime(self.runtime)
         except (KeyError, ValueError) as exc:
-            raise ValueError(f"{owner}: field 'runtime': {exc}") from exc
+            raise InputError(f"{owner}: field 'runtime': {exc}") from exc
         if not 0 <= self.demand_round < 1:
-            raise ValueError(f"{owner}: field 'demand_round' must be in [0, 1), got {self.demand_round!r}")
+            raise InputError(f"{owner}: field 'demand_round' must be in [0, 1), got {self.demand_round!r}")
 
     @property
     def look_ahead_steps(self) -> int:

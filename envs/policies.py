@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from atoll.envs.observation import RATIO_CAP, model_feature
+from atoll.solvers.errors import InputError, UnknownNameError
 
 LOST_SHARE = 0.01  # recent unserved share that counts as losing demand
 
@@ -123,15 +124,15 @@ def make_policy(spec: str, n_models: int) -> Policy:
     ``hindsight``."""
     kind, *args = spec.strip().split(":")
     if kind not in RULES:
-        raise KeyError(f"unknown policy {spec!r}; valid: fixed:K, threshold[:LOW:HIGH], never, hindsight"
-                       f"{', learned:<model uri>' if kind == 'learned' else ''}")
+        raise UnknownNameError(f"unknown policy {spec!r}; valid: fixed:K, threshold[:LOW:HIGH], never, "
+                               f"hindsight{', learned:<model uri>' if kind == 'learned' else ''}")
     try:
         if kind == "fixed" and len(args) != 1 or kind == "threshold" and len(args) not in (0, 2) \
                 or kind in ("never", "hindsight") and args:
             raise ValueError("wrong number of arguments")
         policy = RULES[kind](n_models, args)
     except ValueError as exc:
-        raise ValueError(f"bad policy {spec!r} ({exc}); use fixed:K (K >= 1 steps), "
+        raise InputError(f"bad policy {spec!r} ({exc}); use fixed:K (K >= 1 steps), "
                          f"threshold or threshold:LOW:HIGH, never, hindsight") from exc
     policy.name = spec.strip()
     return policy

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from atoll.solvers.errors import InputError
+from atoll.solvers.errors import InputError, UnknownNameError
 from atoll.solvers.paths import CATALOG_PATH
 from atoll.solvers.registry import Registry
 from atoll.solvers.types import NODE_GPU_COUNTS, GpuType, ModelSpec, NodeConfig, Offer, Slo
@@ -44,7 +44,7 @@ class Catalog:
         """Parse "4xL40S" into a NodeConfig; unknown GPU names list the valid ones."""
         count, sep, gpu = name.partition("x")
         if not sep or not count.isdigit():
-            raise ValueError(f"node config {name!r} must look like '<count>x<GPU>', e.g. '4xL40S'")
+            raise InputError(f"node config {name!r} must look like '<count>x<GPU>', e.g. '4xL40S'")
         return NodeConfig(self.gpus[gpu], int(count))
 
     def configs(self, gpu_types: Iterable[str] = DEFAULT_GPU_TYPES) -> list[NodeConfig]:
@@ -57,7 +57,7 @@ class Catalog:
     def offers_in(self, region: str) -> dict[str, Offer]:
         """config name -> offer in a region; a config the region does not sell is absent."""
         if region not in self.regions:
-            raise KeyError(f"unknown region {region!r}; valid regions: {', '.join(self.regions)}")
+            raise UnknownNameError(f"unknown region {region!r}; valid regions: {', '.join(self.regions)}")
         return {o.config: o for o in self.offers if o.region == region}
 
     def offer(self, region: str, config: str) -> Offer | None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from atoll.solvers.errors import InputError
 from atoll.solvers.paths import PERF_FACTORS_PATH
 from atoll.solvers.types import ModelSpec, NodeConfig, Phase
 
@@ -71,7 +72,7 @@ class RequestShape:
         for name in ("input_tokens", "output_tokens"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v >= 1):
-                raise ValueError(f"RequestShape: field '{name}' must be >= 1, got {v!r}")
+                raise InputError(f"RequestShape: field '{name}' must be >= 1, got {v!r}")
 
     @property
     def mean_context(self) -> float:

@@ -419,14 +419,15 @@ def _start_ray(todo: list[TemplateJob], address: str) -> Iterator[tuple[Template
 
 
 def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: int | None = None,
-                  ray_address: str | None = None, progress: bool = True,
+                  ray_address: str | None = None, progress: bool | Callable[[int, int], None] = True,
                   use_cache: bool = True, catalog: Catalog | None = None) -> TemplateLibrary:
     """Build (or load from the on-disk cache) the template library of ``spec``.
 
     cache_dir: default :func:`default_cache_dir`; use_cache=False neither reads nor writes it.
     workers: local worker processes (default ``os.cpu_count()``; 1 runs in this process).
     ray_address: run the jobs on this Ray cluster instead ("auto", "ray://host:10001", ...).
-    progress: a rich progress bar on stderr.
+    progress: a rich progress bar on stderr; or a callable ``(multisets done now, total)`` the
+    caller reports with (the CLI's progress lines when stderr is not a terminal).
     catalog: the offers per region (default the shipped catalog; the job keys hold the configs,
     so another catalog's templates are cached apart).
     """
@@ -459,13 +460,17 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
         running = (_start_ray(todo, ray_address) if ray_address is not None
                    else _start_local(todo, workers or os.cpu_count() or 1))
         with Progress(TextColumn("templates"), BarColumn(), MofNCompleteColumn(), TextColumn("multisets"),
-                      TimeElapsedColumn(), console=Console(stderr=True), disable=not progress) as bar:
-            task = bar.add_task("build", total=sum(weight.values()))
+                      TimeElapsedColumn(), console=Console(stderr=True),
+                      disable=not progress or callable(progress)) as bar:
+            total = sum(weight.values())
+            task = bar.add_task("build", total=total)
             for job, result in running:
                 results[job.key] = result
                 if store is not None:
                     store.save(job.key, result.to_json())
                 bar.advance(task, weight[job.key])
+                if callable(progress):
+                    progress(weight[job.key], total)
     templates = tuple(t for key in keys for t in results[key].templates)
     return TemplateLibrary(spec, templates, time.perf_counter() - t0, not todo,
                            digest({"code_version": CODE_VERSION, "jobs": keys}))

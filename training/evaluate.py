@@ -16,6 +16,7 @@ import numpy as np
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
 from atoll.envs.rollout import TOTAL_KEYS, Episode, run_policy
+from atoll.solvers.errors import InputError
 
 SUMMARY_KEYS: tuple[str, ...] = (*TOTAL_KEYS, "solves", "preemptions", "goodput_tokens", "demand_tokens")
 
@@ -27,11 +28,11 @@ def resolve_policy(spec: str, n_models: int) -> Policy:
 
         uri = spec.split(":", 1)[1]
         if not uri:
-            raise ValueError("learned:<uri> needs the MLflow model URI that 'atoll train' printed")
+            raise InputError("learned:<uri> needs the MLflow model URI that 'atoll train' printed")
         policy = load_policy(uri, name=spec)
         expected = int(policy.metadata.get("n_models", n_models))
         if expected != n_models:
-            raise ValueError(f"policy {spec!r} was trained for {expected} models; "
+            raise InputError(f"policy {spec!r} was trained for {expected} models; "
                              f"this scenario has {n_models}")
         return policy
     return make_policy(spec, n_models)
@@ -58,7 +59,7 @@ def evaluate_policies(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int
                       tick: Callable[[int], None] | None = None) -> list[PolicyResult]:
     """Run each policy over ``days`` for seeds 0..seeds-1."""
     if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
+        raise InputError(f"seeds must be >= 1, got {seeds}")
     policies = [resolve_policy(s, len(env.models)) for s in specs]
     results = []
     for spec, policy in zip(specs, policies, strict=True):

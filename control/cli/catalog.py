@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from atoll.control.cli.common import add_json
-from atoll.control.cli.output import as_user_error, output_for
+from atoll.control.cli.output import output_for
 from atoll.solvers.catalog import (
     DEFAULT_REGIONS,
     Catalog,
@@ -35,10 +35,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     out = output_for(args)
     catalog, _ = catalog_and_models(args.user_file)
     regions = args.regions.split(",") if args.regions else list(DEFAULT_REGIONS)
-    try:
-        doc = catalog_document(catalog, regions)
-    except KeyError as exc:
-        raise as_user_error(exc) from exc
+    doc = catalog_document(catalog, regions)
     for table in catalog_tables(doc):
         out.result(table)
     out.json(doc)

@@ -120,7 +120,9 @@ class ProgressLog:
         self.start = self._last_time = monotonic()
         self._next_share = fraction
 
-    def advance(self, n: float = 1) -> None:
+    def advance(self, n: float = 1, total: float | None = None) -> None:
+        if total is not None:
+            self.total = max(float(total), 1.0)
         self.done += n
         now = self.monotonic()
         share = self.done / self.total
@@ -133,9 +135,10 @@ class ProgressLog:
 
 
 @contextmanager
-def progress(description: str, total: float) -> Iterator[Callable[[float], None]]:
+def progress(description: str, total: float | None) -> Iterator[Callable[..., None]]:
     """``with progress("training", n) as advance: ... advance(k)`` — a bar on a terminal, progress
-    lines (every 10% or 30 s) on a redirected stderr."""
+    lines (every 10% or 30 s) on a redirected stderr. A total only the library knows is passed
+    with the first step: ``advance(k, total=n)``."""
     if console.is_terminal:
         bar = Progress(TextColumn("{task.description}"), BarColumn(),
                        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
@@ -143,12 +146,14 @@ def progress(description: str, total: float) -> Iterator[Callable[[float], None]
         with bar:
             task = bar.add_task(description, total=total)
 
-            def advance(n: float = 1) -> None:
+            def advance(n: float = 1, total: float | None = None) -> None:
+                if total is not None:
+                    bar.update(task, total=total)
                 bar.advance(task, n)
 
             yield advance
         return
-    log = ProgressLog(description, total)
+    log = ProgressLog(description, total or 1.0)
     yield log.advance
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from atoll.control.cli.common import add_env_options, make_env, parse_days, split_names
-from atoll.control.cli.output import as_user_error, output_for, progress, results_table
+from atoll.control.cli.output import output_for, progress, results_table
 from atoll.envs.plot import plot_episodes
 from atoll.envs.policies import Policy, make_policy
 from atoll.envs.rollout import TOTAL_KEYS, Episode, run_policy
@@ -18,12 +18,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     names = split_names(args.policy, "--policy")
     days = parse_days(args.days)
     env = make_env(args, days)
-    policies: list[Policy] = []
-    for name in names:
-        try:
-            policies.append(make_policy(name, len(env.models)))
-        except (KeyError, ValueError) as exc:
-            raise as_user_error(exc) from exc
+    policies: list[Policy] = [make_policy(name, len(env.models)) for name in names]
     day_list = list(range(days[0], days[1] + 1))
     episodes: list[Episode] = []
     for policy in policies:

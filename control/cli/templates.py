@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from atoll.control.cli.common import add_json
-from atoll.control.cli.output import UserError, as_user_error, console, output_for
+from atoll.control.cli.output import UserError, as_user_error, console, output_for, progress
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS
 from atoll.solvers.errors import UnknownNameError
 from atoll.solvers.models import DEFAULT_MODELS
@@ -87,8 +87,10 @@ def cmd_templates_build(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise UserError(f"--workers must be >= 1, got {args.workers}")
     try:
-        lib = build_library(spec, cache_dir=args.cache_dir, workers=args.workers, ray_address=args.ray,
-                            use_cache=not args.no_cache)
+        with progress("templates (multisets placed)", None) as advance:
+            lib = build_library(spec, cache_dir=args.cache_dir, workers=args.workers,
+                                ray_address=args.ray, use_cache=not args.no_cache,
+                                progress=lambda n, total: advance(n, total=total))
     except RuntimeError as exc:  # e.g. --ray without the optional extra
         raise as_user_error(exc) from exc
     table = Table(title=f"Template library ({scenario or 'custom'}; "

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from atoll.control.cli.common import add_env_options, make_env, parse_days
-from atoll.control.cli.output import Output, as_user_error, output_for, progress
+from atoll.control.cli.output import Output, output_for, progress
 from atoll.envs.config import RewardWeights
 from atoll.training.train import TrainSettings
 
@@ -17,10 +17,7 @@ def train(out: Output, args: argparse.Namespace, days: tuple[int, int], timestep
     from atoll.training.tracking import train_run
 
     # Everything is validated before MLflow starts a run, so bad input leaves no FAILED run.
-    try:
-        reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
-    except ValueError as exc:
-        raise as_user_error(exc) from exc
+    reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps,
                              bootstrap_rule=args.bootstrap_rule)
     env = make_env(args, days, reward=reward)

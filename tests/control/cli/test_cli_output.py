@@ -110,3 +110,26 @@ def test_one_results_table_for_totals_and_summaries() -> None:
             for line in text.splitlines() if line.startswith("│")}
     assert rows["a"] == ["120", "90.0%", "95.0%", "0.5000", "3", "1.5"]
     assert rows["b"] == ["120 ± 0", "90.0% ± 0.0%", "95.0% ± 0.0%", "0.5000 ± 0.0000", "3 ± 0", "1.5 ± 0.0"]
+
+
+@pytest.mark.parametrize(("argv", "kind", "message"), [
+    (("simulate", "--policy", "sometimes"), "UnknownNameError", "unknown policy 'sometimes'"),
+    (("simulate", "--policy", "fixed:0"), "InputError", "bad policy 'fixed:0'"),
+    (("catalog", "--regions", "mars:1"), "UnknownNameError", "unknown region 'mars:1'"),
+    (("perf", "table", "--input-tokens", "0"), "InputError", "field 'input_tokens' must be >= 1"),
+    (("train", "--unserved-usd-per-mtok", "-1"), "InputError", "field 'unserved_usd_per_mtok'"),
+])
+def test_library_input_errors_keep_their_class(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
+                                               kind: str, message: str) -> None:
+    code, out, _ = run(capsys, *argv, "--forecaster", "naive", "--json") if argv[0] in ("simulate", "train") \
+        else run(capsys, *argv, "--json")
+    error = json.loads(out)["error"]
+    assert code == 2 and error["type"] == kind and message in error["message"]
+
+
+def test_templates_build_logs_progress_lines_off_a_terminal(capsys: pytest.CaptureFixture[str],
+                                                            tmp_path: Path) -> None:
+    code, out, err = run(capsys, "templates", "build", "--models", "Qwen3-32B", "--regions", "aws:us-east-2",
+                         "--gpus", "L40S", "--n-max", "3", "--workers", "1", "--cache-dir", str(tmp_path))
+    assert code == 0 and "Template library" in out
+    assert "templates (multisets placed): 100%" in err
