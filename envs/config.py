@@ -124,7 +124,7 @@ class FleetConfig:
             raise InputError(f"{owner}: field 'request_shapes' must hold (input, output) token pairs > 0, "
                              f"got {self.request_shapes!r}")
         if self.ondemand_quota not in QUOTA_LEVELS:
-            raise ValueError(f"{owner}: field 'ondemand_quota' must be one of {', '.join(QUOTA_LEVELS)}, "
+            raise InputError(f"{owner}: field 'ondemand_quota' must be one of {', '.join(QUOTA_LEVELS)}, "
                              f"got {self.ondemand_quota!r}")
         if self.resample not in RESAMPLES:
             raise InputError(f"{owner}: field 'resample' must be one of {', '.join(RESAMPLES)}, "

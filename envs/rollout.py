@@ -14,6 +14,25 @@ from atoll.envs.policies import Policy
 TOTAL_KEYS: tuple[str, ...] = ("cost_usd", "goodput_share", "slo_attainment", "usd_per_mtok",
                                "reoptimizations", "solver_seconds")
 
+# The one results table (CLI and the MLflow comparison artifact): (total key, header, format).
+RESULT_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("cost_usd", "cost $", ".0f"),
+    ("goodput_share", "goodput", ".1%"),
+    ("slo_attainment", "SLO att.", ".1%"),
+    ("usd_per_mtok", "$/M goodput tok", ".4f"),
+    ("reoptimizations", "re-opts", ".0f"),
+    ("solver_seconds", "solver s", ".1f"),
+)
+
+
+def result_cells(values: dict[str, Any]) -> list[str]:
+    """One results-table row: per column, a total (one run) or ``mean ± std`` over seeds."""
+    cells = []
+    for key, _, fmt in RESULT_COLUMNS:
+        v = values[key]
+        cells.append(f"{v['mean']:{fmt}} ± {v['std']:{fmt}}" if isinstance(v, dict) else f"{v:{fmt}}")
+    return cells
+
 
 @dataclass
 class Episode:

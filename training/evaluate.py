@@ -15,7 +15,7 @@ import numpy as np
 
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
-from atoll.envs.rollout import TOTAL_KEYS, Episode, run_policy
+from atoll.envs.rollout import RESULT_COLUMNS, TOTAL_KEYS, Episode, result_cells, run_policy
 from atoll.solvers.errors import InputError
 
 SUMMARY_KEYS: tuple[str, ...] = (*TOTAL_KEYS, "solves", "preemptions", "goodput_tokens", "demand_tokens")
@@ -80,16 +80,8 @@ def comparison_rows(results: Sequence[PolicyResult]) -> list[dict[str, object]]:
 
 
 def markdown_table(results: Sequence[PolicyResult]) -> str:
-    head = ("| policy | cost $ | goodput share | SLO attainment | $ / M goodput tok | re-optimizations "
-            "| solver s |\n|---|---|---|---|---|---|---|\n")
-    lines = []
-    for r in results:
-        s = r.summary()
-
-        def cell(k: str, fmt: str, s: dict[str, dict[str, float]] = s) -> str:
-            return f"{s[k]['mean']:{fmt}} ± {s[k]['std']:{fmt}}"
-
-        lines.append(f"| {r.name} | {cell('cost_usd', '.0f')} | {cell('goodput_share', '.3f')} | "
-                     f"{cell('slo_attainment', '.3f')} | {cell('usd_per_mtok', '.4f')} | "
-                     f"{cell('reoptimizations', '.0f')} | {cell('solver_seconds', '.1f')} |")
-    return head + "\n".join(lines) + "\n"
+    """The results table (``atoll.envs.rollout.RESULT_COLUMNS``) in markdown, mean ± std over seeds."""
+    head = "| policy | " + " | ".join(h for _, h, _ in RESULT_COLUMNS) + " |\n"
+    rule = "|---" * (len(RESULT_COLUMNS) + 1) + "|\n"
+    lines = [f"| {r.name} | " + " | ".join(result_cells(r.summary())) + " |" for r in results]
+    return head + rule + "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from atoll.control.cli.output import UserError
@@ -53,6 +54,17 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
                    help="node prices (default: spot with spot availability, else on-demand)")
     p.add_argument("--forecaster", default="ets", help="naive, ets, sarimax, uc or auto")
     add_json(p)
+
+
+def check_image_path(path: Path, option: str) -> None:
+    """Fail before any work if matplotlib cannot write ``path``'s format (taken from its extension)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    supported = FigureCanvasBase.get_supported_filetypes()
+    ext = path.suffix.lstrip(".").lower()
+    if ext not in supported:
+        raise UserError(f"{option} {str(path)!r}: unknown image format {ext or '(no extension)'!r}; use one "
+                        f"of {', '.join('.' + e for e in sorted(supported))} (e.g. out.png)")
 
 
 def split_names(text: str, option: str) -> list[str]:

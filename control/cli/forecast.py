@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from atoll.control.cli.common import add_json, split_names
+from atoll.control.cli.common import add_json, check_image_path, split_names
 from atoll.control.cli.output import UserError, as_user_error, output_for, progress
 from atoll.forecast.backtest import HORIZONS, backtest
 from atoll.forecast.forecasters import DAY, FORECASTERS, ForecastError
@@ -76,18 +76,6 @@ PLOT_STEP_S = 300.0
 MAX_PLOT_HOURS = 7 * 24.0  # a week ahead: longer forecasts say nothing and cost memory
 
 
-def _image_format(out: Path) -> str:
-    """The file format matplotlib will write for ``out``, checked before any fitting."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    supported = FigureCanvasBase.get_supported_filetypes()
-    ext = out.suffix.lstrip(".").lower()
-    if ext not in supported:
-        raise UserError(f"--out {str(out)!r}: unknown image format {ext or '(no extension)'!r}; use one of "
-                        f"{', '.join('.' + e for e in sorted(supported))} (e.g. forecast.png)")
-    return ext
-
-
 def cmd_plot(args: argparse.Namespace) -> int:
     out = output_for(args)
     if not (math.isfinite(args.hours) and 0 < args.hours <= MAX_PLOT_HOURS):
@@ -99,7 +87,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if not math.isfinite(args.origin_day):
         raise UserError(f"--origin-day {args.origin_day:g} must be a number of days, e.g. 8")
     _forecasters(args.forecaster)
-    _image_format(args.out)
+    check_image_path(args.out, "--out")
     series = _series(args.workload, PLOT_STEP_S)
     origin = int(args.origin_day * DAY)
     if not 2 * DAY <= origin < len(series):

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 from rich.text import Text
 
+from atoll.envs.rollout import RESULT_COLUMNS, result_cells
 from atoll.solvers.errors import AtollError, InputError
 
 # Rich reads sys.stdout / sys.stderr at print time (no file given), so redirections and
@@ -157,30 +158,14 @@ def progress(description: str, total: float | None) -> Iterator[Callable[..., No
     yield log.advance
 
 
-RESULT_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("cost_usd", "cost $", ".0f"),
-    ("goodput_share", "goodput", ".1%"),
-    ("slo_attainment", "SLO att.", ".1%"),
-    ("usd_per_mtok", "$/M goodput tok", ".4f"),
-    ("reoptimizations", "re-opts", ".0f"),
-    ("solver_seconds", "solver s", ".1f"),
-)
-
-
 def results_table(title: str, policies: dict[str, dict[str, Any]]) -> Table:
-    """The one results table of ``simulate``, ``evaluate`` and ``demo``: per policy either totals
+    """The one results table of ``simulate``, ``evaluate`` and ``demo`` (columns and cells from
+    ``atoll.envs.rollout``, shared with the MLflow comparison artifact): per policy either totals
     (``{key: value}``, one run) or summaries over seeds (``{key: {"mean", "std"}}``)."""
     table = Table(title=title)
     table.add_column("policy")
     for _, header, _ in RESULT_COLUMNS:
         table.add_column(header, justify="right")
     for name, values in policies.items():
-        cells = []
-        for key, _, fmt in RESULT_COLUMNS:
-            v = values[key]
-            if isinstance(v, dict):
-                cells.append(f"{v['mean']:{fmt}} ± {v['std']:{fmt}}")
-            else:
-                cells.append(f"{v:{fmt}}")
-        table.add_row(name, *cells)
+        table.add_row(name, *result_cells(values))
     return table

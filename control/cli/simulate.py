@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from atoll.control.cli.common import add_env_options, make_env, parse_days, split_names
+from atoll.control.cli.common import add_env_options, check_image_path, make_env, parse_days, split_names
 from atoll.control.cli.output import output_for, progress, results_table
 from atoll.envs.plot import plot_episodes
 from atoll.envs.policies import Policy, make_policy
@@ -17,6 +17,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     out = output_for(args)
     names = split_names(args.policy, "--policy")
     days = parse_days(args.days)
+    if args.plot:
+        check_image_path(Path(args.plot), "--plot")
     env = make_env(args, days)
     policies: list[Policy] = [make_policy(name, len(env.models)) for name in names]
     day_list = list(range(days[0], days[1] + 1))

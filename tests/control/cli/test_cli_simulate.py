@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +32,9 @@ def test_simulate_empty_policy_list_exits_2(capsys: pytest.CaptureFixture[str], 
     assert main(["simulate", "--policy", policy, "--forecaster", "naive"]) == 2
     captured = capsys.readouterr()
     assert "--policy" in captured.err and "empty name" in captured.err and captured.out == ""
+
+
+def test_simulate_plot_with_an_unknown_format_exits_2_before_simulating(capsys: pytest.CaptureFixture[str],
+                                                                        tmp_path: Path) -> None:
+    assert main(["simulate", "--policy", "never", "--plot", str(tmp_path / "p.xyz")]) == 2
+    assert "--plot" in capsys.readouterr().err and not any(tmp_path.iterdir())
