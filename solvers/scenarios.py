@@ -194,7 +194,7 @@ def library_spec(spec: ScenarioSpec, runtime: str | None = None) -> Any:
 
 
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
-                       progress: bool = False, runtime: str | None = None,
+                       progress: bool | Callable[[int, int], None] = False, runtime: str | None = None,
                        catalog: Catalog | None = None) -> tuple[Template, ...]:
     """The scenario's template library (built once, then read from the on-disk cache)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
@@ -240,7 +240,7 @@ AVAILABILITY: Mapping[str, Callable[[ScenarioSpec, Sequence[Template], Catalog |
 def build_problem(scenario: str, availability: str = "ample", mix: str = "even", *,
                   templates: Sequence[Template] | None = None, mode: str = "cost",
                   time_limit: float | None = None, gap: float = 1e-4,
-                  cache_dir: Path | None = None, progress: bool = False,
+                  cache_dir: Path | None = None, progress: bool | Callable[[int, int], None] = False,
                   runtime: str | None = None, what_if_2gpu: bool = False) -> AllocationProblem:
     """The allocation problem of a scenario; ``templates`` overrides the library (tests);
     ``runtime`` picks the library of what that serving runtime can run. ``what_if_2gpu``: the

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from atoll.control.cli.common import add_json
-from atoll.control.cli.output import Output, as_user_error, output_for
+from atoll.control.cli.output import Output, as_user_error, output_for, progress
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
 from atoll.solvers.ladder import decompose
 from atoll.solvers.problem import AllocationProblem
@@ -107,10 +107,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
     out = output_for(args)
     try:
         METHODS[args.method]  # unknown names fail before the library is built
-        problem = build_problem(args.scenario, args.availability, args.mix,
-                                mode="goodput" if args.goodput else "cost",
-                                time_limit=args.time_limit, gap=args.gap, progress=not args.json,
-                                what_if_2gpu=args.what_if_2gpu)
+        with progress("templates (multisets placed)", None) as advance:
+            problem = build_problem(args.scenario, args.availability, args.mix,
+                                    mode="goodput" if args.goodput else "cost",
+                                    time_limit=args.time_limit, gap=args.gap,
+                                    progress=lambda n, total: advance(n, total=total),
+                                    what_if_2gpu=args.what_if_2gpu)
     except (KeyError, ValueError, FileNotFoundError) as exc:
         raise as_user_error(exc) from exc
     context = {"scenario": args.scenario, "availability": args.availability, "mix": args.mix,
