@@ -37,7 +37,10 @@ from atoll.solvers.errors import InputError
 
 DAY = 288
 WEEK = 7 * DAY
-QUANTILES: tuple[float, ...] = (0.05, 0.1, 0.5, 0.9, 0.95)
+# Planning levels a re-plan may provision for (the rule family's @q); the two lower levels
+# complete the 80% and 90% central intervals.
+PLANNING_LEVELS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+QUANTILES: tuple[float, ...] = (0.05, 0.1, *PLANNING_LEVELS)
 MAX_H = 72  # 6 h at 5-min steps: the longest horizon intervals are calibrated for
 CALIBRATION_DAYS = 3
 ERROR_WINDOW = DAY  # relative errors kept per horizon for the intervals (rolling)
@@ -312,24 +315,32 @@ def fourier(t: np.ndarray, period: int, harmonics: int) -> np.ndarray:
     return np.hstack([np.sin(ang), np.cos(ang)])
 
 
+def _harmonics(period: int, wanted: int) -> int:
+    """Fourier pairs that a period of ``period`` steps can carry: the sine of harmonic period/2
+    is identically zero on the step grid (a singular regressor), so stay below it."""
+    return max(1, min(wanted, (period - 1) // 2))
+
+
 class FourierSarimax(Forecaster):
-    """y_t = c + F_t b + u_t with AR(2) errors u; F = daily Fourier harmonics, plus weekly ones
-    when the history spans a week (a weekly cycle is not identified from less)."""
+    """y_t = c + F_t b + u_t with AR(2) errors u; F = Fourier harmonics of the season (a day by
+    default), plus ones of seven seasons (a week) when the history spans them (a weekly cycle is
+    not identified from less)."""
 
     name = "sarimax"
     daily_harmonics = 6
     weekly_harmonics = 2
 
     def _exog(self, t: np.ndarray) -> np.ndarray:
-        cols = [np.ones((len(t), 1)), fourier(t, DAY, self.daily_harmonics)]
+        cols = [np.ones((len(t), 1)),
+                fourier(t, self.season, _harmonics(self.season, self.daily_harmonics))]
         if self._weekly:
-            cols.append(fourier(t, WEEK, self.weekly_harmonics))
+            cols.append(fourier(t, 7 * self.season, self.weekly_harmonics))
         return np.hstack(cols)
 
     def _fit(self, y: np.ndarray) -> None:
         from statsmodels.tsa.statespace.sarimax import SARIMAX
 
-        self._weekly = len(y) >= WEEK
+        self._weekly = len(y) >= 7 * self.season
         t = np.arange(len(y))
         x = self._exog(t)
         with warnings.catch_warnings():
@@ -361,7 +372,8 @@ def _static(matrix: np.ndarray) -> np.ndarray:
 
 
 class UnobservedComponentsF(Forecaster):
-    """Local level + trigonometric daily (6) and weekly (2) seasons; Kalman filter updates."""
+    """Local level + trigonometric seasons of the season (6 harmonics; a day by default) and of
+    seven seasons (2; a week); Kalman filter updates."""
 
     name = "uc"
 
@@ -371,8 +383,10 @@ class UnobservedComponentsF(Forecaster):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mod = UnobservedComponents(y, level="llevel",
-                                       freq_seasonal=[{"period": DAY, "harmonics": 6},
-                                                      {"period": WEEK, "harmonics": 2}])
+                                       freq_seasonal=[
+                                           {"period": self.season,
+                                            "harmonics": _harmonics(self.season, 6)},
+                                           {"period": 7 * self.season, "harmonics": 2}])
             res = mod.fit(disp=False, maxiter=50)
         ssm = res.model.ssm
         # Time-invariant matrices; statsmodels stores them with a trailing time axis of length 1.
@@ -406,7 +420,7 @@ class UnobservedComponentsF(Forecaster):
         return self._ZT[:h] @ self.a
 
 
-FORECASTERS: dict[str, Callable[[], Forecaster]] = {
+FORECASTERS: dict[str, Callable[[int], Forecaster]] = {
     "naive": SeasonalNaive, "ets": HoltWinters, "sarimax": FourierSarimax, "uc": UnobservedComponentsF,
 }
 
@@ -429,7 +443,7 @@ class AutoForecaster(Forecaster):
         split = len(y) - 2 * self.season
         scale = float(np.mean(np.abs(y[self.season:split] - y[:split - self.season]))) or 1.0
         for name in self.candidates:
-            f = FORECASTERS[name]()
+            f = FORECASTERS[name](self.season)
             try:
                 f.fit(y[:split])
             except ForecastError:
@@ -440,7 +454,7 @@ class AutoForecaster(Forecaster):
                 f.update(y[i])
             self.scores[name] = float(np.mean(errs)) / scale
         best = min(self.scores, key=self.scores.__getitem__)
-        self.chosen = FORECASTERS[best]().fit(y)
+        self.chosen = FORECASTERS[best](self.season).fit(y)
         self.t = self.chosen.t
         return self
 
@@ -473,5 +487,4 @@ def make_forecaster(name: str, season: int = DAY) -> Forecaster:
     """A new forecaster by name; unknown names list the valid ones."""
     if name not in FORECASTERS:
         raise ForecastError(f"unknown forecaster {name!r}; valid: {', '.join(FORECASTERS)}")
-    factory = FORECASTERS[name]
-    return factory(season) if season != DAY else factory()  # type: ignore[call-arg]
+    return FORECASTERS[name](season)

@@ -14,10 +14,11 @@ from atoll.forecast.forecasters import DAY, QUANTILES, ForecastError, HoltWinter
 SEASON = 48  # a short season keeps statsmodels fits fast
 
 
-def seasonal(n: int, seed: int, noise: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
+def seasonal(n: int, seed: int, noise: float = 2.0, season: int = SEASON
+             ) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     t = np.arange(n)
-    signal = 100 + 40 * np.sin(2 * np.pi * t / SEASON)
+    signal = 100 + 40 * np.sin(2 * np.pi * t / season)
     return signal + rng.normal(0, noise, n), signal
 
 
@@ -29,13 +30,16 @@ def test_seasonal_naive_reproduces_one_season_back() -> None:
     np.testing.assert_array_equal(f.forecast(10).mean, y[4 * SEASON: 4 * SEASON + 10])
 
 
-@pytest.mark.parametrize("name", ["ets", "sarimax", "uc"])
-def test_models_recover_known_seasonal_signal(name: str) -> None:
-    y, signal = seasonal(8 * SEASON, 1)
-    f = make_forecaster(name, SEASON).fit(y[: 7 * SEASON])
+# 48 divides a day (288 steps) and 50 does not: a model that hard-codes a daily period passes
+# with 48 (its 6th harmonic is the 48-step cycle) and fails with 50.
+@pytest.mark.parametrize("season", [48, 50])
+@pytest.mark.parametrize("name", ["ets", "sarimax", "uc", "auto"])
+def test_models_recover_known_seasonal_signal(name: str, season: int) -> None:
+    y, signal = seasonal(8 * season, 1, season=season)
+    f = make_forecaster(name, season).fit(y[: 7 * season])
     fc = f.forecast(12)
     # noise sd 2 on an amplitude of 40: a model that learned the season is within a few units
-    assert np.max(np.abs(fc.mean - signal[7 * SEASON: 7 * SEASON + 12])) < 8.0
+    assert np.max(np.abs(fc.mean - signal[7 * season: 7 * season + 12])) < 8.0
     for lo, hi in zip(QUANTILES, QUANTILES[1:], strict=False):
         assert np.all(fc.quantile(lo) <= fc.quantile(hi) + 1e-9)
 
@@ -102,3 +106,24 @@ def test_bad_input_is_named() -> None:
         f.update(-2.0)
     with pytest.raises(ForecastError, match="horizon must be >= 1"):
         f.forecast(0)
+
+
+@pytest.mark.parametrize("name", ["naive", "ets"])
+def test_every_planning_level_is_forecast_ordered_and_calibrated(name: str) -> None:
+    """The planning levels 0.5-0.99 all exist, never cross, and each upper quantile is exceeded
+    about as often as its level says on a series whose errors do not drift."""
+    assert set(fmod.PLANNING_LEVELS) == {0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99}
+    assert set(fmod.PLANNING_LEVELS) <= set(QUANTILES)
+    y, _ = seasonal(40 * SEASON, 8, noise=5.0)
+    f = make_forecaster(name, SEASON).fit(y[: 10 * SEASON])
+    below = {q: [] for q in fmod.PLANNING_LEVELS}
+    for i in range(10 * SEASON, len(y)):
+        fc = f.forecast(6)
+        qs = [fc.quantile(q) for q in QUANTILES]
+        for lo, hi in zip(qs, qs[1:], strict=False):
+            assert np.all(lo <= hi + 1e-9)
+        for q in fmod.PLANNING_LEVELS:
+            below[q].append(y[i] <= fc.quantile(q)[0])
+        f.update(y[i])
+    for q, hits in below.items():
+        assert abs(np.mean(hits) - q) < 0.06, (q, np.mean(hits))
