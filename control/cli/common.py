@@ -10,6 +10,7 @@ from atoll.control.cli.output import UserError
 from atoll.envs.config import AVAILABILITY_KINDS, PRICE_KINDS, FleetConfig
 from atoll.envs.demand import DemandError
 from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.fleet_file import ActiveFleet, activate, fleet_config
 from atoll.forecast.workloads import WorkloadError
 from atoll.solvers.errors import AtollError
 
@@ -31,12 +32,35 @@ def parse_days(text: str) -> tuple[int, int]:
     return a, b
 
 
+def activate_fleet(args: argparse.Namespace) -> ActiveFleet | None:
+    """``--fleet FILE`` (or a bundled fleet's name): load, validate and register it, and make
+    ``args.scenario`` name it; None without ``--fleet``."""
+    if not getattr(args, "fleet", None):
+        return None
+    active = activate(args.fleet)
+    args.scenario = active.name
+    return active
+
+
+def add_fleet_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fleet", default=None, metavar="FILE",
+                   help="a fleet file (YAML: models, GPUs, regions and prices, availability, workloads), "
+                        "or a bundled one: core, extended; replaces --scenario")
+
+
 def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> FleetEnv:
-    """FleetEnv from the shared --scenario/--workload/--availability/--prices options."""
+    """FleetEnv from the shared --scenario/--fleet/--workload/--availability/--prices options.
+    With ``--fleet`` the env serves the fleet's own scaled workloads, and availability defaults
+    to ``ample`` (the fleet's static caps, if it names any)."""
     try:
-        config = FleetConfig(scenario=args.scenario, workload=args.workload, days=days,
-                             availability=args.availability, prices=args.prices,
-                             forecaster=args.forecaster, **extra)
+        active = activate_fleet(args)
+        if active is not None:
+            config = fleet_config(active, days, availability=args.availability or "ample",
+                                  prices=args.prices or "on-demand", forecaster=args.forecaster, **extra)
+        else:
+            config = FleetConfig(scenario=args.scenario, workload=args.workload, days=days,
+                                 availability=args.availability or "spot", prices=args.prices,
+                                 forecaster=args.forecaster, **extra)
         return FleetEnv(config)
     except AtollError:
         raise
@@ -49,7 +73,9 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default="servegen",
                    help="servegen (ServeGen client groups, one per model) or one workload per model, "
                         "comma-separated (servegen:m-large, csv:PATH#MODEL, ...)")
-    p.add_argument("--availability", default="spot", choices=AVAILABILITY_KINDS)
+    add_fleet_option(p)
+    p.add_argument("--availability", default=None, choices=AVAILABILITY_KINDS,
+                   help="node availability (default: spot; with --fleet: ample, i.e. its static caps)")
     p.add_argument("--prices", default=None, choices=PRICE_KINDS,
                    help="node prices (default: spot with spot availability, else on-demand)")
     p.add_argument("--forecaster", default="ets", help="naive, ets, sarimax, uc or auto")

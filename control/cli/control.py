@@ -16,17 +16,20 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 from atoll.control.cli.common import add_json
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for
 from atoll.control.controller import Controller, ControllerSettings, TickReport
+from atoll.control.k8s_render import PD_MODES, K8sOptions, k8s_options
 from atoll.control.live_fleet import LiveFleet, load_fleet_file
 from atoll.control.loop import run_loop
 from atoll.control.metrics import MetricsSource, PrometheusSource, ScrapeSource
 from atoll.control.plans import SinkError
 from atoll.control.sinks import SINK_SPECS, make_sink
 from atoll.control.state import StateError
+from atoll.solvers.fleet import load_fleet
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -62,6 +65,16 @@ def _fleet(args: argparse.Namespace) -> LiveFleet:
         raise as_user_error(exc) from exc
 
 
+def _k8s_options(args: argparse.Namespace) -> K8sOptions:
+    """The Kubernetes sinks' settings: a YAML fleet file's ``kubernetes`` section, ``--pd`` on top."""
+    section: dict[str, object] = {}
+    if args.fleet and Path(args.fleet).suffix in (".yaml", ".yml"):
+        section = dict(load_fleet(args.fleet).kubernetes)
+    if args.pd:
+        section["pd"] = args.pd
+    return k8s_options(section, f"{args.fleet}: kubernetes" if args.fleet else "--pd")
+
+
 def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Controller:
     """The controller the arguments describe; ``clock`` is the controller's (see cmd_control)."""
     from atoll.training.evaluate import resolve_policy
@@ -77,7 +90,7 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Co
     except (KeyError, ValueError, OSError) as exc:
         raise UserError(f"--policy {args.policy!r}: {as_user_error(exc)}") from exc
     try:
-        sink = make_sink(args.sink, apply=args.apply)
+        sink = make_sink(args.sink, apply=args.apply, options=_k8s_options(args))
     except SinkError as exc:
         raise as_user_error(exc) from exc
     try:
@@ -162,8 +175,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default="threshold",
                    help="learned:<model uri>, fixed:K (every K ticks), threshold[:LOW:HIGH] or never")
     p.add_argument("--scenario", default="core", help="solver scenario the fleet is planned from")
-    p.add_argument("--fleet", default=None, metavar="FILE.json",
-                   help="a fleet file (scenario, models, prices, availability) instead of --scenario")
+    p.add_argument("--fleet", default=None, metavar="FILE",
+                   help="a fleet file (YAML; or the older JSON narrowing of a scenario) instead of "
+                        "--scenario")
+    p.add_argument("--pd", default=None, choices=PD_MODES,
+                   help="k8s sinks: prefill/decode disaggregated (KV transfer, default) or aggregated")
     p.add_argument("--prices", default="on-demand", choices=PRICE_KINDS)
     p.add_argument("--state", required=True, metavar="DIR", help="where the controller persists its state")
     p.add_argument("--sink", required=True, help=f"where plans go: {SINK_SPECS}")

@@ -26,11 +26,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     out = output_for(args)
     train_days, eval_days = parse_days(args.train_days), parse_days(args.eval_days)
-    settings = {"scenario": args.scenario, "workload": args.workload, "availability": args.availability,
+    availability = args.availability or ("ample" if args.fleet else "spot")
+    settings = {"scenario": args.scenario, "workload": args.workload, "availability": availability,
                 "prices": args.prices, "forecaster": args.forecaster, "train_days": args.train_days,
                 "timesteps": args.timesteps, "bootstrap": args.bootstrap_steps, "seed": 0,
                 "bootstrap_rule": args.bootstrap_rule, "unserved_usd_per_mtok": args.unserved_usd_per_mtok,
                 "reopt_usd": args.reopt_usd}
+    if args.fleet:  # only then, so keys of earlier demos stay valid
+        settings["fleet"] = str(args.fleet)
     key = settings_key(settings)
     uri = None if args.retrain else find_logged_policy(DEMO_TAG, key)
     if uri:

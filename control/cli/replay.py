@@ -7,7 +7,7 @@ import signal
 import threading
 from types import FrameType
 
-from atoll.control.cli.common import add_json, split_names
+from atoll.control.cli.common import activate_fleet, add_fleet_option, add_json, split_names
 from atoll.control.cli.output import UserError, as_user_error, output_for
 from atoll.control.replay import ReplayExporter
 from atoll.forecast.workloads import DAY_S, DemandSeries, WorkloadError, load_workload
@@ -23,10 +23,27 @@ def _load(workloads: list[str], step_s: float) -> list[DemandSeries]:
     return out
 
 
+def _sources(args: argparse.Namespace) -> tuple[list[str], list[str], list[DemandSeries] | None]:
+    """(workload names, model names, series): a fleet's own scaled series (``--fleet``, at the
+    simulator's step and scaling, so a controller sees the demand its policy trained on), or
+    the ``--workload`` traces as recorded."""
+    if args.fleet:
+        if args.workload or args.models:
+            raise UserError("--fleet names the workloads and models; drop --workload and --models")
+        active = activate_fleet(args)
+        assert active is not None
+        return ([w.source for w in active.spec.workloads], list(active.spec.model_names),
+                list(active.series))
+    if not args.workload:
+        raise UserError("give --workload W[,W] (with --models) or --fleet FILE")
+    workloads = split_names(args.workload, "--workload")
+    return workloads, split_names(args.models, "--models") if args.models else workloads, None
+
+
 def build_exporter(args: argparse.Namespace) -> ReplayExporter:
     """The exporter the parsed arguments describe (not started)."""
-    workloads = split_names(args.workload, "--workload")
-    models = split_names(args.models, "--models") if args.models else workloads
+    workloads, models, fleet_series = _sources(args)
+    args.replayed = workloads
     if len(models) != len(workloads):
         raise UserError(f"--models names {len(models)} models for {len(workloads)} workloads; give one "
                         f"name per workload, in the same order")
@@ -36,7 +53,7 @@ def build_exporter(args: argparse.Namespace) -> ReplayExporter:
         raise UserError(f"--speedup must be > 0 (trace seconds per wall second), got {args.speedup:g}")
     if args.start_day < 1:
         raise UserError(f"--start-day is 1-based, got {args.start_day:g}; use 1 for the trace's first day")
-    series = _load(workloads, args.step)
+    series = fleet_series if fleet_series is not None else _load(workloads, args.step)
     start_s = (args.start_day - 1) * DAY_S
     longest = max(len(s) * s.step_s for s in series)
     if start_s >= longest:
@@ -67,8 +84,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         out.note(f"replaying {', '.join(exporter.models)} at {args.speedup:g}x on "
                  f"{exporter.url}/metrics ({remaining / args.speedup:.0f} s of wall time left in "
                  f"the trace); Ctrl-C or SIGTERM stops")
-        workloads = split_names(args.workload, "--workload")
-        out.json({"url": exporter.url, "metrics_url": f"{exporter.url}/metrics", "target": exporter.target,
+        workloads = args.replayed
+        out.json({"fleet": args.fleet, "url": exporter.url, "metrics_url": f"{exporter.url}/metrics",
+                  "target": exporter.target,
                   "models": [{"model": m, "workload": w}
                              for m, w in zip(exporter.models, workloads, strict=True)],
                   "speedup": args.speedup, "start_day": args.start_day,
@@ -87,7 +105,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="serve vLLM-style /metrics per model from demand traces")
-    p.add_argument("--workload", required=True,
+    add_fleet_option(p)
+    p.add_argument("--workload", default="",
                    help="servegen:<model>, azure:<trace> or csv:<path>#<model>; comma-separated for several")
     p.add_argument("--models", default="",
                    help="model_name label per workload, comma-separated (default: the workload names)")

@@ -28,8 +28,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             episodes.append(run_policy(env, policy, days=day_list, seed=args.seed, tick=advance))
     results = {ep.policy: ep.totals() for ep in episodes}
     doc: dict[str, Any] = {
-        "scenario": args.scenario, "workload": args.workload, "days": day_list,
-        "availability": args.availability, "prices": env.config.price_kind, "seed": args.seed,
+        "scenario": args.scenario, "fleet": args.fleet, "workload": args.workload, "days": day_list,
+        "availability": env.config.availability, "prices": env.config.price_kind, "seed": args.seed,
         "models": list(env.models),
         "policies": {name: {"totals": {k: t[k] for k in TOTAL_KEYS},
                             "extra": {k: v for k, v in t.items() if k not in TOTAL_KEYS}}
@@ -38,10 +38,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if len(episodes) == 1:
         doc["policy"] = episodes[0].policy
         doc["totals"] = doc["policies"][episodes[0].policy]["totals"]
-    out.result(results_table(f"{args.scenario} / {args.availability} / days {args.days}", results))
+    out.result(results_table(f"{args.scenario} / {env.config.availability} / days {args.days}", results))
     if args.plot:
         written = plot_episodes(episodes, env.models, Path(args.plot),
-                                title=f"{args.scenario}, {args.availability} availability, days {args.days}")
+                                title=f"{args.scenario}, {env.config.availability} availability, "
+                                      f"days {args.days}")
         doc["plot"] = str(written)
         out.note(f"plot written to {written}")
     out.json(doc)

@@ -9,11 +9,12 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from atoll.control.cli.common import add_json
-from atoll.control.cli.output import Output, as_user_error, output_for, progress
+from atoll.control.cli.common import activate_fleet, add_fleet_option, add_json
+from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
 from atoll.solvers.ladder import decompose
 from atoll.solvers.problem import AllocationProblem
+from atoll.solvers.runtime import RUNTIMES
 from atoll.solvers.scenarios import AVAILABILITIES, MIXES, SCENARIOS, build_problem
 
 
@@ -105,6 +106,9 @@ def _print_ladder(out: Output, doc: dict[str, Any]) -> None:
 
 def cmd_solve(args: argparse.Namespace) -> int:
     out = output_for(args)
+    activate_fleet(args)
+    if not args.scenario:
+        raise UserError("give --scenario (core, extended) or --fleet FILE")
     try:
         METHODS[args.method]  # unknown names fail before the library is built
         with progress("templates (multisets placed)", None) as advance:
@@ -112,10 +116,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
                                     mode="goodput" if args.goodput else "cost",
                                     time_limit=args.time_limit, gap=args.gap,
                                     progress=lambda n, total: advance(n, total=total),
-                                    what_if_2gpu=args.what_if_2gpu)
+                                    what_if_2gpu=args.what_if_2gpu, runtime=args.runtime)
     except (KeyError, ValueError, FileNotFoundError) as exc:
         raise as_user_error(exc) from exc
-    context = {"scenario": args.scenario, "availability": args.availability, "mix": args.mix,
+    context = {"scenario": args.scenario, "fleet": args.fleet, "runtime": args.runtime or
+               SCENARIOS[args.scenario].runtime, "availability": args.availability, "mix": args.mix,
                "mode": problem.mode}
     if args.decompose:
         doc = decompose(problem, hypothetical=args.what_if_2gpu, **context)
@@ -136,7 +141,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("solve", help="allocate a scenario's demand with the ILP or a baseline")
-    p.add_argument("--scenario", required=True, help=f"one of: {', '.join(SCENARIOS)}")
+    p.add_argument("--scenario", default=None, help=f"one of: {', '.join(SCENARIOS)} (or --fleet)")
+    add_fleet_option(p)
+    p.add_argument("--runtime", default=None, choices=RUNTIMES,
+                   help="templates of this serving runtime (default: the scenario's, any; a fleet's, vllm)")
     p.add_argument("--availability", default="ample", help=f"one of: {', '.join(AVAILABILITIES)}")
     p.add_argument("--mix", default="even", help=f"demand mix, one of: {', '.join(MIXES)}")
     p.add_argument("--method", default="ilp", help=f"one of: {', '.join(sorted(METHODS))}")

@@ -8,12 +8,14 @@ from typing import Any
 
 from rich.table import Table
 
-from atoll.control.cli.common import add_json
+from atoll.control.cli.common import activate_fleet, add_fleet_option, add_json
 from atoll.control.cli.output import UserError, as_user_error, console, output_for, progress
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS
 from atoll.solvers.errors import UnknownNameError
 from atoll.solvers.models import DEFAULT_MODELS
 from atoll.solvers.perf import RequestShape
+from atoll.solvers.runtime import RUNTIMES
+from atoll.solvers.scenarios import library_spec
 from atoll.solvers.templates import SCENARIO_LIBRARIES, LibrarySpec, TemplateLibrary, build_library
 
 
@@ -47,14 +49,20 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
                                  default.output_tokens if args.output_tokens is None else args.output_tokens)
         except ValueError as exc:
             raise as_user_error(exc) from exc
-    if args.scenario is not None:
+    active = activate_fleet(args)
+    if active is not None:
+        base = library_spec(active.scenario)
+        fields: dict[str, Any] = {"models": base.models, "regions": base.regions, "gpu_types": base.gpu_types,
+                                  "n_max": base.n_max, "rho": base.rho, "shape": base.shape,
+                                  "model_shapes": () if shape else base.model_shapes, "runtime": base.runtime}
+    elif args.scenario is not None:
         if args.scenario not in SCENARIO_LIBRARIES:
             raise UnknownNameError(f"unknown scenario {args.scenario!r}; valid scenarios: "
                             f"{', '.join(sorted(SCENARIO_LIBRARIES))}")
         base = SCENARIO_LIBRARIES[args.scenario]
-        fields: dict[str, Any] = {"models": base.models, "regions": base.regions, "gpu_types": base.gpu_types,
-                                  "n_max": base.n_max, "rho": base.rho, "shape": base.shape,
-                                  "model_shapes": () if shape else _scenario_shapes(args.scenario)}
+        fields = {"models": base.models, "regions": base.regions, "gpu_types": base.gpu_types,
+                  "n_max": base.n_max, "rho": base.rho, "shape": base.shape,
+                  "model_shapes": () if shape else _scenario_shapes(args.scenario)}
     else:
         fields = {"models": DEFAULT_MODELS, "regions": DEFAULT_REGIONS, "gpu_types": DEFAULT_GPU_TYPES}
     for arg, name in (("models", "models"), ("regions", "regions"), ("gpus", "gpu_types")):
@@ -66,6 +74,8 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
         fields["rho"] = args.rho
     if shape is not None:
         fields["shape"] = shape
+    if args.runtime is not None:
+        fields["runtime"] = args.runtime
     kept = set(fields["models"])
     fields["model_shapes"] = tuple((m, s) for m, s in fields.get("model_shapes", ()) if m in kept)
     try:
@@ -114,6 +124,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b = psub.add_parser("build", help="enumerate, place exactly and prune templates; cached on disk")
     b.add_argument("--scenario", help=f"library of a scenario: {', '.join(sorted(SCENARIO_LIBRARIES))} "
                                       "(options below override its fields)")
+    add_fleet_option(b)
+    b.add_argument("--runtime", default=None, choices=RUNTIMES,
+                   help="keep what this serving runtime can run: vllm or any (default: any; a fleet's own)")
     b.add_argument("--models", help="comma-separated model names (default: the six defaults)")
     b.add_argument("--regions", help=f"comma-separated (default {','.join(DEFAULT_REGIONS)})")
     b.add_argument("--gpus", help=f"GPU types (default {','.join(DEFAULT_GPU_TYPES)})")
