@@ -15,7 +15,7 @@ from atoll.control.cli.output import as_user_error, output_for
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES
 from atoll.solvers.models import DEFAULT_MODELS, get_model
 from atoll.solvers.paths import PERF_FACTORS_PATH
-from atoll.solvers.perf import RequestShape
+from atoll.solvers.perf import RequestShape, load_factors
 from atoll.solvers.tables import perf_rows
 from atoll.solvers.types import ModelSpec
 
@@ -37,7 +37,13 @@ def cmd_perf_table(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - t0
     out.result(perf_table(rows, shape))
     out.note(f"{len(rows)} profiles in {seconds * 1e3:.1f} ms")
-    out.json({"rows": rows, "seconds": seconds,
+    factors = load_factors()
+    borrowed = [g for g in dict.fromkeys(c.gpu.name for c in configs) if factors.borrowed(g)]
+    if borrowed:
+        out.note(f"{', '.join(borrowed)}: no fitted efficiency factors (no public profile, no sibling); "
+                 f"borrowing the median of the fitted GPUs' (compute {factors.compute_eff(borrowed[0]):.2f}, "
+                 f"memory {factors.memory_eff(borrowed[0]):.2f}) — treat these profiles as rough")
+    out.json({"rows": rows, "seconds": seconds, "borrowed_factors": borrowed,
               "shape": {"input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens}})
     return 0
 

@@ -30,7 +30,9 @@ def test_readme_mi300x_user_file_runs_perf_table(tmp_path: Path, capsys: pytest.
                  "--model", "My-8B,Phi-4-14B", "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err
-    rows = json.loads(out)["rows"]
+    doc = json.loads(out)
+    rows = doc["rows"]
+    assert doc["borrowed_factors"] == ["MI300X"] and "MI300X: no fitted efficiency factors" in err
     assert {r["config"] for r in rows} >= {"1xMI300X", "8xMI300X"}
     mi = [r for r in rows if r["config"] == "1xMI300X" and r["model"] == "My-8B"]
     assert mi and mi[0]["decode_tokens_per_s"] > 0
