@@ -30,6 +30,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -88,6 +89,24 @@ class StaticAvailability:
 
     def capacity(self, seconds: float) -> dict[Cell, int]:  # noqa: ARG002
         return dict(self.caps)
+
+
+@dataclass
+class PoolTraceAvailability:
+    """A fleet file's availability: static caps, and pools that follow their own traces
+    (``atoll.solvers.fleet.PoolTrace``: nodes from each time on, seconds from the workloads'
+    start; the episode's own time, no random offset)."""
+
+    caps: Mapping[Cell, int]
+    traces: Mapping[Cell, Any]
+
+    def reset(self, rng: np.random.Generator) -> None:  # noqa: ARG002 - deterministic
+        return None
+
+    def capacity(self, seconds: float) -> dict[Cell, int]:
+        out = dict(self.caps)
+        out.update({cell: int(trace.at(seconds)) for cell, trace in self.traces.items() if cell in out})
+        return out
 
 
 @dataclass

@@ -8,7 +8,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from atoll.envs.availability import HedgedAvailability, SpotAvailability, StaticAvailability, load_spot_trace
+from atoll.envs.availability import (
+    HedgedAvailability,
+    PoolTraceAvailability,
+    SpotAvailability,
+    StaticAvailability,
+    load_spot_trace,
+)
 from atoll.envs.config import FleetConfig
 from atoll.envs.demand import DemandBook, build_book, workload_series
 from atoll.envs.fleet import FleetState
@@ -23,7 +29,7 @@ from atoll.solvers.tiers import split_tier, tiered_region
 __all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
 
 Cell = tuple[str, str]
-Availability = StaticAvailability | SpotAvailability | HedgedAvailability
+Availability = StaticAvailability | SpotAvailability | HedgedAvailability | PoolTraceAvailability
 INITIAL_PLANS = ("forecast", "peak")
 PLANNING = ("forecast", "oracle")
 
@@ -123,8 +129,11 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             raise ValueError(f"FleetConfig: field 'look_ahead_s' ({c.look_ahead_s:g} s) must cover the "
                              f"median start-up time ({fleet.median_startup:.0f} s)")
         templates = fleet.base.templates
-        if c.availability == "ample":
-            self._availability: Availability = StaticAvailability(ample_availability(spec))
+        if c.availability == "ample" and spec.pool_traces:  # a fleet file's pools with traces
+            self._availability: Availability = PoolTraceAvailability(ample_availability(spec),
+                                                                     dict(spec.pool_traces))
+        elif c.availability == "ample":
+            self._availability = StaticAvailability(ample_availability(spec))
         elif c.availability == "scarce":
             self._availability = StaticAvailability(scarce_availability(spec, templates))
         elif c.availability == "hedged":

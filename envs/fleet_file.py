@@ -87,6 +87,7 @@ def activate(path: Path | str, *, step_s: float = STEP_S) -> ActiveFleet:
         req_per_s=max(float(np.mean([r for _, r in rates])), 1e-9), scarce_headroom=0.25,
         shapes=shapes, rates=rates,
         static_availability=None if spec.availability is None else tuple(sorted(spec.availability.items())),
+        pool_traces=spec.pool_traces,
         runtime=spec.runtime, n_max=spec.n_max, rho=spec.rho)
     register_scenario(scenario)
     return ActiveFleet(spec, scenario, series)

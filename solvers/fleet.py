@@ -29,6 +29,8 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
     availability:                   # optional; default: ample (1000 nodes of every offer)
       static:                       # nodes you can get, per region/config; cells left out get none
         aws:us-east-2/4xL4: 6
+      traces:                       # or per pool a CSV "time_s,nodes": from time_s (seconds from the
+        aws:us-east-2/1xL40S: pools/l40s.csv   # workloads' start) that many nodes, until the next row
     workloads:                      # one per model, mapped by name
       Phi-4-14B: {source: "csv:requests.csv#phi-4", scale: 1.0}
       Acme-8B: {source: "servegen:m-small", mean_rate: 5.0}
@@ -44,6 +46,7 @@ workloads and putting the fleet to work is :mod:`atoll.envs.fleet_file`.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Mapping
@@ -67,6 +70,51 @@ _CONFIG = re.compile(r"([1-9][0-9]*)x(.+)")
 
 class FleetFileError(InputError):
     """A fleet file that cannot be used; the message names the file, the entry, the field."""
+
+
+@dataclass(frozen=True)
+class PoolTrace:
+    """Nodes a pool offers over time: ``nodes[i]`` from ``times_s[i]`` (seconds from the start of
+    the workloads) until the next time; the first time is 0, the last count holds to the end."""
+
+    times_s: tuple[float, ...]
+    nodes: tuple[int, ...]
+    source: str
+
+    def at(self, seconds: float) -> int:
+        return self.nodes[max(0, bisect.bisect_right(self.times_s, seconds) - 1)]
+
+
+def _pool_trace(path: Path, where: str, file: Path) -> PoolTrace:
+    """Read a pool's CSV (header ``time_s,nodes``; times from 0, increasing; whole nodes >= 0)."""
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise _fail(path, where, f"trace file {file} cannot be read ({exc}); give a CSV with columns "
+                                 f"time_s,nodes") from None
+    if not lines or [c.strip() for c in lines[0].split(",")] != ["time_s", "nodes"]:
+        raise _fail(path, where, f"{file}: line 1 must be the header 'time_s,nodes'")
+    times: list[float] = []
+    nodes: list[int] = []
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        cols = line.split(",")
+        try:
+            t, k = float(cols[0]), float(cols[1])
+        except (ValueError, IndexError):
+            raise _fail(path, where, f"{file}: line {n} {line!r} must be two numbers "
+                                     f"'time_s,nodes'") from None
+        if not (math.isfinite(t) and t >= 0) or (times and t <= times[-1]):
+            raise _fail(path, where, f"{file}: line {n}: time_s {t:g} must be >= 0 and increasing")
+        if not (math.isfinite(k) and k >= 0 and k.is_integer()):
+            raise _fail(path, where, f"{file}: line {n}: nodes {cols[1].strip()!r} must be a whole "
+                                     f"number >= 0")
+        times.append(t)
+        nodes.append(int(k))
+    if not times or times[0] != 0:
+        raise _fail(path, where, f"{file}: the first row must be at time_s 0")
+    return PoolTrace(tuple(times), tuple(nodes), str(file))
 
 
 @dataclass(frozen=True)
@@ -97,6 +145,7 @@ class FleetSpec:
     kubernetes: Mapping[str, Any]
     n_max: int = 6
     rho: float = 12.0
+    pool_traces: tuple[tuple[tuple[str, str], PoolTrace], ...] = ()
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -302,17 +351,24 @@ def load_fleet(path: Path | str) -> FleetSpec:
     offers = _offers(path, doc.get("regions"), gpus)
     cells = {(o.region, o.config) for o in offers}
     availability: dict[tuple[str, str], int] | None = None
+    pool_traces: list[tuple[tuple[str, str], PoolTrace]] = []
     if doc.get("availability") is not None:
         av = _mapping(path, "availability", doc["availability"], "static and/or traces")
-        extra = sorted(set(av) - {"static"})
+        extra = sorted(set(av) - {"static", "traces"})
         if extra:
-            raise _fail(path, "availability", f"unknown key {extra[0]!r}; valid: static (per-pool "
-                                              f"availability traces are not supported yet)")
+            raise _fail(path, "availability", f"unknown key {extra[0]!r}; valid: static, traces")
         availability = {}
         static = _mapping(path, "availability.static", av.get("static") or {}, "region/config: nodes")
         for key, n in static.items():
             where = f"availability.static[{key!r}]"
             availability[_cell(path, where, key, cells)] = int(_number(path, where, "nodes", n, integer=True))
+        traces = _mapping(path, "availability.traces", av.get("traces") or {}, "region/config: CSV file")
+        for key, file in traces.items():
+            where = f"availability.traces[{key!r}]"
+            cell = _cell(path, where, key, cells)
+            if cell in availability:
+                raise _fail(path, where, "this pool also has a static count; give one or the other")
+            pool_traces.append((cell, _pool_trace(path, where, path.parent / str(file))))
     workloads = []
     raw_w = _mapping(path, "workloads", doc.get("workloads"), "model name: {source, scale | mean_rate}")
     names = [m.name for m in models]
@@ -348,4 +404,4 @@ def load_fleet(path: Path | str) -> FleetSpec:
     n_max = int(_number(path, "n_max", "n_max", doc.get("n_max", 6), integer=True, minimum=1))
     rho = _number(path, "rho", "rho", doc.get("rho", 12.0), strict=True)
     return FleetSpec(path, name, runtime, tuple(models), tuple(user_models), tuple(user_gpus), tuple(offers),
-                     availability, tuple(workloads), dict(kube), n_max, rho)
+                     availability, tuple(workloads), dict(kube), n_max, rho, tuple(pool_traces))

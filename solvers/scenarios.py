@@ -64,6 +64,7 @@ class ScenarioSpec:
     shapes: tuple[tuple[str, RequestShape], ...] = ()
     rates: tuple[tuple[str, float], ...] = ()
     static_availability: tuple[tuple[tuple[str, str], int], ...] | None = None
+    pool_traces: tuple[tuple[tuple[str, str], Any], ...] = ()  # (cell, atoll.solvers.fleet.PoolTrace)
     runtime: str = DEFAULT_RUNTIME
     n_max: int = 6
     rho: float = 12.0
@@ -164,10 +165,12 @@ def scenario_prices(spec: ScenarioSpec, *, spot: bool = False, catalog: Catalog 
 
 
 def ample_availability(spec: ScenarioSpec, catalog: Catalog | None = None) -> dict[tuple[str, str], int]:
-    """AMPLE_NODES of every offered config, or a fleet file's static caps (0 where it names none)."""
+    """AMPLE_NODES of every offered config, or a fleet file's static caps and, for a pool with an
+    availability trace, the most nodes it ever offers (0 where the file names none)."""
     prices = scenario_prices(spec, catalog=catalog)
     if spec.static_availability is not None:
         caps = dict(spec.static_availability)
+        caps.update({cell: max(trace.nodes) for cell, trace in spec.pool_traces})
         return {rc: caps.get(rc, 0) for rc in prices}
     return {rc: AMPLE_NODES for rc in prices}
 

@@ -97,3 +97,19 @@ def test_a_bad_workload_source_names_the_entry(fleet_file: Path) -> None:
     fleet_file.write_text(yaml.safe_dump(doc))
     with pytest.raises(FleetFileError, match=r"workloads\['Acme-8B'\]: field 'source'"):
         activate(fleet_file)
+
+
+def test_a_pool_trace_moves_the_simulators_availability(fleet_file: Path) -> None:
+    (fleet_file.parent / "l40s.csv").write_text("time_s,nodes\n0,20\n345600,3\n")  # 3 nodes from day 5
+    doc = yaml.safe_load(fleet_file.read_text())
+    del doc["availability"]["static"]["aws:us-east-2/1xL40S"]
+    doc["availability"]["traces"] = {"aws:us-east-2/1xL40S": "l40s.csv"}
+    fleet_file.write_text(yaml.safe_dump(doc))
+    fleet = activate(fleet_file)
+    problem = build_problem("acme-test", "ample", "even")
+    assert problem.availability[("aws:us-east-2", "1xL40S")] == 20  # the most the pool offers
+    env = FleetEnv(fleet_config(fleet, (4, 5)))
+    caps = env._availability  # noqa: SLF001 - the env's own availability process
+    assert caps.capacity(4 * 86400 - 300)[("aws:us-east-2", "1xL40S")] == 20
+    assert caps.capacity(4 * 86400)[("aws:us-east-2", "1xL40S")] == 3
+    assert caps.capacity(4 * 86400)[("aws:us-east-2", "4xL4")] == 10

@@ -118,3 +118,22 @@ def test_the_bundled_scenarios_ship_as_fleet_files() -> None:
         assert spec.model_names == scenario.models and spec.regions == scenario.regions
         assert set(spec.gpu_types) == set(scenario.gpu_types) and spec.runtime == "any"
         assert {w.mean_rate for w in spec.workloads} == {scenario.req_per_s}
+
+
+def test_pool_traces_parse_and_their_errors_name_the_line(tmp_path: Path) -> None:
+    (tmp_path / "l4.csv").write_text("time_s,nodes\n0,4\n3600,0\n7200,2\n")
+    doc = changed("availability", {"static": {"lab:rack-1/8xMI300X": 2},
+                                   "traces": {"aws:us-east-2/4xL4": "l4.csv"}})
+    spec = load_fleet(write(tmp_path, doc))
+    ((cell, trace),) = spec.pool_traces
+    assert cell == ("aws:us-east-2", "4xL4")
+    assert [trace.at(t) for t in (0, 3599, 3600, 7199, 7200, 1e9)] == [4, 4, 0, 0, 2, 2]
+    for text, message in (("time,n\n0,1\n", "line 1 must be the header 'time_s,nodes'"),
+                          ("time_s,nodes\n5,1\n", "the first row must be at time_s 0"),
+                          ("time_s,nodes\n0,1\n0,2\n", "line 3: time_s 0 must be >= 0 and increasing"),
+                          ("time_s,nodes\n0,1.5\n", "line 2: nodes '1.5' must be a whole number"),
+                          ("time_s,nodes\n0,x\n", "line 2 '0,x' must be two numbers")):
+        (tmp_path / "l4.csv").write_text(text)
+        where = r"availability.traces\['aws:us-east-2/4xL4'\]: .*"
+        with pytest.raises(FleetFileError, match=where + message):
+            load_fleet(write(tmp_path, doc))
