@@ -61,13 +61,19 @@ def settings_key(settings: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(dict(settings), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def find_logged_policy(tag: str, value: str) -> str | None:
-    """The model URI of the newest FINISHED run tagged ``tag = value``, or None."""
+REUSE_TAG = "atoll.settings_key"
+
+
+def find_logged_policy(tag: str, value: str) -> tuple[str, str] | None:
+    """(model URI, run id) of the newest FINISHED run tagged ``tag = value`` that logged a
+    policy, or None."""
     experiment = configure()
     runs = MlflowClient().search_runs([experiment], filter_string=f"tags.`{tag}` = '{value}' and "
                                       "attributes.status = 'FINISHED'", max_results=1,
                                       order_by=["attributes.start_time DESC"])
-    return runs[0].data.tags.get("atoll.model_uri") if runs else None
+    if not runs or "atoll.model_uri" not in runs[0].data.tags:
+        return None
+    return runs[0].data.tags["atoll.model_uri"], runs[0].info.run_id
 
 
 def config_params(config: FleetConfig) -> dict[str, str]:
@@ -77,6 +83,12 @@ def config_params(config: FleetConfig) -> dict[str, str]:
     return params
 
 
+def _train_params(config: FleetConfig, settings: TrainSettings) -> dict[str, str]:
+    """A training run's parameters: the environment's and PPO's (explicit ``templates`` and
+    ``demand`` objects, as tests pass, are not among them)."""
+    return {**config_params(config), **{f"ppo.{k}": str(v) for k, v in dataclasses.asdict(settings).items()}}
+
+
 def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, str] | None = None,
               tick: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Train and log: params, SB3 learning curves, the policy as one pyfunc model."""
@@ -84,8 +96,9 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
     with mlflow.start_run(experiment_id=experiment, run_name=f"train-{config.scenario}",
                           tags={"atoll.kind": "train", **(tags or {})}) as run:
         run_id = run.info.run_id
-        mlflow.log_params({**config_params(config),
-                           **{f"ppo.{k}": str(v) for k, v in dataclasses.asdict(settings).items()}})
+        params = _train_params(config, settings)
+        mlflow.log_params(params)
+        mlflow.set_tag(REUSE_TAG, settings_key(params))  # what train_or_reuse looks runs up by
         model, vec, stats = train_policy(config, settings, logger=make_logger(run_id, extra_formats=()),
                                          tick=tick)
         if stats:
@@ -98,6 +111,17 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
                                    "train_days": list(config.days), "availability": config.availability})
         mlflow.set_tag("atoll.model_uri", uri)
     return {"run_id": run_id, "model_uri": uri, **stats}
+
+
+def train_or_reuse(config: FleetConfig, settings: TrainSettings, *, retrain: bool = False,
+                   tick: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """The policy a finished run trained with exactly this environment and these settings (its
+    params are the key), or a new training run when there is none or ``retrain``. Returns
+    ``model_uri``, ``run_id`` (of the run that trained it) and ``reused``."""
+    found = None if retrain else find_logged_policy(REUSE_TAG, settings_key(_train_params(config, settings)))
+    if found is not None:
+        return {"model_uri": found[0], "run_id": found[1], "reused": True}
+    return {**train_run(config, settings, tick=tick), "reused": False}
 
 
 def _step_metrics(result: PolicyResult) -> list[Metric]:

@@ -1,7 +1,7 @@
 """``atoll demo``: the main job on the bundled default data.
 
 Core scenario, ServeGen-derived demand, spot availability: train a small PPO trigger on days
-4-10 (or reuse the one an earlier demo logged with the same settings), evaluate it against
+4-10 (or reuse the one a finished run trained with the same environment and settings), evaluate it against
 fixed-interval re-planning and the threshold rule on held-out days 11-12, log everything to
 MLflow and print the comparison and the command that opens the MLflow UI.
 """
@@ -12,42 +12,33 @@ import argparse
 
 from atoll.control.cli.common import add_env_options, parse_days
 from atoll.control.cli.evaluate import evaluate
-from atoll.control.cli.output import output_for
-from atoll.control.cli.train import add_train_options, train
+from atoll.control.cli.output import output_for, progress
+from atoll.control.cli.train import add_train_options, train_config
 
 DEMO_POLICIES = ("fixed:1", "fixed:6", "fixed:12", "threshold")
-DEMO_TAG = "atoll.demo_key"
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     import mlflow
 
-    from atoll.training.tracking import find_logged_policy, settings_key
+    from atoll.training.tracking import train_or_reuse
 
     out = output_for(args)
     train_days, eval_days = parse_days(args.train_days), parse_days(args.eval_days)
-    availability = args.availability or ("ample" if args.fleet else "spot")
-    settings = {"scenario": args.scenario, "workload": args.workload, "availability": availability,
-                "prices": args.prices, "forecaster": args.forecaster, "train_days": args.train_days,
-                "timesteps": args.timesteps, "bootstrap": args.bootstrap_steps, "seed": 0,
-                "bootstrap_rule": args.bootstrap_rule, "unserved_usd_per_mtok": args.unserved_usd_per_mtok,
-                "reopt_usd": args.reopt_usd}
-    if args.fleet:  # only then, so keys of earlier demos stay valid
-        settings["fleet"] = str(args.fleet)
-    key = settings_key(settings)
-    uri = None if args.retrain else find_logged_policy(DEMO_TAG, key)
-    if uri:
-        out.note(f"reusing the policy an earlier demo trained: {uri} (--retrain to train again)")
-        model_uri, reused = uri, True
+    config, settings = train_config(args, train_days, args.timesteps, seed=0)
+    with progress("training", settings.bootstrap_steps + settings.timesteps) as advance:
+        trained = train_or_reuse(config, settings, retrain=args.retrain, tick=advance)
+    if trained["reused"]:
+        out.note(f"reusing the policy run {trained['run_id']} trained with the same settings: "
+                 f"{trained['model_uri']} (--retrain to train again)")
     else:
-        model_uri = train(out, args, train_days, args.timesteps, 0, tags={DEMO_TAG: key})["model_uri"]
-        reused = False
-    specs = [f"learned:{model_uri}", *DEMO_POLICIES]
+        out.note(f"trained: run {trained['run_id']}, model {trained['model_uri']}")
+    specs = [f"learned:{trained['model_uri']}", *DEMO_POLICIES]
     result = evaluate(out, args, eval_days, specs, 1, run_name="demo")
     out.note(f"MLflow parent run {result['parent_run_id']}; open the UI with:\n"
              f"  .venv/bin/mlflow ui --backend-store-uri {mlflow.get_tracking_uri()}")
-    out.json({"parent_run_id": result["parent_run_id"], "model_uri": model_uri,
-              "reused_policy": reused, "policies": result["policies"]})
+    out.json({"parent_run_id": result["parent_run_id"], "model_uri": trained["model_uri"],
+              "reused_policy": trained["reused"], "policies": result["policies"]})
     return 0
 
 
@@ -58,5 +49,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-days", default="11-12")
     p.add_argument("--timesteps", type=int, default=4_032)
     add_train_options(p, bootstrap_steps=1_440)
-    p.add_argument("--retrain", action="store_true", help="train even if an earlier demo logged a policy")
+    p.add_argument("--retrain", action="store_true",
+                   help="train even if a finished run trained a policy with the same settings")
     p.set_defaults(handler=cmd_demo)

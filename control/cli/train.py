@@ -3,33 +3,30 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from atoll.control.cli.common import add_env_options, make_env, parse_days
-from atoll.control.cli.output import Output, output_for, progress
-from atoll.envs.config import RewardWeights
+from atoll.control.cli.output import output_for, progress
+from atoll.envs.config import FleetConfig, RewardWeights
 from atoll.training.train import TrainSettings
 
 
-def train(out: Output, args: argparse.Namespace, days: tuple[int, int], timesteps: int, seed: int,
-          tags: dict[str, str] | None = None) -> dict[str, Any]:
-    """Validate every setting, then train and log one run (shared with ``atoll demo``)."""
-    from atoll.training.tracking import train_run
-
-    # Everything is validated before MLflow starts a run, so bad input leaves no FAILED run.
+def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int, seed: int
+                 ) -> tuple[FleetConfig, TrainSettings]:
+    """The environment and PPO settings the options describe, all validated before MLflow starts
+    a run, so bad input leaves no FAILED run (shared with ``atoll demo``)."""
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps,
                              bootstrap_rule=args.bootstrap_rule)
-    env = make_env(args, days, reward=reward)
-    with progress("training", settings.bootstrap_steps + timesteps) as advance:
-        run = train_run(env.config, settings, tags=tags, tick=advance)
-    out.note(f"trained: run {run['run_id']}, model {run['model_uri']}")
-    return run
+    return make_env(args, days, reward=reward).config, settings
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from atoll.training.tracking import train_run
+
     out = output_for(args)
-    run = train(out, args, parse_days(args.train_days), args.timesteps, args.seed)
+    config, settings = train_config(args, parse_days(args.train_days), args.timesteps, args.seed)
+    with progress("training", settings.bootstrap_steps + settings.timesteps) as advance:
+        run = train_run(config, settings, tick=advance)
     out.result(f"run_id     {run['run_id']}\nmodel_uri  {run['model_uri']}")
     out.json(run)
     return 0

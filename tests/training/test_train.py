@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import mlflow
 import numpy as np
 import pytest
@@ -134,3 +136,17 @@ def test_train_settings_fields_are_documented_and_validated() -> None:
         name = next(iter(bad))
         with pytest.raises(ValueError, match=f"field '{name}'"):
             TrainSettings(**bad)  # type: ignore[arg-type]
+
+
+def test_train_or_reuse_finds_the_run_with_the_same_settings() -> None:
+    from atoll.training.tracking import train_or_reuse
+
+    first = train_or_reuse(tiny_config(), SETTINGS)
+    again = train_or_reuse(tiny_config(), SETTINGS)
+    assert not first["reused"] and again["reused"]
+    assert (again["model_uri"], again["run_id"]) == (first["model_uri"], first["run_id"])
+    other_seed = train_or_reuse(tiny_config(), dataclasses.replace(SETTINGS, seed=1))
+    forced = train_or_reuse(tiny_config(), SETTINGS, retrain=True)
+    assert not other_seed["reused"] and not forced["reused"]
+    assert len({first["run_id"], other_seed["run_id"], forced["run_id"]}) == 3
+    assert train_or_reuse(tiny_config(), SETTINGS)["run_id"] == forced["run_id"]  # the newest one
