@@ -45,12 +45,24 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     A re-optimization solves the exact allocation ILP for the chosen models with the others held
     at their planned counts, warm-started from the running plan, for the planning demand: per
     service the largest ``planning_quantile`` forecast over the next ``look_ahead_s`` (made from
-    the demand seen so far), within the availability at that moment (minus draining nodes), with
-    start-up weight K = the median template start-up / ``step_s``. Cost mode first; goodput mode
-    (serve the most, then cheapest) when the demand cannot be met; the plan is held when no plan
-    is found. Added instances serve after their start-up (node boot 180 s + loading the weights
-    of the stage a node holds at 1 GB/s, slowest node); instances removed stop serving at once
-    and are billed for ``drain_s`` more (those still starting are cancelled first, unbilled).
+    the demand seen so far), within the availability at that moment (minus the nodes of draining
+    and replaced instances), with start-up weight K = the median template start-up / ``step_s``.
+    Cost mode first; goodput mode (serve the most, then cheapest) when the demand cannot be met;
+    the plan is held when no plan is found. Added instances serve after their start-up (node
+    boot 180 s + loading the weights of the stage a node holds at 1 GB/s, slowest node — a
+    constant: no public GPU-node start-up measurements give it a spread). Removals cancel
+    instances still starting first (unbilled); ``transition="make-before-break"`` (default): a
+    running instance removed from a service to which the plan adds instances keeps serving and
+    billing until the slowest of those additions is ready, then drains for ``drain_s``; a pure
+    scale-down (and every removal under ``"break-before-make"``) stops serving at once and is
+    billed for ``drain_s`` more.
+
+    **Demand** (``workload="servegen"``): per step, sampled from the trace's per-client arrival
+    processes (:mod:`atoll.envs.arrivals`) with the generator seeded by ``demand_seed``
+    (``resample="hold"``: each 600 s window's rate repeated); forecasts are one causal pass per
+    (trace, seed), cached. **Market** ``availability``: ``ample`` / ``scarce`` (static caps),
+    ``spot`` (every pool follows a spot trace), ``hedged`` (spot pools beside an on-demand quota
+    at on-demand prices; the ILP picks the tier per instance).
 
     **Observation** ``Box(float32)`` of ``8 M + G + 3`` values (M models, G GPU types of the
     scenario's prices), built by :func:`atoll.envs.signals.fleet_signals` and
@@ -88,9 +100,11 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     service served = min(demand, ready capacity), where an instance that becomes ready during
     the step counts for the part of the step it is ready; a model's requests meet the SLO in
     the share min over its phases of served / demand (a request needs both); bill every
-    running, starting and draining node at the config's price; advance time; if availability
-    at t + 1 is below the nodes held, preempt instances at once (starting first; order drawn
-    from ``self.np_random``).
+    running, starting, replaced and draining node at the price of its (region, config, tier);
+    advance time; if availability at t + 1 is below the nodes held, preempt instances at once
+    (starting first; order drawn from ``self.np_random``) — on-demand quotas never drop, so
+    under ``hedged`` only spot instances are preempted. ``info["total"]`` has the step's
+    node-hours and on-demand node-hours.
 
     **Reward** = -scale x (cost $ + unserved_usd_per_mtok x unserved Mtok + reopt_usd x bits
     set), with goodput tokens = share x (prefill + decode tokens) per model and unserved tokens
@@ -106,7 +120,10 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
 
     **Version history**
 
-    * ``v0`` (this revision): one observation path shared with the live controller
+    * ``v0`` (issue 13): demand sampled per step from the arrival processes (default;
+      ``resample="hold"`` for the old series), make-before-break transitions (default;
+      ``transition="break-before-make"`` for the old ones), the ``hedged`` market.
+    * ``v0`` (issue 12): one observation path shared with the live controller
       (``fleet_signals``); ``since_reopt`` counts the step of the re-optimization itself (a model
       re-optimized at step t reads 1 at t + 1, it read 0 before); draining nodes are billed
       until their drain ends everywhere (``node_hours_cost`` billed them for the whole interval).
