@@ -173,6 +173,12 @@ class FleetState:
                 else:
                     keep.append([count, left - seconds, drain])
             self.replaced[key] = keep
+        # forget keys with nothing left, so per-step scans stay as short as the fleet
+        for bucket in (self.starting, self.draining, self.replaced):
+            for key in [k for k, entries in bucket.items() if not entries]:
+                del bucket[key]
+        for key in [k for k, n in self.running.items() if not n]:
+            del self.running[key]
 
     def nodes_held(self, templates: Mapping[str, Template]) -> dict[Cell, int]:
         use: dict[Cell, int] = defaultdict(int)

@@ -90,7 +90,7 @@ def test_make_before_break_the_replaced_instance_serves_and_bills_until_its_repl
     assert node_hours_cost(s, TEMPLATES, PRICES, 300) == pytest.approx((2 * 300 + 11 * 300) / 3600)
     s.advance(300)
     # B is ready: A drains for 60 s more, billed, not serving
-    assert s.ready() == {B.key: 1} and s.draining[A.key] == [[1.0, 60.0]] and not s.replaced[A.key]
+    assert s.ready() == {B.key: 1} and s.draining[A.key] == [[1.0, 60.0]] and not s.replaced.get(A.key)
     assert node_hours_cost(s, TEMPLATES, PRICES, 300) == pytest.approx((2 * 60 + 11 * 300) / 3600)
     s.advance(60)
     assert s.held(A.key) == 0
