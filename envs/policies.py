@@ -5,11 +5,21 @@ Every policy — rule-based here, learned in ``training`` — has one interface:
 ``reset_options() -> dict`` (options the environment's ``reset`` needs for it; the ``never``
 policy starts from a plan for the day's peak, ``hindsight`` plans with the true demand).
 
-- ``fixed:K``: every model every K steps (K=1 at 5-min steps is close to Coral's 6-minute
-  re-solve period).
-- ``threshold[:LOW:HIGH]``: re-plan a model when its forecast upper quantile over the
+- ``fixed:K@q``: every model every K steps (K=1 at 5-min steps is close to Coral's 6-minute
+  re-solve period), planning for the forecast's q quantile.
+- ``threshold:LOW:HIGH@q``: re-plan a model when its forecast q quantile over the
   look-ahead / planned capacity leaves [LOW, HIGH] (default [0.5, 1.0]), when it recently lost
-  more than 1% of its demand with nothing starting, or after one of its instances was preempted.
+  more than 1% of its demand with nothing starting, or after one of its instances was preempted;
+  the re-plan is for the q quantile.
+
+The rule family (DESIGN §2, "rule family") is ``fixed:K@q`` for K in :data:`FIXED_INTERVALS`
+and ``threshold:LOW:HIGH@q`` for the bands in :data:`THRESHOLD_BANDS`, q over every planning
+level (:data:`PLANNING_LEVELS`); :func:`rule_grid` lists it. Without ``@q`` a rule plans at the
+environment's configured level (``FleetConfig.planning_quantile``, 0.9 by default): today's
+names ``fixed:K``, ``threshold`` and ``threshold:LOW:HIGH`` are aliases of the ``@0.9`` rules
+there. A rule's level is its ``planning_quantile`` attribute (None: the environment's); the
+evaluation runs it on an environment configured for that level, so its observation's
+``forecast_upper_ratio`` and its re-plans read the same quantile.
 - ``never``: one plan for the day's peak (forecast as the previous day's peak), never changed.
 - ``hindsight``: re-plans every model every step for the *true* demand over the look-ahead — a
   reference bound, not a deployable policy.
@@ -17,20 +27,29 @@ policy starts from a plan for the day's peak, ``hindsight`` plans with the true 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from atoll.envs.observation import RATIO_CAP, model_feature
+from atoll.forecast.forecasters import QUANTILES
 from atoll.solvers.errors import InputError, UnknownNameError
 
 LOST_SHARE = 0.01  # recent unserved share that counts as losing demand
+# Planning levels: the forecast quantiles at or above the median (planning below the median
+# plans to lose most steps' demand).
+PLANNING_LEVELS: tuple[float, ...] = tuple(q for q in QUANTILES if q >= 0.5)
+FIXED_INTERVALS: tuple[int, ...] = (1, 2, 3, 6, 12)
+# Bands (forecast upper / planned capacity) of the threshold rules in the grid: the default
+# [0.5, 1], a tighter one that also releases capacity sooner, and a lazier one.
+THRESHOLD_BANDS: tuple[tuple[float, float], ...] = ((0.5, 1.0), (0.7, 1.0), (0.3, 1.1))
 
 
 class Policy(Protocol):
     name: str
+    planning_quantile: float | None
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray: ...
 
@@ -42,6 +61,7 @@ class FixedInterval:
     n_models: int
     every: int
     name: str = ""
+    planning_quantile: float | None = None
 
     def __post_init__(self) -> None:
         if self.every < 1:
@@ -63,6 +83,7 @@ class Threshold:
     low: float = 0.5
     high: float = 1.0
     name: str = "threshold"
+    planning_quantile: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.low < self.high <= RATIO_CAP:
@@ -87,6 +108,7 @@ class Threshold:
 class Never:
     n_models: int
     name: str = "never"
+    planning_quantile: float | None = None
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
         return np.zeros(self.n_models, dtype=np.int8)
@@ -99,6 +121,7 @@ class Never:
 class Hindsight:
     n_models: int
     name: str = "hindsight"
+    planning_quantile: float | None = None
     _ones: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -117,22 +140,56 @@ RULES: dict[str, Callable[[int, list[str]], Policy]] = {
     "never": lambda n, args: Never(n),
     "hindsight": lambda n, args: Hindsight(n),
 }
+_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], never, hindsight; q a planning level "
+          f"in {', '.join(f'{q:g}' for q in PLANNING_LEVELS)}")
+
+
+def parse_level(spec: str) -> tuple[str, float | None]:
+    """``fixed:3@0.95`` -> (``fixed:3``, 0.95); without ``@`` the level is None (the env's)."""
+    body, sep, level = spec.strip().partition("@")
+    if not sep:
+        return body, None
+    try:
+        q = float(level)
+    except ValueError:
+        raise InputError(f"bad policy {spec!r}: planning level {level!r} is not a number; "
+                         f"use {_USAGE}") from None
+    if q not in PLANNING_LEVELS:
+        raise InputError(f"bad policy {spec!r}: planning level {q:g} is not forecast; use one of "
+                         f"{', '.join(f'{v:g}' for v in PLANNING_LEVELS)}")
+    return body, q
 
 
 def make_policy(spec: str, n_models: int) -> Policy:
-    """A rule policy from its name: ``fixed:K``, ``threshold``, ``threshold:LOW:HIGH``, ``never``,
-    ``hindsight``."""
-    kind, *args = spec.strip().split(":")
+    """A rule policy from its name: ``fixed:K``, ``threshold``, ``threshold:LOW:HIGH`` (each with
+    an optional ``@q`` planning level), ``never``, ``hindsight``."""
+    body, level = parse_level(spec)
+    kind, *args = body.split(":")
     if kind not in RULES:
-        raise UnknownNameError(f"unknown policy {spec!r}; valid: fixed:K, threshold[:LOW:HIGH], never, "
-                               f"hindsight{', learned:<model uri>' if kind == 'learned' else ''}")
+        raise UnknownNameError(f"unknown policy {spec!r}; valid: {_USAGE}"
+                               f"{', learned:<model uri>' if kind == 'learned' else ''}")
     try:
         if kind == "fixed" and len(args) != 1 or kind == "threshold" and len(args) not in (0, 2) \
                 or kind in ("never", "hindsight") and args:
             raise ValueError("wrong number of arguments")
+        if kind in ("never", "hindsight") and level is not None:
+            raise ValueError(f"{kind} takes no planning level")
         policy = RULES[kind](n_models, args)
     except ValueError as exc:
-        raise InputError(f"bad policy {spec!r} ({exc}); use fixed:K (K >= 1 steps), "
-                         f"threshold or threshold:LOW:HIGH, never, hindsight") from exc
+        raise InputError(f"bad policy {spec!r} ({exc}); use {_USAGE}") from exc
     policy.name = spec.strip()
+    policy.planning_quantile = level
     return policy
+
+
+def rule_grid(levels: Sequence[float] = PLANNING_LEVELS, intervals: Sequence[int] = FIXED_INTERVALS,
+              bands: Sequence[tuple[float, float]] = THRESHOLD_BANDS) -> list[str]:
+    """The rule family's names: ``fixed:K@q`` for every K and ``threshold:LOW:HIGH@q`` for every
+    band, at every level q."""
+    for q in levels:
+        if q not in PLANNING_LEVELS:
+            raise InputError(f"planning level {q!r} is not forecast; use one of "
+                             f"{', '.join(f'{v:g}' for v in PLANNING_LEVELS)}")
+    names = [f"fixed:{k}@{q:g}" for q in levels for k in intervals]
+    names += [f"threshold:{lo:g}:{hi:g}@{q:g}" for q in levels for lo, hi in bands]
+    return names

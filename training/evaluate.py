@@ -8,6 +8,7 @@ policy B meet the same availability in run ``seed``. Results are the totals of
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,11 @@ from atoll.envs.rollout import RESULT_COLUMNS, TOTAL_KEYS, Episode, result_cells
 from atoll.solvers.errors import InputError
 
 SUMMARY_KEYS: tuple[str, ...] = (*TOTAL_KEYS, "solves", "preemptions", "goodput_tokens", "demand_tokens")
+
+
+def seed_value(seed: int) -> int:
+    """The env seed of evaluation seed ``seed`` (its days reset with seed_value + i)."""
+    return 1000 * seed
 
 
 def resolve_policy(spec: str, n_models: int) -> Policy:
@@ -36,6 +42,21 @@ def resolve_policy(spec: str, n_models: int) -> Policy:
                              f"this scenario has {n_models}")
         return policy
     return make_policy(spec, n_models)
+
+
+def env_at_level(env: FleetEnv, policy: Policy, cache: dict[float, FleetEnv] | None = None) -> FleetEnv:
+    """The env a policy runs on: ``env`` itself, or (a rule with its own planning level ``@q``)
+    the same configuration planning at q — same demand, availability and seeds, and the same
+    shared re-planner memo (atoll.envs.fleet_model.shared_replanner)."""
+    q = getattr(policy, "planning_quantile", None)
+    if q is None or q == env.config.planning_quantile:
+        return env
+    if cache is not None and q in cache:
+        return cache[q]
+    other = FleetEnv(dataclasses.replace(env.config, planning_quantile=q))
+    if cache is not None:
+        cache[q] = other
+    return other
 
 
 @dataclass
@@ -62,8 +83,11 @@ def evaluate_policies(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int
         raise InputError(f"seeds must be >= 1, got {seeds}")
     policies = [resolve_policy(s, len(env.models)) for s in specs]
     results = []
+    levels: dict[float, FleetEnv] = {}
     for spec, policy in zip(specs, policies, strict=True):
-        episodes = [run_policy(env, policy, days=days, seed=1000 * seed, tick=tick) for seed in range(seeds)]
+        at = env_at_level(env, policy, levels)
+        episodes = [run_policy(at, policy, days=days, seed=seed_value(seed), tick=tick)
+                    for seed in range(seeds)]
         for e in episodes:
             e.policy = spec
         results.append(PolicyResult(spec, episodes))

@@ -278,6 +278,7 @@ class LoadedPolicy:
     def __init__(self, pyfunc_model: PyFuncModel, uri: str, name: str = "learned") -> None:
         self.uri = uri
         self.name = name
+        self.planning_quantile: float | None = None  # plans at the env's configured level
         self.pyfunc_model = pyfunc_model
         self.metadata: dict[str, Any] = dict(pyfunc_model.metadata.metadata or {})
         if self.metadata.get("policy_format") != _POLICY_FORMAT:

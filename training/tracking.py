@@ -174,3 +174,229 @@ def evaluate_run(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int], se
         parent_id = parent.info.run_id
     return {"parent_run_id": parent_id, "table": table,
             "policies": {r.name: r.summary() for r in results}}
+
+
+# ----- the contest (DESIGN §7) ---------------------------------------------------------------------
+def short_name(spec: str) -> str:
+    """A run name a person reads: a learned policy's registered name and version (or alias), or
+    the first 8 characters of its logged model or run id; a rule's own name."""
+    if not spec.startswith("learned:"):
+        return spec
+    uri = spec.split(":", 1)[1]
+    if uri.startswith("models:/"):
+        rest = uri.removeprefix("models:/")
+        if rest.startswith("m-"):
+            return f"learned {rest[:10]}"
+        return rest.strip("/")
+    if uri.startswith("runs:/"):
+        return f"learned run {uri.removeprefix('runs:/')[:8]}"
+    return f"learned {Path(uri).name[:16]}"
+
+
+def metric_key(text: str) -> str:
+    """``text`` with the characters MLflow refuses in metric names replaced by ``_``."""
+    return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in text)
+
+
+def git_commit() -> str:
+    """The commit of the atoll checkout this runs from, or ``unknown`` (an installed wheel)."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                              capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
+
+
+def _log_workload(env: FleetEnv, days: Sequence[int]) -> None:
+    """The evaluated demand (req/s per model and step) as the run's input dataset."""
+    import mlflow.data
+    import pandas as pd
+
+    book = env.book
+    per_day = book.steps_per_day
+    cols = {m: np.concatenate([book.rates[i, (d - 1) * per_day: d * per_day] for d in days])
+            for i, m in enumerate(book.models)}
+    frame = pd.DataFrame({"day": np.repeat(list(days), per_day),
+                          "step": np.tile(np.arange(per_day), len(days)), **cols})
+    c = env.config
+    name = f"{c.workload}-{c.scenario}-seed{c.demand_seed}" if c.demand is None else f"custom-{c.scenario}"
+    mlflow.log_input(mlflow.data.from_pandas(frame, name=name),  # type: ignore[attr-defined]
+                     context="evaluation")
+
+
+def _rule_params(spec: str) -> dict[str, str]:
+    from atoll.envs.policies import parse_level
+
+    body, level = parse_level(spec)
+    kind, *args = body.split(":")
+    params = {"policy": spec, "policy.kind": kind,
+              "policy.planning_quantile": "env" if level is None else f"{level:g}"}
+    if kind == "fixed":
+        params["policy.every_steps"] = args[0]
+    elif kind == "threshold" and args:
+        params["policy.low"], params["policy.high"] = args
+    return params
+
+
+def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = None, *,
+                tick: Callable[[int], None] | None = None, run_name: str = "contest",
+                tags: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run the contest (``atoll.training.contest``) and log it: a parent run with the headline as
+    metrics, the settings as parameters and the workload as input dataset; one nested run per
+    grid rule on the validation days and per policy on the test days; the frontier plot, the
+    comparison tables and the per-policy plot as artifacts."""
+    from atoll.envs.plot import plot_frontier
+    from atoll.training.contest import ContestSettings, frontier_note, run_contest
+
+    st: ContestSettings = settings or ContestSettings()
+    experiment = configure()
+    client = MlflowClient()
+    result = run_contest(config, learned, st, tick=tick)
+    cfg = result.config
+    tdays = list(range(st.test_days[0], st.test_days[1] + 1))
+    vpoints = {p.name: p for p in result.validation_points()}
+    with mlflow.start_run(experiment_id=experiment, run_name=run_name,
+                          tags={"atoll.kind": "contest", **(tags or {})}) as parent:
+        mlflow.log_params({
+            **config_params(cfg), "scenario": cfg.scenario, "workload": cfg.workload,
+            "availability": cfg.availability,
+            "validation_days": f"{st.validation_days[0]}-{st.validation_days[1]}",
+            "test_days": f"{st.test_days[0]}-{st.test_days[1]}", "seeds": str(st.seeds),
+            "validation_seeds": str(st.validation_seeds or st.seeds), "git_commit": git_commit(),
+            "grid.levels": ",".join(f"{q:g}" for q in st.levels),
+            "grid.intervals": ",".join(map(str, st.intervals)),
+            "grid.bands": ",".join(f"{lo:g}:{hi:g}" for lo, hi in st.bands), "grid.size": str(len(st.grid)),
+            "lost_usd_per_mtok": f"{st.lost_price(cfg):g}", "frontier": ",".join(result.frontier),
+            "best_rule": result.best_rule, "learned": ",".join(learned), "workers": str(st.workers)})
+        _log_workload(FleetEnv(cfg), tdays)
+        metrics = {"grid_seconds": result.grid_seconds, "test_seconds": result.test_seconds,
+                   "frontier_size": float(len(result.frontier))}
+        for spec, fig in result.headlines.items():
+            prefix = "" if len(learned) == 1 else metric_key(short_name(spec)) + "."
+            for key, v in fig.items():
+                if isinstance(v, dict):
+                    metrics[f"{prefix}{key}_mean"], metrics[f"{prefix}{key}_std"] = v["mean"], v["std"]
+            note = frontier_note(fig)
+            if note:
+                mlflow.set_tag(f"atoll.frontier_note.{metric_key(short_name(spec))}", note)
+        mlflow.log_metrics(metrics)
+        for name, rows in result.validation.items():
+            with mlflow.start_run(experiment_id=experiment, run_name=f"val {name}", nested=True,
+                                  tags={"atoll.phase": "validation"}):
+                mlflow.log_params({**_rule_params(name),
+                                   "days": f"{st.validation_days[0]}-{st.validation_days[1]}",
+                                   "on_frontier": str(name in result.frontier)})
+                for key in ("cost_usd", "slo_attainment", "usd_per_mtok", "reoptimizations",
+                            "solver_seconds"):
+                    values = np.array([r[key] for r in rows], dtype=float)
+                    mlflow.log_metrics({f"{key}_mean": float(values.mean()),
+                                        f"{key}_std": float(values.std())})
+        for r in result.test:
+            with mlflow.start_run(experiment_id=experiment, run_name=short_name(r.name), nested=True,
+                                  tags={"atoll.phase": "test"}) as child:
+                params = ({"policy": r.name, "policy.kind": "learned",
+                           "policy.model_uri": r.name.split(":", 1)[1]} if r.name.startswith("learned:")
+                          else _rule_params(r.name))
+                params.update({"days": f"{st.test_days[0]}-{st.test_days[1]}",
+                               "on_frontier": str(r.name in result.frontier),
+                               "best_rule": str(r.name == result.best_rule)})
+                mlflow.log_params(params)
+                summary = r.summary()
+                mlflow.log_metrics({f"{k}_mean": v["mean"] for k, v in summary.items()}
+                                   | {f"{k}_std": v["std"] for k, v in summary.items()})
+                if r.name in result.headlines:
+                    fig = result.headlines[r.name]
+                    mlflow.log_metrics({f"{k}_{s}": fig[k][s] for k in ("frontier_cost_ratio",
+                                        "effective_cost_ratio") for s in ("mean", "std")})
+                steps = _step_metrics(r)
+                for i in range(0, len(steps), 1000):
+                    client.log_batch(child.info.run_id, metrics=steps[i:i + 1000])
+        table = contest_table(result)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            (folder / "comparison.md").write_text(table)
+            comp = comparison_rows(result.test)
+            buf = io.StringIO()
+            writer = csv.DictWriter(buf, fieldnames=list(comp[0]))
+            writer.writeheader()
+            writer.writerows(comp)
+            (folder / "comparison.csv").write_text(buf.getvalue())
+            grid_rows: list[dict[str, object]] = [
+                {"rule": p.name, "cost_usd": p.cost_usd, "slo_attainment": p.slo_attainment,
+                 "unserved_tokens": p.unserved_tokens, "on_frontier": p.name in result.frontier}
+                for p in vpoints.values()]
+            buf = io.StringIO()
+            writer = csv.DictWriter(buf, fieldnames=list(grid_rows[0]))
+            writer.writeheader()
+            writer.writerows(grid_rows)
+            (folder / "validation_grid.csv").write_text(buf.getvalue())
+            doc = contest_document(result)
+            (folder / "contest.json").write_text(json.dumps(doc, indent=1))
+            def mark(r: PolicyResult) -> tuple[str, float, float]:
+                s = r.summary()
+                return short_name(r.name), s["cost_usd"]["mean"], s["slo_attainment"]["mean"]
+
+            marks = [mark(r) for r in result.test if r.name == "hindsight" or r.name in result.headlines]
+            test_rules = [mark(r) for r in result.test
+                          if r.name != "hindsight" and r.name not in result.headlines]
+            plot_frontier(test_rules, [m for m in test_rules if m[0] in result.frontier],
+                          folder / "frontier.png", marked=marks,
+                          validation=[(p.name, p.cost_usd, p.slo_attainment) for p in vpoints.values()],
+                          validation_frontier=[(n, vpoints[n].cost_usd, vpoints[n].slo_attainment)
+                                               for n in result.frontier],
+                          title=f"{cfg.scenario}, {cfg.availability}: rules chosen on days "
+                                f"{st.validation_days[0]}-{st.validation_days[1]}, tested on "
+                                f"{st.test_days[0]}-{st.test_days[1]} ({st.seeds} seed(s), means)")
+            shown = [r for r in result.test
+                     if r.name in result.headlines or r.name in (result.best_rule, "hindsight")]
+            for e in (r.episodes[0] for r in shown):
+                e.policy = short_name(e.policy)
+            plot_episodes([r.episodes[0] for r in shown], FleetEnv(cfg).models, folder / "policies.png",
+                          title=f"{cfg.scenario}, {cfg.availability}, days {tdays[0]}-{tdays[-1]}, seed 0")
+            for r in shown:
+                r.episodes[0].policy = r.name
+            mlflow.log_artifacts(str(folder), artifact_path="contest")
+        parent_id = parent.info.run_id
+    doc = contest_document(result)
+    return {"parent_run_id": parent_id, "table": table, **doc}
+
+
+def contest_document(result: Any) -> dict[str, Any]:
+    """The contest as plain JSON: settings, the validation grid, the frontier, the test-day
+    summaries and each learned policy's headline."""
+    st = result.settings
+    return {
+        "validation_days": list(st.validation_days), "test_days": list(st.test_days), "seeds": st.seeds,
+        "validation_seeds": st.validation_seeds or st.seeds, "grid_size": len(st.grid),
+        "grid_seconds": result.grid_seconds, "test_seconds": result.test_seconds,
+        "lost_usd_per_mtok": st.lost_price(result.config),
+        "validation": {p.name: {"cost_usd": p.cost_usd, "slo_attainment": p.slo_attainment,
+                                "unserved_tokens": p.unserved_tokens} for p in result.validation_points()},
+        "frontier": result.frontier, "best_rule": result.best_rule,
+        "policies": {r.name: r.summary() for r in result.test},
+        "headline": result.headlines,
+    }
+
+
+def contest_table(result: Any) -> str:
+    """Markdown: the test-day results of every policy run there, then each learned policy's headline."""
+    from atoll.training.contest import frontier_note
+
+    table = markdown_table(result.test)
+    lines = ["", "| learned policy | frontier_cost_ratio | effective_cost_ratio | $/M goodput tok | SLO att. "
+             "| re-opts | solver s |", "|---|---|---|---|---|---|---|"]
+    for spec, f in result.headlines.items():
+        cells = [f"{f[k]['mean']:{fmt}} ± {f[k]['std']:{fmt}}" for k, fmt in (
+            ("frontier_cost_ratio", ".3f"), ("effective_cost_ratio", ".3f"), ("usd_per_mtok", ".4f"),
+            ("slo_attainment", ".1%"), ("reoptimizations", ".0f"), ("solver_seconds", ".1f"))]
+        lines.append(f"| {short_name(spec)} | " + " | ".join(cells) + " |")
+    notes = [f"- {short_name(s)}: {frontier_note(f)}" for s, f in result.headlines.items()
+             if frontier_note(f)]
+    footer = ["", f"frontier (chosen on days {result.settings.validation_days[0]}-"
+              f"{result.settings.validation_days[1]}): {', '.join(result.frontier)}; best rule (effective "
+              f"cost there): {result.best_rule}; lost demand priced at "
+              f"{result.settings.lost_price(result.config):g} $/M tokens", *notes]
+    return table + ("\n".join(lines) + "\n" if result.headlines else "") + "\n".join(footer) + "\n"

@@ -1,0 +1,159 @@
+"""The contest on a tiny fleet: selection sees only validation days, every policy meets the same demand
+and seeds, worker processes give the same numbers, the rule family parses."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from atoll.envs.config import FleetConfig
+from atoll.envs.policies import PLANNING_LEVELS, make_policy, rule_grid
+from atoll.forecast.workloads import DemandSeries
+from atoll.solvers.errors import InputError, UnknownNameError
+from atoll.solvers.types import Phase, Service, Stage, Template
+from atoll.training.contest import ContestSettings, run_contest
+
+DAYS = 7  # 1-3 warm the forecaster up, 4-5 validation, 6-7 test
+CONFIGS = (("1xL4", 700.0, 15.0), ("1xL40S", 1500.0, 40.0), ("4xA10G", 2500.0, 60.0))
+MODELS = ("Phi-4-14B", "GPT-OSS-20B")
+
+
+def series(rates: np.ndarray, name: str) -> DemandSeries:
+    ones = np.ones(len(rates))
+    return DemandSeries(name, 300.0, rates, 2048 * ones, 28 * ones)
+
+
+def demand(test_factor: float = 1.0) -> tuple[DemandSeries, ...]:
+    rng = np.random.default_rng(7)
+    t = np.arange(DAYS * 288)
+    shape = 1.0 + 0.6 * np.sin(2 * np.pi * t / 288)
+    out = []
+    for i in range(len(MODELS)):
+        rates = np.maximum(shape * (2 + i) * (1 + 0.2 * rng.standard_normal(len(t))), 0.05)
+        rates[5 * 288:] *= test_factor  # days 6-7 only
+        out.append(series(rates, f"s{i}"))
+    return tuple(out)
+
+
+def config(test_factor: float = 1.0) -> FleetConfig:
+    templates = []
+    for model in MODELS:
+        for region in ("aws:us-east-2", "aws:ap-northeast-2"):
+            for cfg, thr_p, thr_d in CONFIGS:
+                layers = 40 if model == "Phi-4-14B" else 24
+                for phase, thr in ((Phase.PREFILL, thr_p), (Phase.DECODE, thr_d)):
+                    templates.append(Template(Service(model, phase), region, ((cfg, 1),),
+                                              (Stage(layers, (cfg,)),), thr))
+    return FleetConfig(scenario="core", models=MODELS, templates=tuple(templates), demand=demand(test_factor),
+                       forecaster="naive", availability="spot", days=(4, DAYS), episode_steps=96)
+
+
+SETTINGS = ContestSettings(validation_days=(4, 5), test_days=(6, 7), seeds=2, levels=(0.5, 0.9),
+                           intervals=(1, 6), bands=((0.5, 1.0),), workers=1)
+
+
+@pytest.fixture(scope="module")
+def contest():  # type: ignore[no-untyped-def]
+    return run_contest(config(), [], SETTINGS)
+
+
+def test_frontier_is_the_non_dominated_validation_rules(contest) -> None:  # type: ignore[no-untyped-def]
+    points = {p.name: p for p in contest.validation_points()}
+    assert set(points) == set(SETTINGS.grid) and len(points) == 6
+    for name in contest.frontier:
+        p = points[name]
+        assert not any(q.cost_usd <= p.cost_usd and q.slo_attainment >= p.slo_attainment
+                       and (q.cost_usd, q.slo_attainment) != (p.cost_usd, p.slo_attainment)
+                       for q in points.values())
+    for name in set(points) - set(contest.frontier):
+        assert any(q.cost_usd <= points[name].cost_usd and q.slo_attainment >= points[name].slo_attainment
+                   for n, q in points.items() if n != name)
+    assert contest.best_rule in points
+    assert {r.name for r in contest.test} == {*contest.frontier, contest.best_rule, "hindsight"}
+
+
+def test_no_test_day_data_reaches_the_selection(contest) -> None:  # type: ignore[no-untyped-def]
+    changed = run_contest(config(test_factor=3.0), [], SETTINGS)
+    assert changed.frontier == contest.frontier and changed.best_rule == contest.best_rule
+    assert [p.cost_usd for p in changed.validation_points()] == \
+        [p.cost_usd for p in contest.validation_points()]
+    # ... while the test days did change
+    a, b = contest.result(contest.frontier[0]), changed.result(contest.frontier[0])
+    assert a.summary()["cost_usd"]["mean"] != b.summary()["cost_usd"]["mean"]
+
+
+def test_every_policy_meets_the_same_demand_and_seeds(contest) -> None:  # type: ignore[no-untyped-def]
+    demand_by_seed = None
+    for r in contest.test:
+        assert [e.seed for e in r.episodes] == [0, 1000]
+        got = [[row["demand_tokens"] for row in e.steps] for e in r.episodes]
+        demand_by_seed = demand_by_seed or got
+        assert got == demand_by_seed, r.name
+
+
+def test_worker_processes_give_the_same_numbers(contest) -> None:  # type: ignore[no-untyped-def]
+    parallel = run_contest(config(), [], dataclasses.replace(SETTINGS, workers=2))
+    assert parallel.frontier == contest.frontier
+    for name, rows in contest.validation.items():
+        for a, b in zip(rows, parallel.validation[name], strict=True):
+            assert {k: v for k, v in a.items() if k != "solver_seconds"} == \
+                {k: v for k, v in b.items() if k != "solver_seconds"}
+
+
+def test_rule_family_names_and_aliases() -> None:
+    assert len(rule_grid()) == len(PLANNING_LEVELS) * (5 + 3)
+    p = make_policy("fixed:3@0.5", 2)
+    assert (p.name, p.planning_quantile, p.every) == ("fixed:3@0.5", 0.5, 3)  # type: ignore[attr-defined]
+    t = make_policy("threshold:0.7:1@0.95", 2)
+    assert (t.low, t.high, t.planning_quantile) == (0.7, 1.0, 0.95)  # type: ignore[attr-defined]
+    assert make_policy("fixed:1", 2).planning_quantile is None  # today's name: the env's level
+    for bad, err in (("fixed:1@0.42", InputError), ("fixed:1@x", InputError), ("hindsight@0.9", InputError),
+                     ("fixed:2:3@0.9", InputError), ("sometimes@0.9", UnknownNameError)):
+        with pytest.raises(err):
+            make_policy(bad, 2)
+
+
+def test_settings_refuse_overlapping_days() -> None:
+    with pytest.raises(InputError, match="overlap"):
+        ContestSettings(validation_days=(8, 11), test_days=(11, 14))
+
+
+def test_contest_run_logs_headline_params_dataset_nested_runs_and_artifacts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from atoll.training.tracking import contest_run, train_run
+    from atoll.training.train import TrainSettings
+
+    cfg = dataclasses.replace(config(), days=(4, 5))
+    trained = train_run(cfg, TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1,
+                                           bootstrap_steps=48, seed=0))
+    spec = f"learned:{trained['model_uri']}"
+    out = contest_run(config(), [spec], dataclasses.replace(SETTINGS, seeds=1, validation_seeds=1))
+    head = out["headline"][spec]
+    for key in ("frontier_cost_ratio", "effective_cost_ratio", "usd_per_mtok", "slo_attainment",
+                "reoptimizations", "solver_seconds"):
+        assert np.isfinite(head[key]["mean"]) and head[key]["std"] == 0.0
+    assert head["frontier_position"][0] in ("inside", "above", "below")
+    client = MlflowClient()
+    parent = client.get_run(out["parent_run_id"])
+    ratio = parent.data.metrics["frontier_cost_ratio_mean"]
+    assert ratio == pytest.approx(head["frontier_cost_ratio"]["mean"])
+    for key in ("scenario", "workload", "validation_days", "test_days", "seeds", "availability",
+                "git_commit"):
+        assert key in parent.data.params
+    assert parent.inputs.dataset_inputs, "the workload is logged as an input dataset"
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    names = {c.info.run_name for c in children}
+    assert {f"val {r}" for r in SETTINGS.grid} <= names and "hindsight" in names
+    learned_run = next(c for c in children if c.data.params.get("policy") == spec)
+    assert len(learned_run.info.run_name) <= 20 and learned_run.info.run_name.startswith("learned m-")
+    rule_run = next(c for c in children if c.data.params.get("policy") == out["frontier"][0])
+    assert rule_run.data.params["policy.kind"] in ("fixed", "threshold")
+    files = {f.path for f in client.list_artifacts(parent.info.run_id, "contest")}
+    assert {"contest/frontier.png", "contest/policies.png", "contest/comparison.md",
+            "contest/comparison.csv", "contest/validation_grid.csv"} <= files
+    assert mlflow.get_tracking_uri().startswith("sqlite:")
