@@ -69,6 +69,7 @@ class Rung:
     templates: int
     model_cost: Mapping[str, float] = field(default_factory=dict)
     message: str = ""
+    gap: float = math.nan  # proven relative gap of the rung's ILP(s); the worst over sub-problems
 
     @property
     def cost_per_hour(self) -> float:
@@ -88,7 +89,7 @@ class Rung:
                 "templates": self.templates, "instances": 0 if self.allocation is None
                 else self.allocation.total_instances,
                 "model_cost": {m: round(c, 6) for m, c in self.model_cost.items()},
-                "message": self.message}
+                "gap": None if not math.isfinite(self.gap) else self.gap, "message": self.message}
 
 
 def _num(v: float) -> float | None:
@@ -221,7 +222,8 @@ def _rung_from(name: str, base: AllocationProblem, sub: AllocationProblem, res: 
     else:
         res_msg = res.message
     ev = None if plan is None else evaluate_plan(base, plan)
-    return Rung(name, status, plan, ev, seconds, len(sub.templates), _model_cost(base, plan), res_msg)
+    return Rung(name, status, plan, ev, seconds, len(sub.templates), _model_cost(base, plan), res_msg,
+                res.gap)
 
 
 def _solve_rung(name: str, base: AllocationProblem, above: Allocation | None) -> Rung:
@@ -249,6 +251,7 @@ def _independent(base: AllocationProblem, single: Allocation | None) -> Rung:
     for key, n in (single.counts if single is not None else ()):
         reserved[base.template(key).service.model][key] = n
     taken: dict[str, int] = {}
+    gaps: list[float] = []
     statuses: list[str] = []
     messages: list[str] = []
     models = base.models
@@ -269,6 +272,7 @@ def _independent(base: AllocationProblem, single: Allocation | None) -> Rung:
                                 time_limit=base.time_limit, gap=base.gap)
         mine = Allocation.of(reserved[m]) if reserved[m] else None
         res = solve_allocation(sub, warm_start=mine)
+        gaps.append(res.gap)
         part = _keep_better(sub, sub, res.allocation, mine)
         statuses.append(res.status.value if res.allocation is not None or part is None else "feasible")
         if part is None:
@@ -287,8 +291,9 @@ def _independent(base: AllocationProblem, single: Allocation | None) -> Rung:
         plan = None  # some model's demand cannot be met: no plan, as for the ILP rungs
     plan = _keep_better(base, sub_all, plan, single)
     ev = evaluate_plan(base, plan) if plan is not None else None
+    worst_gap = max(gaps) if gaps and all(math.isfinite(g) for g in gaps) else math.nan
     return Rung("independent", status, plan, ev, time.perf_counter() - t0, len(base.templates),
-                _model_cost(base, plan), "; ".join(messages))
+                _model_cost(base, plan), "; ".join(messages), worst_gap)
 
 
 def homo_node_greedy(problem: AllocationProblem) -> Rung:
