@@ -1,6 +1,7 @@
 """Figures of the foundation issue, as one JSON document on stdout.
 
-- held-out median absolute percentage error per dataset (target <= 0.15 each);
+- held-out median absolute percentage error per dataset (target <= 0.15 each), per GPU, and per
+  phase and tensor-parallel degree (issue 16: Splitwise decode <= 0.10 at TP 2, 4 and 8);
 - leave-one-GPU-out error per measured GPU;
 - time of ``atoll perf table`` for the six default models over the 20 default configs
   (target < 1 s), in-process and as a whole command (interpreter start included).
@@ -42,6 +43,14 @@ def main() -> None:
     print(json.dumps({
         "heldout_mape": report["heldout_mape"],
         "heldout_mape_by_gpu": report["heldout_mape_by_gpu"],
+        "heldout_mape_by_phase_tp": report["heldout_mape_by_phase_tp"],
+        "splitwise_decode_target_0.10_met": {tp: v <= 0.10 for tp, v in
+                                             report["heldout_mape_by_phase_tp"]["splitwise"]["decode"].items()},
+        # the same split and fit without the decode terms (the model before issue 16)
+        "before_issue_16": {
+            "heldout_mape": {"helix": 0.125, "splitwise": 0.087, "llm-inference-bench": 0.141},
+            "splitwise_decode_by_tp": {"2": 0.047, "4": 0.153, "8": 0.462}},
+        "factors": report["factors"],
         "heldout_target_0.15_met": targets,
         "leave_one_gpu_out_mape": report["leave_one_gpu_out_mape"],
         "leave_one_gpu_out_relative": report["leave_one_gpu_out_relative"],

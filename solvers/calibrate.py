@@ -4,13 +4,18 @@ Fit on part of the rows, measure on the held-out rest (split by configuration gr
 measurements of one setup never sit on both sides), and a leave-one-GPU-out error: fit without a
 GPU type, predict it with the factors of the relative named in :data:`LOGO_RELATIVE` — the same
 borrowing the package does for GPUs no profile covers (A10G, L40S, H200).
+
+Two stages: every factor but the decode synchronization terms is fitted to every row (those
+terms held at 0); then ``decode_hop_us`` and ``decode_skew`` are fitted to Splitwise's per-token
+(TBT) rows alone, the rest held (see :func:`atoll.solvers.perf.decode_sync_seconds`). The report
+gives the held-out error per dataset, per GPU, and per phase and TP degree.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +26,14 @@ from atoll.solvers.catalog import load_catalog
 from atoll.solvers.paths import PERF_FACTORS_PATH, shared_data_dir
 from atoll.solvers.perf import SIBLING, PerfFactors, load_factors, step_terms
 from atoll.solvers.profiles import DATASETS, Observation, load_observations
+from atoll.solvers.types import Phase
 
 HELDOUT_FRACTION = 0.3
 LOGO_RELATIVE = {"T4": "L4", "L4": "T4", "V100": "A100", "A100": "V100", "H100": "A100"}
 _GLOBALS = ("t_layer_ms", "eta_link", "allreduce_latency_us")
 _BOUNDS = {"eta": (1e-3, 1.0), "t_layer_ms": (1e-4, 1.0), "eta_link": (0.02, 1.0),
            "allreduce_latency_us": (1.0, 500.0)}
+_SYNC_BOUNDS = ((1e-3, 500.0), (1e-5, 1.0))  # decode_hop_us, decode_skew
 
 
 @dataclass
@@ -42,6 +49,7 @@ class _Design:
     bw: np.ndarray
     link: np.ndarray
     key: np.ndarray
+    decode: np.ndarray
     weight: np.ndarray
     obs: np.ndarray
     measured: np.ndarray
@@ -51,7 +59,7 @@ def _design(rows: Sequence[Observation], keys: Sequence[str]) -> _Design:
     index = {k: i for i, k in enumerate(keys)}
     cols: dict[str, list[float]] = {c: [] for c in
                                     ("flops", "nbytes", "msg", "layers", "n", "peak", "bw", "link",
-                                     "key", "weight", "obs")}
+                                     "key", "decode", "weight", "obs")}
     for i, o in enumerate(rows):
         for p in o.parts:
             f, b, m = step_terms(o.model, p.layers, p.phase, tokens=p.tokens, context=p.context)
@@ -59,10 +67,12 @@ def _design(rows: Sequence[Observation], keys: Sequence[str]) -> _Design:
             for c, v in (("flops", f), ("nbytes", b), ("msg", m), ("layers", p.layers),
                          ("n", o.config.count), ("peak", g.bf16_tflops * 1e12),
                          ("bw", g.hbm_bandwidth_gbs * 1e9), ("link", g.link_gbs * 1e9),
-                         ("key", index[SIBLING[o.gpu]]), ("weight", p.weight), ("obs", i)):
+                         ("key", index[SIBLING[o.gpu]]), ("decode", float(p.phase is Phase.DECODE)),
+                         ("weight", p.weight), ("obs", i)):
                 cols[c].append(v)
     arr = {c: np.asarray(v, dtype=float) for c, v in cols.items()}
-    return _Design(**{**arr, "key": arr["key"].astype(int), "obs": arr["obs"].astype(int)},
+    return _Design(**{**arr, "key": arr["key"].astype(int), "obs": arr["obs"].astype(int),
+                      "decode": arr["decode"].astype(bool)},
                    measured=np.asarray([o.measured_s for o in rows]))
 
 
@@ -70,10 +80,13 @@ def predict_seconds(d: _Design, f: PerfFactors, keys: Sequence[str]) -> np.ndarr
     """Vectorized twin of perf.step_seconds summed over each observation's parts."""
     eta_c = np.asarray([f.eta_c.get(k, f.eta_c.get("default", 0.5)) for k in keys])[d.key]
     eta_m = np.asarray([f.eta_m.get(k, f.eta_m.get("default", 0.5)) for k in keys])[d.key]
-    step = np.maximum(d.flops / (d.n * d.peak * eta_c), d.nbytes / (d.n * d.bw * eta_m))
+    stream = d.nbytes / (d.bw * eta_m)  # one GPU's HBM stream time
+    step = np.maximum(d.flops / (d.n * d.peak * eta_c), stream / d.n)
     step = step + d.layers * f.t_layer_ms * 1e-3
     ar = 2 * (d.n - 1) / d.n * d.msg / (d.link * f.eta_link) + f.allreduce_latency_us * 1e-6
     step = step + np.where(d.n > 1, d.layers * 2 * ar, 0.0)
+    sync = d.layers * (d.n - 1) * f.decode_hop_us * 1e-6 + f.decode_skew * np.log2(d.n) * stream
+    step = step + np.where(d.decode & (d.n > 1), sync, 0.0)
     return np.bincount(d.obs, weights=d.weight * step, minlength=len(d.measured))
 
 
@@ -87,7 +100,31 @@ def _unpack(theta: np.ndarray, keys: Sequence[str]) -> PerfFactors:
 
 
 def fit(rows: Sequence[Observation]) -> PerfFactors:
-    """Least squares on log(predicted / measured) over the factors of the GPUs in ``rows``."""
+    """Least squares on log(predicted / measured): the factors of the GPUs in ``rows`` and the
+    globals on every row, then the decode synchronization terms on the Splitwise TBT rows
+    (module docstring)."""
+    base = _fit_base(rows)
+    tbt = [o for o in rows if o.dataset == "splitwise" and _phase(o) is Phase.DECODE]
+    if not tbt:
+        return base
+    keys = sorted({SIBLING[o.gpu] for o in rows})
+    d = _design(tbt, keys)
+
+    def with_sync(theta: np.ndarray) -> PerfFactors:
+        hop, skew = np.exp(theta)
+        return replace(base, decode_hop_us=float(hop), decode_skew=float(skew))
+
+    def residual(theta: np.ndarray) -> np.ndarray:
+        return np.log(predict_seconds(d, with_sync(theta), keys) / d.measured)
+
+    lo = np.log([b[0] for b in _SYNC_BOUNDS])
+    hi = np.log([b[1] for b in _SYNC_BOUNDS])
+    sol = least_squares(residual, np.log([10.0, 0.01]), bounds=(lo, hi), loss="soft_l1", f_scale=0.1)
+    return with_sync(sol.x)
+
+
+def _fit_base(rows: Sequence[Observation]) -> PerfFactors:
+    """Stage 1: every factor but the decode synchronization terms (held at 0)."""
     keys = sorted({SIBLING[o.gpu] for o in rows})
     d = _design(rows, keys)
     prior = PerfFactors()
@@ -127,6 +164,12 @@ def split(rows: Sequence[Observation],
     return train, test
 
 
+def _phase(o: Observation) -> Phase | None:
+    """The phase of a one-phase observation (Helix, Splitwise rows); None for whole requests."""
+    phases = {p.phase for p in o.parts}
+    return phases.pop() if len(phases) == 1 else None
+
+
 def _median(values: np.ndarray) -> float:
     return float(np.median(values)) if len(values) else float("nan")
 
@@ -146,6 +189,14 @@ def calibrate(data: Path | None = None, *, seed: int = 0,
         for gpu in sorted({o.gpu for o in test if o.dataset == ds}):
             mask = [o.dataset == ds and o.gpu == gpu for o in test]
             by_gpu.setdefault(ds, {})[gpu] = _median(errors[mask])
+    by_phase_tp: dict[str, dict[str, dict[str, float]]] = {}
+    for ds in DATASETS:
+        for phase in Phase:
+            for tp in sorted({o.config.count for o in test if o.dataset == ds}):
+                mask = [o.dataset == ds and o.config.count == tp and _phase(o) is phase for o in test]
+                if any(mask):
+                    cell = by_phase_tp.setdefault(ds, {}).setdefault(phase.value, {})
+                    cell[str(tp)] = _median(errors[mask])
     logo: dict[str, float] = {}
     for key, relative in LOGO_RELATIVE.items():
         say(f"leave-one-GPU-out: {key}")
@@ -155,7 +206,8 @@ def calibrate(data: Path | None = None, *, seed: int = 0,
         borrowed = PerfFactors(eta_c={**f.eta_c, key: f.eta_c[relative]},
                                eta_m={**f.eta_m, key: f.eta_m[relative]},
                                t_layer_ms=f.t_layer_ms, eta_link=f.eta_link,
-                               allreduce_latency_us=f.allreduce_latency_us)
+                               allreduce_latency_us=f.allreduce_latency_us,
+                               decode_hop_us=f.decode_hop_us, decode_skew=f.decode_skew)
         logo[key] = _median(ape(held, borrowed))
     # The shipped factors use every row: the held-out split only measures the method.
     say("final fit on all rows")
@@ -164,6 +216,7 @@ def calibrate(data: Path | None = None, *, seed: int = 0,
         "factors": final.to_json(),
         "heldout_mape": heldout,
         "heldout_mape_by_gpu": by_gpu,
+        "heldout_mape_by_phase_tp": by_phase_tp,
         "leave_one_gpu_out_mape": logo,
         "leave_one_gpu_out_relative": LOGO_RELATIVE,
         "borrowed_factors": {g: s for g, s in SIBLING.items() if s != g},

@@ -12,6 +12,9 @@ Bytes per layer: weights touched (dense: all; MoE: shared part + the experts the
 expected 1-(1-k/E)^tokens of them) + the KV cache read (decode) or written (prefill).
 All-reduce: two per layer (attention and MLP), a ring over n GPUs moving 2(n-1)/n x the
 activation bytes at ``link_gbs x eta_link`` plus a fixed latency.
+Decode at tensor parallelism n > 1 adds a synchronization term (:func:`decode_sync_seconds`),
+fitted to Splitwise's per-token times at TP 2/4/8 alone: measured TP8 decode is no faster than
+TP4, where bandwidth alone says 2x.
 Memory: weights of the j layers plus the KV cache of the batch must fit in
 ``n x memory x MEM_UTILIZATION`` minus a per-GPU reserve; otherwise the profile is 0.
 
@@ -32,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -93,6 +96,9 @@ class PerfFactors:
     t_layer_ms: float = 0.02
     eta_link: float = 0.7
     allreduce_latency_us: float = 10.0
+    # decode at TP n > 1 (see decode_sync_seconds); 0 = the model before the term existed
+    decode_hop_us: float = 0.0
+    decode_skew: float = 0.0
 
     def key(self, gpu: str) -> str:
         k = SIBLING.get(gpu, gpu)
@@ -112,7 +118,8 @@ class PerfFactors:
 
     def to_json(self) -> dict[str, object]:
         return {"eta_c": dict(self.eta_c), "eta_m": dict(self.eta_m), "t_layer_ms": self.t_layer_ms,
-                "eta_link": self.eta_link, "allreduce_latency_us": self.allreduce_latency_us}
+                "eta_link": self.eta_link, "allreduce_latency_us": self.allreduce_latency_us,
+                "decode_hop_us": self.decode_hop_us, "decode_skew": self.decode_skew}
 
     @staticmethod
     def from_json(data: Mapping[str, object]) -> PerfFactors:
@@ -122,6 +129,9 @@ class PerfFactors:
             t_layer_ms=float(data["t_layer_ms"]),  # type: ignore[arg-type]
             eta_link=float(data["eta_link"]),  # type: ignore[arg-type]
             allreduce_latency_us=float(data["allreduce_latency_us"]),  # type: ignore[arg-type]
+            # factors written before the decode terms existed have neither
+            decode_hop_us=float(data.get("decode_hop_us", 0.0)),  # type: ignore[arg-type]
+            decode_skew=float(data.get("decode_skew", 0.0)),  # type: ignore[arg-type]
         )
 
 
@@ -181,7 +191,27 @@ def step_seconds(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase
     compute = flops / (n * gpu.bf16_tflops * 1e12 * factors.compute_eff(gpu.name))
     memory = nbytes / (n * gpu.hbm_bandwidth_gbs * 1e9 * factors.memory_eff(gpu.name))
     comm = layers * 2.0 * _allreduce_s(config, msg, factors)
+    if phase is Phase.DECODE:
+        comm += decode_sync_seconds(n, layers, memory * n, factors)
     return max(compute, memory) + layers * factors.t_layer_ms * 1e-3 + comm
+
+
+def decode_sync_seconds(n: int, layers: int, stream_s: float, factors: PerfFactors) -> float:
+    """Synchronization of a tensor-parallel decode step of ``layers`` layers on n GPUs (0 for
+    one GPU); ``stream_s`` is the step's HBM stream time on one GPU (bytes / effective bandwidth).
+
+    - ``decode_hop_us`` x (n - 1) per layer: decode all-reduces carry a few kilobytes, so they are
+      bound by the hops of the ring (n - 1 per phase), not by bandwidth;
+    - ``decode_skew`` x log2(n) x ``stream_s``: every all-reduce waits for the slowest GPU, and the
+      wait grows with the depth of the reduction (log2 n) and with the length of the streams
+      being waited on — an Amdahl-style share of the stream that does not parallelize.
+
+    Both are fitted to Splitwise's per-token times (Llama-2-70B, A100/H100, TP 2/4/8) with every
+    other factor held at its fit to all datasets (:func:`atoll.solvers.calibrate.fit`). No public
+    profile covers MoE decode at TP 4/8: their numbers are flagged unvalidated."""
+    if n <= 1:
+        return 0.0
+    return layers * (n - 1) * factors.decode_hop_us * 1e-6 + factors.decode_skew * math.log2(n) * stream_s
 
 
 def activation_transfer_seconds(model: ModelSpec, tokens: float) -> float:
@@ -255,3 +285,17 @@ def max_layers_that_fit(model: ModelSpec, config: NodeConfig, shape: RequestShap
     usable = config.count * (config.gpu.memory_gb * MEM_UTILIZATION - RESERVE_GB_PER_GPU) * 1e9
     per_layer = model.layer_weight_bytes + shape.max_context * model.kv_bytes_per_token_layer
     return max(0, min(model.layers, int(usable // per_layer)))
+
+
+UNVALIDATED_NOTE = ("unvalidated: no public profile covers mixture-of-experts models at tensor "
+                    "parallelism 4 or 8; the synchronization terms were fitted on a dense model")
+
+
+def unvalidated(model: ModelSpec, config: NodeConfig) -> bool:
+    """True for numbers no measurement backs: a mixture-of-experts model on a node of 4+ GPUs."""
+    return model.experts > 1 and config.count >= 4
+
+
+def template_unvalidated(model: ModelSpec, configs: Iterable[str]) -> bool:
+    """:func:`unvalidated` for a template: any of its node configs ("4xH100", ...) has 4+ GPUs."""
+    return model.experts > 1 and any(int(c.partition("x")[0]) >= 4 for c in configs)

@@ -7,7 +7,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from atoll.solvers.catalog import DEFAULT_REGIONS, Catalog
-from atoll.solvers.perf import PerfFactors, RequestShape, load_factors, max_layers_that_fit, node_profile
+from atoll.solvers.perf import (
+    PerfFactors,
+    RequestShape,
+    load_factors,
+    max_layers_that_fit,
+    node_profile,
+    unvalidated,
+)
 from atoll.solvers.types import ModelSpec, NodeConfig, Phase
 
 
@@ -45,5 +52,6 @@ def perf_rows(models: Iterable[ModelSpec], configs: Iterable[NodeConfig], *,
                 "decode_tokens_per_s": node_profile(m, c, m.layers, Phase.DECODE, m.slo.tpot_ms,
                                                     shape=shape, factors=f),
                 "ttft_ms": m.slo.ttft_ms, "tpot_ms": m.slo.tpot_ms,
+                "unvalidated": unvalidated(m, c),
             })
     return rows

@@ -36,6 +36,10 @@ def cmd_perf_table(args: argparse.Namespace) -> int:
     rows = perf_rows(models, configs, shape=shape)
     seconds = time.perf_counter() - t0
     out.result(perf_table(rows, shape))
+    if any(r["unvalidated"] for r in rows):
+        from atoll.solvers.perf import UNVALIDATED_NOTE
+
+        out.note(f"† {UNVALIDATED_NOTE}")
     out.note(f"{len(rows)} profiles in {seconds * 1e3:.1f} ms")
     factors = load_factors()
     borrowed = [g for g in dict.fromkeys(c.gpu.name for c in configs) if factors.borrowed(g)]
@@ -54,8 +58,9 @@ def perf_table(rows: list[dict[str, Any]], shape: RequestShape) -> Table:
     for col in ("model", "config", "max layers", "prefill tok/s", "decode tok/s"):
         table.add_column(col, justify="right")
     for r in rows:
+        mark = "†" if r.get("unvalidated") else ""
         table.add_row(r["model"], r["config"], f"{r['max_layers']}/{r['layers']}",
-                      f"{r['prefill_tokens_per_s']:.0f}", f"{r['decode_tokens_per_s']:.0f}")
+                      f"{r['prefill_tokens_per_s']:.0f}{mark}", f"{r['decode_tokens_per_s']:.0f}{mark}")
     return table
 
 

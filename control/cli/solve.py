@@ -13,6 +13,8 @@ from atoll.control.cli.common import activate_fleet, add_fleet_option, add_json
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
 from atoll.solvers.ladder import decompose
+from atoll.solvers.models import get_model
+from atoll.solvers.perf import UNVALIDATED_NOTE, template_unvalidated
 from atoll.solvers.problem import AllocationProblem
 from atoll.solvers.runtime import RUNTIMES
 from atoll.solvers.scenarios import AVAILABILITIES, MIXES, SCENARIOS, build_problem
@@ -27,6 +29,7 @@ def plan_rows(problem: AllocationProblem, result: MethodResult) -> list[dict[str
             "nodes": {c: k for c, k in t.nodes},
             "stages": [{"layers": s.layers, "nodes": list(s.nodes)} for s in t.stages],
             "instances": n, "throughput": n * t.throughput,
+            "unvalidated": template_unvalidated(get_model(t.service.model), (c for c, _ in t.nodes)),
         })
     return rows
 
@@ -61,8 +64,12 @@ def _print(out: Output, doc: dict[str, Any]) -> None:
     for r in doc["plan"]:
         nodes = " + ".join(f"{k}x {c}" for c, k in r["nodes"].items())
         split = " | ".join(f"{s['layers']}:{','.join(s['nodes'])}" for s in r["stages"])
-        table.add_row(r["service"], r["region"], nodes, split, str(r["instances"]), f"{r['throughput']:.0f}")
+        mark = "†" if r["unvalidated"] else ""
+        table.add_row(r["service"], r["region"], nodes, split, str(r["instances"]),
+                      f"{r['throughput']:.0f}{mark}")
     out.result(table)
+    if any(r["unvalidated"] for r in doc["plan"]):
+        out.note(f"† {UNVALIDATED_NOTE}")
     svc = Table(title="Throughput vs demand (tokens/s)")
     for col in ("service", "demand", "capacity", "served"):
         svc.add_column(col, justify="left" if col == "service" else "right")

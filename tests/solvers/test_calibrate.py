@@ -48,3 +48,12 @@ def test_heldout_error_target(shared_data: Path) -> None:
     for ds in DATASETS:
         assert report["heldout_mape"][ds] <= 0.15, (ds, report["heldout_mape"])
     assert set(report["leave_one_gpu_out_mape"]) == {"T4", "L4", "V100", "A100", "H100"}
+
+
+def test_report_gives_error_per_phase_and_tp(shared_data: Path) -> None:
+    report = calibrate(shared_data)
+    sw = report["heldout_mape_by_phase_tp"]["splitwise"]
+    assert set(sw) == {"prefill", "decode"} and set(sw["decode"]) == {"2", "4", "8"}
+    assert all(0 <= v < 1 for v in sw["decode"].values())
+    f = report["factors"]
+    assert f["decode_hop_us"] > 0 and f["decode_skew"] > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -149,3 +150,56 @@ def test_shipped_factors_are_fitted() -> None:
     assert all(0 < v <= 1 for v in [*f.eta_c.values(), *f.eta_m.values()])
     # GPUs without profiles borrow a sibling's factors rather than a default
     assert f.compute_eff("L40S") == f.eta_c["L4"] and f.compute_eff("H200") == f.eta_c["H100"]
+
+
+def test_decode_sync_by_hand_and_only_for_tensor_parallel_decode() -> None:
+    sync = dataclasses.replace(HALF, decode_hop_us=5.0, decode_skew=0.02)
+    for n in (1, 2, 4, 8):
+        cfg = NodeConfig(TOY_GPU, n)
+        base = step_seconds(TOY_MODEL, cfg, 10, Phase.DECODE, tokens=4, context=100, factors=HALF)
+        got = step_seconds(TOY_MODEL, cfg, 10, Phase.DECODE, tokens=4, context=100, factors=sync)
+        stream = 10 * (2e8 + 4 * 100 * 4096) / 5e11  # one GPU's HBM stream time of the step
+        extra = 0.0 if n == 1 else 10 * (n - 1) * 5e-6 + 0.02 * math.log2(n) * stream
+        assert got - base == pytest.approx(extra, rel=1e-9, abs=1e-15)
+        pre = [step_seconds(TOY_MODEL, cfg, 10, Phase.PREFILL, tokens=512, context=512, factors=f)
+               for f in (HALF, sync)]
+        assert pre[0] == pre[1]  # prefill is untouched
+
+
+def test_shipped_decode_terms_make_tp8_no_faster_than_tp4_on_splitwise_setup() -> None:
+    from atoll.solvers.perf import load_factors
+
+    f = load_factors()
+    assert f.decode_hop_us > 0 and f.decode_skew > 0
+    llama = get_model("Llama-2-70B")
+    t = {n: step_seconds(llama, CATALOG.config(f"{n}xH100"), llama.layers, Phase.DECODE, tokens=1,
+                         context=600, factors=f) for n in (2, 4, 8)}
+    assert t[4] < t[2] and t[8] >= 0.85 * t[4]  # Splitwise: TP8 decode ~ TP4 (30.6 vs 29.4 ms)
+
+
+def test_old_factor_files_read_without_decode_terms() -> None:
+    data = HALF.to_json()
+    del data["decode_hop_us"], data["decode_skew"]
+    f = PerfFactors.from_json(data)
+    assert f.decode_hop_us == 0.0 and f.decode_skew == 0.0
+
+
+def test_template_cache_key_follows_the_decode_terms() -> None:
+    from atoll.solvers.templates import LibrarySpec
+
+    spec = LibrarySpec(models=("Phi-4-14B",), regions=("aws:us-east-2",), gpu_types=("L4",), n_max=2)
+    a = spec.jobs(factors=HALF)[0].key
+    b = spec.jobs(factors=dataclasses.replace(HALF, decode_skew=0.01))[0].key
+    assert a != b
+
+
+def test_moe_at_tp4_and_8_is_flagged_unvalidated() -> None:
+    from atoll.solvers.perf import template_unvalidated, unvalidated
+    from atoll.solvers.tables import perf_rows
+
+    moe, dense = get_model("Qwen3-235B-A22B"), get_model("Llama-3-70B")
+    assert unvalidated(moe, CATALOG.config("4xH100")) and unvalidated(moe, CATALOG.config("8xH100"))
+    assert not unvalidated(moe, CATALOG.config("2xH100")) and not unvalidated(dense, CATALOG.config("8xH100"))
+    assert template_unvalidated(moe, ["1xL4", "8xA100-80GB"]) and not template_unvalidated(dense, ["8xH100"])
+    rows = perf_rows([moe, dense], [CATALOG.config("8xH100"), CATALOG.config("1xH100")])
+    assert [r["unvalidated"] for r in rows] == [True, False, False, False]
