@@ -48,7 +48,7 @@ from atoll.control.live_demand import LiveForecast, ModelForecast
 from atoll.control.live_fleet import STEP_S, LiveFleet
 from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
 from atoll.control.plans import PlanRecord, SinkResult
-from atoll.control.rates import RateReport, RateTracker
+from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateReport, RateTracker
 from atoll.control.sinks import PlanSink, deliver
 from atoll.control.state import HISTORY_LIMIT, ControllerState, HistoryPoint, load_state, save_state
 from atoll.envs.fleet import FleetState
@@ -74,13 +74,15 @@ class ControllerSettings:
     read_backoff_s: float = 0.5
     sink_attempts: int = 3
     sink_backoff_s: float = 1.0
+    flat_hold_s: float = FLAT_HOLD_S  # flat counters held this long before they read as zero (rates.py)
+    reset_fraction: float = RESET_FRACTION  # a counter below this fraction of the last one restarted
 
     def __post_init__(self) -> None:
         for name in ("interval_s", "look_ahead_s", "time_scale"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ValueError(f"ControllerSettings: field {name!r} must be > 0, got {v!r}")
-        for name in ("read_backoff_s", "sink_backoff_s"):
+        for name in ("read_backoff_s", "sink_backoff_s", "flat_hold_s"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"ControllerSettings: field {name!r} must be >= 0, got {v!r}")
@@ -88,6 +90,9 @@ class ControllerSettings:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"ControllerSettings: field {name!r} must be an integer >= 1, got {v!r}")
+        if not 0 < self.reset_fraction < 1:
+            raise ValueError(f"ControllerSettings: field 'reset_fraction' must be in (0, 1), "
+                             f"got {self.reset_fraction!r}")
         if not 0 < self.planning_quantile < 1:
             raise ValueError(f"ControllerSettings: field 'planning_quantile' must be in (0, 1), "
                              f"got {self.planning_quantile!r}")
@@ -159,7 +164,9 @@ class Controller:
         # a week of points at this interval, so a daily-seasonal forecaster gets its two days
         limit = max(HISTORY_LIMIT, math.ceil(7 * 86400 / s.interval_s))
         self.state = loaded if loaded is not None else ControllerState(history_limit=limit)
-        self.tracker = RateTracker(fleet.models, baseline=self.state.last_metrics)
+        self.tracker = RateTracker(fleet.models, baseline=self.state.last_metrics,
+                                   reset_fraction=s.reset_fraction,
+                                   flat_hold_s=s.flat_hold_s / s.time_scale)  # samples: the metrics' clock
         self.forecaster = LiveForecast(shapes=fleet.shapes, forecaster=s.forecaster,
                                        quantile=s.planning_quantile,
                                        horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S)
@@ -217,7 +224,7 @@ class Controller:
         ignored = sorted(set(rates.models) - set(self.fleet.models))
         metrics = {"ok": True, "source": snapshot.source, "stale_s": 0.0,
                    "rates": {m: r.as_dict() for m, r in rates.models.items() if m in self.fleet.models},
-                   "ignored_models": ignored}
+                   "ignored_models": ignored, "notes": list(snapshot.notes)}
         return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
                           solve, record is not None, self._diff_rows(record), sink_result, earlier,
                           self.state.plan_sequence, self.state.pending is not None, seconds)

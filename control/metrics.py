@@ -21,6 +21,16 @@ Sample times: a replica's counters are dated by the time Prometheus scraped them
 query, ``timestamp(vllm:prompt_tokens_total)``), not by the query time; with a 15 s scrape and a
 60 s tick, dating by query time would put up to +-25% of jitter on every rate. The scrape
 source dates each endpoint's samples by the clock reading when its response arrived.
+
+Hostile or broken input never escapes as an exception other than :class:`MetricsUnavailable`
+(the read as a whole failed; the controller holds every model): a sample that cannot be used
+(+Inf, negative counter, a non-number, an API item without ``metric`` or ``__name__``, a line
+that does not parse) is *held and reported* — a problem of its model (which is then held) when
+the model can be told, else a note on the snapshot. Every request has a total deadline
+(``timeout``: connecting, headers and body together, so a server trickling one byte at a time
+cannot stretch a tick) and a size cap (``max_bytes``: the body is read in chunks and refused
+past it, so a huge page costs at most the cap in memory); only the lines of the metrics read
+here are parsed, so the rest of a large page costs a scan, not a parse.
 """
 
 from __future__ import annotations
@@ -28,10 +38,11 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import re
+import socket
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +61,10 @@ KV_USAGE = "vllm:kv_cache_usage_perc"
 KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"
 MODEL_LABEL = "model_name"
 METRIC_NAMES: tuple[str, ...] = (PROMPT, GENERATION, WAITING, RUNNING, KV_USAGE, KV_USAGE_OLD)
+# prometheus_client's process collector (vLLM exports it): a changed start time proves a restart
+START_TIME = "process_start_time_seconds"
+DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_MAX_BYTES = 16 * 2**20  # a vLLM page is ~100 kB; a Prometheus answer for 1000 replicas ~2 MB
 
 
 class MetricsUnavailable(AtollError):
@@ -78,6 +93,7 @@ class SeriesSample:
     time_s: float
     prompt_tokens: float
     generation_tokens: float
+    start_time_s: float | None = None  # the replica's process start time, where exported
 
     def __post_init__(self) -> None:
         owner = f"SeriesSample {self.series!r}"
@@ -85,6 +101,10 @@ class SeriesSample:
             raise ValueError(f"{owner}: field 'time_s' must be a finite number, got {self.time_s!r}")
         _finite_or_nan(owner, "prompt_tokens", self.prompt_tokens)
         _finite_or_nan(owner, "generation_tokens", self.generation_tokens)
+        if self.start_time_s is not None and not (isinstance(self.start_time_s, int | float)
+                                                  and math.isfinite(self.start_time_s)):
+            raise ValueError(f"{owner}: field 'start_time_s' must be None or a finite number, "
+                             f"got {self.start_time_s!r}")
 
 
 @dataclass(frozen=True)
@@ -118,13 +138,15 @@ class ModelMetrics:
         return math.fsum(s.generation_tokens for s in self.series)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"series": [[s.series, s.time_s, s.prompt_tokens, s.generation_tokens] for s in self.series],
+        return {"series": [[s.series, s.time_s, s.prompt_tokens, s.generation_tokens,
+                            *(() if s.start_time_s is None else (s.start_time_s,))] for s in self.series],
                 "waiting": self.waiting, "running": self.running, "kv_usage": self.kv_usage,
                 "problems": list(self.problems)}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> ModelMetrics:
-        series = tuple(SeriesSample(str(a), float(b), _num(c), _num(d)) for a, b, c, d in doc["series"])
+        series = tuple(SeriesSample(str(a), float(b), _num(c), _num(d), *(_opt(x) for x in rest[:1]))
+                       for a, b, c, d, *rest in doc["series"])
         return cls(series=series,
                    waiting=_opt(doc.get("waiting")), running=_opt(doc.get("running")),
                    kv_usage=_opt(doc.get("kv_usage")), problems=tuple(doc.get("problems", ())))
@@ -146,11 +168,13 @@ class MetricsSnapshot:
     time_s: float
     models: Mapping[str, ModelMetrics] = field(default_factory=dict)
     source: str = ""
+    notes: tuple[str, ...] = ()  # samples skipped that no model could be told for
 
     def __post_init__(self) -> None:
         if not isinstance(self.time_s, int | float) or not math.isfinite(self.time_s):
             raise ValueError(f"MetricsSnapshot: field 'time_s' must be a finite number, got {self.time_s!r}")
         object.__setattr__(self, "models", dict(self.models))
+        object.__setattr__(self, "notes", tuple(self.notes))
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (NaN becomes null, as the state file needs strict JSON)."""
@@ -180,71 +204,149 @@ class MetricsSource(Protocol):
     def read(self) -> MetricsSnapshot: ...
 
 
+Problem = tuple[str | None, str]  # (model if it can be told, what is wrong with a sample)
+
+
+def _bad_value(value: float, counter: bool) -> str | None:
+    """Why a sample value is unusable (NaN is reported apart), or None."""
+    if math.isinf(value):
+        return f"is {'+' if value > 0 else '-'}Inf"
+    if counter and value < 0:
+        return f"is negative ({value:g})"
+    return None
+
+
 def assemble(raw: Iterable[tuple[str, str, str, float]], times: Mapping[str, float], now_s: float,
-             source: str) -> MetricsSnapshot:
+             source: str, *, problems: Iterable[Problem] = (),
+             starts: Mapping[str, float] | None = None) -> MetricsSnapshot:
     """Group raw ``(model, replica id, metric name, value)`` samples into a snapshot.
 
-    ``times`` dates replicas by id (missing ones get ``now_s``). Each problem is named so the
-    controller can report why a model was held.
+    ``times`` dates replicas by id (missing ones get ``now_s``); ``starts`` gives replicas'
+    process start times by id, where known. ``problems`` are samples the reader had to skip:
+    those with a model make it held (a problem of its own), the others become the snapshot's
+    ``notes``. Each problem is named so the controller can report why a model was held.
     """
     replicas: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for model, replica, name, value in raw:
         replicas[model][replica][name] = value
+    skipped: dict[str, list[str]] = defaultdict(list)
+    notes: list[str] = []
+    for owner, what in problems:
+        if not owner:
+            notes.append(what)
+        else:
+            skipped[owner].append(what)
+            replicas.setdefault(owner, defaultdict(dict))
     models: dict[str, ModelMetrics] = {}
     for model, reps in sorted(replicas.items()):
-        problems: list[str] = []
+        issues: list[str] = list(skipped.get(model, ()))
         series: list[SeriesSample] = []
         gauges: dict[str, list[float]] = defaultdict(list)
         for rid, values in sorted(reps.items()):
             where = f"replica {rid!r}" if rid else "its series"
             for name in (WAITING, RUNNING):
                 if name in values:
-                    gauges[name].append(values[name])
+                    bad = _bad_value(values[name], counter=False)
+                    if bad:
+                        issues.append(f"{name} {bad} for {where}")
+                    gauges[name].append(math.nan if bad else values[name])
             kv: float | None = values.get(KV_USAGE, values.get(KV_USAGE_OLD))
             if kv is not None and math.isfinite(kv):
                 gauges[KV_USAGE].append(kv)
             counters = [values.get(PROMPT), values.get(GENERATION)]
             if counters == [None, None]:
                 continue  # a gauge-only series (e.g. a replica still loading): no counters to rate
+            kept: list[float] = []
             for name, counter in zip((PROMPT, GENERATION), counters, strict=True):
+                bad = None if counter is None else _bad_value(counter, counter=True)
                 if counter is None:
-                    problems.append(f"{name} missing for {where}")
+                    issues.append(f"{name} missing for {where}")
                 elif math.isnan(counter):
-                    problems.append(f"{name} is NaN for {where}")
-            series.append(SeriesSample(rid, times.get(rid, now_s), *(math.nan if v is None else v
-                                                                    for v in counters)))
+                    issues.append(f"{name} is NaN for {where}")
+                elif bad:
+                    issues.append(f"{name} {bad} for {where}")
+                kept.append(math.nan if counter is None or bad else counter)
+            start = (starts or {}).get(rid)
+            series.append(SeriesSample(rid, times.get(rid, now_s), kept[0], kept[1],
+                                       start if start is not None and math.isfinite(start) else None))
         if not series:
-            problems.append(f"no {PROMPT} / {GENERATION} series")
+            issues.append(f"no {PROMPT} / {GENERATION} series")
         sums: dict[str, float | None] = {}
         for name in (WAITING, RUNNING):
             vals = gauges.get(name, [])
             if not vals:
-                problems.append(f"{name} missing")
+                issues.append(f"{name} missing")
             elif any(math.isnan(v) for v in vals):
-                problems.append(f"{name} is NaN")
+                issues.append(f"{name} is NaN")
             sums[name] = math.fsum(vals) if vals else None
         kvs = gauges.get(KV_USAGE, [])
         models[model] = ModelMetrics(tuple(series), sums[WAITING], sums[RUNNING],
-                                     math.fsum(kvs) / len(kvs) if kvs else None, tuple(problems))
-    return MetricsSnapshot(now_s, models, source)
+                                     math.fsum(kvs) / len(kvs) if kvs else None, tuple(dict.fromkeys(issues)))
+    return MetricsSnapshot(now_s, models, source, tuple(dict.fromkeys(notes)))
 
 
-def _fetch(url: str, timeout: float) -> bytes:
-    """GET ``url``; every failure becomes :class:`MetricsUnavailable` naming the URL and cause."""
+def _fetch(url: str, timeout: float, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """GET ``url`` within ``timeout`` seconds *in all* (connect, headers, body) and at most
+    ``max_bytes`` of body; every failure becomes :class:`MetricsUnavailable` naming the URL and
+    cause. A watchdog shuts the socket down at the deadline, since a socket time-out alone
+    bounds each read, not the request (a server trickling a byte a second never trips it)."""
+    parsed = urllib.parse.urlparse(url)
+    cls = http.client.HTTPSConnection if parsed.scheme == "https" else http.client.HTTPConnection
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # http(s) only: checked in _check_url
-            body: bytes = resp.read()
-            return body
-    except urllib.error.HTTPError as exc:
-        detail = exc.read()[:300].decode("utf-8", "replace").strip()
-        raise MetricsUnavailable(url, f"HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")
-                                 ) from exc
-    except urllib.error.URLError as exc:
-        raise MetricsUnavailable(url, f"cannot connect ({exc.reason})") from exc
-    except TimeoutError as exc:
-        raise MetricsUnavailable(url, f"no answer within {timeout:g} s") from exc
-    except (OSError, http.client.HTTPException) as exc:
+        conn = cls(parsed.hostname or "", parsed.port, timeout=timeout)
+    except (ValueError, http.client.HTTPException) as exc:  # e.g. a bad port in the URL
+        raise MetricsUnavailable(url, f"bad URL ({exc})") from exc
+    expired = threading.Event()
+
+    def abort() -> None:
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    watchdog = threading.Timer(timeout, abort)
+    watchdog.daemon = True
+    watchdog.start()
+    late = f"no complete answer within {timeout:g} s (the request deadline, --timeout)"
+    try:
+        target = (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
+        conn.request("GET", target, headers={"Accept-Encoding": "identity"})
+        resp = conn.getresponse()
+        if resp.status >= 300:
+            detail = resp.read(300).decode("utf-8", "replace").strip()
+            cause = f"HTTP {resp.status} {resp.reason}" + (f": {detail}" if detail else "")
+            raise MetricsUnavailable(url, cause)
+        cap = f"answer larger than the {max_bytes / 2**20:g} MiB cap (--max-response-mb)"
+        length = resp.getheader("Content-Length")
+        if length is not None and length.strip().isdigit() and int(length) > max_bytes:
+            raise MetricsUnavailable(url, f"{cap}: Content-Length {int(length)}")
+        body = bytearray()
+        while True:
+            chunk = resp.read1(1 << 16)
+            if not chunk:
+                break
+            body += chunk
+            if len(body) > max_bytes:
+                raise MetricsUnavailable(url, cap)
+        if expired.is_set():  # the watchdog cut the body short: never parse half a page
+            raise MetricsUnavailable(url, late)
+        return bytes(body)
+    except MetricsUnavailable:
+        raise
+    except ConnectionRefusedError as exc:
+        raise MetricsUnavailable(url, f"cannot connect ({exc})") from exc
+    except (TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
+        if expired.is_set() or isinstance(exc, TimeoutError):
+            raise MetricsUnavailable(url, late) from exc
+        if isinstance(exc, socket.gaierror | ConnectionError) and conn.sock is None:
+            raise MetricsUnavailable(url, f"cannot connect ({exc})") from exc
         raise MetricsUnavailable(url, f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        watchdog.cancel()
+        conn.close()
 
 
 def _check_url(url: str, owner: str) -> str:
@@ -252,58 +354,184 @@ def _check_url(url: str, owner: str) -> str:
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValueError(f"{owner}: field 'url' must be an http(s) URL such as http://127.0.0.1:9090, "
                          f"got {url!r}")
+    try:
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError as exc:
+        raise ValueError(f"{owner}: field 'url' has a bad port ({exc}), got {url!r}") from exc
     return url.rstrip("/")
 
 
-def _check_timeout(timeout: float, owner: str) -> None:
+def _check_limits(timeout: float, max_bytes: int, owner: str) -> None:
     if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"{owner}: field 'timeout' must be > 0 seconds, got {timeout!r}")
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1024:
+        raise ValueError(f"{owner}: field 'max_bytes' must be an integer >= 1024, got {max_bytes!r}")
+
+
+def _query_result(body: bytes, url: str) -> list[Any]:
+    """The result list of a Prometheus instant-vector answer; MetricsUnavailable otherwise."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        cause = f"bad JSON answer ({type(exc).__name__}: {exc}): {body[:200]!r}"
+        raise MetricsUnavailable(url, cause) from exc
+    if not isinstance(doc, dict):
+        raise MetricsUnavailable(url, f"bad JSON answer: not an object: {body[:200]!r}")
+    if doc.get("status") != "success":
+        raise MetricsUnavailable(url, f"query failed: {str(doc.get('error', doc))[:300]!r}")
+    data = doc.get("data")
+    kind = data.get("resultType") if isinstance(data, dict) else None
+    result = data.get("result") if isinstance(data, dict) else None
+    if kind != "vector" or not isinstance(result, list):
+        raise MetricsUnavailable(url, f"expected an instant vector, got {str(kind)[:50]!r}")
+    return result
+
+
+def _item(item: Any) -> tuple[dict[str, str] | None, float | None, str]:
+    """(labels, value, why unusable) of one API result item; labels None if it has none usable."""
+    if not isinstance(item, dict):
+        return None, None, f"a result item is a {type(item).__name__}, not an object"
+    labels = item.get("metric")
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                               for k, v in labels.items()):
+        return None, None, "a result item has no 'metric' label set"
+    pair = item.get("value")
+    if not isinstance(pair, list | tuple) or len(pair) != 2:
+        return labels, None, "its 'value' is not a [time, value] pair"
+    raw = pair[1]
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        return labels, None, f"its value {str(raw)[:40]!r} is not a number"
+    try:
+        return labels, float(raw), ""
+    except ValueError:
+        return labels, None, f"its value {str(raw)[:40]!r} is not a number"
+
+
+def prometheus_snapshot(values: list[Any], stamps: list[Any], starts: list[Any], now_s: float,
+                        source: str) -> MetricsSnapshot:
+    """The snapshot of three instant-vector results (values, their scrape times, process start
+    times); any item that cannot be used is held and reported (see the module docstring)."""
+    problems: list[Problem] = []
+    times: dict[str, float] = {}
+    for item in stamps:
+        labels, value, why = _item(item)
+        if labels is not None and MODEL_LABEL in labels and value is not None and math.isfinite(value):
+            times[_replica_id(labels)] = value
+    by_process: dict[tuple[str | None, str | None], float] = {}
+    for item in starts:
+        labels, value, why = _item(item)
+        if labels is not None and labels.get("__name__") == START_TIME and value is not None \
+                and math.isfinite(value):
+            by_process[(labels.get("instance"), labels.get("job"))] = value
+    raw: list[tuple[str, str, str, float]] = []
+    start_of: dict[str, float] = {}
+    for item in values:
+        labels, value, why = _item(item)
+        model = labels.get(MODEL_LABEL) if labels is not None else None
+        name = labels.get("__name__") if labels is not None else None
+        if labels is None or model is None:
+            if name is None or name in METRIC_NAMES:  # others are not ours to judge
+                problems.append((None, f"skipped a result item: {why or 'no ' + MODEL_LABEL + ' label'}"))
+            continue
+        if name not in METRIC_NAMES:
+            if name is None:
+                problems.append((model, "a result item has no __name__ label"))
+            continue
+        if value is None:
+            problems.append((model, f"{name} for replica {_replica_id(labels)!r}: {why}"))
+            continue
+        rid = _replica_id(labels)
+        raw.append((model, rid, name, value))
+        start = by_process.get((labels.get("instance"), labels.get("job")))
+        if start is not None:
+            start_of[rid] = start
+    return assemble(raw, times, now_s, source, problems=problems, starts=start_of)
 
 
 class PrometheusSource:
-    """Reads the vLLM metrics through the Prometheus HTTP API (two instant queries: the values,
-    then the scrape times of the counters; see the module docstring)."""
+    """Reads the vLLM metrics through the Prometheus HTTP API (instant queries: the values, the
+    scrape times of the counters and the servers' process start times; see the module docstring)."""
 
-    def __init__(self, url: str, timeout: float = 5.0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT_S, clock: Callable[[], float] = time.time,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.url = _check_url(url, "PrometheusSource")
-        _check_timeout(timeout, "PrometheusSource")
+        _check_limits(timeout, max_bytes, "PrometheusSource")
         self.timeout = float(timeout)
+        self.max_bytes = max_bytes
         self._clock = clock
 
-    def _query(self, promql: str) -> list[dict[str, Any]]:
+    def _query(self, promql: str) -> list[Any]:
         url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        body = _fetch(url, self.timeout)
-        try:
-            doc = json.loads(body)
-            if doc.get("status") != "success":
-                raise MetricsUnavailable(url, f"query failed: {doc.get('error', doc)!r}")
-            result = doc["data"]["result"]
-            if doc["data"]["resultType"] != "vector" or not isinstance(result, list):
-                kind = doc["data"]["resultType"]
-                raise MetricsUnavailable(url, f"expected an instant vector, got {kind!r}")
-            return result
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise MetricsUnavailable(url, f"bad JSON answer ({type(exc).__name__}: {exc}): "
-                                     f"{body[:200]!r}") from exc
+        return _query_result(_fetch(url, self.timeout, self.max_bytes), url)
 
     def read(self) -> MetricsSnapshot:
         names = "|".join(n.removeprefix("vllm:") for n in METRIC_NAMES)
         values = self._query(f'{{__name__=~"vllm:({names})"}}')
         stamps = self._query(f"timestamp({PROMPT})")
-        now = float(self._clock())
-        times = {_replica_id(r["metric"]): float(r["value"][1]) for r in stamps if MODEL_LABEL in r["metric"]}
-        raw = []
-        for r in values:
-            labels = r["metric"]
-            if MODEL_LABEL in labels:
-                value = float(r["value"][1])
-                raw.append((labels[MODEL_LABEL], _replica_id(labels), labels["__name__"], value))
-        return assemble(raw, times, now, self.url)
+        starts = self._query(START_TIME)
+        return prometheus_snapshot(values, stamps, starts, float(self._clock()), self.url)
 
 
 def _replica_id(labels: Mapping[str, str]) -> str:
     # timestamp() drops __name__, so the id must not include it; the model is keyed separately
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("__name__", MODEL_LABEL))
+
+
+# Lines naming a metric read here; the rest of a page is never parsed (see the module docstring).
+_WANTED = re.compile(rb"^(?:vllm:|process_start_time_seconds)[^\n]*", re.MULTILINE)
+_MODEL_IN_LINE = re.compile(r'model_name\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _parse_lines(lines: list[str]) -> list[Any]:
+    return [s for family in text_string_to_metric_families("\n".join(lines) + "\n") for s in family.samples]
+
+
+def exposition_samples(body: bytes, url: str, stamp: float
+                       ) -> tuple[list[tuple[str, str, str, float]], dict[str, float], dict[str, float],
+                                  list[Problem]]:
+    """(raw samples, replica times, replica start times, problems) of one ``/metrics`` page.
+
+    A line that does not parse is held and reported (its model's problem when the line names
+    one); the page as a whole fails only when it is not text at all."""
+    if b"\x00" in body[:4096]:
+        raise MetricsUnavailable(url, "not Prometheus text format (binary content)")
+    lines: list[str] = []
+    problems: list[Problem] = []
+    for match in _WANTED.finditer(body):
+        try:
+            lines.append(match.group().decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError:
+            problems.append((None, f"a line is not UTF-8: {match.group()[:80]!r}"))
+    samples: list[Any] = []
+    try:
+        samples = _parse_lines(lines)
+    except Exception:  # noqa: BLE001 - any parser failure: find the bad lines one by one below
+        for line in lines:
+            try:
+                samples += _parse_lines([line])
+            except Exception as exc:  # noqa: BLE001 - the parser raises several kinds
+                found = _MODEL_IN_LINE.search(line)
+                why = f"unparsable line {line[:120]!r} ({type(exc).__name__})"
+                problems.append((found.group(1) if found else None, why))
+    raw: list[tuple[str, str, str, float]] = []
+    times: dict[str, float] = {}
+    start: float | None = None
+    rids: list[str] = []
+    for sample in samples:
+        if sample.name == START_TIME and not sample.labels:
+            start = float(sample.value)
+        if sample.name not in METRIC_NAMES:
+            continue
+        model = sample.labels.get(MODEL_LABEL)
+        if not isinstance(model, str):
+            problems.append((None, f"a {sample.name} sample without a {MODEL_LABEL} label"))
+            continue
+        rid = url + ("|" + _replica_id(sample.labels) if len(sample.labels) > 1 else "")
+        times[rid] = stamp
+        rids.append(rid)
+        raw.append((model, rid, sample.name, float(sample.value)))
+    starts = {rid: start for rid in rids} if start is not None and math.isfinite(start) else {}
+    return raw, times, starts, problems
 
 
 class ScrapeSource:
@@ -313,14 +541,15 @@ class ScrapeSource:
     the failed endpoint as gone and under-count their models' demand.
     """
 
-    def __init__(self, urls: Sequence[str] | str, timeout: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, urls: Sequence[str] | str, timeout: float = DEFAULT_TIMEOUT_S,
+                 clock: Callable[[], float] = time.time, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         items = [u.strip() for u in urls.split(",")] if isinstance(urls, str) else list(urls)
         if not items or not all(items):
             raise ValueError(f"ScrapeSource: field 'urls' needs at least one URL, got {urls!r}")
         self.urls = tuple(_endpoint(_check_url(u, "ScrapeSource")) for u in items)
-        _check_timeout(timeout, "ScrapeSource")
+        _check_limits(timeout, max_bytes, "ScrapeSource")
         self.timeout = float(timeout)
+        self.max_bytes = max_bytes
         self._clock = clock
 
     @property
@@ -330,21 +559,16 @@ class ScrapeSource:
     def read(self) -> MetricsSnapshot:
         raw: list[tuple[str, str, str, float]] = []
         times: dict[str, float] = {}
+        starts: dict[str, float] = {}
+        problems: list[Problem] = []
         for url in self.urls:
-            body = _fetch(url, self.timeout)
-            stamp = float(self._clock())
-            try:
-                families = list(text_string_to_metric_families(body.decode("utf-8")))
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise MetricsUnavailable(url, f"not Prometheus text format ({exc})") from exc
-            for family in families:
-                # the parser strips "_total" from counter family names; sample names keep it
-                for sample in family.samples:
-                    if sample.name in METRIC_NAMES and MODEL_LABEL in sample.labels:
-                        rid = url + ("|" + _replica_id(sample.labels) if len(sample.labels) > 1 else "")
-                        times[rid] = stamp
-                        raw.append((sample.labels[MODEL_LABEL], rid, sample.name, float(sample.value)))
-        return assemble(raw, times, float(self._clock()), self.url)
+            body = _fetch(url, self.timeout, self.max_bytes)
+            r, t, st, p = exposition_samples(body, url, float(self._clock()))
+            raw += r
+            times.update(t)
+            starts.update(st)
+            problems += p
+        return assemble(raw, times, float(self._clock()), self.url, problems=problems, starts=starts)
 
 
 def _endpoint(url: str) -> str:

@@ -5,18 +5,30 @@ clock, so tests script snapshots and times freely.
 
 Rules, per replica series of a model (then summed over the model's replicas):
 - rate = increase / (this sample time - the previous sample time of that replica);
-- counter reset (a value below the previous one: the replica restarted) -> the new value is
+- counter reset (the replica restarted: its process start time changed, where exported, or —
+  without one — the value fell below ``reset_fraction`` of the previous one) -> the new value is
   the increase since the reset, as Prometheus' ``rate()`` does;
+- a counter that goes back by less than that (or with an unchanged start time) did not reset:
+  a replica behind a load balancer answering out of turn, a lagging Prometheus replica. Taking
+  it as a reset would count the whole counter as new tokens (a rate many times the real one),
+  so the sample is held: the model is ``counter_backwards``, the baseline stays, and the next
+  read above it rates the whole gap. After ``flat_hold_s`` the lower value becomes the baseline;
+- counters that stop rising while their server still answers (a frozen exporter, or really no
+  traffic) make the model ``stale_flat``: held, not read as zero demand, until a counter moves
+  (the gap is then rated as a whole) or ``flat_hold_s`` seconds of flat samples have passed —
+  then it is a real zero;
 - a replica seen for the first time (or whose sample time went backwards) has no rate yet:
   the model is ``warming_up`` for one read;
 - a replica with no new sample since the last read (the tick came before the next scrape)
   keeps its last rate;
 - a replica that disappeared is dropped (scaled down or gone: its tokens are no longer served).
 
-A model absent from a read is ``missing``; one whose read has a NaN or a missing series is
-``invalid``. Neither gets a rate (``None``, never 0: a zero would let the planner scale the
-model down), and neither moves the model's baseline, so the next good read rates the whole
-gap. Expected models are those given at construction plus every model seen so far.
+A model absent from a read is ``missing`` (a model whose plan went to zero has no server and no
+series: it is held at zero until its series comes back, then re-planned like a new one); one
+whose read has a NaN, an infinite or a missing series is ``invalid``. Neither gets a rate
+(``None``, never 0: a zero would let the planner scale the model down), and neither moves the
+model's baseline, so the next good read rates the whole gap. Expected models are those given
+at construction plus every model seen so far.
 """
 
 from __future__ import annotations
@@ -35,6 +47,12 @@ class RateStatus(enum.StrEnum):
     WARMING_UP = "warming_up"
     MISSING = "missing"
     INVALID = "invalid"
+    COUNTER_BACKWARDS = "counter_backwards"
+    STALE_FLAT = "stale_flat"
+
+
+RESET_FRACTION = 0.5  # a counter falling below half its previous value restarted
+FLAT_HOLD_S = 900.0  # flat counters are held this long before they count as zero demand
 
 
 @dataclass(frozen=True)
@@ -110,13 +128,20 @@ class _Last:
     generation: float
     prompt_rate: float | None = None
     generation_rate: float | None = None
+    start_s: float | None = None
 
 
-def _increase(previous: float, current: float) -> tuple[float, int]:
-    """Counter increase between two samples, and 1 if the counter was reset in between."""
-    if current >= previous:
-        return current - previous, 0
-    return current, 1
+def _restarted(last: _Last, s: SeriesSample, fraction: float) -> bool | None:
+    """True if the replica restarted since ``last``, False if a counter went back without a
+    restart, None if neither counter went back."""
+    known = last.start_s is not None and s.start_time_s is not None
+    if known and s.start_time_s != last.start_s:
+        return True
+    pairs = ((last.prompt, s.prompt_tokens), (last.generation, s.generation_tokens))
+    drops = [(old, new) for old, new in pairs if new < old]
+    if not drops:
+        return None
+    return False if known else all(new < fraction * old for old, new in drops)
 
 
 def _gauge(value: float | None) -> float | None:
@@ -130,7 +155,13 @@ class RateTracker:
     pass it back as ``baseline=`` after a restart and the first read already yields rates.
     """
 
-    def __init__(self, models: Iterable[str] = (), baseline: MetricsSnapshot | None = None) -> None:
+    def __init__(self, models: Iterable[str] = (), baseline: MetricsSnapshot | None = None, *,
+                 reset_fraction: float = RESET_FRACTION, flat_hold_s: float = FLAT_HOLD_S) -> None:
+        if not (isinstance(reset_fraction, int | float) and 0 < reset_fraction < 1):
+            raise ValueError(f"RateTracker: field 'reset_fraction' must be in (0, 1), got {reset_fraction!r}")
+        if not (isinstance(flat_hold_s, int | float) and math.isfinite(flat_hold_s) and flat_hold_s >= 0):
+            raise ValueError(f"RateTracker: field 'flat_hold_s' must be >= 0 seconds, got {flat_hold_s!r}")
+        self.reset_fraction, self.flat_hold_s = float(reset_fraction), float(flat_hold_s)
         self._expected: set[str] = set(models)
         self._series: dict[str, dict[str, _Last]] = {}
         self._time: float | None = None
@@ -139,7 +170,8 @@ class RateTracker:
             for model, mm in baseline.models.items():
                 self._expected.add(model)
                 self._series[model] = {
-                    s.series: _Last(s.time_s, s.prompt_tokens, s.generation_tokens) for s in mm.series
+                    s.series: _Last(s.time_s, s.prompt_tokens, s.generation_tokens, start_s=s.start_time_s)
+                    for s in mm.series
                     if math.isfinite(s.prompt_tokens) and math.isfinite(s.generation_tokens)}
 
     @property
@@ -153,7 +185,8 @@ class RateTracker:
 
     @property
     def baseline(self) -> MetricsSnapshot:
-        models = {m: ModelMetrics(tuple(SeriesSample(rid, last.time_s, last.prompt, last.generation)
+        models = {m: ModelMetrics(tuple(SeriesSample(rid, last.time_s, last.prompt, last.generation,
+                                                     last.start_s)
                                         for rid, last in sorted(reps.items())), None, None)
                   for m, reps in sorted(self._series.items())}
         return MetricsSnapshot(self._time if self._time is not None else 0.0, models, "baseline")
@@ -182,10 +215,14 @@ class RateTracker:
         resets = 0
         span: float | None = None
         warming: list[str] = []
+        backwards: list[str] = []
+        flat: dict[str, _Last] = {}  # replicas with a new sample and no increase -> their baseline
+        moved = False
         for s in mm.series:
             last = previous.get(s.series)
             if last is None or s.time_s < last.time_s:
-                current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens)
+                current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens,
+                                          start_s=s.start_time_s)
                 warming.append(s.series)
                 continue
             if s.time_s == last.time_s:
@@ -197,19 +234,60 @@ class RateTracker:
                 p, g = last.prompt_rate, last.generation_rate
             else:
                 dt = s.time_s - last.time_s
-                dp, rp = _increase(last.prompt, s.prompt_tokens)
-                dg, rg = _increase(last.generation, s.generation_tokens)
-                resets += rp + rg
+                restarted = _restarted(last, s, self.reset_fraction)
+                if restarted is False and dt < self.flat_hold_s:
+                    current[s.series] = last  # held: the next read above the baseline rates the gap
+                    backwards.append(f"replica {s.series!r}: {_went_back(last, s)}")
+                    continue
+                if restarted is False:  # went back and stayed back: the lower value is the baseline
+                    current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens,
+                                              start_s=s.start_time_s)
+                    warming.append(s.series)
+                    continue
+                if restarted:
+                    dp, dg = s.prompt_tokens, s.generation_tokens
+                    went_back = (s.prompt_tokens < last.prompt) + (s.generation_tokens < last.generation)
+                    resets += went_back or 1  # a new start time with both counters above: one reset
+                else:
+                    dp, dg = s.prompt_tokens - last.prompt, s.generation_tokens - last.generation
                 p, g = dp / dt, dg / dt
-                current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens, p, g)
+                current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens, p, g,
+                                          s.start_time_s)
+                if dp == 0 and dg == 0 and not restarted:
+                    flat[s.series] = last
+                else:
+                    moved = True
                 span = dt if span is None else max(span, dt)
             prompt += p
             generation += g
-        self._series[model] = current
         waiting, running, kv = _gauge(mm.waiting), _gauge(mm.running), _gauge(mm.kv_usage)
+        gauges = {"waiting": waiting, "running": running, "kv_usage": kv}
+        if flat and not moved and not backwards:
+            since = min(last.time_s for last in flat.values())
+            newest = max(s.time_s for s in mm.series if s.series in flat)
+            if newest - since < self.flat_hold_s:
+                current.update(flat)  # keep the baselines: a move rates the whole flat stretch
+                self._series[model] = current
+                return ModelRate(model, RateStatus.STALE_FLAT, **gauges, resets=resets,
+                                 reason=f"counters flat for {newest - since:.0f} s while the server answers "
+                                        f"(a frozen exporter, or no traffic); held until they move or "
+                                        f"{self.flat_hold_s:.0f} s pass")
+        self._series[model] = current
+        if backwards:
+            return ModelRate(model, RateStatus.COUNTER_BACKWARDS, **gauges, resets=resets,
+                             reason="; ".join(backwards) + f" — not below {self.reset_fraction:.0%} of it "
+                                    f"and "
+                                    f"no restart, so not a reset; sample held")
         if warming:
-            return ModelRate(model, RateStatus.WARMING_UP, waiting=waiting, running=running, kv_usage=kv,
-                             resets=resets,
+            return ModelRate(model, RateStatus.WARMING_UP, **gauges, resets=resets,
                              reason=f"first sample of replica(s) {', '.join(map(repr, warming))}; "
                                     f"a rate needs the next read")
         return ModelRate(model, RateStatus.OK, prompt, generation, waiting, running, kv, span, resets)
+
+
+def _went_back(last: _Last, s: SeriesSample) -> str:
+    """Which counter went back, from what to what."""
+    parts = [f"{name} went back from {old:.17g} to {new:.17g}"
+             for name, old, new in (("prompt tokens", last.prompt, s.prompt_tokens),
+                                    ("generation tokens", last.generation, s.generation_tokens)) if new < old]
+    return ", ".join(parts)

@@ -5,12 +5,26 @@ file in the same directory, fsync, ``os.replace``), so a controller killed at an
 leaves either the previous state or the new one, never a torn file. A file that does not
 parse, or that a different schema version wrote, is refused with a message that names it and
 says how to recover; it is never silently replaced, since that would forget the running plan.
+A state file that cannot be written (a read-only folder, a full disk) is a :class:`StateError`
+naming it: the tick stops there, before the sink sees a plan the state does not record, so
+the next start resumes from the last state saved with nothing lost or delivered twice.
+
+One controller per folder: :class:`StateLock` holds an exclusive ``fcntl`` lock on
+``<dir>/controller.lock`` (recording the holder's PID and host) for the controller's lifetime.
+A second controller on the folder gets :class:`StateLocked` naming the holder; the kernel
+drops the lock when its holder dies however it dies, so a dead controller's lock is simply
+taken over. (``flock`` is local to a host: a folder shared over NFS needs one host per folder.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
+import os
+import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,11 +36,81 @@ from atoll.solvers.errors import AtollError
 
 STATE_VERSION = 1
 STATE_FILE = "controller-state.json"
+LOCK_FILE = "controller.lock"
 HISTORY_LIMIT = 2016  # a week of 5-minute intervals: enough for a daily-seasonal forecaster's refit
 
 
 class StateError(AtollError):
     """The state file exists but cannot be used; the message names it and the fix."""
+
+
+class StateLocked(StateError):
+    """Another live controller holds the state folder; the message names its PID and host."""
+
+
+class StateLock:
+    """An exclusive lock on a state folder for as long as this object is held (see the module
+    docstring). ``took_over`` describes the dead holder whose lock this one replaced, if any."""
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_FILE
+        self.took_over: str | None = None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StateError(f"cannot lock the state folder {self.directory}: {exc.strerror or exc} "
+                             f"({self.path}); make the folder writable or choose another --state") from exc
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = self._holder()
+            os.close(self._fd)
+            raise StateLocked(f"the state folder {self.directory} is in use by another controller "
+                              f"({holder}); stop that one first, or give this one another --state") from exc
+        previous = self._read()
+        if previous.get("pid"):
+            self.took_over = self._describe(previous)
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        try:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, (json.dumps(record) + "\n").encode(), 0)
+        except OSError as exc:
+            self.release()
+            raise StateError(f"cannot write the lock file {self.path}: {exc.strerror or exc}; make the "
+                             f"folder writable or choose another --state") from exc
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            doc = json.loads(os.pread(self._fd, 4096, 0) or b"{}")
+        except (OSError, ValueError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    @staticmethod
+    def _describe(doc: Mapping[str, Any]) -> str:
+        since = doc.get("since")
+        when = (time.strftime(" since %Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
+                if isinstance(since, int | float) and math.isfinite(since) else "")
+        return f"PID {doc.get('pid', '?')} on host {doc.get('host', '?')}{when}"
+
+    def _holder(self) -> str:
+        return self._describe(self._read())
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)  # a clean exit leaves no holder behind
+            with contextlib.suppress(OSError):
+                os.close(self._fd)  # closing drops the flock; the file stays for the next holder
+            self._fd = -1
+
+    def __enter__(self) -> StateLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def _opt_float(owner: str, name: str, value: float | None) -> None:
@@ -195,26 +279,36 @@ def state_path(directory: Path | str) -> Path:
 def save_state(directory: Path | str, state: ControllerState) -> Path:
     """Write ``state`` atomically to ``directory/controller-state.json`` (directory created)."""
     path = state_path(directory)
-    path.parent.mkdir(parents=True, exist_ok=True)
     # strict JSON (allow_nan=False): a NaN would make the file unreadable to other tools
-    atomic_write_text(path, json.dumps(state.as_dict(), allow_nan=False, separators=(",", ":")) + "\n")
+    text = json.dumps(state.as_dict(), allow_nan=False, separators=(",", ":")) + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise StateError(f"cannot write controller state {path}: {exc.strerror or exc}; the tick stopped "
+                         f"before delivering anything the state does not record — make the folder "
+                         f"writable (or free disk space) and start again: it resumes from the last "
+                         f"state saved") from exc
     return path
 
 
 def load_state(directory: Path | str) -> ControllerState | None:
     """The saved state, or None when there is none yet; StateError when the file is unusable."""
     path = state_path(directory)
+    fix = ("restore it from a backup, or delete it to start fresh (the controller then re-plans from "
+           "nothing and forgets the running plan)")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except UnicodeDecodeError as exc:
+        raise StateError(f"controller state {path} is not UTF-8 text (byte {exc.start}: "
+                         f"{exc.object[exc.start:exc.start + 8]!r}); {fix}") from exc
     except OSError as exc:
         raise StateError(f"cannot read controller state {path}: {exc}; check its permissions") from exc
-    fix = ("restore it from a backup, or delete it to start fresh (the controller then re-plans from "
-           "nothing and forgets the running plan)")
     try:
         doc = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise StateError(f"controller state {path} is not valid JSON ({exc}); {fix}") from exc
     if not isinstance(doc, dict):
         raise StateError(f"controller state {path} holds a {type(doc).__name__}, not an object; {fix}")
@@ -224,6 +318,6 @@ def load_state(directory: Path | str) -> ControllerState | None:
                          f"{STATE_VERSION}; run the atoll that wrote it, or {fix}")
     try:
         return ControllerState.from_dict(doc)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise StateError(f"controller state {path} is malformed ({type(exc).__name__}: {exc}); "
                          f"{fix}") from exc

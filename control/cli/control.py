@@ -25,20 +25,26 @@ from atoll.control.controller import Controller, ControllerSettings, TickReport
 from atoll.control.k8s_render import PD_MODES, K8sOptions, k8s_options
 from atoll.control.live_fleet import LiveFleet, load_fleet_file
 from atoll.control.loop import run_loop
-from atoll.control.metrics import MetricsSource, PrometheusSource, ScrapeSource
+from atoll.control.metrics import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_TIMEOUT_S,
+    MetricsSource,
+    PrometheusSource,
+    ScrapeSource,
+)
 from atoll.control.plans import SinkError
 from atoll.control.sinks import SINK_SPECS, make_sink
-from atoll.control.state import StateError
+from atoll.control.state import StateError, StateLock
 from atoll.solvers.fleet import load_fleet
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def parse_interval(text: str) -> float:
+def parse_interval(text: str, flag: str = "--interval") -> float:
     """``60s``, ``5m``, ``1h`` or plain seconds -> seconds (> 0)."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", text)
     if not match or float(match.group(1)) <= 0:
-        raise UserError(f"--interval {text!r} must be a positive duration like 60s, 5m or 1h")
+        raise UserError(f"{flag} {text!r} must be a positive duration like 60s, 5m or 1h")
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
@@ -48,11 +54,18 @@ def _source(args: argparse.Namespace) -> MetricsSource:
         raise UserError("give exactly one of --prometheus URL (the Prometheus HTTP API) or --scrape "
                         "URL[,URL...] (vLLM /metrics endpoints)")
     try:
+        limits = {"timeout": args.timeout, "max_bytes": _max_bytes(args.max_response_mb)}
         if args.prometheus:
-            return PrometheusSource(args.prometheus, timeout=args.timeout)
-        return ScrapeSource([u.strip() for u in args.scrape.split(",") if u.strip()], timeout=args.timeout)
+            return PrometheusSource(args.prometheus, **limits)
+        return ScrapeSource([u.strip() for u in args.scrape.split(",") if u.strip()], **limits)
     except ValueError as exc:
         raise as_user_error(exc) from exc
+
+
+def _max_bytes(mb: float) -> int:
+    if not (math.isfinite(mb) and mb > 0):
+        raise UserError(f"--max-response-mb must be > 0 (MiB per metrics answer), got {mb:g}")
+    return max(1024, int(mb * 2**20))
 
 
 def _fleet(args: argparse.Namespace) -> LiveFleet:
@@ -82,7 +95,8 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Co
     fleet = _fleet(args)
     try:
         settings = ControllerSettings(interval_s=parse_interval(args.interval), forecaster=args.forecaster,
-                                      time_scale=args.time_scale)
+                                      time_scale=args.time_scale,
+                                      flat_hold_s=parse_interval(args.flat_hold, "--flat-hold"))
     except ValueError as exc:
         raise as_user_error(exc) from exc
     try:
@@ -127,7 +141,14 @@ def cmd_control(args: argparse.Namespace) -> int:
     # clock that a restarted controller continues rather than restarts.
     scale = args.time_scale
     clock = time.time if scale == 1 else (lambda: time.time() * scale)
-    controller = build_controller(args, clock)
+    # one controller per state folder, held until this command returns (StateLocked: exit 2)
+    with StateLock(args.state) as lock:
+        if lock.took_over:
+            out.note(f"took over the state folder lock of {lock.took_over} (no longer running)")
+        return _locked(out, args, build_controller(args, clock))
+
+
+def _locked(out: Output, args: argparse.Namespace, controller: Controller) -> int:
     if controller.resumed:
         st = controller.state
         out.note(f"resuming from {args.state}: tick {st.tick}, plan {st.plan_sequence}"
@@ -193,6 +214,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "divided by it and the interval runs that much faster")
     p.add_argument("--forecaster", default="ets", help="naive, ets, sarimax, uc or auto")
     p.add_argument("--solver-time-limit", type=float, default=10.0, help="seconds per solve")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds per metrics request")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help="seconds per metrics request in all (connect, headers and body): a deadline, "
+                        "not a per-read time-out")
+    p.add_argument("--max-response-mb", type=float, default=DEFAULT_MAX_BYTES / 2**20,
+                   help="largest metrics answer read (MiB); a larger one fails the read and holds the plan")
+    p.add_argument("--flat-hold", default="15m",
+                   help="how long counters that stop rising while their server answers hold the model "
+                        "(a frozen exporter) before they count as zero demand (trace time)")
     add_json(p)
     p.set_defaults(handler=cmd_control)

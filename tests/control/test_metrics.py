@@ -184,7 +184,7 @@ def test_unreachable_and_silent_servers() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        with pytest.raises(MetricsUnavailable, match="timed out|no answer"):
+        with pytest.raises(MetricsUnavailable, match="timed out|no complete answer"):
             ScrapeSource([url], timeout=0.3).read()
     with pytest.raises(ValueError, match="field 'url'"):
         PrometheusSource("localhost:9090")

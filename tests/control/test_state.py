@@ -78,7 +78,7 @@ def test_crash_between_temp_write_and_rename_keeps_the_old_state(tmp_path: Path,
         raise OSError("simulated crash before the rename")
 
     monkeypatch.setattr("atoll.control.plans.os.replace", crash)
-    with pytest.raises(OSError, match="simulated crash"):
+    with pytest.raises(StateError, match="simulated crash"):
         save_state(tmp_path, ControllerState(tick=2, running={"k": 5}))
     monkeypatch.undo()
     # a temp file a real crash (kill -9) would leave behind is ignored
