@@ -40,7 +40,7 @@ from atoll.solvers.paths import cache_root
 log = logging.getLogger(__name__)
 
 WARMUP_DAYS = 3  # two seasons to fit, a third to calibrate the forecaster's intervals
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4  # 4: files carry a checksum
 
 
 class DemandError(InputError):
@@ -136,28 +136,60 @@ def build_book(models: Sequence[str], series: Sequence[DemandSeries], *, forecas
     digest.update(repr((FORMAT_VERSION, forecaster, horizon, quantile, per_day)).encode())
     path = cache_root() / "forecasts" / f"{digest.hexdigest()[:24]}.npz"
     arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    shapes = ((len(models), steps, horizon), (len(models), steps, horizon), (len(models), steps // per_day))
     if use_cache and path.exists():
-        try:
-            with np.load(path) as doc:
-                arrays = (doc["mean"], doc["upper"], doc["peak"])
-        except (OSError, KeyError, ValueError) as exc:
-            log.warning("forecast cache %s unreadable (%s); recomputing", path, exc)
+        arrays = _read_cache(path, shapes)
     if arrays is None:
         try:
             arrays = _forecast_pass(rates, per_day, forecaster, horizon, quantile, progress)
         except ForecastError as exc:
             raise DemandError(f"forecaster {forecaster!r}: {exc}") from exc
         if use_cache:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
-            np.savez_compressed(tmp, mean=arrays[0], upper=arrays[1], peak=arrays[2])
-            os.replace(tmp, path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
+                np.savez_compressed(tmp, mean=arrays[0], upper=arrays[1], peak=arrays[2],
+                                    checksum=np.frombuffer(_checksum(arrays), dtype=np.uint8))
+                os.replace(tmp, path)
+            except OSError as exc:  # a cache that cannot be written costs time, never the result
+                log.warning("forecast cache %s not written (%s)", path, exc)
     elif progress is not None:
         progress(len(models) * (steps - WARMUP_DAYS * per_day))
     mean, upper, peak = arrays
     for a in (rates, mean, upper, peak):
         a.setflags(write=False)
     return DemandBook(tuple(models), step, per_day, rates, mean, upper, peak, quantile, forecaster)
+
+
+def _checksum(arrays: Sequence[np.ndarray]) -> bytes:
+    """SHA-256 over the arrays' shapes and bytes (stored with them: a cache file is trusted only
+    when it matches)."""
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(repr(a.shape).encode())
+        h.update(np.ascontiguousarray(a, dtype=float).tobytes())
+    return h.digest()
+
+
+def _read_cache(path: os.PathLike[str] | str, shapes: Sequence[tuple[int, ...]]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The cached (mean, upper, peak), or None — with a warning — when the file is truncated,
+    corrupt, of another shape or fails its checksum; the caller then recomputes and rewrites it."""
+    try:
+        with np.load(path, allow_pickle=False) as doc:
+            arrays = (np.asarray(doc["mean"], dtype=float), np.asarray(doc["upper"], dtype=float),
+                      np.asarray(doc["peak"], dtype=float))
+            stored = bytes(doc["checksum"].tobytes())
+    except Exception as exc:  # noqa: BLE001 - zip, zlib, numpy and OS errors all mean "rebuild"
+        log.warning("forecast cache %s unreadable (%s: %s); recomputing it", path, type(exc).__name__, exc)
+        return None
+    if tuple(a.shape for a in arrays) != tuple(shapes):
+        log.warning("forecast cache %s holds arrays of another shape; recomputing it", path)
+        return None
+    if stored != _checksum(arrays):
+        log.warning("forecast cache %s fails its checksum; recomputing it", path)
+        return None
+    return arrays
 
 
 @lru_cache(maxsize=8)

@@ -88,7 +88,7 @@ def _overlaid(path: Path, _fleet: int) -> Catalog:
     base = _load_table(path)
     if not _FLEET:
         return base
-    merged = with_user_gpus(base, _FLEET["gpus"])
+    merged = with_user_gpus(base, _FLEET["gpus"], override=True)  # a fleet file states its own GPUs
     offers = tuple(o for o in base.offers if o.region not in _FLEET["regions"]) + _FLEET["offers"]
     return Catalog(gpus=merged.gpus, offers=offers, sources=base.sources, notes=base.notes)
 
@@ -111,30 +111,57 @@ def _load_table(path: Path = CATALOG_PATH) -> Catalog:
 def _read_structured(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise CatalogFileError(f"{path}: file not found — pass the path of a YAML or TOML file")
-    text = path.read_text()
+    if path.is_dir():
+        raise CatalogFileError(f"{path}: is a folder — pass the path of a YAML or TOML file")
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise CatalogFileError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}") from exc
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CatalogFileError(f"{path}: not a text file (byte {exc.start} is not UTF-8) — pass a YAML or "
+                               f"TOML file") from exc
+    except OSError as exc:
+        raise CatalogFileError(f"{path}: cannot read it ({exc.strerror or exc})") from exc
+    if "\x00" in text:
+        raise CatalogFileError(f"{path}: not a text file (it holds NUL bytes) — pass a YAML or TOML file")
+    kind = "TOML" if path.suffix == ".toml" else "YAML"
+    try:
+        data = tomllib.loads(text) if kind == "TOML" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, RecursionError, ValueError) as exc:
+        raise CatalogFileError(f"{path}: not valid {kind}: {str(exc)[:300]}") from exc
     if not isinstance(data, dict):
-        raise CatalogFileError(f"{path}: top level must be a mapping with 'gpus' and/or 'models'")
-    unknown = set(data) - {"gpus", "models"}
+        raise CatalogFileError(f"{path}: top level must be a mapping with 'gpus' and/or 'models', "
+                               f"got {type(data).__name__}")
+    unknown = sorted(map(repr, set(data) - {"gpus", "models"}))
     if unknown:
-        raise CatalogFileError(f"{path}: unknown top-level keys {sorted(unknown)}; use 'gpus', 'models'")
+        raise CatalogFileError(f"{path}: unknown top-level keys [{', '.join(unknown)}]; use 'gpus', 'models'")
+    for section in ("gpus", "models"):
+        if data.get(section) is not None and not isinstance(data[section], list):
+            raise CatalogFileError(f"{path}: '{section}' must be a list of entries (YAML '- name: ...', "
+                                   f"TOML [[{section}]]), got {type(data[section]).__name__}")
     return data
 
 
 def _build(cls: type, entry: Any, path: Path, section: str, index: int) -> Any:
     label = f"{path}: {section}[{index}]"
     if not isinstance(entry, dict):
-        raise CatalogFileError(f"{label}: each entry must be a mapping of field -> value")
-    label = f"{path}: {section}[{index}] ({entry.get('name', '?')!r})"
+        raise CatalogFileError(f"{label}: each entry must be a mapping of field -> value, "
+                               f"got {type(entry).__name__}")
+    label = f"{path}: {section}[{index}] ({str(entry.get('name', '?'))[:80]!r})"
+    bad_keys = [k for k in entry if not isinstance(k, str)]
+    if bad_keys:
+        raise CatalogFileError(f"{label}: field names must be text, got {bad_keys[0]!r} "
+                               f"({type(bad_keys[0]).__name__})")
     kwargs = dict(entry)
     if cls is ModelSpec:
         slo = kwargs.pop("slo", None)
         if not isinstance(slo, dict) or set(slo) != {"ttft_ms", "tpot_ms"}:
             raise CatalogFileError(f"{label}: field 'slo' must be a mapping with ttft_ms and tpot_ms")
-        kwargs["aliases"] = tuple(kwargs.get("aliases", ()))
+        aliases = kwargs.get("aliases", ())
+        if isinstance(aliases, str):  # `aliases: phi-4` is one alias, not five one-letter ones
+            aliases = (aliases,)
+        if not isinstance(aliases, list | tuple) or not all(isinstance(a, str) and a for a in aliases):
+            raise CatalogFileError(f"{label}: field 'aliases' must be a name or a list of names, "
+                                   f"got {aliases!r}")
+        kwargs["aliases"] = tuple(aliases)
         kwargs["slo"] = slo
     allowed = {f.name for f in fields(cls)}
     required = {
@@ -150,7 +177,7 @@ def _build(cls: type, entry: Any, path: Path, section: str, index: int) -> Any:
         if cls is ModelSpec:
             kwargs["slo"] = Slo(**kwargs["slo"])
         return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, ArithmeticError) as exc:
         raise CatalogFileError(f"{label}: {exc}") from exc
 
 
@@ -160,12 +187,31 @@ def load_user_file(path: Path | str) -> tuple[list[GpuType], list[ModelSpec]]:
     data = _read_structured(p)
     gpus = [_build(GpuType, e, p, "gpus", i) for i, e in enumerate(data.get("gpus") or [])]
     models = [_build(ModelSpec, e, p, "models", i) for i, e in enumerate(data.get("models") or [])]
+    for section, items in (("gpus", gpus), ("models", models)):
+        seen: dict[str, int] = {}
+        for i, item in enumerate(items):
+            names = [item.name, *getattr(item, "aliases", ())]
+            for name in names:
+                first = seen.get(name.lower())
+                if first is not None and first != i:
+                    raise CatalogFileError(f"{p}: {section}[{i}] ({item.name!r}): the name {name!r} is "
+                                           f"already used by {section}[{first}]; give each entry its own "
+                                           f"name")
+                seen[name.lower()] = i
     return gpus, models
 
 
-def with_user_gpus(catalog: Catalog, gpus: Iterable[GpuType]) -> Catalog:
+def with_user_gpus(catalog: Catalog, gpus: Iterable[GpuType], *, override: bool = False) -> Catalog:
+    """``catalog`` plus user GPU types. A user type named like a built-in one is refused unless
+    ``override`` (it would silently change every profile of that GPU)."""
     merged = Registry[GpuType]("GPU type", dict(catalog.gpus))
+    builtin = {name.lower(): name for name in catalog.gpus}
     for g in gpus:
+        if g.name.lower() in builtin and not override:
+            raise CatalogFileError(f"user GPU type {g.name!r} is named like the built-in "
+                                   f"{builtin[g.name.lower()]!r}; rename it, or pass --override-gpus to "
+                                   f"replace the built-in one")
+        merged.pop(builtin.get(g.name.lower(), g.name), None)
         merged[g.name] = g
     return Catalog(gpus=merged, offers=catalog.offers, sources=catalog.sources, notes=catalog.notes)
 

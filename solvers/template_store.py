@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,38 @@ def template_from_json(data: Mapping[str, Any]) -> Template:
 
 class CacheCorrupt(InputError):
     """A cache file that exists but cannot be trusted."""
+
+
+def check_templates(templates: Iterable[Template], configs: Collection[str], layers: int) -> None:
+    """Validate a cache entry's templates against the job they claim to be (a checksum proves
+    only that the bytes are the ones written, not that the writer was atoll): throughput finite
+    and > 0, node configs among the job's, whole node counts >= 1, stages using the template's
+    nodes and covering the model's ``layers``. Raises :class:`CacheCorrupt` naming the first
+    bad template."""
+    known = set(configs)
+    for i, t in enumerate(templates):
+        where = f"template {i} ({t.service.name}, {t.region})"
+        thr = t.throughput
+        if isinstance(thr, bool) or not isinstance(thr, int | float) or not math.isfinite(thr) or thr <= 0:
+            raise CacheCorrupt(f"{where}: throughput {thr!r} must be finite and > 0")
+        names = set()
+        for config, count in t.nodes:
+            if config not in known:
+                raise CacheCorrupt(f"{where}: node config {config!r} is not one of the job's "
+                                   f"({', '.join(sorted(known))})")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise CacheCorrupt(f"{where}: count of {config!r} must be an integer >= 1, got {count!r}")
+            names.add(config)
+        total = 0
+        for stage in t.stages:
+            if isinstance(stage.layers, bool) or not isinstance(stage.layers, int) or stage.layers < 1:
+                raise CacheCorrupt(f"{where}: a stage holds {stage.layers!r} layers; must be >= 1")
+            if not set(stage.nodes) <= names:
+                raise CacheCorrupt(f"{where}: a stage uses nodes {sorted(set(stage.nodes) - names)} the "
+                                   f"template does not hold")
+            total += stage.layers
+        if total != layers:
+            raise CacheCorrupt(f"{where}: its stages hold {total} layers, the model has {layers}")
 
 
 class TemplateStore:

@@ -49,6 +49,7 @@ from atoll.solvers.runtime import (
 from atoll.solvers.template_store import (
     CODE_VERSION,
     TemplateStore,
+    check_templates,
     default_cache_dir,
     digest,
     template_from_json,
@@ -436,6 +437,7 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
     t0 = time.perf_counter()
     jobs = spec.jobs(catalog)
     keys = [job.key for job in jobs]
+    by_key = dict(zip(keys, jobs, strict=True))
     store = TemplateStore(cache_dir if cache_dir is not None else default_cache_dir()) if use_cache else None
     results: dict[str, JobResult] = {}
     if store is not None:
@@ -443,7 +445,10 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
             payload = store.load(key)
             if payload is not None:
                 try:
-                    results[key] = JobResult.from_json(payload)
+                    result = JobResult.from_json(payload)
+                    job = by_key[key]
+                    check_templates(result.templates, [c.name for c in job.configs], job.model.layers)
+                    results[key] = result
                 except (KeyError, TypeError, ValueError) as exc:  # checksummed, yet not a job result
                     logging.getLogger(__name__).warning("template cache entry %s: %s; rebuilding it",
                                                         store.path(key), exc)

@@ -21,19 +21,20 @@ from atoll.solvers.tables import catalog_document
 from atoll.solvers.types import ModelSpec
 
 
-def catalog_and_models(user_file: Path | None) -> tuple[Catalog, list[ModelSpec]]:
-    """The bundled catalog, with the GPU types and models of ``--user-file`` added."""
+def catalog_and_models(user_file: Path | None, override: bool = False) -> tuple[Catalog, list[ModelSpec]]:
+    """The bundled catalog, with the GPU types and models of ``--user-file`` added (a GPU type
+    named like a built-in one only with ``override``)."""
     catalog = load_catalog()
     extra_models: list[ModelSpec] = []
     if user_file is not None:
         gpus, extra_models = load_user_file(user_file)  # raises CatalogFileError, an InputError
-        catalog = with_user_gpus(catalog, gpus)
+        catalog = with_user_gpus(catalog, gpus, override=override)
     return catalog, extra_models
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
     out = output_for(args)
-    catalog, _ = catalog_and_models(args.user_file)
+    catalog, _ = catalog_and_models(args.user_file, args.override_gpus)
     regions = args.regions.split(",") if args.regions else list(DEFAULT_REGIONS)
     doc = catalog_document(catalog, regions)
     for table in catalog_tables(doc):
@@ -63,5 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("catalog", help="GPU types, node configs and prices per region")
     p.add_argument("--regions", help=f"comma-separated (default {','.join(DEFAULT_REGIONS)})")
     p.add_argument("--user-file", type=Path, help="YAML/TOML file adding GPU types and models")
+    p.add_argument("--override-gpus", action="store_true",
+                   help="let --user-file GPU types replace built-in ones of the same name")
     add_json(p)
     p.set_defaults(handler=cmd_catalog)

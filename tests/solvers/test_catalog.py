@@ -120,3 +120,40 @@ def test_user_file_errors_name_file_entry_field(tmp_path: Path, edit: tuple[str,
 def test_user_file_missing(tmp_path: Path) -> None:
     with pytest.raises(CatalogFileError, match="nope.yaml: file not found"):
         load_user_file(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize(("content", "pattern"), [
+    (b"\x89PNG\r\n\x1a\n\x00\xff\xfe", r"not a text file"),
+    (b"gpus: {name: X1, memory_gb: 16}\n", r"'gpus' must be a list of entries"),
+    (b"models: 5\n", r"'models' must be a list"),
+    (b"gpus:\n  - {1: a, name: X1}\n", r"gpus\[0\] \('X1'\): field names must be text, got 1"),
+    (b"- a\n- b\n", r"top level must be a mapping .* got list"),
+    (b"{1: a, gpus: []}\n", r"unknown top-level keys \[1\]"),
+    (b"gpus: [" * 2000, r"not valid YAML"),
+])
+def test_user_file_shapes_that_used_to_crash(tmp_path: Path, content: bytes, pattern: str) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_bytes(content)
+    with pytest.raises(CatalogFileError, match=str(f) + ".*" + pattern):
+        load_user_file(f)
+
+
+def test_user_file_folder_duplicates_builtin_names_and_string_aliases(tmp_path: Path) -> None:
+    from atoll.solvers.catalog import load_catalog, with_user_gpus
+
+    with pytest.raises(CatalogFileError, match="is a folder"):
+        load_user_file(tmp_path)
+    gpu = "{name: X1, memory_gb: 16, hbm_bandwidth_gbs: 400, bf16_tflops: 50, link_gbs: 16}"
+    f = tmp_path / "dup.yaml"
+    f.write_text(f"gpus:\n  - {gpu}\n  - {gpu}\n")
+    with pytest.raises(CatalogFileError, match=r"gpus\[1\] \('X1'\): the name 'X1' is already used by "
+                                               r"gpus\[0\]"):
+        load_user_file(f)
+    f.write_text(GOOD.replace("name: MI300X", "name: h100"))
+    gpus, _ = load_user_file(f)
+    with pytest.raises(CatalogFileError, match="named like the built-in 'H100'.*--override-gpus"):
+        with_user_gpus(load_catalog(), gpus)
+    replaced = with_user_gpus(load_catalog(), gpus, override=True)
+    assert replaced.gpus["H100"].memory_gb == 192 and "H100" not in replaced.gpus  # case-insensitively one
+    f.write_text(GOOD + "    aliases: phi-4\n")
+    assert load_user_file(f)[1][0].aliases == ("phi-4",)

@@ -298,3 +298,35 @@ def test_spec_rejects_bad_input(change: dict, message: str) -> None:
 def test_build_rejects_bad_workers() -> None:
     with pytest.raises(ValueError, match="workers"):
         build_library(SMALL, workers=0, use_cache=False)
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    ("negative", "throughput -"),
+    ("nope", "node config '9xNOPE' is not one of the job's"),
+    ("layers", "layers, the model has"),
+])
+def test_an_edited_entry_with_a_recomputed_checksum_is_validated_and_rebuilt(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, edit: str, reason: str) -> None:
+    import hashlib
+
+    spec = dataclasses.replace(SMALL, gpu_types=("L4",))
+    cold = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
+    target = next(f for f in sorted(tmp_path.glob("*.json"))
+                  if json.loads(f.read_text().partition("\n")[2])["rows"])
+    head, _, body = target.read_text().partition("\n")
+    header, payload = json.loads(head), json.loads(body)
+    row = payload["rows"][0]
+    if edit == "negative":
+        row[2] = -abs(row[2])
+    elif edit == "nope":
+        row[0][0][0] = "9xNOPE"
+        row[1][0][1] = ["9xNOPE"]
+    else:
+        row[1][0][0] += 1
+    new_body = json.dumps(payload).encode()
+    header["checksum"] = hashlib.sha256(new_body).hexdigest()  # edited by hand, checksum redone
+    target.write_bytes(json.dumps(header).encode() + b"\n" + new_body)
+    with caplog.at_level(logging.WARNING):
+        again = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
+    assert not again.from_cache and again.templates == cold.templates
+    assert reason in caplog.text and "rebuilding" in caplog.text
