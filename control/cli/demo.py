@@ -1,9 +1,11 @@
 """``atoll demo``: the main job on the bundled default data.
 
 Core scenario, ServeGen-derived demand, spot availability: train a small PPO trigger on days
-4-10 (or reuse the one a finished run trained with the same environment and settings), evaluate it against
-fixed-interval re-planning and the threshold rule on held-out days 11-12, log everything to
-MLflow and print the comparison and the command that opens the MLflow UI.
+4-7 (or reuse the one a finished run trained with the same environment and settings), run the
+contest — a small rule grid (``fixed:K@q`` for K in 1, 3, 12 and ``threshold@q``, every
+planning level) on validation days 8-10 (one seed), its cost-SLO frontier against the learned
+policy on held-out days 11-12 — log everything to MLflow and print the headline
+(``frontier_cost_ratio``, ``effective_cost_ratio``) and the command that opens the MLflow UI.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import argparse
 
 from atoll.control.cli.common import add_env_options, parse_days
-from atoll.control.cli.evaluate import evaluate
-from atoll.control.cli.output import output_for, progress
+from atoll.control.cli.evaluate import contest
+from atoll.control.cli.output import UserError, output_for, progress
 from atoll.control.cli.train import add_train_options, train_config
 
-DEMO_POLICIES = ("fixed:1", "fixed:6", "fixed:12", "threshold")
+DEMO_INTERVALS = (1, 3, 12)
+DEMO_BANDS = ((0.5, 1.0),)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -33,20 +36,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
                  f"{trained['model_uri']} (--retrain to train again)")
     else:
         out.note(f"trained: run {trained['run_id']}, model {trained['model_uri']}")
-    specs = [f"learned:{trained['model_uri']}", *DEMO_POLICIES]
-    result = evaluate(out, args, eval_days, specs, 1, run_name="demo")
+    from atoll.training.contest import ContestSettings
+
+    validation_days = parse_days(args.validation_days)
+    if train_days[1] >= validation_days[0]:
+        raise UserError(f"--train-days {args.train_days} must end before --validation-days "
+                        f"{args.validation_days}: the rules are chosen on days the policy never trained on")
+    grid = ContestSettings(validation_days=validation_days, test_days=eval_days, seeds=1,
+                           intervals=DEMO_INTERVALS, bands=DEMO_BANDS, workers=args.workers)
+    spec = f"learned:{trained['model_uri']}"
+    result = contest(out, args, [spec], grid, run_name="demo")
     out.note(f"MLflow parent run {result['parent_run_id']}; open the UI with:\n"
              f"  .venv/bin/mlflow ui --backend-store-uri {mlflow.get_tracking_uri()}")
     out.json({"parent_run_id": result["parent_run_id"], "model_uri": trained["model_uri"],
-              "reused_policy": trained["reused"], "policies": result["policies"]})
+              "reused_policy": trained["reused"], "headline": result["headline"][spec],
+              "frontier": result["frontier"], "best_rule": result["best_rule"],
+              "policies": result["policies"]})
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train, evaluate and compare a re-planning policy on the default data")
     add_env_options(p)
-    p.add_argument("--train-days", default="4-10")
-    p.add_argument("--eval-days", default="11-12")
+    p.add_argument("--train-days", default="4-7")
+    p.add_argument("--validation-days", default="8-10", help="days the rule frontier is chosen on")
+    p.add_argument("--eval-days", default="11-12", help="the test days")
+    p.add_argument("--workers", type=int, default=2, help="worker processes running the rules")
     p.add_argument("--timesteps", type=int, default=4_032)
     add_train_options(p, bootstrap_steps=1_440)
     p.add_argument("--retrain", action="store_true",

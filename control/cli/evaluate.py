@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rich.table import Table
+
 from atoll.control.cli.common import add_env_options, make_env, parse_days, split_names
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress, results_table
 
@@ -32,9 +34,90 @@ def evaluate(out: Output, args: argparse.Namespace, days: tuple[int, int], specs
     return result
 
 
+def contest(out: Output, args: argparse.Namespace, learned: list[str], settings: Any,
+            run_name: str = "contest", tags: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run and log the contest (rule grid on validation days, frontier vs ``learned`` on test
+    days) and show the test-day table and the headline (shared with ``atoll demo``)."""
+    from atoll.envs.config import FleetConfig
+    from atoll.training.contest import frontier_note
+    from atoll.training.tracking import contest_run, short_name
+
+    bad = [s for s in learned if not s.startswith("learned:")]
+    if bad:
+        raise UserError(f"--rules grid: --policies {','.join(bad)!r} are not learned policies; the rules "
+                        f"come from the grid (fixed:K@q, threshold:LOW:HIGH@q), so list only "
+                        f"learned:<model uri> there")
+    try:
+        config = FleetConfig(scenario=args.scenario, workload=args.workload,
+                             availability=args.availability, prices=args.prices, forecaster=args.forecaster)
+        st = settings
+        v, t = st.validation_days, st.test_days
+        grid_runs = (st.validation_seeds or st.seeds) * len(st.grid) * (v[1] - v[0] + 1)
+        steps = config.episode_steps * (grid_runs + st.seeds * (len(learned) + 3) * (t[1] - t[0] + 1))
+        with progress("contest", steps) as advance:
+            result = contest_run(config, learned, st, tick=advance, run_name=run_name, tags=tags)
+    except UserError:
+        raise
+    except (KeyError, ValueError, OSError) as exc:
+        raise as_user_error(exc) from exc
+    out.result(results_table(f"{args.scenario} / {args.availability} / test days {t[0]}-{t[1]} / "
+                             f"{st.seeds} seed(s) (mean ± std); frontier chosen on days {v[0]}-{v[1]}",
+                             result["policies"]))
+    out.result(headline_table(result))
+    out.note(f"rule grid: {result['grid_size']} rules x {result['validation_seeds']} seed(s) on days "
+             f"{v[0]}-{v[1]} in {result['grid_seconds']:.0f} s ({st.workers} worker process(es)); "
+             f"test days {result['test_seconds']:.0f} s")
+    for spec, fig in result["headline"].items():
+        note = frontier_note(fig)
+        if note:
+            out.note(f"{short_name(spec)}: {note}")
+    return result
+
+
+def headline_table(result: dict[str, Any]) -> Table:
+    """Each learned policy's headline against the rule frontier (mean ± std over seeds)."""
+    from atoll.training.tracking import short_name
+
+    table = Table(title=f"headline vs the rule frontier {', '.join(result['frontier'])} (best rule "
+                        f"{result['best_rule']}; lost demand at {result['lost_usd_per_mtok']:g} $/M tokens)")
+    cols = (("frontier_cost_ratio", "frontier cost ratio", ".3f"),
+            ("effective_cost_ratio", "effective cost ratio", ".3f"),
+            ("usd_per_mtok", "$/M goodput tok", ".4f"),
+            ("slo_attainment", "SLO att.", ".1%"), ("reoptimizations", "re-opts", ".0f"),
+            ("solver_seconds", "solver s", ".1f"))
+    table.add_column("learned policy")
+    for _, header, _ in cols:
+        table.add_column(header, justify="right")
+    for spec, fig in result["headline"].items():
+        table.add_row(short_name(spec), *(f"{fig[k]['mean']:{f}} ± {fig[k]['std']:{f}}" for k, _, f in cols))
+    return table
+
+
+def contest_settings(args: argparse.Namespace) -> Any:
+    from atoll.envs.policies import PLANNING_LEVELS
+    from atoll.training.contest import ContestSettings
+
+    try:
+        levels = tuple(float(q) for q in split_names(args.levels, "--levels")) if args.levels \
+            else PLANNING_LEVELS
+    except ValueError:
+        raise UserError(f"--levels {args.levels!r} must be comma-separated numbers, "
+                        f"e.g. 0.5,0.9") from None
+    return ContestSettings(validation_days=parse_days(args.validation_days),
+                           test_days=parse_days(args.eval_days), seeds=args.seeds,
+                           validation_seeds=args.validation_seeds, levels=levels,
+                           lost_usd_per_mtok=args.lost_usd_per_mtok, workers=args.workers)
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     out = output_for(args)
-    specs = split_names(args.policies, "--policies")
+    if args.rules == "grid":
+        learned = split_names(args.policies, "--policies") if args.policies else []
+        result = contest(out, args, learned, contest_settings(args))
+        out.note(f"MLflow parent run {result['parent_run_id']}")
+        out.json({k: v for k, v in result.items() if k != "table"})
+        return 0
+    specs = split_names(args.policies or DEFAULT_POLICIES, "--policies")
     result = evaluate(out, args, parse_days(args.eval_days), specs, args.seeds)
     out.note(f"MLflow parent run {result['parent_run_id']}")
     out.json({"parent_run_id": result["parent_run_id"], "policies": result["policies"]})
@@ -44,8 +127,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("evaluate", help="compare policies on held-out days (MLflow parent + nested runs)")
     add_env_options(e)
-    e.add_argument("--eval-days", default="11-14")
-    e.add_argument("--policies", default=DEFAULT_POLICIES,
-                   help="comma-separated: learned:<model uri>, fixed:K, threshold, never, hindsight")
+    e.add_argument("--eval-days", default="11-14", help="the test days")
+    e.add_argument("--policies", default=None,
+                   help="comma-separated: learned:<model uri>, fixed:K[@q], threshold[:LOW:HIGH][@q], never, "
+                        f"hindsight (default {DEFAULT_POLICIES}); with --rules grid only learned:<model uri>")
     e.add_argument("--seeds", type=int, default=3)
+    e.add_argument("--rules", choices=("listed", "grid"), default="listed",
+                   help="grid: tune the rule family on --validation-days, keep its cost-SLO frontier and "
+                        "compare the learned policies with it on --eval-days (the contest)")
+    e.add_argument("--validation-days", default="8-10",
+                   help="days the rule frontier is chosen on (--rules grid)")
+    e.add_argument("--validation-seeds", type=int, default=None, help="seeds on the validation days "
+                   "(default: --seeds)")
+    e.add_argument("--levels", default=None, help="planning levels of the grid, comma-separated "
+                   "(default: every forecast level >= 0.5)")
+    e.add_argument("--lost-usd-per-mtok", type=float, default=None,
+                   help="price of a million tokens not served within SLO in the effective cost "
+                        "(default: the reward's unserved_usd_per_mtok)")
+    e.add_argument("--workers", type=int, default=2, help="worker processes running the rules")
     e.set_defaults(handler=cmd_evaluate)

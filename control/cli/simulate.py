@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from atoll.control.cli.common import add_env_options, check_image_path, make_env, parse_days, split_names
-from atoll.control.cli.output import output_for, progress, results_table
+from atoll.control.cli.output import UserError, output_for, progress, results_table
+from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
 from atoll.envs.policies import Policy, make_policy
 from atoll.envs.rollout import TOTAL_KEYS, Episode, run_policy
@@ -19,13 +20,19 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     days = parse_days(args.days)
     if args.plot:
         check_image_path(Path(args.plot), "--plot")
+    if args.plot_policy is not None and args.plot_policy not in names:
+        raise UserError(f"--plot-policy {args.plot_policy!r} is not among --policy {args.policy!r}")
     env = make_env(args, days)
     policies: list[Policy] = [make_policy(name, len(env.models)) for name in names]
     day_list = list(range(days[0], days[1] + 1))
+    from atoll.training.evaluate import env_at_level
+
     episodes: list[Episode] = []
+    levels: dict[float, FleetEnv] = {}
     for policy in policies:
         with progress(f"simulate {policy.name}", len(day_list) * env.config.episode_steps) as advance:
-            episodes.append(run_policy(env, policy, days=day_list, seed=args.seed, tick=advance))
+            at = env_at_level(env, policy, levels)  # fixed:K@q plans at q
+            episodes.append(run_policy(at, policy, days=day_list, seed=args.seed, tick=advance))
     results = {ep.policy: ep.totals() for ep in episodes}
     doc: dict[str, Any] = {
         "scenario": args.scenario, "fleet": args.fleet, "workload": args.workload, "days": day_list,
@@ -40,7 +47,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         doc["totals"] = doc["policies"][episodes[0].policy]["totals"]
     out.result(results_table(f"{args.scenario} / {env.config.availability} / days {args.days}", results))
     if args.plot:
-        written = plot_episodes(episodes, env.models, Path(args.plot),
+        written = plot_episodes(episodes, env.models, Path(args.plot), policy=args.plot_policy,
                                 title=f"{args.scenario}, {env.config.availability} availability, "
                                       f"days {args.days}")
         doc["plot"] = str(written)
@@ -54,7 +61,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_env_options(p)
     p.add_argument("--days", default="11", help="days of the workload to simulate, e.g. 11-14 (from 4)")
     p.add_argument("--policy", default="fixed:1",
-                   help="fixed:K, threshold[:LOW:HIGH], never or hindsight; several comma-separated")
+                   help="fixed:K[@q], threshold[:LOW:HIGH][@q] (q a planning level), never or hindsight; "
+                        "several comma-separated")
+    p.add_argument("--plot-policy", default=None, help="draw only this policy (default: one panel each)")
     p.add_argument("--seed", type=int, default=0, help="seed of availability offsets and preemptions")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw demand vs capacity and cost")
     p.set_defaults(handler=cmd_simulate)
