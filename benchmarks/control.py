@@ -7,6 +7,11 @@
    exact solve, sink (JSON files) and the atomic state write. The policy is ``fixed:1`` (every
    model re-optimized every tick: the worst case). The state starts with three days of
    history, so the forecast is the seasonal ETS one, fitted at the first tick (reported apart).
+3. ``bounds`` (``--bounds-only`` runs just this): one controller tick (scenario ``core``)
+   against a 60 MB ``/metrics`` page and against a server trickling one byte every 2 s, with
+   the default settings (``--timeout 5`` s total per request, 16 MiB cap, 3 attempts): the
+   tick's seconds and the peak Python memory it allocated (tracemalloc), and the 60 MB page
+   again with the cap raised to 64 MiB (read and parsed: only the vLLM lines are parsed).
 2. ``replay``: a real-time run — the exporter replays one hour of the trace at 60x on the wall
    clock, the controller ticks every 60 trace-seconds (1 wall second) through ``run_loop``;
    reports ticks run, late and missed.
@@ -132,6 +137,65 @@ def bench_replay(fleet: LiveFleet, series: list[DemandSeries], hours: float, spe
             **summary.as_dict()}
 
 
+def _page_server(body: bytes, trickle_s: float | None) -> tuple[object, str]:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                if trickle_s is None:
+                    self.wfile.write(body)
+                    return
+                for i in range(len(body)):
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(trickle_s)
+            except OSError:
+                return
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def bench_bounds(workdir: Path) -> dict[str, object]:
+    import tracemalloc
+
+    fleet = LiveFleet("core")
+    lines = [f'vllm:{n}{{model_name="{m}"}} {v}' for m in fleet.models
+             for n, v in (("prompt_tokens_total", 1e6), ("generation_tokens_total", 1e5),
+                          ("num_requests_waiting", 0), ("num_requests_running", 1))]
+    filler = b"".join(f'other_metric{{le="{i}",path="/x/{i}"}} {i}\n'.encode() for i in range(60_000))
+    big = ("\n".join(lines) + "\n").encode() + filler * max(1, (60 * 2**20) // len(filler))
+    out: dict[str, object] = {"page_bytes": len(big)}
+    for case, body, trickle, max_mb in (("page_60mb_cap_16mib", big, None, 16.0),
+                                         ("page_60mb_cap_64mib", big, None, 64.0),
+                                         ("trickle_1_byte_per_2s", b"#" * 1000, 2.0, 16.0)):
+        server, url = _page_server(body, trickle)
+        controller = Controller(fleet, ScrapeSource(url, timeout=5.0, max_bytes=int(max_mb * 2**20)),
+                                make_policy("fixed:1", len(fleet.models)),
+                                make_sink(f"json:{workdir / case}"), workdir / f"{case}-state")
+        tracemalloc.start()
+        t = time.perf_counter()
+        report = controller.tick()
+        seconds = time.perf_counter() - t
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        server.shutdown()  # type: ignore[attr-defined]
+        out[case] = {"tick_s": round(seconds, 2), "peak_mib": round(peak / 2**20, 1),
+                     "metrics_ok": report.metrics.get("ok"), "error": report.metrics.get("error"),
+                     "held": sorted(report.decision.held)}
+        print(f"bounds {case}: {seconds:.1f} s, peak {peak / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", default="extended")
@@ -142,7 +206,12 @@ def main() -> None:
     parser.add_argument("--replay-hours", type=float, default=1.0)
     parser.add_argument("--speedup", type=float, default=60.0)
     parser.add_argument("--replay-interval", type=float, default=60.0, help="trace seconds per tick (replay)")
+    parser.add_argument("--bounds-only", action="store_true", help="only the 60 MB page / trickle figures")
     args = parser.parse_args()
+    if args.bounds_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps({"bounds": bench_bounds(Path(tmp))}, indent=2))
+        return
     t = time.perf_counter()
     fleet = LiveFleet(args.scenario)
     build_s = time.perf_counter() - t
@@ -151,7 +220,8 @@ def main() -> None:
         ticks = bench_ticks(fleet, series, args.ticks, args.interval, args.policy, Path(tmp))
         replay = bench_replay(fleet, series, args.replay_hours, args.speedup, args.replay_interval,
                               args.policy, Path(tmp))
-    print(json.dumps({"fleet_build_s": build_s, "tick": ticks, "replay": replay}, indent=2))
+        bounds = bench_bounds(Path(tmp))
+    print(json.dumps({"fleet_build_s": build_s, "tick": ticks, "replay": replay, "bounds": bounds}, indent=2))
 
 
 if __name__ == "__main__":

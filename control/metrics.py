@@ -297,11 +297,11 @@ def _fetch(url: str, timeout: float, max_bytes: int = DEFAULT_MAX_BYTES) -> byte
     except (ValueError, http.client.HTTPException) as exc:  # e.g. a bad port in the URL
         raise MetricsUnavailable(url, f"bad URL ({exc})") from exc
     expired = threading.Event()
+    held: list[socket.socket] = []  # the connection hands its socket to the response: keep our own
 
     def abort() -> None:
         expired.set()
-        sock = conn.sock
-        if sock is not None:
+        for sock in held:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -313,6 +313,11 @@ def _fetch(url: str, timeout: float, max_bytes: int = DEFAULT_MAX_BYTES) -> byte
     late = f"no complete answer within {timeout:g} s (the request deadline, --timeout)"
     try:
         target = (parsed.path or "/") + (f"?{parsed.query}" if parsed.query else "")
+        conn.connect()
+        if conn.sock is not None:
+            held.append(conn.sock)
+        if expired.is_set():
+            raise MetricsUnavailable(url, late)
         conn.request("GET", target, headers={"Accept-Encoding": "identity"})
         resp = conn.getresponse()
         if resp.status >= 300:
