@@ -41,7 +41,8 @@ from atoll.envs.rollout import run_policy  # noqa: E402
 from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
 
 POLICIES = ("fixed:1", "fixed:3", "fixed:6", "fixed:12", "threshold", "never", "hindsight")
-KEYS = ("cost_usd", "slo_attainment", "goodput_share", "usd_per_mtok", "reoptimizations", "preemptions")
+KEYS = ("cost_usd", "slo_attainment", "goodput_share", "usd_per_mtok", "reoptimizations", "preemptions",
+        "ondemand_node_hour_share")
 
 
 def log(msg: str) -> None:
