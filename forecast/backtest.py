@@ -5,7 +5,9 @@ Metrics per series, forecaster and horizon:
 - MASE: mean absolute error / the in-sample MAE of the daily seasonal naive forecast on the
   training days (so seasonal naive itself scores about 1 where the days repeat);
 - pinball loss of the 0.1/0.5/0.9 quantiles, scaled the same way;
-- coverage of the 80% (0.1-0.9) and 90% (0.05-0.95) intervals: share of held-out points inside.
+- coverage of the 80% (0.1-0.9) and 90% (0.05-0.95) intervals: share of held-out points inside;
+- the model in use at the end (``chosen``; for ``auto`` the pick can change), every
+  (re-)selection as (test step, model), and how many forecasts the planning cap bound.
 """
 
 from __future__ import annotations
@@ -16,9 +18,21 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from atoll.forecast.forecasters import DAY, MAX_H, ForecastError, check_history, make_forecaster
+from atoll.forecast.auto import AutoForecaster
+from atoll.forecast.forecasters import (
+    DAY,
+    MAX_H,
+    Forecaster,
+    ForecastError,
+    check_history,
+    make_forecaster,
+)
 
 HORIZONS: tuple[int, ...] = (1, 6, 12, 72)  # 5 min, 30 min, 1 h, 6 h at 5-min steps
+# The planning demand: the PLAN_LEVEL quantile's maximum over the next PLAN_STEPS steps (the
+# env's default 15-min look-ahead at its default 0.9 planning level).
+PLAN_LEVEL = 0.9
+PLAN_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -32,16 +46,24 @@ class BacktestResult:
     coverage_80: float
     coverage_90: float
     points: int
+    persistence_mase: float = float("nan")
+    planning_ratio_median: float = float("nan")
+    chosen: str = ""
+    selections: tuple[tuple[int, str], ...] = ()
+    cap_binds: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
 def _run(y: np.ndarray, train: int, name: str, horizons: Sequence[int],
-         tick: Callable[[], None]) -> tuple[dict[int, np.ndarray], dict[int, dict[float, np.ndarray]], float]:
-    f = make_forecaster(name).fit(y[:train])
-    hmax = max(horizons)
+         tick: Callable[[], None], season: int = DAY
+         ) -> tuple[dict[int, np.ndarray], dict[int, dict[float, np.ndarray]], float, Forecaster,
+                    np.ndarray]:
+    f = make_forecaster(name, season).fit(y[:train])
+    hmax = max(max(horizons), PLAN_STEPS)
     n = len(y) - train
+    plan = np.full(n, np.nan)  # the planning demand made at each origin
     means = {h: np.full(n, np.nan) for h in horizons}
     quants: dict[int, dict[float, np.ndarray]] = {h: {} for h in horizons}
     update_s = 0.0
@@ -49,6 +71,7 @@ def _run(y: np.ndarray, train: int, name: str, horizons: Sequence[int],
         t0 = time.perf_counter()
         fc = f.forecast(hmax)
         update_s += time.perf_counter() - t0
+        plan[i] = float(np.max(fc.quantile(PLAN_LEVEL)[:PLAN_STEPS]))
         for h in horizons:
             if i + h - 1 < n:
                 means[h][i + h - 1] = fc.mean[h - 1]
@@ -58,37 +81,59 @@ def _run(y: np.ndarray, train: int, name: str, horizons: Sequence[int],
         f.update(y[train + i])
         update_s += time.perf_counter() - t0
         tick()
-    return means, quants, update_s / max(n, 1)
+    return means, quants, update_s / max(n, 1), f, plan
+
+
+def planning_ratio(plan: np.ndarray, test: np.ndarray) -> float:
+    """Median over origins of the planning demand / the realized peak of the next PLAN_STEPS
+    steps (origins whose realized peak is 0 are left out: no ratio exists)."""
+    n = len(test) - PLAN_STEPS + 1
+    if n <= 0:
+        return float("nan")
+    peak = np.max(np.lib.stride_tricks.sliding_window_view(test, PLAN_STEPS), axis=1)[:n]
+    ok = peak > 0
+    return float(np.median(plan[:n][ok] / peak[ok])) if ok.any() else float("nan")
 
 
 def backtest(y: np.ndarray, *, series: str, forecaster: str, train_steps: int = 7 * DAY,
-             horizons: Sequence[int] = HORIZONS, step_min: float = 5.0,
+             horizons: Sequence[int] = HORIZONS, step_min: float = 5.0, season: int = DAY,
              tick: Callable[[], None] = lambda: None) -> tuple[list[BacktestResult], float]:
     """Results per horizon, and the mean seconds of one update + forecast."""
-    y = check_history(y, DAY, name=f"series {series!r}")
-    if train_steps < 2 * DAY or train_steps >= len(y):
-        raise ForecastError(f"train_steps {train_steps} must be >= {2 * DAY} and < the series' "
+    y = check_history(y, season, name=f"series {series!r}")
+    if train_steps < 2 * season or train_steps >= len(y):
+        raise ForecastError(f"train_steps {train_steps} must be >= {2 * season} and < the series' "
                             f"{len(y)} steps")
     if max(horizons) > MAX_H:
         raise ForecastError(f"horizons above {MAX_H} steps are not calibrated")
     train = y[:train_steps]
-    scale = float(np.mean(np.abs(train[DAY:] - train[:-DAY]))) or 1.0
+    scale = float(np.mean(np.abs(train[season:] - train[:-season]))) or 1.0
     test = y[train_steps:]
-    model = _run(y, train_steps, forecaster, horizons, tick)
-    naive = _run(y, train_steps, "naive", horizons, lambda: None) if forecaster != "naive" else model
+    model = _run(y, train_steps, forecaster, horizons, tick, season)
+    naive = _run(y, train_steps, "naive", horizons, lambda: None, season) \
+        if forecaster != "naive" else model
+    persist = _run(y, train_steps, "persistence", horizons, lambda: None, season) \
+        if forecaster != "persistence" else model
+    ratio = planning_ratio(model[4], test)
+    f = model[3]
+    chosen = f.chosen_name if isinstance(f, AutoForecaster) else f.name
+    # steps counted from the start of the test part (0 = chosen on the training part)
+    selections = tuple((t - train_steps, n) for t, n in f.selections) \
+        if isinstance(f, AutoForecaster) else ((0, f.name),)
     out = []
     for h in horizons:
         ok = ~np.isnan(model[0][h])
         err = np.abs(test[ok] - model[0][h][ok])
         nerr = np.abs(test[ok] - naive[0][h][ok])
+        perr = np.abs(test[ok] - persist[0][h][ok])
         q = {k: v[ok] for k, v in model[1][h].items()}
         yt = test[ok]
         pin = np.mean([np.mean(np.maximum(a * (yt - q[a]), (a - 1) * (yt - q[a]))) for a in (0.1, 0.5, 0.9)])
         out.append(BacktestResult(
             series=series, forecaster=forecaster, horizon_min=h * step_min,
             mase=float(err.mean() / scale), naive_mase=float(nerr.mean() / scale),
-            pinball=float(pin / scale),
+            pinball=float(pin / scale), persistence_mase=float(perr.mean() / scale),
+            planning_ratio_median=ratio,
             coverage_80=float(np.mean((yt >= q[0.1]) & (yt <= q[0.9]))),
             coverage_90=float(np.mean((yt >= q[0.05]) & (yt <= q[0.95]))),
-            points=int(ok.sum())))
+            points=int(ok.sum()), chosen=chosen, selections=selections, cap_binds=int(f.cap_binds)))
     return out, model[2]

@@ -11,10 +11,22 @@ Models (step = 5 min, season m = 288 steps a day, 2016 a week):
   by statsmodels; updates run a Kalman filter on the fitted state-space matrices.
 - ``auto``: picks one of the above per series by a backtest on the training part only.
 
-Intervals: quantiles of the model's own relative h-step errors over the last days of the
-training data (so every model's intervals are calibrated the same way), at quantile levels
-that adaptive conformal inference (Gibbs & Candes, NeurIPS 2021) moves per horizon after every
-observed hit or miss, so coverage holds when the error distribution drifts after training.
+Intervals: quantiles of the model's own h-step errors over the last days of the training data
+(so every model's intervals are calibrated the same way), in absolute terms scaled by
+``forecast + level`` (level: the series' mean over the last season), so errors stay on the
+scale of the series: near a zero forecast they are measured against the typical level, never
+divided by ~0, and a zero point forecast keeps positive upper quantiles. Each quantile then
+carries an online offset per horizon, moved after every observation by conformal quantile
+tracking (Angelopoulos, Candes & Tibshirani, "Conformal PID control", NeurIPS 2023): up by
+``rate x level`` after a miss, down by ``rate x (1 - level)`` after a hit, with the rate a
+fraction of the errors' spread. The offset is unbounded, so unlike a miscoverage level clipped
+to [0.002, 0.6] it cannot run into a floor and stop adapting: the long-run share of points
+below each quantile is its level even when the error distribution drifts.
+
+Planning cap: every quantile (and the mean) is capped at ``PEAK_CAP`` x the peak observed over
+the last season (if that season was all zeros: over the last seven seasons of the training
+history); a forecast says when the cap bound (``Forecast.capped``) and the forecaster
+counts it (``cap_binds``).
 
 Outages and spikes: an observation whose one-step error exceeds ``ROBUST_K`` robust scales
 moves the state only by that clipped amount (a Huberized update), so a window of zeros or a
@@ -43,24 +55,21 @@ PLANNING_LEVELS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 QUANTILES: tuple[float, ...] = (0.05, 0.1, *PLANNING_LEVELS)
 MAX_H = 72  # 6 h at 5-min steps: the longest horizon intervals are calibrated for
 CALIBRATION_DAYS = 3
-ERROR_WINDOW = DAY  # relative errors kept per horizon for the intervals (rolling)
+ERROR_WINDOW = DAY  # scaled errors kept per horizon for the intervals (rolling)
 REQUANTILE_EVERY = 12
 ROBUST_K = 4.0
-# Central intervals (lower, upper quantile) whose levels adapt online to the misses observed.
+# Central intervals (lower, upper quantile) the backtest reports coverage of.
 INTERVALS: tuple[tuple[float, float], ...] = ((0.05, 0.95), (0.1, 0.9))
-# Step of adaptive conformal inference (Gibbs & Candes 2021 use 0.005): after a miss the
-# interval's miscoverage target drops by ACI_GAMMA * (1 - alpha), after a hit it rises by
-# ACI_GAMMA * alpha, so over a long run the share of misses is alpha even when the error
-# distribution drifts away from the one the rolling window still holds.
-ACI_GAMMA = 0.005
-ACI_ALPHA_RANGE = (0.002, 0.6)
+# Conformal quantile tracking rate, as a fraction of the errors' 5-95% spread at that horizon.
+ACI_GAMMA = 0.02
+# The planning demand never exceeds this multiple of the peak of the last season's observations.
+PEAK_CAP = 2.0
 # Outages (ServeGen m-mid has hours of zeros): a target or a forecast below OUTAGE_FRACTION of
 # the typical (median) level says nothing about the spread of ordinary errors, so the pair is
 # kept out of the error window the quantiles are read from; otherwise the first forecasts
-# after an outage (made from a state that followed the zeros) would put 10x errors in the
-# window and the widest conformal levels would pick them for a whole day. The pair still
-# counts as a hit or miss for the conformal step, so coverage is kept over all points. The
-# point forecasts follow the outage: holding the pre-outage level costs more error.
+# after an outage (made from a state that followed the zeros) would put large errors in the
+# window for a whole day. The pair still moves the tracking offsets, so coverage is kept over
+# all points. The point forecasts follow the outage: holding the pre-outage level costs more.
 OUTAGE_FRACTION = 0.1
 
 
@@ -112,10 +121,13 @@ def check_history(y: np.ndarray | pd.Series, season: int, *, name: str = "histor
 
 @dataclass(frozen=True)
 class Forecast:
-    """h-step forecast: ``mean`` and ``quantiles[q]`` arrays of length h, all >= 0."""
+    """h-step forecast: ``mean`` and ``quantiles[q]`` arrays of length h, all >= 0 and at most
+    ``cap``; ``capped[i]`` is True where the cap lowered a quantile of step i."""
 
     mean: np.ndarray
     quantiles: dict[float, np.ndarray] = field(default_factory=dict)
+    cap: float = math.inf
+    capped: np.ndarray | None = None
 
     def quantile(self, q: float) -> np.ndarray:
         if q not in self.quantiles:
@@ -132,7 +144,7 @@ class Forecaster(ABC):
         if season < 2:
             raise ForecastError(f"season must be >= 2 steps, got {season}")
         self.season = season
-        self._rel_q: np.ndarray | None = None  # [MAX_H, len(QUANTILES)]
+        self._err_q: np.ndarray | None = None  # [MAX_H, len(QUANTILES)] window quantiles
         self._scale = 1.0
         self.t = 0  # steps seen
 
@@ -153,11 +165,15 @@ class Forecaster(ABC):
         y = check_history(history, self.season)
         calib = min(CALIBRATION_DAYS * self.season, len(y) - 2 * self.season)
         self._floor_value = max(OUTAGE_FRACTION * float(np.median(y)), 1e-9)
+        # Zeros are outages only where the series is typically busy; where zero is the typical
+        # value (sparse, bursty demand) they are ordinary errors and stay in the window.
+        self._outages = float(np.median(y)) > 0
         self._errors = np.full((MAX_H, ERROR_WINDOW), np.nan)
         self._n_err = np.zeros(MAX_H, dtype=int)
-        self._past: deque[np.ndarray] = deque(maxlen=MAX_H)
-        # Working miscoverage per horizon and interval, starting at the nominal one.
-        self._alpha = np.tile([1.0 - (hi - lo) for lo, hi in INTERVALS], (MAX_H, 1))
+        self._past: deque[tuple[np.ndarray, float]] = deque(maxlen=MAX_H)
+        self._offset = np.zeros((MAX_H, len(QUANTILES)))  # conformal tracking, error units
+        self._rate = np.zeros(MAX_H)
+        self.cap_binds = 0
         if calib >= MAX_H:
             # Interval calibration: fit on the head, forecast the held-back tail as it arrives.
             self._reset(y[: len(y) - calib])
@@ -173,16 +189,24 @@ class Forecaster(ABC):
         self._fit(y)
         self.t = len(y)
         self._scale = float(np.median(np.abs(np.diff(y)))) or float(np.mean(y)) or 1.0
+        self._recent = np.asarray(y[-self.season:], dtype=float).copy()  # ring of the last season
+        self._ri = 0
+        self._fit_peak = float(np.max(y[-7 * self.season:]))
+
+    @property
+    def typical_level(self) -> float:
+        """The typical level errors are scaled by: the mean of the last season (never 0)."""
+        return max(float(self._recent.mean()), self._floor_value)
 
     def _record(self, vec: np.ndarray, y: float) -> None:
-        """Store the relative error of every past forecast of this step (horizon k+1)."""
-        self._past.appendleft(vec)
-        for k, past in enumerate(self._past):
-            pred = past[k]
-            err = (y - pred) / max(pred, self._floor_value)
-            if self._rel_q is not None:
-                self._adapt(k, err)
-            if y <= self._floor_value or pred <= self._floor_value:
+        """Store the scaled error of every past forecast of this step (horizon k+1)."""
+        self._past.appendleft((vec, self.typical_level))
+        for k, (past, level) in enumerate(self._past):
+            pred = max(float(past[k]), 0.0)
+            err = (y - pred) / (pred + level)
+            if self._err_q is not None:
+                self._track(k, err)
+            if self._outages and (y <= self._floor_value or pred <= self._floor_value):
                 continue
             slot = self._n_err[k] % ERROR_WINDOW
             self._errors[k, slot] = err
@@ -190,45 +214,28 @@ class Forecaster(ABC):
         if self.t % REQUANTILE_EVERY == 0:
             self._requantile()
 
-    def _adapt(self, k: int, err: float) -> None:
-        """Adaptive conformal step for horizon k+1 given the relative error just observed."""
-        assert self._rel_q is not None
-        for j, (lo, hi) in enumerate(INTERVALS):
-            miss = err < self._rel_q[k, QUANTILES.index(lo)] or \
-                err > self._rel_q[k, QUANTILES.index(hi)]
-            nominal = 1.0 - (hi - lo)
-            self._alpha[k, j] = min(max(self._alpha[k, j] + ACI_GAMMA * (nominal - miss),
-                                        ACI_ALPHA_RANGE[0]), ACI_ALPHA_RANGE[1])
-
-    def _levels(self) -> np.ndarray:
-        """Quantile level per horizon and entry of QUANTILES, after the conformal adaptation."""
-        levels = np.tile(np.asarray(QUANTILES), (MAX_H, 1))
-        for j, (lo, hi) in enumerate(INTERVALS):
-            levels[:, QUANTILES.index(lo)] = self._alpha[:, j] / 2
-            levels[:, QUANTILES.index(hi)] = 1.0 - self._alpha[:, j] / 2
-        return levels
+    def _track(self, k: int, err: float) -> None:
+        """Conformal quantile tracking for horizon k+1 given the scaled error just observed."""
+        assert self._err_q is not None
+        levels = np.asarray(QUANTILES)
+        below = err <= self._err_q[k] + self._offset[k]
+        self._offset[k] += self._rate[k] * (levels - below)
 
     def _requantile(self) -> None:
-        if self._n_err[MAX_H - 1] == 0:
+        if self._n_err[0] == 0:
             return
-        # Per-row quantiles at per-row levels (linear interpolation, as np.quantile's default).
-        srt = np.sort(self._errors, axis=1)  # NaNs sort last
-        n = np.sum(~np.isnan(self._errors), axis=1)
-        pos = self._levels() * np.maximum(n - 1, 0)[:, None]
-        lo_i = np.floor(pos).astype(int)
-        hi_i = np.minimum(lo_i + 1, np.maximum(n - 1, 0)[:, None])
-        frac = pos - lo_i
-        rows = np.arange(MAX_H)[:, None]
-        q = srt[rows, lo_i] * (1 - frac) + srt[rows, hi_i] * frac
-        # Adapted levels of the two intervals may cross; sorting each row restores monotone
-        # quantiles (rearrangement) without moving any interval's outer bounds inward.
-        q = np.sort(q, axis=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # horizons with no errors yet
+            q = np.nanquantile(self._errors, QUANTILES, axis=1).T  # [MAX_H, len(QUANTILES)]
+        n = self._n_err
         q[n == 0] = np.nan
         # horizons without errors yet borrow the nearest shorter one's
-        self._rel_q = q
         for k in range(1, MAX_H):
-            if np.isnan(self._rel_q[k]).any():
-                self._rel_q[k] = self._rel_q[k - 1]
+            if np.isnan(q[k]).any():
+                q[k] = q[k - 1]
+        self._err_q = q
+        spread = q[:, QUANTILES.index(0.95)] - q[:, QUANTILES.index(0.05)]
+        self._rate = ACI_GAMMA * np.maximum(np.nan_to_num(spread), 1e-6)
 
     def update(self, y: float | np.ndarray) -> None:
         for v in np.atleast_1d(np.asarray(y, dtype=float)):
@@ -237,6 +244,8 @@ class Forecaster(ABC):
             vec = self._mean(MAX_H)
             self._record(vec, float(v))
             self._absorb(float(v), float(vec[0]))
+            self._recent[self._ri] = v
+            self._ri = (self._ri + 1) % len(self._recent)
             self.t += 1
 
     def _absorb(self, v: float, pred: float) -> None:
@@ -246,16 +255,25 @@ class Forecaster(ABC):
     def forecast(self, h: int) -> Forecast:
         if not 1 <= h:
             raise ForecastError(f"horizon must be >= 1 step, got {h}")
-        mean = np.maximum(self._mean(h), 0.0)
+        base = np.maximum(self._mean(h), 0.0)
+        # A season of zeros says nothing about the next burst: then the cap falls back to the
+        # peak of the last week of the training history.
+        cap = PEAK_CAP * (float(self._recent.max()) or self._fit_peak or math.inf)
         qs: dict[float, np.ndarray] = {}
-        if self._rel_q is not None:
-            rel = self._rel_q[np.minimum(np.arange(h), MAX_H - 1)]
-            base = np.maximum(mean, 0.0)
+        capped = np.zeros(h, dtype=bool)
+        if self._err_q is not None:
+            rows = np.minimum(np.arange(h), MAX_H - 1)
+            err = self._err_q[rows] + self._offset[rows]
+            # Crossing offsets are re-sorted per step (rearrangement): quantiles stay monotone.
+            err = np.sort(err, axis=1)
+            vals = np.maximum(base[:, None] + err * (base + self.typical_level)[:, None], 0.0)
+            capped = (vals > cap).any(axis=1)
+            vals = np.minimum(vals, cap)
             for j, q in enumerate(QUANTILES):
-                qs[q] = np.maximum(base * (1.0 + rel[:, j]), 0.0)
-            # quantiles must not cross the mean's side they describe
-            qs[0.5] = np.maximum(qs[0.5], 0.0)
-        return Forecast(mean=mean, quantiles=qs)
+                qs[q] = vals[:, j]
+        if capped.any():
+            self.cap_binds += 1
+        return Forecast(mean=np.minimum(base, cap), quantiles=qs, cap=cap, capped=capped)
 
 
 class SeasonalNaive(Forecaster):
@@ -425,62 +443,79 @@ FORECASTERS: dict[str, Callable[[int], Forecaster]] = {
 }
 
 
-class AutoForecaster(Forecaster):
-    """Picks, per series, the candidate with the lowest 30-min MASE in a rolling backtest on the
-    last two days of the training part (fitted on the days before); then refits it on all of it."""
+class Persistence(Forecaster):
+    """y_{t+h} = y_t: the last value (a trivial baseline auto must beat)."""
 
-    name = "auto"
-    candidates: tuple[str, ...] = ("ets", "sarimax", "uc")
-    horizon = 6
+    name = "persistence"
 
-    def __init__(self, season: int = DAY) -> None:
-        super().__init__(season)
-        self.chosen: Forecaster | None = None
-        self.scores: dict[str, float] = {}
+    def _fit(self, y: np.ndarray) -> None:
+        self._last = float(y[-1])
 
-    def fit(self, history: np.ndarray | pd.Series) -> Forecaster:
-        y = check_history(history, self.season)
-        split = len(y) - 2 * self.season
-        scale = float(np.mean(np.abs(y[self.season:split] - y[:split - self.season]))) or 1.0
-        for name in self.candidates:
-            f = FORECASTERS[name](self.season)
-            try:
-                f.fit(y[:split])
-            except ForecastError:
-                continue
-            errs = []
-            for i in range(split, len(y) - self.horizon):
-                errs.append(abs(y[i + self.horizon - 1] - f.forecast(self.horizon).mean[-1]))
-                f.update(y[i])
-            self.scores[name] = float(np.mean(errs)) / scale
-        best = min(self.scores, key=self.scores.__getitem__)
-        self.chosen = FORECASTERS[best](self.season).fit(y)
-        self.t = self.chosen.t
-        return self
+    def _step(self, y: float) -> None:
+        self._last = y
 
-    def _fit(self, y: np.ndarray) -> None:  # pragma: no cover - fit() is overridden
-        raise NotImplementedError
-
-    def _step(self, y: float) -> None:  # pragma: no cover
-        raise NotImplementedError
+    def _absorb(self, v: float, pred: float) -> None:
+        self._step(v)
 
     def _mean(self, h: int) -> np.ndarray:
-        assert self.chosen is not None
-        return self.chosen._mean(h)
-
-    def update(self, y: float | np.ndarray) -> None:
-        if self.chosen is None:
-            raise ForecastError("auto forecaster used before fit()")
-        self.chosen.update(y)
-        self.t = self.chosen.t
-
-    def forecast(self, h: int) -> Forecast:
-        if self.chosen is None:
-            raise ForecastError("auto forecaster used before fit()")
-        return self.chosen.forecast(h)
+        return np.full(h, self._last)
 
 
-FORECASTERS["auto"] = AutoForecaster
+class RollingMedian(Forecaster):
+    """y_{t+h} = median of the last season: the robust level of a series without a usable
+    pattern (bursts move it little, unlike a mean)."""
+
+    name = "median"
+
+    def _fit(self, y: np.ndarray) -> None:
+        self._buf: deque[float] = deque(y[-self.season:].tolist(), maxlen=self.season)
+        self._med = float(np.median(self._buf))
+        self._dirty = 0
+
+    def _step(self, y: float) -> None:
+        self._buf.append(y)
+        self._dirty += 1
+
+    def _absorb(self, v: float, pred: float) -> None:
+        self._step(v)
+
+    def _mean(self, h: int) -> np.ndarray:
+        # The median of a season barely moves in one step; recompute it every few steps.
+        if self._dirty >= 6:
+            self._med = float(np.median(self._buf))
+            self._dirty = 0
+        return np.full(h, self._med)
+
+
+class SimpleSmoothing(Forecaster):
+    """Simple exponential smoothing (a level, no season), statsmodels-fitted smoothing weight:
+    the non-seasonal model auto tries where the series has no season."""
+
+    name = "ses"
+
+    def _fit(self, y: np.ndarray) -> None:
+        from statsmodels.tsa.holtwinters import SimpleExpSmoothing
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            res = SimpleExpSmoothing(y, initialization_method="heuristic").fit()
+        self.alpha = float(res.params["smoothing_level"])
+        self.level = float(res.level[-1])
+
+    def _step(self, y: float) -> None:
+        self.level = self.alpha * y + (1 - self.alpha) * self.level
+
+    def _mean(self, h: int) -> np.ndarray:
+        return np.full(h, self.level)
+
+
+FORECASTERS["ses"] = SimpleSmoothing
+FORECASTERS["persistence"] = Persistence
+FORECASTERS["median"] = RollingMedian
+
+# ``auto`` chooses among the forecasters above; its module imports this one and registers itself
+# in FORECASTERS (a plain module import here, so either module may be imported first).
+import atoll.forecast.auto  # noqa: E402, F401
 
 
 def make_forecaster(name: str, season: int = DAY) -> Forecaster:

@@ -27,14 +27,14 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from atoll.solvers.errors import InputError
+from atoll.solvers.errors import InputError, MissingDataError
 from atoll.solvers.paths import shared_data_dir
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,19 @@ def _mean_of_dist(literal: str) -> float | None:
     return float((values * probs).sum() / total) if total > 0 else None
 
 
+MULTIMODAL_INPUTS = ("text_tokens", "image_tokens", "audio_tokens", "video_tokens")
+
+
+def _input_mean(fields: dict[str, str]) -> float | None:
+    """Mean input tokens of a length window: ``input_tokens``, or for the multimodal model (whose
+    files split the input by modality) the sum of the modalities' means."""
+    if "input_tokens" in fields:
+        return _mean_of_dist(fields["input_tokens"])
+    parts = [_mean_of_dist(fields[k]) for k in MULTIMODAL_INPUTS if k in fields]
+    known = [v for v in parts if v is not None]
+    return float(sum(known)) if known else None
+
+
 def _fill_nearest(means: np.ndarray) -> tuple[np.ndarray, int]:
     """Fill NaN windows from the nearest window with data; returns (filled, count filled)."""
     ok = np.flatnonzero(~np.isnan(means))
@@ -193,7 +206,7 @@ def _servegen_clients(model: str, data: Path) -> tuple[np.ndarray, np.ndarray, n
         for start, fields in doc.items():
             w = int(float(start)) // SERVEGEN_LENGTH_WINDOW_S
             if w < n_len and fields:
-                ins[i, w] = _mean_of_dist(fields.get("input_tokens", "{}")) or np.nan
+                ins[i, w] = _input_mean(fields) or np.nan
                 outs[i, w] = _mean_of_dist(fields.get("output_tokens", "{}")) or np.nan
     filled = 0
     for arr in (ins, outs):
@@ -248,11 +261,34 @@ def _bucket_requests(times_s: np.ndarray, ins: np.ndarray, outs: np.ndarray, ste
     return DemandSeries(name, step_s, count / step_s, sum_in / safe, sum_out / safe)
 
 
-def _parse_time(text: str) -> float:
+# Numeric timestamps are seconds; from 1e11 on (the year 5138 in seconds, 1973 in milliseconds)
+# a value is taken to be milliseconds, which the log does not accept.
+MS_THRESHOLD = 1e11
+# A log may span at most this many steps (about 95 years at 5 min): a larger span is a unit
+# error, and binning it would allocate gigabytes.
+MAX_STEPS = 10_000_000
+
+
+def _parse_time(text: str) -> tuple[float, bool]:
+    """Seconds since the epoch, and whether the text carried a time zone (numbers count as UTC).
+    ISO 8601 text is read whole (any fraction digits, ``Z`` or an offset); a time without a
+    zone is taken as UTC, never the host's zone."""
+    s = text.strip()
     try:
-        return float(text)
+        v = float(s)
     except ValueError:
-        return datetime.fromisoformat(text.strip()[:26]).timestamp()
+        pass
+    else:
+        if not math.isfinite(v):
+            raise ValueError(f"timestamp {s!r} is not a finite number")
+        if abs(v) >= MS_THRESHOLD:
+            raise ValueError(f"timestamp {s} looks like milliseconds; the log takes seconds "
+                             f"(divide by 1000)")
+        return v, True
+    dt = datetime.fromisoformat(s)
+    if dt.tzinfo is None:
+        return dt.replace(tzinfo=UTC).timestamp(), False
+    return dt.timestamp(), True
 
 
 def load_azure(trace: str, *, step_s: float = 300, data: Path | None = None) -> DemandSeries:
@@ -265,7 +301,7 @@ def load_azure(trace: str, *, step_s: float = 300, data: Path | None = None) -> 
     times, ins, outs = [], [], []
     with path.open(newline="") as fh:
         for row in csv.DictReader(fh):
-            times.append(_parse_time(row["TIMESTAMP"]))
+            times.append(_parse_time(row["TIMESTAMP"])[0])
             ins.append(float(row["ContextTokens"]))
             outs.append(float(row["GeneratedTokens"]))
     t = np.array(times)
@@ -273,38 +309,69 @@ def load_azure(trace: str, *, step_s: float = 300, data: Path | None = None) -> 
 
 
 def load_request_log(path: Path | str, *, step_s: float = 300) -> dict[str, DemandSeries]:
-    """A user's CSV request log ``timestamp,model,input_tokens,output_tokens`` (header required;
-    timestamp in seconds or ISO 8601) -> one series per model, aligned to the first request."""
+    """A user's CSV request log ``timestamp,model,input_tokens,output_tokens`` (UTF-8, header
+    required; timestamp in seconds since the epoch or ISO 8601, a time without a zone read as
+    UTC and reported) -> one series per model, aligned to the first request. Parsed once per
+    file version and step, however many models are read from it."""
     p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"request log not found: {p}")
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise MissingDataError(f"request log not found: {p}") from None
+    except OSError as exc:
+        raise WorkloadError(f"request log {p} cannot be read: {exc.strerror or exc}") from exc
+    if not p.is_file():
+        raise WorkloadError(f"request log {p} is not a file; give the path of a CSV file")
+    return dict(_load_request_log(p.resolve(), st.st_mtime_ns, st.st_size, float(step_s)))
+
+
+@lru_cache(maxsize=4)
+def _load_request_log(p: Path, mtime_ns: int, size: int, step_s: float
+                      ) -> tuple[tuple[str, DemandSeries], ...]:
     rows: dict[str, list[tuple[float, float, float]]] = {}
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        need = {"timestamp", "model", "input_tokens", "output_tokens"}
-        if not reader.fieldnames or not need <= set(reader.fieldnames):
-            raise WorkloadError(f"{p}: header must contain {sorted(need)}, got {reader.fieldnames}")
-        for line, row in enumerate(reader, start=2):
-            try:
-                t = _parse_time(row["timestamp"])
-                i, o = float(row["input_tokens"]), float(row["output_tokens"])
-            except (TypeError, ValueError) as exc:
-                raise WorkloadError(f"{p}:{line}: malformed row {row} ({exc}); timestamp must be "
-                                    f"seconds or ISO 8601, token counts numbers") from exc
-            if not row["model"]:
-                raise WorkloadError(f"{p}:{line}: empty model name")
-            if not (math.isfinite(i) and math.isfinite(o)) or i < 0 or o < 0:
-                raise WorkloadError(f"{p}:{line}: token counts must be >= 0, got {i:g}, {o:g}")
-            rows.setdefault(row["model"], []).append((t, i, o))
+    naive_line = 0
+    try:
+        with p.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a byte-order mark is dropped
+            reader = csv.DictReader(fh)
+            need = {"timestamp", "model", "input_tokens", "output_tokens"}
+            if not reader.fieldnames or not need <= set(reader.fieldnames):
+                raise WorkloadError(f"{p}: header must contain {sorted(need)}, got {reader.fieldnames}")
+            for line, row in enumerate(reader, start=2):
+                try:
+                    t, zoned = _parse_time(row["timestamp"])
+                    i, o = float(row["input_tokens"]), float(row["output_tokens"])
+                except (TypeError, ValueError, OverflowError, AttributeError) as exc:
+                    raise WorkloadError(f"{p}:{line}: malformed row {row} ({exc}); timestamp must be "
+                                        f"seconds or ISO 8601, token counts numbers") from exc
+                if not zoned and not naive_line:
+                    naive_line = line
+                if not row["model"]:
+                    raise WorkloadError(f"{p}:{line}: empty model name")
+                if not (math.isfinite(i) and math.isfinite(o)) or i < 0 or o < 0:
+                    raise WorkloadError(f"{p}:{line}: token counts must be >= 0, got {i:g}, {o:g}")
+                rows.setdefault(row["model"], []).append((t, i, o))
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason}); save the log "
+                            f"as UTF-8 CSV") from None
+    except csv.Error as exc:
+        raise WorkloadError(f"{p}: not a readable CSV file ({exc})") from None
     if not rows:
         raise WorkloadError(f"{p}: no requests")
+    if naive_line:
+        log.warning("%s: timestamps without a time zone (first at line %d) are read as UTC",
+                    p, naive_line)
     t0 = min(r[0] for rs in rows.values() for r in rs)
+    t1 = max(r[0] for rs in rows.values() for r in rs)
+    if (t1 - t0) / step_s > MAX_STEPS:
+        raise WorkloadError(f"{p}: requests span {(t1 - t0) / DAY_S:,.0f} days ({t0:g} to {t1:g} s), "
+                            f"more than {MAX_STEPS:,} steps of {step_s:g} s; are seconds mixed with "
+                            f"other units?")
     out = {}
     for model, rs in rows.items():
         arr = np.array(rs)
         out[model] = _bucket_requests(arr[:, 0] - t0, arr[:, 1], arr[:, 2], step_s, f"csv:{model}")
     n = max(len(s) for s in out.values())
-    return {m: _pad(s, n) for m, s in out.items()}
+    return tuple((m, _pad(s, n)) for m, s in out.items())
 
 
 def _pad(s: DemandSeries, n: int) -> DemandSeries:

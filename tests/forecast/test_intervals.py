@@ -1,4 +1,5 @@
-"""Interval calibration: adaptive conformal levels keep coverage near nominal under drift."""
+"""Interval calibration: conformal quantile tracking keeps coverage near nominal under drift;
+zero point forecasts keep positive upper quantiles; the planning cap binds and says so."""
 
 from __future__ import annotations
 
@@ -85,9 +86,74 @@ def test_outage_counts_as_miss_but_stays_out_of_the_error_window() -> None:
     y = np.maximum(100 + 30 * np.sin(2 * np.pi * t / SEASON) + rng.normal(0, 3.0, len(t)), 0)
     f = make_forecaster("naive", SEASON).fit(y[: 10 * SEASON])
     f.update(y[10 * SEASON: 12 * SEASON])
-    alpha_before = f._alpha[0].copy()
-    f.update(np.zeros(30))  # an outage: every interval misses
-    # the misses drive the conformal levels outward ...
-    assert np.all(f._alpha[0] < alpha_before - 0.05)
+    offset_before = f._offset[0].copy()
+    f.update(np.zeros(30))  # an outage: every quantile is above the truth
+    # the misses drive every quantile's tracking offset down ...
+    assert np.all(f._offset[0] < offset_before)
     # ... but the -100% errors never enter the window the quantiles are read from
     assert np.nanmin(f._errors) > -0.5
+
+
+def _bursty(seed: int, n: int) -> np.ndarray:
+    """No season, 70% zeros, Pareto bursts: the point forecast is 0 most of the time."""
+    rng = np.random.default_rng(seed)
+    return np.where(rng.random(n) < 0.3, 5.0 * (1.0 + rng.pareto(2.5, n)), 0.0)
+
+
+def test_zero_point_forecast_keeps_positive_upper_quantiles_and_coverage() -> None:
+    y = _bursty(11, 40 * SEASON)
+    f = make_forecaster("naive", SEASON).fit(y[: 10 * SEASON])
+    zero_means, hits = 0, []
+    for i in range(10 * SEASON, len(y)):
+        fc = f.forecast(1)
+        if fc.mean[0] == 0.0:
+            zero_means += 1
+            assert fc.quantile(0.95)[0] > 0.0 and fc.quantile(0.9)[0] > 0.0
+        if i >= 20 * SEASON:
+            hits.append(fc.quantile(0.05)[0] <= y[i] <= fc.quantile(0.95)[0])
+        f.update(y[i])
+    assert zero_means > 10 * SEASON  # the case under test happened often
+    assert 0.85 <= np.mean(hits) <= 0.95
+
+
+def test_tracking_offset_has_no_floor() -> None:
+    """Misses beyond anything in the error window keep moving the upper quantile up, linearly and
+    without saturating (a miscoverage level clipped at 0.002 stops at the window's largest
+    error and the conformal step stops there)."""
+    y = _drifting(3)[: 12 * SEASON]
+    f = make_forecaster("naive", SEASON).fit(y)
+    j = fmod.QUANTILES.index(0.95)
+    start = f._err_q[0, j] + f._offset[0, j]
+    for _ in range(200):
+        f._track(0, 1e6)  # a miss far above every stored error
+    after_200 = f._err_q[0, j] + f._offset[0, j] - start
+    for _ in range(1800):
+        f._track(0, 1e6)
+    after_2000 = f._err_q[0, j] + f._offset[0, j] - start
+    assert after_200 > 0 and after_2000 == pytest.approx(10 * after_200)
+
+
+def test_coverage_returns_after_noise_jumps_25x() -> None:
+    rng = np.random.default_rng(4)
+    t = np.arange(30 * SEASON)
+    y = 100 + 30 * np.sin(2 * np.pi * t / SEASON) + rng.normal(0, 1.0, len(t))
+    y[12 * SEASON:] += rng.normal(0, 25.0, 18 * SEASON)  # noise x25 after training
+    y = np.maximum(y, 0.0)
+    f = make_forecaster("naive", SEASON).fit(y[: 10 * SEASON])
+    hits = []
+    for i in range(10 * SEASON, len(y)):
+        fc = f.forecast(1)
+        if i >= 20 * SEASON:
+            hits.append(fc.quantile(0.05)[0] <= y[i] <= fc.quantile(0.95)[0])
+        f.update(y[i])
+    assert np.mean(hits) >= 0.85
+
+
+def test_planning_cap_binds_and_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fmod, "PEAK_CAP", 0.5)  # below the recent peak: it must bind
+    y = _drifting(2)[: 12 * SEASON]
+    f = make_forecaster("naive", SEASON).fit(y)
+    fc = f.forecast(SEASON)
+    assert fc.cap == pytest.approx(0.5 * y[-SEASON:].max())
+    assert fc.capped is not None and fc.capped.any() and f.cap_binds == 1
+    assert all(np.all(q <= fc.cap + 1e-9) for q in fc.quantiles.values())

@@ -1,0 +1,50 @@
+"""auto: falls back to a baseline where models have nothing to learn, keeps a model where they
+do, skips seasonal candidates without a season, and re-selects online when it falls behind."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from atoll.forecast import auto as amod
+from atoll.forecast.auto import AutoForecaster, season_strength
+from atoll.forecast.forecasters import make_forecaster
+
+SEASON = 24
+
+
+def test_white_noise_falls_back_to_a_baseline_without_trying_seasonal_models() -> None:
+    y = 50 + np.random.default_rng(0).normal(0, 5.0, 10 * SEASON)
+    f = make_forecaster("auto", SEASON).fit(y)
+    assert isinstance(f, AutoForecaster)
+    assert f.strength < amod.SEASON_STRENGTH_MIN
+    assert set(f.scores) == set(amod.PLAIN_MODELS + amod.BASELINES)
+    # a level (smoothed or the median) beats the last value on iid noise
+    assert f.chosen_name in ("ses", "median")
+
+
+def test_strong_daily_pattern_picks_a_seasonal_model() -> None:
+    rng = np.random.default_rng(1)
+    t = np.arange(10 * SEASON)
+    y = 100 + 40 * np.sin(2 * np.pi * t / SEASON) + rng.normal(0, 2.0, len(t))
+    assert season_strength(y, SEASON) > 0.9
+    f = make_forecaster("auto", SEASON).fit(y)
+    assert isinstance(f, AutoForecaster)
+    assert f.chosen_name in amod.MODELS + amod.SEASONAL_BASELINES
+    assert f.scores[f.chosen_name] < min(f.scores["persistence"], f.scores["median"])
+    assert f.selections == [(len(y), f.chosen_name)]
+
+
+def test_reselects_when_the_season_disappears() -> None:
+    """Trained on a clean daily pattern; then the pattern vanishes into noise around a new
+    level: within a few checks (one a season) auto moves to a baseline and says when."""
+    rng = np.random.default_rng(2)
+    t = np.arange(10 * SEASON)
+    y = 100 + 40 * np.sin(2 * np.pi * t / SEASON) + rng.normal(0, 2.0, len(t))
+    f = make_forecaster("auto", SEASON).fit(y)
+    assert isinstance(f, AutoForecaster)
+    first = f.chosen_name
+    f.update(30 + rng.normal(0, 1.0, 8 * SEASON))
+    assert f.chosen_name != first
+    assert f.chosen_name in amod.PLAIN_MODELS + amod.BASELINES + amod.SEASONAL_BASELINES
+    (t0, n0), (t1, n1) = f.selections[0], f.selections[-1]
+    assert n0 == first and n1 == f.chosen_name and t1 > t0 and (t1 - t0) % SEASON == 0
