@@ -26,7 +26,7 @@ import numpy as np
 
 from atoll.envs.arrivals import sample_counts, servegen_windows
 from atoll.envs.config import RESAMPLES
-from atoll.forecast.forecasters import QUANTILES, ForecastError, make_forecaster
+from atoll.forecast.forecasters import FORECAST_VERSION, QUANTILES, ForecastError, make_forecaster
 from atoll.forecast.workloads import (
     DemandSeries,
     load_workload,
@@ -133,7 +133,8 @@ def build_book(models: Sequence[str], series: Sequence[DemandSeries], *, forecas
                           f"are needed ({WARMUP_DAYS} to warm the forecaster up, one to simulate)")
     rates = np.stack([np.asarray(s.requests_per_s[:steps], dtype=float) for s in series])
     digest = hashlib.sha256(rates.tobytes())
-    digest.update(repr((FORMAT_VERSION, forecaster, horizon, quantile, per_day)).encode())
+    digest.update(repr((FORMAT_VERSION, FORECAST_VERSION, forecaster, horizon, quantile,
+                        per_day)).encode())
     path = cache_root() / "forecasts" / f"{digest.hexdigest()[:24]}.npz"
     arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     shapes = ((len(models), steps, horizon), (len(models), steps, horizon), (len(models), steps // per_day))

