@@ -51,6 +51,7 @@ from atoll.control.plans import PlanRecord, SinkResult
 from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateReport, RateTracker
 from atoll.control.sinks import PlanSink, deliver
 from atoll.control.state import HISTORY_LIMIT, ControllerState, HistoryPoint, load_state, save_state
+from atoll.envs.actions import ActionCodec
 from atoll.envs.fleet import FleetState
 from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observation_space
 from atoll.envs.policies import Policy
@@ -106,10 +107,12 @@ class Decision:
     chosen: dict[str, str] = field(default_factory=dict)
     held: dict[str, str] = field(default_factory=dict)
     unchanged: tuple[str, ...] = ()
+    # model -> the re-optimization it gets (``full@0.9``, ``grow@0.95``; see atoll.envs.actions)
+    reopt: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "chosen": dict(self.chosen), "held": dict(self.held),
-                "unchanged": list(self.unchanged)}
+                "unchanged": list(self.unchanged), "reoptimization": dict(self.reopt)}
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,10 @@ class Controller:
         self.tracker = RateTracker(fleet.models, baseline=self.state.last_metrics,
                                    reset_fraction=s.reset_fraction,
                                    flat_hold_s=s.flat_hold_s / s.time_scale)  # samples: the metrics' clock
+        # the env's action encoding: level 0 is the configured planning level (code 1 = full there)
+        self.codec = ActionCodec.for_config(s.planning_quantile, fleet.config.action_levels)
         self.forecaster = LiveForecast(shapes=fleet.shapes, forecaster=s.forecaster,
-                                       quantile=s.planning_quantile,
+                                       quantile=s.planning_quantile, levels=self.codec.levels,
                                        horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S)
 
     # ----- the tick ------------------------------------------------------------------------
@@ -298,11 +303,11 @@ class Controller:
                  last_seconds: float) -> Signals:
         fleet, state = self.fleet, self.state
         m = len(fleet.models)
-        fmean, fupper = np.zeros(m), np.zeros(m)
+        fmean, fupper, ffirst, flast = np.zeros(m), np.zeros(m), np.zeros(m), np.zeros(m)
         for i, model in enumerate(fleet.models):
             f = forecasts.get(model)
             if f is not None:
-                fmean[i], fupper[i] = f.mean_rps, f.upper_rps
+                fmean[i], fupper[i], ffirst[i], flast[i] = f.mean_rps, f.upper_rps, f.first_rps, f.last_rps
         window = np.zeros((UNSERVED_WINDOW, m))
         for i, model in enumerate(fleet.models):
             for j, share in enumerate(state.unserved.get(model, ())[:UNSERVED_WINDOW]):
@@ -311,14 +316,21 @@ class Controller:
                           if model in state.last_reoptimized else SINCE_CAP for model in fleet.models])
         return fleet_signals(fleet.model, self.fleet_state(now), fleet.availability,
                              demand=self._last_demand(), forecast_mean=fmean, forecast_upper=fupper,
-                             since=since, unserved_window=window, last_cost=last_cost,
+                             forecast_first=ffirst, forecast_last=flast, since=since, unserved_window=window, last_cost=last_cost,
                              last_seconds=last_seconds, cost_scale_usd_h=state.cost_scale_usd_h,
-                             preempted=np.zeros(m), seconds_of_day=now)
+                             # vLLM exports no preemption: live, none is seen (as a fleet without any)
+                             preempted=np.zeros(m), since_preempt=np.full(m, SINCE_CAP),
+                             seconds_of_day=now)
 
     def _decide(self, action: np.ndarray, fresh: list[str], rates: RateReport, s: Signals) -> Decision:
         chosen: dict[str, str] = {}
         held: dict[str, str] = {}
         unchanged: list[str] = []
+        reopt: dict[str, str] = {}
+        codes = [int(v) for v in np.asarray(action).ravel()]
+        if any(not 0 <= c < self.codec.n for c in codes):
+            raise ValueError(f"policy {self.policy.name!r} answered {codes}; codes per model are "
+                             f"0..{self.codec.n - 1} ({', '.join(self.codec.names())})")
         for i, model in enumerate(self.fleet.models):
             if model not in fresh:
                 r = rates.models.get(model)
@@ -328,16 +340,18 @@ class Controller:
             need = s.demand[i].max() > 0 or s.forecast_upper[i].max() > 0
             if s.planned_capacity[i].max() <= 0 and need:
                 chosen[model] = "no capacity planned for its demand yet"
-            elif i < len(action) and action[i]:
+                reopt[model] = self.codec.decode(1).label()
+            elif i < len(codes) and codes[i]:
+                reopt[model] = self.codec.decode(codes[i]).label()
                 with np.errstate(divide="ignore", invalid="ignore"):
                     planned, ready = s.planned_capacity[i], s.ready_capacity[i]
                     up = np.max(np.where(planned > 0, s.forecast_upper[i] / planned, np.inf))
                     now = np.max(np.where(ready > 0, s.demand[i] / ready, np.inf))
-                chosen[model] = (f"{self.policy.name}: forecast upper / planned capacity {up:.2f}, "
+                chosen[model] = (f"{self.policy.name} ({reopt[model]}): forecast upper / planned capacity {up:.2f}, "
                                  f"demand / ready capacity {now:.2f}, unserved {s.unserved_share[i]:.1%}")
             else:
                 unchanged.append(model)
-        return Decision(self.policy.name, chosen, held, tuple(unchanged))
+        return Decision(self.policy.name, chosen, held, tuple(unchanged), reopt)
 
     def _solve(self, decision: Decision, forecasts: Mapping[str, ModelForecast], now: float
                ) -> tuple[dict[str, Any] | None, PlanRecord | None]:
@@ -345,16 +359,20 @@ class Controller:
             return None, None
         model = self.fleet.model
         upper = np.zeros(len(self.fleet.models))
+        grow: set[str] = set()
         for i, name in enumerate(self.fleet.models):
             if name in decision.chosen:
-                upper[i] = forecasts[name].upper_rps
-        tokens = model.tokens(upper)  # the env's planning demand: upper quantile x request shape
+                kind, _, level = decision.reopt.get(name, "full").partition("@")
+                upper[i] = forecasts[name].upper_at(float(level)) if level else forecasts[name].upper_rps
+                if kind == "grow":
+                    grow.add(name)
+        tokens = model.tokens(upper)  # the env's planning demand: the level's quantile x request shape
         demand: dict[str, float] = {}
         for i, name in enumerate(self.fleet.models):
             if name in decision.chosen:
                 demand[f"{name}/prefill"], demand[f"{name}/decode"] = float(tokens[i, 0]), float(tokens[i, 1])
         out = model.replan(self.fleet_state(now), frozenset(decision.chosen), tokens, self.fleet.availability,
-                           replanner=self.fleet.replanner)
+                           replanner=self.fleet.replanner, grow=frozenset(grow))
         solve = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
                  "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand}
         if out.allocation is None or out.allocation.as_dict() == self.fleet_state(now).planned().as_dict():

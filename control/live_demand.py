@@ -43,7 +43,10 @@ class ModelForecast:
     """One model's planning inputs: ``last`` the latest measured token rates per phase (prefill,
     decode); ``mean_rps`` and ``upper_rps`` the forecast request rate's maxima over the
     look-ahead; ``mean`` and ``upper`` those x the request shape (tokens/s per phase);
-    ``method`` is the forecaster's name or ``recent`` (see the module docstring)."""
+    ``method`` is the forecaster's name or ``recent`` (see the module docstring);
+    ``first_rps``/``last_rps`` the mean forecast of the look-ahead's first and last bin;
+    ``uppers_rps`` the look-ahead's maximum at every planning level a re-optimization may use
+    (``recent``: the same upper for every level, first = last = the mean)."""
 
     model: str
     last: tuple[float, float]
@@ -53,6 +56,13 @@ class ModelForecast:
     upper: tuple[float, float]
     method: str
     bins: int
+    first_rps: float = 0.0
+    last_rps: float = 0.0
+    uppers_rps: tuple[tuple[float, float], ...] = ()
+
+    def upper_at(self, level: float) -> float:
+        """The look-ahead's maximum request rate at planning level ``level``."""
+        return dict(self.uppers_rps).get(level, self.upper_rps)
 
     def as_dict(self) -> dict[str, object]:
         return {"method": self.method, "bins": self.bins, "mean_requests_per_s": self.mean_rps,
@@ -114,13 +124,15 @@ class LiveForecast:
     """
 
     def __init__(self, *, shapes: Mapping[str, tuple[float, float]], forecaster: str = "ets",
-                 quantile: float = 0.9, horizon: int = 3, step_s: float = 300.0, season: int = DAY) -> None:
+                 quantile: float = 0.9, horizon: int = 3, step_s: float = 300.0, season: int = DAY,
+                 levels: Sequence[float] = ()) -> None:
         if horizon < 1:
             raise ValueError(f"LiveForecast: field 'horizon' must be >= 1 bin, got {horizon}")
         if not step_s > 0:
             raise ValueError(f"LiveForecast: field 'step_s' must be > 0, got {step_s}")
         make_forecaster(forecaster, season)  # unknown names fail here, naming the valid ones
         self.forecaster, self.quantile, self.horizon = forecaster, quantile, horizon
+        self.levels = tuple(dict.fromkeys((float(quantile), *map(float, levels))))
         self.step_s, self.season = step_s, season
         self.shapes = {m: (float(a), float(b)) for m, (a, b) in shapes.items()}
         # model -> (fitted forecaster, clock index of the last bin it absorbed)
@@ -152,19 +164,24 @@ class LiveForecast:
             if len(y) >= WARMUP_DAYS * self.season:
                 fitted = self._seasonal(model, first + len(y) - 1, y)
             if fitted is not None:
-                mean, upper = fitted
+                mean, upper, first_rps, last_rps, uppers = fitted
                 method = self.forecaster
-            elif len(y) == 0:
-                mean, upper = latest, latest * (1 + RECENT_MARGIN)
             else:
-                recent = y[-RECENT_BINS:]
-                mean = max(float(recent.mean()), latest)
-                upper = max(float(recent.max()), latest) * (1 + RECENT_MARGIN)
+                if len(y) == 0:
+                    mean, upper = latest, latest * (1 + RECENT_MARGIN)
+                else:
+                    recent = y[-RECENT_BINS:]
+                    mean = max(float(recent.mean()), latest)
+                    upper = max(float(recent.max()), latest) * (1 + RECENT_MARGIN)
+                first_rps = last_rps = mean
+                uppers = tuple((q, upper) for q in self.levels)
             out[model] = ModelForecast(model, last, mean, upper, (mean * shape[0], mean * shape[1]),
-                                       (upper * shape[0], upper * shape[1]), method, len(y))
+                                       (upper * shape[0], upper * shape[1]), method, len(y),
+                                       first_rps, last_rps, uppers)
         return out
 
-    def _seasonal(self, model: str, last_bin: int, y: np.ndarray) -> tuple[float, float] | None:
+    def _seasonal(self, model: str, last_bin: int, y: np.ndarray
+                  ) -> tuple[float, float, float, float, tuple[tuple[float, float], ...]] | None:
         entry = self._fitted.get(model)
         try:
             new = last_bin - entry[1] if entry is not None else -1
@@ -185,4 +202,6 @@ class LiveForecast:
             return None  # e.g. a flat-zero history ETS cannot fit: fall back to recent
         self._fitted[model] = entry
         fc = entry[0].forecast(self.horizon)
-        return float(np.max(fc.mean)), float(np.max(fc.quantiles.get(self.quantile, fc.mean)))
+        uppers = tuple((q, float(np.max(fc.quantiles.get(q, fc.mean)))) for q in self.levels)
+        return (float(np.max(fc.mean)), float(np.max(fc.quantiles.get(self.quantile, fc.mean))),
+                float(fc.mean[0]), float(fc.mean[-1]), uppers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from atoll.envs.actions import ACTION_KINDS, DEFAULT_ACTION_LEVELS
 from atoll.forecast.forecasters import FORECASTERS, QUANTILES
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError
@@ -54,6 +55,9 @@ class FleetConfig:
     (region, config) offers a spot pool that follows the spot traces (as ``spot``) and an
     on-demand pool with its own quota (``ondemand_quota``: the ``scarce`` or ``ample`` level) at
     on-demand prices; the ILP picks the tier per instance and preemption hits spot only.
+    ``action``: ``reopt`` (``atoll/Fleet-v1``: per model hold, grow or full at one of the planning
+    levels — ``planning_quantile`` then ``action_levels``, see :mod:`atoll.envs.actions`) or
+    ``binary`` (``atoll/Fleet-v0``: MultiBinary, re-plan fully at ``planning_quantile``).
     ``solver_gap``: re-optimizations stop at a proven relative gap of 0.1% by default — far below
     the forecast error, and it cuts the worst solve times of the extended scenario severalfold.
     """
@@ -84,6 +88,8 @@ class FleetConfig:
     resample: str = "sampled"
     ondemand_quota: str = "scarce"
     demand_seed: int = 0
+    action: str = "reopt"
+    action_levels: tuple[float, ...] = DEFAULT_ACTION_LEVELS
 
     def __post_init__(self) -> None:
         owner = "FleetConfig"
@@ -139,6 +145,13 @@ class FleetConfig:
             check_runtime(self.runtime)
         except (KeyError, ValueError) as exc:
             raise InputError(f"{owner}: field 'runtime': {exc}") from exc
+        if self.action not in ACTION_KINDS:
+            raise InputError(f"{owner}: field 'action' must be one of {', '.join(ACTION_KINDS)}, "
+                             f"got {self.action!r}")
+        levels = tuple(self.action_levels)
+        if not levels or any(q not in QUANTILES or q < 0.5 for q in levels) or len(set(levels)) != len(levels):
+            raise InputError(f"{owner}: field 'action_levels' must be distinct planning levels from "
+                             f"{[q for q in QUANTILES if q >= 0.5]}, got {self.action_levels!r}")
         if not 0 <= self.demand_round < 1:
             raise InputError(f"{owner}: field 'demand_round' must be in [0, 1), got {self.demand_round!r}")
 

@@ -40,7 +40,7 @@ from atoll.solvers.paths import cache_root
 log = logging.getLogger(__name__)
 
 WARMUP_DAYS = 3  # two seasons to fit, a third to calibrate the forecaster's intervals
-FORMAT_VERSION = 4  # 4: files carry a checksum
+FORMAT_VERSION = 5  # 4: files carry a checksum; 5: one upper array per planning level
 
 
 class DemandError(InputError):
@@ -52,8 +52,9 @@ class DemandBook:
     """Rates and forecasts of ``len(models)`` models over a trace of ``steps`` steps.
 
     ``rates[m, g]`` req/s; ``mean[m, g, h]`` and ``upper[m, g, h]`` the forecast made at step g
-    for step g + h (NaN during warm-up); ``day_peak[m, d]`` the peak rate of day d - 1 (0-based
-    days; NaN for the first).
+    for step g + h (NaN during warm-up), ``upper`` at ``quantile``; ``uppers[q]`` the same at
+    every level q a re-optimization may plan at (``quantile`` included); ``day_peak[m, d]`` the
+    peak rate of day d - 1 (0-based days; NaN for the first).
     """
 
     models: tuple[str, ...]
@@ -65,6 +66,7 @@ class DemandBook:
     day_peak: np.ndarray
     quantile: float
     forecaster: str
+    uppers: dict[float, np.ndarray]
 
     @property
     def days(self) -> int:
@@ -87,13 +89,14 @@ class DemandBook:
 
 
 def _forecast_pass(rates: np.ndarray, steps_per_day: int, forecaster: str, horizon: int,
-                   quantile: float, progress: Callable[[int], None] | None
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                   levels: Sequence[float], progress: Callable[[int], None] | None
+                   ) -> tuple[np.ndarray, ...]:
+    """(mean, peak, upper at each of ``levels``)."""
     n_models, steps = rates.shape
     warm = WARMUP_DAYS * steps_per_day
     days = steps // steps_per_day
     mean = np.full((n_models, steps, horizon), np.nan)
-    upper = np.full((n_models, steps, horizon), np.nan)
+    uppers = [np.full((n_models, steps, horizon), np.nan) for _ in levels]
     # The day's peak for a static plan is the previous day's peak (a seasonal-naive forecast of
     # it): day-ahead quantiles of the step forecasters are far too wide to plan a fleet on (on
     # ServeGen their 90% day peak reached 5-25x the true one).
@@ -106,21 +109,25 @@ def _forecast_pass(rates: np.ndarray, steps_per_day: int, forecaster: str, horiz
         for g in range(warm, steps):
             fc = f.forecast(horizon)
             mean[m, g] = fc.mean
-            upper[m, g] = fc.quantile(quantile)
+            for upper, q in zip(uppers, levels, strict=True):
+                upper[m, g] = fc.quantile(q)
             f.update(rates[m, g])
             if progress is not None:
                 progress(1)
-    return mean, upper, peak
+    return (mean, peak, *uppers)
 
 
 def build_book(models: Sequence[str], series: Sequence[DemandSeries], *, forecaster: str,
-               horizon: int, quantile: float, use_cache: bool = True,
+               horizon: int, quantile: float, levels: Sequence[float] = (), use_cache: bool = True,
                progress: Callable[[int], None] | None = None) -> DemandBook:
-    """Forecast every model's series in one causal pass (cached on disk)."""
+    """Forecast every model's series in one causal pass (cached on disk), with the upper
+    quantile at ``quantile`` and at every one of ``levels``."""
     if len(series) != len(models):
         raise DemandError(f"{len(series)} demand series for {len(models)} models; give one per model")
-    if quantile not in QUANTILES:
-        raise DemandError(f"planning quantile {quantile} is not forecast; use one of {list(QUANTILES)}")
+    for q in (quantile, *levels):
+        if q not in QUANTILES:
+            raise DemandError(f"planning quantile {q} is not forecast; use one of {list(QUANTILES)}")
+    all_levels = tuple(sorted({float(quantile), *map(float, levels)}))
     step = series[0].step_s
     lengths = {len(s) for s in series}
     if any(s.step_s != step for s in series) or len(lengths) != 1:
@@ -133,33 +140,36 @@ def build_book(models: Sequence[str], series: Sequence[DemandSeries], *, forecas
                           f"are needed ({WARMUP_DAYS} to warm the forecaster up, one to simulate)")
     rates = np.stack([np.asarray(s.requests_per_s[:steps], dtype=float) for s in series])
     digest = hashlib.sha256(rates.tobytes())
-    digest.update(repr((FORMAT_VERSION, FORECAST_VERSION, forecaster, horizon, quantile,
+    digest.update(repr((FORMAT_VERSION, FORECAST_VERSION, forecaster, horizon, all_levels,
                         per_day)).encode())
     path = cache_root() / "forecasts" / f"{digest.hexdigest()[:24]}.npz"
-    arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-    shapes = ((len(models), steps, horizon), (len(models), steps, horizon), (len(models), steps // per_day))
+    arrays: tuple[np.ndarray, ...] | None = None
+    shapes = ((len(models), steps, horizon), (len(models), steps // per_day),
+              *[(len(models), steps, horizon)] * len(all_levels))
     if use_cache and path.exists():
         arrays = _read_cache(path, shapes)
     if arrays is None:
         try:
-            arrays = _forecast_pass(rates, per_day, forecaster, horizon, quantile, progress)
+            arrays = _forecast_pass(rates, per_day, forecaster, horizon, all_levels, progress)
         except ForecastError as exc:
             raise DemandError(f"forecaster {forecaster!r}: {exc}") from exc
         if use_cache:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
-                np.savez_compressed(tmp, mean=arrays[0], upper=arrays[1], peak=arrays[2],
+                np.savez_compressed(tmp, **{f"a{i}": a for i, a in enumerate(arrays)},
                                     checksum=np.frombuffer(_checksum(arrays), dtype=np.uint8))
                 os.replace(tmp, path)
             except OSError as exc:  # a cache that cannot be written costs time, never the result
                 log.warning("forecast cache %s not written (%s)", path, exc)
     elif progress is not None:
         progress(len(models) * (steps - WARMUP_DAYS * per_day))
-    mean, upper, peak = arrays
-    for a in (rates, mean, upper, peak):
+    mean, peak, *upper_list = arrays
+    for a in (rates, *arrays):
         a.setflags(write=False)
-    return DemandBook(tuple(models), step, per_day, rates, mean, upper, peak, quantile, forecaster)
+    uppers = dict(zip(all_levels, upper_list, strict=True))
+    return DemandBook(tuple(models), step, per_day, rates, mean, uppers[float(quantile)], peak, quantile,
+                      forecaster, uppers)
 
 
 def _checksum(arrays: Sequence[np.ndarray]) -> bytes:
@@ -173,13 +183,12 @@ def _checksum(arrays: Sequence[np.ndarray]) -> bytes:
 
 
 def _read_cache(path: os.PathLike[str] | str, shapes: Sequence[tuple[int, ...]]
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The cached (mean, upper, peak), or None — with a warning — when the file is truncated,
+                ) -> tuple[np.ndarray, ...] | None:
+    """The cached (mean, peak, uppers...), or None — with a warning — when the file is truncated,
     corrupt, of another shape or fails its checksum; the caller then recomputes and rewrites it."""
     try:
         with np.load(path, allow_pickle=False) as doc:
-            arrays = (np.asarray(doc["mean"], dtype=float), np.asarray(doc["upper"], dtype=float),
-                      np.asarray(doc["peak"], dtype=float))
+            arrays = tuple(np.asarray(doc[f"a{i}"], dtype=float) for i in range(len(shapes)))
             stored = bytes(doc["checksum"].tobytes())
     except Exception as exc:  # noqa: BLE001 - zip, zlib, numpy and OS errors all mean "rebuild"
         log.warning("forecast cache %s unreadable (%s: %s); recomputing it", path, type(exc).__name__, exc)

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from atoll.envs.actions import ActionCodec, Reopt
 from atoll.envs.availability import (
     HedgedAvailability,
     PoolTraceAvailability,
@@ -19,7 +20,7 @@ from atoll.envs.config import FleetConfig
 from atoll.envs.demand import DemandBook, build_book, workload_series
 from atoll.envs.fleet import FleetState
 from atoll.envs.fleet_model import FleetModel
-from atoll.envs.observation import build_observation, observation_space
+from atoll.envs.observation import SINCE_CAP, build_observation, observation_space
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
 from atoll.solvers.paths import shared_data_dir
@@ -41,12 +42,19 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     ``episode_steps`` steps (default 288 = one day) starting at midnight of a day drawn uniformly
     from ``config.days`` with ``self.np_random`` (or ``reset(options={"day": d})``).
 
-    **Action** ``MultiBinary(M)``: bit m = 1 re-optimizes model m now; all zeros holds the plan.
-    A re-optimization solves the exact allocation ILP for the chosen models with the others held
-    at their planned counts, warm-started from the running plan, for the planning demand: per
-    service the largest ``planning_quantile`` forecast over the next ``look_ahead_s`` (made from
-    the demand seen so far), within the availability at that moment (minus the nodes of draining
-    and replaced instances), with start-up weight K = the median template start-up / ``step_s``.
+    **Action** (``atoll/Fleet-v1``, ``action="reopt"``) ``MultiDiscrete([1 + 2 L] * M)``: per
+    model which re-optimization it gets now (:mod:`atoll.envs.actions`): 0 ``hold``;
+    1 + 2 j ``full`` (re-solve freely) and 2 + 2 j ``grow`` (re-solve keeping every instance it
+    has planned: counts may only rise) for the planning level ``levels[j]``, where
+    ``levels = (planning_quantile, *action_levels without it)`` — L = 3 by default (0.9, 0.7,
+    0.95). Code 1 is ``full`` at ``planning_quantile``, so a 0/1 vector means what it meant in
+    ``v0``. (``atoll/Fleet-v0``, ``action="binary"``: ``MultiBinary(M)``, bit 1 = code 1.)
+    The models not on hold are re-optimized together in one exact allocation ILP, the others
+    held at their planned counts, warm-started from the running plan, for the planning demand:
+    per service the largest forecast at the model's chosen level over the next
+    ``look_ahead_s`` (made from the demand seen so far), within the availability at that moment
+    (minus the nodes of draining and replaced instances), with start-up weight K = the median
+    template start-up / ``step_s``.
     Cost mode first; goodput mode (serve the most, then cheapest) when the demand cannot be met;
     the plan is held when no plan is found. Added instances serve after their start-up (node
     boot 180 s + loading the weights of the stage a node holds at 1 GB/s, slowest node — a
@@ -64,7 +72,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     ``spot`` (every pool follows a spot trace), ``hedged`` (spot pools beside an on-demand quota
     at on-demand prices; the ILP picks the tier per instance).
 
-    **Observation** ``Box(float32)`` of ``8 M + G + 3`` values (M models, G GPU types of the
+    **Observation** ``Box(float32)`` of ``12 M + G + 4`` values (M models, G GPU types of the
     scenario's prices), built by :func:`atoll.envs.signals.fleet_signals` and
     :func:`atoll.envs.observation.build_observation` — the live controller builds its own with
     the same two functions. Ratios are capped at 4 and divided by 4.
@@ -72,25 +80,36 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     ==============  ==========================  =============================================  =====  ====
     index           name                        unit                                           min    max
     ==============  ==========================  =============================================  =====  ====
-    8 m + 0         ``<model>/demand_ratio``    last step's demand / ready capacity (max       0      1
+    12 m + 0        ``<model>/demand_ratio``    last step's demand / ready capacity (max       0      1
                                                 over phases, tokens/s), / 4
-    8 m + 1         ``forecast_mean_ratio``     forecast mean (req/s x request shape), max     0      1
+    12 m + 1        ``forecast_mean_ratio``     forecast mean (req/s x request shape), max     0      1
                                                 over phases and look-ahead / planned, / 4
-    8 m + 2         ``forecast_upper_ratio``    same at the planning quantile                  0      1
-    8 m + 3         ``starting_share``          capacity still starting / planned capacity     0      1
+    12 m + 2        ``forecast_upper_ratio``    same at the planning quantile                  0      1
+    12 m + 3        ``starting_share``          capacity still starting / planned capacity     0      1
                                                 (min over phases)
-    8 m + 4         ``since_reopt``             steps since the model's last                   0      1
+    12 m + 4        ``since_reopt``             steps since the model's last                   0      1
                                                 re-optimization / 288, capped at 1
-    8 m + 5         ``unserved_share``          share of its demand tokens not served within   0      1
+    12 m + 5        ``unserved_share``          share of its demand tokens not served within   0      1
                                                 SLO, mean of the last 3 steps
-    8 m + 6         ``cost_share``              its share of last step's billed cost           0      1
+    12 m + 6        ``cost_share``              its share of last step's billed cost           0      1
                                                 (running, starting, draining nodes)
-    8 m + 7         ``preempted``               1 if one of its instances was preempted at     0      1
+    12 m + 7        ``preempted``               1 if one of its instances was preempted at     0      1
                                                 the last step boundary
-    8 M + g         ``headroom/<gpu type>``     (nodes offered - nodes held) / offered         0      1
-    8 M + G + 0     ``time_sin``                sin(2 pi x seconds of day / 86400)             -1     1
-    8 M + G + 1     ``time_cos``                cos(2 pi x seconds of day / 86400)             -1     1
-    8 M + G + 2     ``cost_rate``               last step's $/h / the initial plan's, / 4      0      1
+    12 m + 8        ``forecast_trend``              (forecast mean at the look-ahead's last step   -1     1
+                                                - at its first) / planned capacity, max over
+                                                phases, / 4
+    12 m + 9        ``interval_width``              (planning quantile - mean) / planned, max      0      1
+                                                over phases and look-ahead, / 4
+    12 m + 10       ``surplus``                     (planned - planning quantile) / planned, min   -1     1
+                                                over phases (-1: no capacity for a demand)
+    12 m + 11       ``since_preempt``               steps since one of its instances was           0      1
+                                                preempted / 288, capped at 1 (1: none yet)
+    12 M + g        ``headroom/<gpu type>``     (nodes offered - nodes held) / offered         0      1
+    12 M + G + 0    ``time_sin``                sin(2 pi x seconds of day / 86400)             -1     1
+    12 M + G + 1    ``time_cos``                cos(2 pi x seconds of day / 86400)             -1     1
+    12 M + G + 2    ``cost_rate``               last step's $/h / the initial plan's, / 4      0      1
+    12 M + G + 3    ``spare_ondemand``          ``hedged``: on-demand quota not held / quota   0      1
+                                                (0 in the other markets)
     ==============  ==========================  =============================================  =====  ====
 
     (``atoll.envs.observation.MODEL_FEATURES`` / ``FLEET_FEATURES`` hold the same table; a test
@@ -120,6 +139,10 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
 
     **Version history**
 
+    * ``v1`` (issue 15): ``MultiDiscrete`` action — per model hold, grow or full at one of the
+      planning levels; the observation gains ``forecast_trend``, ``interval_width``,
+      ``surplus``, ``since_preempt`` per model and ``spare_ondemand``. ``atoll/Fleet-v0`` now
+      means ``action="binary"`` on the same world and observation.
     * ``v0`` (issue 13): demand sampled per step from the arrival processes (default;
       ``resample="hold"`` for the old series), make-before-break transitions (default;
       ``transition="break-before-make"`` for the old ones), the ``hedged`` market.
@@ -170,36 +193,61 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self.gpu_types: tuple[str, ...] = fleet.gpu_types
         series = c.demand if c.demand is not None else workload_series(
             c.workload, self.models, spec.req_per_s, c.step_s, resample=c.resample, seed=c.demand_seed)
+        self.codec = ActionCodec.for_config(c.planning_quantile, c.action_levels)
         self.book: DemandBook = build_book(self.models, series, forecaster=c.forecaster,
-                                           horizon=c.look_ahead_steps, quantile=c.planning_quantile)
+                                           horizon=c.look_ahead_steps, quantile=c.planning_quantile,
+                                           levels=self.codec.levels)
         if abs(self.book.step_s - c.step_s) > 1e-9:
             raise ValueError(f"FleetConfig: demand step {self.book.step_s:g} s differs from "
                              f"step_s {c.step_s:g} s")
         self.book.check_days(*c.days)
         m = len(self.models)
-        self.action_space = spaces.MultiBinary(m)
+        self.action_space: spaces.Space[np.ndarray] = (
+            spaces.MultiBinary(m) if c.action == "binary" else self.codec.space(m))
         self.observation_space = box = observation_space(m, len(self.gpu_types))
         self._obs_space_low = box.low
         self._model_index = fleet.model_index
         self.state = FleetState()
 
     # ----- helpers ------------------------------------------------------------------------
-    def _planning_demand(self, g: int, how: str) -> np.ndarray:
+    def _planning_demand(self, g: int, how: str, levels: list[float] | None = None) -> np.ndarray:
+        """[M, 2] tokens/s to plan for at step g: the forecast's maximum over the look-ahead at
+        each model's level (None: the configured one), the true demand (``oracle``) or the
+        previous day's peak (``peak``)."""
         h = self.book.horizon
         if how == "oracle":
             rates = self.book.rates[:, g: g + h].max(axis=1)
         elif how == "peak":
             rates = self.book.day_peak[:, g // self.book.steps_per_day]
-        else:
+        elif levels is None:
             rates = self.book.upper[:, g, :].max(axis=1)
+        else:
+            rates = np.array([self.book.uppers[q][i, g, :].max() for i, q in enumerate(levels)])
         return self.fleet.tokens(np.nan_to_num(rates, nan=0.0))
+
+    def decode(self, action: Any) -> list[Reopt]:
+        """The re-optimization each model gets from ``action`` (either version's encoding)."""
+        a = np.asarray(action)
+        m = len(self.models)
+        names = ", ".join(self.models)
+        if self.config.action == "binary":
+            if a.shape != (m,) or not np.all((a == 0) | (a == 1)):
+                raise ValueError(f"action must be MultiBinary({m}): {m} values of 0 or 1, one per model "
+                                 f"({names}); got {action!r}")
+        elif a.shape != (m,) or not np.all(np.isfinite(a.astype(float))) or not np.all(a == np.round(a)) \
+                or not np.all((a >= 0) & (a < self.codec.n)):
+            raise ValueError(f"action must be MultiDiscrete([{self.codec.n}] * {m}): one code per model "
+                             f"({names}) among {', '.join(f'{i}={n}' for i, n in enumerate(self.codec.names()))}; "
+                             f"got {action!r}")
+        return [self.codec.decode(int(v)) for v in a]
 
     def _apply(self, outcome: PlanOutcome) -> None:
         if outcome.allocation is not None:
             self.fleet.apply(self.state, outcome.allocation)
 
-    def _replan(self, models: frozenset[str], demand: np.ndarray) -> PlanOutcome:
-        return self.fleet.replan(self.state, models, demand, self._cap)
+    def _replan(self, models: frozenset[str], demand: np.ndarray,
+                grow: frozenset[str] = frozenset()) -> PlanOutcome:
+        return self.fleet.replan(self.state, models, demand, self._cap, grow=grow)
 
     def _observe(self) -> np.ndarray:
         g = self._g
@@ -207,7 +255,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             self.fleet, self.state, self._cap, demand=self.fleet.tokens(self.book.rates[:, g - 1]),
             forecast_mean=self.book.mean[:, g, :].max(axis=1),
             forecast_upper=self.book.upper[:, g, :].max(axis=1),
-            since=self._since, unserved_window=self._unserved, last_cost=self._last_cost,
+            forecast_first=self.book.mean[:, g, 0], forecast_last=self.book.mean[:, g, -1],
+            since=self._since, since_preempt=self._since_preempt, unserved_window=self._unserved, last_cost=self._last_cost,
             last_seconds=self.config.step_s, cost_scale_usd_h=self._cost_scale, preempted=self._preempted,
             seconds_of_day=(g % self.book.steps_per_day) * self.config.step_s)
         return build_observation(signals)
@@ -242,6 +291,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._since = np.zeros(m, dtype=int)
         self._unserved = np.zeros((UNSERVED_WINDOW, m))
         self._preempted = np.zeros(m, dtype=bool)
+        self._since_preempt = np.full(m, SINCE_CAP, dtype=int)
         self._last_cost = self.fleet.cost(self.state, self.config.step_s)
         self._cost_scale = max(self._last_cost.sum() * 3600.0 / self.config.step_s, 1e-9)
         obs = self._observe()
@@ -254,16 +304,15 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if not hasattr(self, "_g"):
             raise RuntimeError("FleetEnv.step called before reset()")
-        a = np.asarray(action)
+        reopts = self.decode(action)
         m = len(self.models)
-        if a.shape != (m,) or not np.all((a == 0) | (a == 1)):
-            raise ValueError(f"action must be MultiBinary({m}): {m} values of 0 or 1, one per model "
-                             f"({', '.join(self.models)}); got {action!r}")
         c, g, dt = self.config, self._g, self.config.step_s
-        chosen = frozenset(self.models[i] for i in np.flatnonzero(a))
+        chosen = frozenset(self.models[i] for i, r in enumerate(reopts) if r.kind != "hold")
+        grow = frozenset(self.models[i] for i, r in enumerate(reopts) if r.kind == "grow")
         outcome = None
         if chosen:
-            outcome = self._replan(chosen, self._planning_demand(g, self._planning))
+            levels = [r.level if r.level is not None else self.codec.levels[0] for r in reopts]
+            outcome = self._replan(chosen, self._planning_demand(g, self._planning, levels), grow)
             self._apply(outcome)
         for name in chosen:
             self._since[self._model_index[name]] = 0
@@ -289,6 +338,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         for key, n in lost.items():
             lost_by_model[self.fleet.info(key)[0]] += n
         self._preempted = lost_by_model > 0
+        self._since_preempt = np.where(self._preempted, 0, np.minimum(self._since_preempt + 1, SINCE_CAP))
         self._unserved = push_window(self._unserved, unserved_shares(demand, ready))
         self._last_cost = cost
         w = c.reward
@@ -300,6 +350,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         obs = self._obs_space_low.copy() if at_end else self._observe()
         info = self._step_info(rates, demand, ready, demand_tok, goodput_tok, unserved_tok, share, cost,
                                chosen, outcome, solver_s, lost_by_model)
+        info["total"]["grows"] = len(grow)
+        for name, r in zip(self.models, reopts, strict=True):
+            info["models"][name]["action"] = r.label()
         info["total"]["node_hours"], info["total"]["ondemand_node_hours"] = node_hours
         return obs, float(reward), False, bool(truncated), info
 

@@ -225,18 +225,32 @@ class FleetModel:
             out[j] = (cap - use) / cap if cap > 0 else 0.0
         return out
 
+    def spare_ondemand(self, state: FleetState, caps: Mapping[Cell, int]) -> float:
+        """Under ``hedged``: (on-demand nodes offered - held) / offered over every on-demand
+        cell; 0 in the other markets (they have no separate on-demand quota)."""
+        if self.config.availability != "hedged":
+            return 0.0
+        held = self.nodes_held(state)
+        cells = [cell for cell in caps if split_tier(cell[0])[1] == "on-demand"]
+        offered = sum(caps[cell] for cell in cells)
+        if offered <= 0:
+            return 0.0
+        return max(0.0, (offered - sum(held.get(cell, 0) for cell in cells)) / offered)
+
     # ----- re-planning ----------------------------------------------------------------------
     def replan(self, state: FleetState, models: frozenset[str], demand: np.ndarray,
-               caps: Mapping[Cell, int], replanner: Replanner | None = None) -> PlanOutcome:
+               caps: Mapping[Cell, int], replanner: Replanner | None = None,
+               grow: frozenset[str] = frozenset()) -> PlanOutcome:
         """Re-optimize ``models`` for ``demand`` ([M, 2] tokens/s) within ``caps`` minus the nodes
-        draining instances still hold, the others fixed at their planned counts."""
+        draining instances still hold, the others fixed at their planned counts; the ``grow``
+        ones (a subset of ``models``) keep every planned instance and may only add."""
         svc: dict[str, float] = {}
         for i, m in enumerate(self.models):
             svc[f"{m}/prefill"] = float(demand[i, 0])
             svc[f"{m}/decode"] = float(demand[i, 1])
         drain = self.draining_by_cell(state)
         avail = {cell: max(0, n - drain.get(cell, 0)) for cell, n in caps.items()}
-        return (replanner or self.replanner).plan(models, svc, avail, state.planned())
+        return (replanner or self.replanner).plan(models, svc, avail, state.planned(), grow=grow)
 
     def apply(self, state: FleetState, allocation: Allocation) -> int:
         """Move ``state`` toward ``allocation`` with the config's transition (see

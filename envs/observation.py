@@ -32,11 +32,18 @@ MODEL_FEATURES: tuple[tuple[str, str, float, float], ...] = (
      0.0, 1.0),
     ("cost_share", "its share of last step's fleet cost", 0.0, 1.0),
     ("preempted", "1 if an instance of the model was preempted at the last step boundary", 0.0, 1.0),
+    ("forecast_trend", "max over phases of (forecast mean at the end of the look-ahead - at its start) "
+     "/ planned capacity, / 4", -1.0, 1.0),
+    ("interval_width", "max over phases and look-ahead of (planning quantile - mean) / planned capacity, / 4",
+     0.0, 1.0),
+    ("surplus", "min over phases of (planned capacity - planning quantile) / planned capacity", -1.0, 1.0),
+    ("since_preempt", "steps since one of its instances was last preempted / 288, capped at 1", 0.0, 1.0),
 )
 FLEET_FEATURES: tuple[tuple[str, str, float, float], ...] = (
     ("time_sin", "sin(2 pi x seconds of day / 86400)", -1.0, 1.0),
     ("time_cos", "cos(2 pi x seconds of day / 86400)", -1.0, 1.0),
     ("cost_rate", "last step's fleet cost rate / the initial plan's, / 4", 0.0, 1.0),
+    ("spare_ondemand", "hedged market: on-demand nodes offered and not held / offered (0 otherwise)", 0.0, 1.0),
 )
 
 
@@ -48,15 +55,19 @@ class Signals:
     demand: np.ndarray  # [M, 2] last step's demand
     forecast_mean: np.ndarray  # [M, 2] max over the look-ahead
     forecast_upper: np.ndarray  # [M, 2] max over the look-ahead, planning quantile
+    forecast_first: np.ndarray  # [M, 2] forecast mean of the look-ahead's first step
+    forecast_last: np.ndarray  # [M, 2] forecast mean of the look-ahead's last step
     ready_capacity: np.ndarray  # [M, 2]
     planned_capacity: np.ndarray  # [M, 2] ready + starting
     since_reopt: np.ndarray  # [M] steps
     unserved_share: np.ndarray  # [M] in [0, 1]
     cost_share: np.ndarray  # [M] in [0, 1]
     preempted: np.ndarray  # [M] 0/1
+    since_preempt: np.ndarray  # [M] steps since the model's last preemption (SINCE_CAP: never)
     headroom: np.ndarray  # [G] per GPU type: (capacity - held) / capacity, 0 when none offered
     seconds_of_day: float
     cost_rate_ratio: float  # last step's $/h over the initial plan's $/h
+    spare_ondemand: float  # hedged: share of the on-demand quota not held; 0 otherwise
 
 
 def feature_names(models: Sequence[str], gpu_types: Sequence[str]) -> list[str]:
@@ -81,6 +92,13 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.clip(r, 0.0, RATIO_CAP)
 
 
+def _signed_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """num / den in [-RATIO_CAP, RATIO_CAP]; against no capacity, +-RATIO_CAP by num's sign."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.sign(num) * RATIO_CAP)
+    return np.clip(r, -RATIO_CAP, RATIO_CAP)
+
+
 def build_observation(s: Signals) -> np.ndarray:
     """The float32 observation vector (see the module docstring for the layout)."""
     demand = _ratio(s.demand, s.ready_capacity).max(axis=1) / RATIO_CAP
@@ -92,13 +110,21 @@ def build_observation(s: Signals) -> np.ndarray:
                                                                       s.planned_capacity, 1.0), 0.0)
     starting_share = np.clip(share.min(axis=1), 0.0, 1.0)
     since = np.minimum(np.asarray(s.since_reopt, dtype=float), SINCE_CAP) / SINCE_CAP
+    planned = s.planned_capacity
+    trend = _signed_ratio(s.forecast_last - s.forecast_first, planned).max(axis=1) / RATIO_CAP
+    width = _ratio(np.maximum(s.forecast_upper - s.forecast_mean, 0.0), planned).max(axis=1) / RATIO_CAP
+    with np.errstate(divide="ignore", invalid="ignore"):
+        surplus = np.where(planned > 0, (planned - s.forecast_upper) / np.where(planned > 0, planned, 1.0),
+                           np.where(s.forecast_upper > 0, -1.0, 0.0))
+    surplus = np.clip(surplus.min(axis=1), -1.0, 1.0)
+    preempt = np.minimum(np.asarray(s.since_preempt, dtype=float), SINCE_CAP) / SINCE_CAP
     per_model = np.stack([demand, fmean, fupper, starting_share, since,
                           np.clip(s.unserved_share, 0.0, 1.0), np.clip(s.cost_share, 0.0, 1.0),
-                          np.clip(s.preempted, 0.0, 1.0)], axis=1)
+                          np.clip(s.preempted, 0.0, 1.0), trend, width, surplus, preempt], axis=1)
     angle = 2.0 * np.pi * (s.seconds_of_day % 86400.0) / 86400.0
     cost = min(max(s.cost_rate_ratio, 0.0), COST_CAP) / COST_CAP if np.isfinite(s.cost_rate_ratio) else 1.0
     obs = np.concatenate([per_model.ravel(), np.clip(s.headroom, 0.0, 1.0),
-                          [np.sin(angle), np.cos(angle), cost]])
+                          [np.sin(angle), np.cos(angle), cost, np.clip(s.spare_ondemand, 0.0, 1.0)]])
     return np.nan_to_num(obs, nan=0.0).astype(np.float32)
 
 

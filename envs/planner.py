@@ -64,10 +64,12 @@ class Replanner:
         self.misses = 0
 
     def plan(self, models: frozenset[str], demand: Mapping[str, float], availability: Mapping[Cell, int],
-             running: Allocation) -> PlanOutcome:
-        """Re-optimize ``models`` for ``demand`` (tokens/s per service) within ``availability``."""
+             running: Allocation, grow: frozenset[str] = frozenset()) -> PlanOutcome:
+        """Re-optimize ``models`` for ``demand`` (tokens/s per service) within ``availability``;
+        the ``grow`` models keep their running instances (a subset of ``models``)."""
         rounded = {s: round_up(d, self.demand_round) for s, d in demand.items() if model_of(s) in models}
-        key = (tuple(sorted(models)), tuple(sorted(rounded.items())), running.counts,
+        grow = frozenset(grow) & frozenset(models)
+        key = (tuple(sorted(models)), tuple(sorted(grow)), tuple(sorted(rounded.items())), running.counts,
                tuple(sorted(availability.items())))
         if self.memoize:
             hit = self._memo.get(key)
@@ -77,7 +79,7 @@ class Replanner:
                 return PlanOutcome(hit.allocation, hit.status, hit.mode, hit.solver_seconds, True,
                                    hit.message)
         self.misses += 1
-        outcome = self._solve(models, rounded, availability, running)
+        outcome = self._solve(models, rounded, availability, running, grow)
         if self.memoize:
             self._memo[key] = outcome
             if len(self._memo) > self.max_entries:
@@ -85,9 +87,10 @@ class Replanner:
         return outcome
 
     def _solve(self, models: frozenset[str], demand: Mapping[str, float],
-               availability: Mapping[Cell, int], running: Allocation) -> PlanOutcome:
+               availability: Mapping[Cell, int], running: Allocation,
+               grow: frozenset[str] = frozenset()) -> PlanOutcome:
         problem = self.base.with_changes(demand=demand, availability=availability, running=running,
-                                         reoptimize=models, mode="cost")
+                                         reoptimize=models, mode="cost", grow=grow)
         res = solve_allocation(problem, warm_start=running)
         seconds = res.build_seconds + res.solve_seconds
         if res.allocation is not None and res.status in _SOLVED:

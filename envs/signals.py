@@ -46,16 +46,19 @@ def push_window(window: np.ndarray, shares: np.ndarray) -> np.ndarray:
 
 def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Cell, int], *,
                   demand: np.ndarray, forecast_mean: np.ndarray, forecast_upper: np.ndarray,
+                  forecast_first: np.ndarray, forecast_last: np.ndarray,
                   since: np.ndarray, unserved_window: np.ndarray, last_cost: np.ndarray,
                   last_seconds: float, cost_scale_usd_h: float | None, preempted: np.ndarray,
-                  seconds_of_day: float) -> Signals:
+                  since_preempt: np.ndarray, seconds_of_day: float) -> Signals:
     """The decision's inputs.
 
     demand: [M, 2] tokens/s of the last step; forecast_mean/upper: [M] requests/s, the maxima over
-    the look-ahead; since: [M] steps since each model's last re-optimization; unserved_window:
+    the look-ahead; forecast_first/last: [M] requests/s, the mean forecast of the look-ahead's
+    first and last step; since: [M] steps since each model's last re-optimization; unserved_window:
     [UNSERVED_WINDOW, M] unserved shares of the last steps (zeros before any); last_cost: [M] $
     billed over the last ``last_seconds``; cost_scale_usd_h: the initial plan's $/h (None: no plan
-    yet, the ratio is 1); preempted: [M] whether an instance was preempted at the last boundary.
+    yet, the ratio is 1); preempted: [M] whether an instance was preempted at the last boundary;
+    since_preempt: [M] steps since the last preemption (``SINCE_CAP`` or more: none seen).
     """
     ready, planned = fleet.capacity(state, 0.0)
     total = float(last_cost.sum())
@@ -65,9 +68,12 @@ def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Cell, int]
         demand=np.asarray(demand, dtype=float),
         forecast_mean=fleet.tokens(np.nan_to_num(forecast_mean, nan=0.0)),
         forecast_upper=fleet.tokens(np.nan_to_num(forecast_upper, nan=0.0)),
+        forecast_first=fleet.tokens(np.nan_to_num(forecast_first, nan=0.0)),
+        forecast_last=fleet.tokens(np.nan_to_num(forecast_last, nan=0.0)),
         ready_capacity=ready, planned_capacity=planned, since_reopt=np.asarray(since, dtype=float),
         unserved_share=np.asarray(unserved_window, dtype=float).mean(axis=0),
         cost_share=last_cost / total if total > 0 else np.zeros(m),
-        preempted=np.asarray(preempted, dtype=float), headroom=fleet.headroom(state, caps),
+        preempted=np.asarray(preempted, dtype=float), since_preempt=np.asarray(since_preempt, dtype=float),
+        headroom=fleet.headroom(state, caps), spare_ondemand=fleet.spare_ondemand(state, caps),
         seconds_of_day=float(seconds_of_day) % 86400.0,
         cost_rate_ratio=rate / max(cost_scale_usd_h, 1e-9) if cost_scale_usd_h is not None else 1.0)

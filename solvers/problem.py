@@ -188,7 +188,8 @@ class AllocationProblem:
     prices: (region, config) -> $/node-hour, for every pair a template uses. running: the plan
     in place (start-up penalty and fixed models refer to it). startup_weight K = start-up time /
     re-plan interval. reoptimize: model names to re-solve, the others held at their running
-    counts (``None`` = all). gap: relative optimality gap at which the solver may stop.
+    counts (``None`` = all). grow: re-optimized models whose running instances stay (each
+    template's count may only rise above its running count: a ``grow`` re-optimization). gap: relative optimality gap at which the solver may stop.
     one_gpu_type_per_model / one_config_per_model: every template a model uses (both services)
     has nodes of one GPU type / one node config, the same for all of them, chosen by the ILP
     (the baseline ladder's rungs, :mod:`atoll.solvers.ladder`).
@@ -202,6 +203,7 @@ class AllocationProblem:
     startup_weight: float = 0.0
     reoptimize: frozenset[str] | None = None
     mode: str = "cost"
+    grow: frozenset[str] = frozenset()
     time_limit: float | None = None
     gap: float = 1e-4
     one_gpu_type_per_model: bool = False
@@ -260,6 +262,12 @@ class AllocationProblem:
                 raise ValueError(f"{owner}: field 'reoptimize' names unknown models {unknown}; "
                                  f"valid models: {', '.join(known)}")
             object.__setattr__(self, "reoptimize", reopt)
+        grow = frozenset(self.grow)
+        outside = sorted(grow - self.free_models)
+        if outside:
+            raise ValueError(f"{owner}: field 'grow' names models {outside} that are not re-optimized; "
+                             f"re-optimized models: {', '.join(sorted(self.free_models))}")
+        object.__setattr__(self, "grow", grow)
         if self.mode not in MODES:
             raise ValueError(f"{owner}: field 'mode' must be one of {', '.join(MODES)}, got {self.mode!r}")
         tl = self.time_limit

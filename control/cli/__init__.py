@@ -10,6 +10,7 @@ stdout) and the exit code is 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -27,7 +28,7 @@ from atoll.control.cli import (
     templates,
     train,
 )
-from atoll.control.cli.output import console, report_error
+from atoll.control.cli.output import console, native_stdout_to_stderr, report_error
 from atoll.solvers.errors import AtollError, InputError
 
 # Modules that contribute sub-commands, in the order `atoll --help` lists them.
@@ -65,13 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     json_mode = "--json" in argv
-    try:
-        args = build_parser().parse_args(argv)
-        json_mode = bool(getattr(args, "json", False))
-        return int(args.handler(args) or 0)
-    except AtollError as exc:
-        report_error(exc, json_mode)
-        return 2
-    except KeyboardInterrupt:
-        console.print("interrupted")
-        return 130
+    guard = native_stdout_to_stderr() if json_mode else contextlib.nullcontext()
+    with guard:
+        try:
+            args = build_parser().parse_args(argv)
+            json_mode = bool(getattr(args, "json", False))
+            return int(args.handler(args) or 0)
+        except AtollError as exc:
+            report_error(exc, json_mode)
+            return 2
+        except KeyboardInterrupt:
+            console.print("interrupted")
+            return 130

@@ -9,8 +9,10 @@ instead of a progress bar.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -89,6 +91,38 @@ def _clean(value: Any) -> Any:
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
         return _clean(value.item())
     return value
+
+
+@contextlib.contextmanager
+def native_stdout_to_stderr() -> Iterator[None]:
+    """With ``--json`` stdout carries exactly one document, yet native libraries write to file
+    descriptor 1 themselves (HiGHS prints its banner there on some runs). Inside this block fd 1
+    is stderr; when ``sys.stdout`` wrote to fd 1 it is replaced by a file on the real stdout,
+    which :func:`emit_json` writes (a captured ``sys.stdout``, as in tests, stays as it is)."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):  # no real fd 1: nothing to guard
+        yield
+        return
+    try:
+        writes_fd1 = sys.stdout.fileno() == 1
+    except (OSError, ValueError, AttributeError):
+        writes_fd1 = False
+    previous = sys.stdout
+    real = os.fdopen(os.dup(saved), "w", encoding="utf-8") if writes_fd1 else None
+    os.dup2(2, 1)
+    if real is not None:
+        sys.stdout = real
+    try:
+        yield
+    finally:
+        if real is not None:
+            real.flush()
+            sys.stdout = previous
+            real.close()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def emit_json(document: dict[str, Any]) -> None:

@@ -27,7 +27,7 @@ def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
     """``inst`` split into the connected components of its services (two services joined when
     templates of both have terms in one availability row the round builds), in the order of
     their first service. Each block is a shallow copy restricted to its services, models and
-    templates, without the fixed models (the caller adds them back). A single component comes
+    templates, without the fixed models and floors (the caller adds them back). A single component comes
     back as ``[inst]``, and so does an instance with a service left without templates (its
     demand row alone is infeasible; the joint ILP reports it)."""
     p = inst.problem
@@ -65,6 +65,7 @@ def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
         block.models = sorted({model_of(s) for s in services})
         block.free = [k for k in inst.free if service_of[k] in members]
         block.fixed = {}
+        block.floor = {}
         blocks.append(block)
     return blocks
 

@@ -44,8 +44,10 @@ def diagnose_infeasible(inst: RoundInstance) -> str:
     short = []
     for s in inst.services:
         cap = max_capacity_alone(p, s, inst.residual)
-        if cap < p.demand[s] * (1 - FEAS_TOL):
-            short.append(f"{s} (demand {p.demand[s]:.6g} tokens/s, at most {cap:.6g} alone)")
+        need = inst.target(s)  # a grow model's kept instances already cover part of it
+        if cap < need * (1 - FEAS_TOL):
+            kept = f", {inst.held[s]:.6g} kept" if inst.held.get(s) else ""
+            short.append(f"{s} (demand {p.demand[s]:.6g} tokens/s{kept}, at most {cap:.6g} more alone)")
     what = ("cannot be met even alone within availability: " + "; ".join(short) if short else
             "can each be met alone but not together: they compete for the same node configs")
     return (f"demand is infeasible in cost mode; services {what}. "

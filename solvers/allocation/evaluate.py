@@ -86,6 +86,14 @@ def evaluate_plan(problem: AllocationProblem,
             if model not in problem.reoptimize and counts.get(key, 0) != running.get(key, 0):
                 violations.append(f"{key}: model {model} is held fixed at {running.get(key, 0)} "
                                   f"instances, plan has {counts.get(key, 0)}")
+    for key in sorted(running):
+        try:
+            model = problem.template(key).service.model
+        except KeyError:
+            continue
+        if model in problem.grow and counts.get(key, 0) < running[key]:
+            violations.append(f"{key}: model {model} may only grow from {running[key]} instances, "
+                              f"plan has {counts.get(key, 0)}")
     if problem.one_gpu_type_per_model:
         for m, types in sorted(types_by_model.items()):
             if len(types) > 1:

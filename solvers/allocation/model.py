@@ -7,7 +7,8 @@ d_s demand; A_rc availability; r_t running instances; K start-up weight.
     x_t in Z>=0                       instances (variables only for re-optimized models)
     a_t >= x_t - r_t, a_t >= 0        instances added beyond the running ones
     sum_t n_tc x_t <= A_rc - F_rc     per (region, config); F = usage of the models held fixed
-    cost mode:  sum_{t of s} theta_t x_t >= d_s
+    cost mode:  sum_{t of s} theta_t x_t >= d_s - H_s  (H_s: capacity a grow model keeps, see
+                                                     :mod:`~atoll.solvers.allocation.reduction`)
     minimize    sum_t p_t x_t + K sum_t p_t a_t
 
 Goodput mode (scarcity) is lexicographic. Stage 1 maximizes sum_m f_m, 0 <= f_m <= 1, with
@@ -116,14 +117,14 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
                              <= 0, f"type{n_rows:06d}_{label(g)}_{names[key]}")
     if stage == "cost":
         for j, s in enumerate(inst.services):
-            prob += pulp.LpAffineExpression(by_service[s]) >= p.demand[s], f"demand{j:05d}_{label(s)}"
+            prob += pulp.LpAffineExpression(by_service[s]) >= inst.target(s), f"demand{j:05d}_{label(s)}"
     else:
         f = model.fraction
         for j, m in enumerate(inst.models):
             f[m] = prob.add_variable(f"fraction{j:05d}_{label(m)}", 0, 1)
         for j, s in enumerate(inst.services):
-            prob += (pulp.LpAffineExpression([*by_service[s], (f[model_of(s)], -p.demand[s])]) >= 0,
-                     f"share{j:05d}_{label(s)}")
+            prob += (pulp.LpAffineExpression([*by_service[s], (f[model_of(s)], -p.demand[s])])
+                     >= -inst.held.get(s, 0.0), f"share{j:05d}_{label(s)}")
         if stage == "share":
             objective = [(v, 1.0) for v in f.values()]
         else:
@@ -140,11 +141,13 @@ def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[s
     values: dict[str, float] = {}
     cap: dict[str, float] = defaultdict(float)
     for key, var in model.count.items():
-        v = min(start[key], inst.bound[key])
+        v = min(max(start[key] - inst.floor.get(key, 0), 0), inst.bound[key])
         values[var.name] = v
         if key in model.added:
             values[model.added[key].name] = max(0, v - inst.running[key])
         cap[p.template(key).service.name] += v * p.template(key).throughput
+    for s, h in inst.held.items():
+        cap[s] += h
     used: dict[str, set[str]] = defaultdict(set)
     for key, var in model.count.items():
         if values[var.name] > 0 and key in model.kind_of:
@@ -161,13 +164,13 @@ def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[s
 
 
 def extract(inst: RoundInstance, count: Mapping[str, pulp.LpVariable]) -> Allocation | str:
-    """The plan the solver found, with the fixed models added back; a message if a value is not
-    a non-negative integer."""
-    counts = dict(inst.fixed)
+    """The plan the solver found, with the fixed models and the grow models' floors added back;
+    a message if a value is not a non-negative integer."""
+    counts = inst.constants()
     for key, var in count.items():
         v = var.varValue
         if v is None or abs(v - round(v)) > 1e-5 or v < -1e-6:
             return f"solver returned a non-integer value {v!r} for {key}"
         if round(v):
-            counts[key] = int(round(v))
+            counts[key] = counts.get(key, 0) + int(round(v))
     return Allocation.of(counts)

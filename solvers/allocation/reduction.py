@@ -2,7 +2,11 @@
 large it may be.
 
 Models outside the re-optimized subset are held at their running counts (``fixed``) and their
-nodes leave the availability (``residual``). Templates of services without demand get no
+nodes leave the availability (``residual``). A ``grow`` model's running instances are a floor:
+with x_t = r_t + y_t, y_t >= 0, its variables are the instances y_t *added* (each pays the
+start-up weight, as any instance beyond the running ones does), its running nodes leave the
+availability and its running capacity (``held``) is subtracted from its demand — the same ILP
+as x_t >= r_t, with the floor's cost a constant. Templates of services without demand get no
 variable. x_t <= u_t = min(ceil(d_s / theta_t), min_c floor(A_rc / n_tc)) loses no optimum:
 beyond ceil(d_s / theta_t) instances t alone covers d_s, so dropping one keeps every constraint
 and cannot raise the objective. Dominated templates are dropped too (see
@@ -35,11 +39,17 @@ class RoundInstance:
         running = problem.running or Allocation()
         free_models = problem.free_models
         self.fixed: dict[str, int] = {}
+        self.floor: dict[str, int] = {}  # grow models' running instances, kept
+        self.held: dict[str, float] = defaultdict(float)  # service -> tokens/s of the floor
         self.fixed_use: dict[tuple[str, str], int] = defaultdict(int)
         for key, n in running.counts:
             t = p.template(key)
-            if t.service.model not in free_models:
-                self.fixed[key] = n
+            if t.service.model not in free_models or t.service.model in problem.grow:
+                if t.service.model in problem.grow:
+                    self.floor[key] = n
+                    self.held[t.service.name] += n * t.throughput
+                else:
+                    self.fixed[key] = n
                 for c, k in t.nodes:
                     self.fixed_use[(t.region, c)] += k * n
         self.residual: dict[tuple[str, str], float] = {}
@@ -47,22 +57,26 @@ class RoundInstance:
         for rc in problem.prices:
             cap = problem.available(rc) - self.fixed_use.get(rc, 0)
             if cap < 0:
-                self.overused.append(f"{rc[0]}/{rc[1]} (fixed models hold {self.fixed_use[rc]}, "
+                self.overused.append(f"{rc[0]}/{rc[1]} (held instances use {self.fixed_use[rc]}, "
                                      f"available {problem.available(rc):g})")
             self.residual[rc] = max(cap, 0.0)
         # rows without room for one node always count: they only remove templates
         self.rows = frozenset(rc for rc, v in self.residual.items() if v < 1 or rows is None
                               or rc in rows)
-        self.running = running
+        # the floor's instances are constants: the grow models' variables start from none running
+        self.running = Allocation.of({k: n for k, n in running.counts if k not in self.floor}) \
+            if self.floor else running
+        cost_mode = problem.mode == "cost"
         self.services = sorted(s for s, d in problem.demand.items()
-                               if d > 0 and model_of(s) in free_models)
+                               if model_of(s) in free_models
+                               and (self.target(s) > 0 if cost_mode else d > 0))
         self.models = sorted({model_of(s) for s in self.services})
         self.bound: dict[str, int] = {}
         self.free: list[str] = []  # template keys that get a variable
         if not len(ix.keys):
             return
         # per service: demand (0 = no variable), per template: bound
-        demand = np.array([problem.demand.get(s, 0.0) if model_of(s) in free_models else 0.0
+        demand = np.array([max(self.target(s), 0.0) if model_of(s) in free_models else 0.0
                            for s in ix.services])
         d = demand[ix.service]
         free = d > 0
@@ -79,10 +93,19 @@ class RoundInstance:
         cand = np.flatnonzero(free & (bound > 0))
         touches = np.add.reduceat(enforced[ix.rc].astype(np.int64), ix.ptr[:-1]) > 0
         pinned = {ix.position[k] for k in keep if k in ix.position}
-        pinned |= {ix.position[k] for k, _ in running.counts}
+        pinned |= {ix.position[k] for k, _ in self.running.counts}
         chosen = self._undominated(cand, touches, enforced, pinned)
         self.free = [ix.keys[i] for i in chosen]
         self.bound = {ix.keys[i]: int(bound[i]) for i in chosen}
+
+    def target(self, service: str) -> float:
+        """Demand the round's variables must cover: the service's demand minus its floor's
+        capacity (tokens/s; <= 0 when the kept instances already cover it)."""
+        return self.problem.demand.get(service, 0.0) - self.held.get(service, 0.0)
+
+    def constants(self) -> dict[str, int]:
+        """Instances that are not variables: the fixed models' and the grow models' floors."""
+        return {**self.fixed, **self.floor}
 
     def _undominated(self, cand: np.ndarray, touches: np.ndarray, enforced: np.ndarray,
                      pinned: set[int]) -> list[int]:

@@ -113,7 +113,7 @@ class _Solver:
                  else SolveStatus.FEASIBLE_TIME_LIMIT)
         bound = None
         if run.bound is not None and stages[len(statuses) - 1] != "share":
-            bound = run.bound + self.problem.objective_constant(inst.fixed)
+            bound = run.bound + self.problem.objective_constant(inst.constants())
         return _Round(final, allocation, bound, "" if complete else
                       "goodput stage 2 failed; returning the stage-1 plan", complete)
 
@@ -121,8 +121,8 @@ class _Solver:
         """A cost-mode round solved block by block (see the module docstring): optimal only if
         every block is, infeasible or failed if any block is; the dual bound is the sum of the
         blocks' bounds plus the fixed models' cost."""
-        counts = dict(inst.fixed)
-        bound: float | None = self.problem.objective_constant(inst.fixed)
+        counts = inst.constants()
+        bound: float | None = self.problem.objective_constant(counts)
         statuses: list[SolveStatus] = []
         starts: list[object] = []
         failed: _Round | None = None
@@ -138,7 +138,8 @@ class _Solver:
             if isinstance(part, str):
                 failed = _Round(SolveStatus.ERROR, message=part)
                 break
-            counts.update(part.counts)
+            for key, n in part.counts:
+                counts[key] = counts.get(key, 0) + n
             statuses.append(status)
             bound = None if bound is None or run.bound is None else bound + run.bound
         if self.start_status is None and starts:
@@ -186,8 +187,8 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
                 inst = RoundInstance(problem, None if round_no == MAX_ROUNDS else frozenset(rows), keep)
                 runner.build += time.perf_counter() - tb
             if not inst.free:  # nothing to decide: every free service is without demand
-                return result(SolveStatus.OPTIMAL, Allocation.of(inst.fixed),
-                              bound=problem.objective_constant(inst.fixed))
+                return result(SolveStatus.OPTIMAL, Allocation.of(inst.constants()),
+                              bound=problem.objective_constant(inst.constants()))
             out = runner.round(inst)
             if out.allocation is None:
                 infeasible = out.status is SolveStatus.INFEASIBLE and problem.mode == "cost"

@@ -208,10 +208,18 @@ def test_invalid_actions_and_configs_give_clear_errors() -> None:
     with pytest.raises(RuntimeError, match="before reset"):
         env.step(np.array([0]))
     env.reset(seed=0)
-    with pytest.raises(ValueError, match=r"MultiBinary\(1\).*Phi-4-14B"):
+    with pytest.raises(ValueError, match=r"MultiDiscrete\(\[7\] \* 1\).*Phi-4-14B.*2=grow@0.9"):
         env.step(np.array([0, 1]))
-    with pytest.raises(ValueError, match="MultiBinary"):
-        env.step(np.array([2]))
+    with pytest.raises(ValueError, match="MultiDiscrete"):
+        env.step(np.array([7]))
+    with pytest.raises(ValueError, match="MultiDiscrete"):
+        env.step(np.array([0.5]))
+    v0 = FleetEnv(tiny_config(action="binary"))
+    v0.reset(seed=0)
+    with pytest.raises(ValueError, match=r"MultiBinary\(1\).*Phi-4-14B"):
+        v0.step(np.array([2]))
+    with pytest.raises(ValueError, match="'action_levels'"):
+        tiny_config(action_levels=(0.42,))
     with pytest.raises(ValueError, match="'availability' must be one of ample, scarce, spot"):
         tiny_config(availability="sometimes")
     with pytest.raises(ValueError, match="'planning_quantile'"):
@@ -259,7 +267,7 @@ def test_the_docstring_table_lists_every_observation_feature_in_order() -> None:
 
     from atoll.envs.observation import FLEET_FEATURES, MODEL_FEATURES
 
-    rows = re.findall(r"^\s*8 [mM][^`]*``([^`]+)``.*?\s(-?\d+)\s+(-?\d+)\s*$", FleetEnv.__doc__ or "",
+    rows = re.findall(r"^\s*12 [mM][^`]*``([^`]+)``.*?\s(-?\d+)\s+(-?\d+)\s*$", FleetEnv.__doc__ or "",
                       flags=re.MULTILINE)
     listed = [(name.split("/")[-1], float(lo), float(hi)) for name, lo, hi in rows]
     expected = ([(f[0], f[2], f[3]) for f in MODEL_FEATURES] + [("<gpu type>", 0.0, 1.0)]

@@ -35,7 +35,7 @@ def test_a_damaged_forecast_cache_is_rebuilt_with_a_warning(tmp_path: Path, monk
     else:  # valid arrays with other numbers: only the checksum tells
         with np.load(path) as doc:
             arrays = {k: doc[k] for k in doc.files}
-        arrays["upper"] = arrays["upper"] * 2
+        arrays["a2"] = arrays["a2"] * 2  # the upper quantile
         np.savez_compressed(path, **arrays)
     with caplog.at_level(logging.WARNING):
         again = build_book(*args, **kwargs)
