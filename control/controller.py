@@ -316,7 +316,8 @@ class Controller:
                           if model in state.last_reoptimized else SINCE_CAP for model in fleet.models])
         return fleet_signals(fleet.model, self.fleet_state(now), fleet.availability,
                              demand=self._last_demand(), forecast_mean=fmean, forecast_upper=fupper,
-                             forecast_first=ffirst, forecast_last=flast, since=since, unserved_window=window, last_cost=last_cost,
+                             forecast_first=ffirst, forecast_last=flast, since=since,
+                             unserved_window=window, last_cost=last_cost,
                              last_seconds=last_seconds, cost_scale_usd_h=state.cost_scale_usd_h,
                              # vLLM exports no preemption: live, none is seen (as a fleet without any)
                              preempted=np.zeros(m), since_preempt=np.full(m, SINCE_CAP),
@@ -347,7 +348,8 @@ class Controller:
                     planned, ready = s.planned_capacity[i], s.ready_capacity[i]
                     up = np.max(np.where(planned > 0, s.forecast_upper[i] / planned, np.inf))
                     now = np.max(np.where(ready > 0, s.demand[i] / ready, np.inf))
-                chosen[model] = (f"{self.policy.name} ({reopt[model]}): forecast upper / planned capacity {up:.2f}, "
+                chosen[model] = (f"{self.policy.name} ({reopt[model]}): forecast upper / planned capacity "
+                                 f"{up:.2f}, "
                                  f"demand / ready capacity {now:.2f}, unserved {s.unserved_share[i]:.1%}")
             else:
                 unchanged.append(model)

@@ -56,7 +56,8 @@ class ActionCodec:
 
     def __post_init__(self) -> None:
         if not self.levels or len(set(self.levels)) != len(self.levels):
-            raise InputError(f"ActionCodec: field 'levels' must be distinct planning levels, got {self.levels!r}")
+            raise InputError(f"ActionCodec: field 'levels' must be distinct planning levels, "
+                             f"got {self.levels!r}")
 
     @classmethod
     def for_config(cls, planning_quantile: float, action_levels: Sequence[float]) -> ActionCodec:

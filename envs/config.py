@@ -149,7 +149,8 @@ class FleetConfig:
             raise InputError(f"{owner}: field 'action' must be one of {', '.join(ACTION_KINDS)}, "
                              f"got {self.action!r}")
         levels = tuple(self.action_levels)
-        if not levels or any(q not in QUANTILES or q < 0.5 for q in levels) or len(set(levels)) != len(levels):
+        distinct = len(set(levels)) == len(levels)
+        if not levels or any(q not in QUANTILES or q < 0.5 for q in levels) or not distinct:
             raise InputError(f"{owner}: field 'action_levels' must be distinct planning levels from "
                              f"{[q for q in QUANTILES if q >= 0.5]}, got {self.action_levels!r}")
         if not 0 <= self.demand_round < 1:

@@ -236,9 +236,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                                  f"({names}); got {action!r}")
         elif a.shape != (m,) or not np.all(np.isfinite(a.astype(float))) or not np.all(a == np.round(a)) \
                 or not np.all((a >= 0) & (a < self.codec.n)):
+            codes = ", ".join(f"{i}={n}" for i, n in enumerate(self.codec.names()))
             raise ValueError(f"action must be MultiDiscrete([{self.codec.n}] * {m}): one code per model "
-                             f"({names}) among {', '.join(f'{i}={n}' for i, n in enumerate(self.codec.names()))}; "
-                             f"got {action!r}")
+                             f"({names}) among {codes}; got {action!r}")
         return [self.codec.decode(int(v)) for v in a]
 
     def _apply(self, outcome: PlanOutcome) -> None:
@@ -256,7 +256,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             forecast_mean=self.book.mean[:, g, :].max(axis=1),
             forecast_upper=self.book.upper[:, g, :].max(axis=1),
             forecast_first=self.book.mean[:, g, 0], forecast_last=self.book.mean[:, g, -1],
-            since=self._since, since_preempt=self._since_preempt, unserved_window=self._unserved, last_cost=self._last_cost,
+            since=self._since, since_preempt=self._since_preempt, unserved_window=self._unserved,
+            last_cost=self._last_cost,
             last_seconds=self.config.step_s, cost_scale_usd_h=self._cost_scale, preempted=self._preempted,
             seconds_of_day=(g % self.book.steps_per_day) * self.config.step_s)
         return build_observation(signals)

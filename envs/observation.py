@@ -43,7 +43,8 @@ FLEET_FEATURES: tuple[tuple[str, str, float, float], ...] = (
     ("time_sin", "sin(2 pi x seconds of day / 86400)", -1.0, 1.0),
     ("time_cos", "cos(2 pi x seconds of day / 86400)", -1.0, 1.0),
     ("cost_rate", "last step's fleet cost rate / the initial plan's, / 4", 0.0, 1.0),
-    ("spare_ondemand", "hedged market: on-demand nodes offered and not held / offered (0 otherwise)", 0.0, 1.0),
+    ("spare_ondemand", "hedged market: on-demand nodes offered and not held / offered (0 otherwise)",
+     0.0, 1.0),
 )
 
 

@@ -1,7 +1,9 @@
 """Trigger policies: which models to re-optimize at each step.
 
 Every policy — rule-based here, learned in ``training`` — has one interface:
-``act(observation, info) -> action`` (a 0/1 vector, one entry per model) and
+``act(observation, info) -> action`` (one ``Fleet-v1`` code per model, :mod:`atoll.envs.actions`:
+0 hold, 1 full and 2 grow at the env's planning level; the ``fixed``, ``threshold``, ``never``
+and ``hindsight`` rules emit 0/1 only, which means the same in ``Fleet-v0``) and
 ``reset_options() -> dict`` (options the environment's ``reset`` needs for it; the ``never``
 policy starts from a plan for the day's peak, ``hindsight`` plans with the true demand).
 
@@ -20,6 +22,10 @@ names ``fixed:K``, ``threshold`` and ``threshold:LOW:HIGH`` are aliases of the `
 there. A rule's level is its ``planning_quantile`` attribute (None: the environment's); the
 evaluation runs it on an environment configured for that level, so its observation's
 ``forecast_upper_ratio`` and its re-plans read the same quantile.
+- ``grow:K@q`` (a ``Fleet-v1`` rule): every step a ``grow`` re-optimization at q (add what the
+  forecast needs, release nothing), and every K-th step a ``full`` one (release what is no
+  longer needed). It is not in the contest's rule family; it is the learned policy's default
+  bootstrap and is reported beside it.
 - ``never``: one plan for the day's peak (forecast as the previous day's peak), never changed.
 - ``hindsight``: re-plans every model every step for the *true* demand over the look-ahead — a
   reference bound, not a deployable policy.
@@ -105,6 +111,27 @@ class Threshold:
 
 
 @dataclass
+class GrowEvery:
+    n_models: int
+    every: int
+    name: str = ""
+    planning_quantile: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.every < 1:
+            raise ValueError(f"grow:K needs K >= 1 steps, got {self.every}")
+        self.name = self.name or f"grow:{self.every}"
+
+    def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
+        step = int(info.get("step", 0))
+        code = 0 if step == 0 else (1 if step % self.every == 0 else 2)  # full, else grow
+        return np.full(self.n_models, code, dtype=np.int8)
+
+    def reset_options(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass
 class Never:
     n_models: int
     name: str = "never"
@@ -137,10 +164,12 @@ class Hindsight:
 RULES: dict[str, Callable[[int, list[str]], Policy]] = {
     "fixed": lambda n, args: FixedInterval(n, int(args[0])),
     "threshold": lambda n, args: Threshold(n, float(args[0]), float(args[1])) if args else Threshold(n),
+    "grow": lambda n, args: GrowEvery(n, int(args[0])),
     "never": lambda n, args: Never(n),
     "hindsight": lambda n, args: Hindsight(n),
 }
-_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], never, hindsight; q a planning level "
+_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], grow:K[@q], never, hindsight; "
+          "q a planning level "
           f"in {', '.join(f'{q:g}' for q in PLANNING_LEVELS)}")
 
 
@@ -169,7 +198,7 @@ def make_policy(spec: str, n_models: int) -> Policy:
         raise UnknownNameError(f"unknown policy {spec!r}; valid: {_USAGE}"
                                f"{', learned:<model uri>' if kind == 'learned' else ''}")
     try:
-        if kind == "fixed" and len(args) != 1 or kind == "threshold" and len(args) not in (0, 2) \
+        if kind in ("fixed", "grow") and len(args) != 1 or kind == "threshold" and len(args) not in (0, 2) \
                 or kind in ("never", "hindsight") and args:
             raise ValueError("wrong number of arguments")
         if kind in ("never", "hindsight") and level is not None:

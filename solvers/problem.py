@@ -189,7 +189,8 @@ class AllocationProblem:
     in place (start-up penalty and fixed models refer to it). startup_weight K = start-up time /
     re-plan interval. reoptimize: model names to re-solve, the others held at their running
     counts (``None`` = all). grow: re-optimized models whose running instances stay (each
-    template's count may only rise above its running count: a ``grow`` re-optimization). gap: relative optimality gap at which the solver may stop.
+    template's count may only rise above its running count: a ``grow`` re-optimization).
+    gap: relative optimality gap at which the solver may stop.
     one_gpu_type_per_model / one_config_per_model: every template a model uses (both services)
     has nodes of one GPU type / one node config, the same for all of them, chosen by the ILP
     (the baseline ladder's rungs, :mod:`atoll.solvers.ladder`).

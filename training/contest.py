@@ -35,7 +35,7 @@ import numpy as np
 
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
-from atoll.envs.policies import FIXED_INTERVALS, PLANNING_LEVELS, THRESHOLD_BANDS, rule_grid
+from atoll.envs.policies import FIXED_INTERVALS, PLANNING_LEVELS, THRESHOLD_BANDS, Policy, rule_grid
 from atoll.envs.rollout import Episode, run_policy
 from atoll.solvers.errors import InputError
 from atoll.training.evaluate import PolicyResult, env_at_level, resolve_policy, seed_value
@@ -115,6 +115,8 @@ class ContestResult:
     headlines: dict[str, dict[str, Any]] = field(default_factory=dict)
     grid_seconds: float = 0.0
     test_seconds: float = 0.0
+    # learned spec -> its validation-day score (validation_scorer) and figures: what may crown it
+    learned_validation: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def result(self, name: str) -> PolicyResult:
         return next(r for r in self.test if r.name == name)
@@ -176,10 +178,12 @@ def _run_rules(config: FleetConfig, specs: Sequence[str], days: Sequence[int], s
 
 
 # ----- the contest ------------------------------------------------------------------------------
-def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSettings | None = None, *,
-                tick: Callable[[int], None] | None = None) -> ContestResult:
-    """Choose the frontier on the validation days, evaluate it with ``learned`` (``learned:<uri>``
-    specs) and hindsight on the test days, and compute each learned policy's headline."""
+Totals = dict[str, list[dict[str, float]]]  # rule -> per-seed totals
+
+
+def validation_grid(config: FleetConfig, settings: ContestSettings | None = None, *,
+                    tick: Callable[[int], None] | None = None) -> tuple[Totals, float]:
+    """The rule grid on the validation days: rule -> per-seed totals, and the wall seconds."""
     st = settings or ContestSettings()
     first = min(st.validation_days[0], st.test_days[0])
     last = max(st.validation_days[1], st.test_days[1])
@@ -187,22 +191,79 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
     base = FleetEnv(config)  # fails early on bad days; fills the forecast caches the workers read
     for q in st.levels:
         env_at_level(base, resolve_policy(f"fixed:1@{q:g}", 1), {})
-    grid = st.grid
     vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
-    tdays = list(range(st.test_days[0], st.test_days[1] + 1))
     t0 = time.perf_counter()
-    validation = _run_rules(config, grid, vdays, st.validation_seeds or st.seeds, st.workers, False, tick)
-    grid_seconds = time.perf_counter() - t0
+    validation = _run_rules(config, st.grid, vdays, st.validation_seeds or st.seeds, st.workers, False, tick)
+    return validation, time.perf_counter() - t0
+
+
+REFERENCE_RULE = "fixed:1@0.9"  # SLO attainment the learned policy must not fall below (issue 15)
+
+
+def validation_scorer(config: FleetConfig, validation: dict[str, list[dict[str, float]]],
+                      settings: ContestSettings | None = None) -> Callable[[Policy], float]:
+    """A score of a policy on the validation days, lower is better, for early stopping and the
+    ``champion`` alias: its ``frontier_cost_ratio`` against the validation frontier (seed 0 of
+    the validation grid, the same seed it runs with), plus 10 x the SLO-attainment points it
+    falls below ``fixed:1@0.9`` there (the reliability the headline requires). Only validation
+    days are read."""
+    st = settings or ContestSettings()
+    points = mean_points(validation)
+    frontier = [p.name for p in select_frontier(points)]
+    lost = st.lost_price(config)
+    best = best_rule(points, lost).name
+    vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
+    env = FleetEnv(dataclasses.replace(config, days=(min(vdays), max(vdays))))
+    reference = validation.get(REFERENCE_RULE, [{}])[0].get("slo_attainment", 0.0)
+    line = [seed_point(n, validation[n][0]) for n in frontier]
+    best_point = seed_point(best, validation[best][0])
+
+    def score(policy: Policy) -> float:
+        totals = run_policy(env, policy, days=vdays, seed=seed_value(0)).totals()
+        h = headline(seed_point(policy.name, totals), line, best_point, lost)
+        shortfall = max(0.0, reference - totals["slo_attainment"])
+        score.last = {"frontier_cost_ratio": h.frontier_cost_ratio,  # type: ignore[attr-defined]
+                      "effective_cost_ratio": h.effective_cost_ratio,
+                      "slo_attainment": totals["slo_attainment"], "reference_slo": reference,
+                      "cost_usd": totals["cost_usd"]}
+        return h.frontier_cost_ratio + 10.0 * shortfall
+
+    return score
+
+
+def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSettings | None = None, *,
+                tick: Callable[[int], None] | None = None,
+                validation: dict[str, list[dict[str, float]]] | None = None) -> ContestResult:
+    """Choose the frontier on the validation days, evaluate it with ``learned`` (``learned:<uri>``
+    specs) and hindsight on the test days, and compute each learned policy's headline; each
+    learned policy is also scored on the validation days (``learned_validation``).
+    ``validation``: the grid's validation totals when already run (:func:`validation_grid`)."""
+    st = settings or ContestSettings()
+    first = min(st.validation_days[0], st.test_days[0])
+    last = max(st.validation_days[1], st.test_days[1])
+    config = dataclasses.replace(config, days=(first, last))
+    base = FleetEnv(config)  # fails early on bad days; fills the forecast caches the workers read
+    for q in st.levels:
+        env_at_level(base, resolve_policy(f"fixed:1@{q:g}", 1), {})
+    tdays = list(range(st.test_days[0], st.test_days[1] + 1))
+    grid_seconds = 0.0
+    if validation is None:
+        validation, grid_seconds = validation_grid(config, st, tick=tick)
     points = mean_points(validation)
     frontier = [p.name for p in select_frontier(points)]
     lost = st.lost_price(config)
     best = best_rule(points, lost).name
     rules = [*frontier, *([best] if best not in frontier else []), "hindsight"]
     learned_results: list[PolicyResult] = []
+    learned_validation: dict[str, dict[str, float]] = {}
+    scorer = validation_scorer(config, validation, st) if learned else None
 
     def run_learned() -> None:
         for spec in learned:
             policy = resolve_policy(spec, len(base.models))
+            assert scorer is not None
+            value = scorer(policy)
+            learned_validation[spec] = {"score": value, **scorer.last}  # type: ignore[attr-defined]
             eps = [run_policy(base, policy, days=tdays, seed=seed_value(k), tick=tick)
                    for k in range(st.seeds)]
             for e in eps:
@@ -214,7 +275,8 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
     test_seconds = time.perf_counter() - t0
     test = [PolicyResult(s, test_eps[s]) for s in rules] + learned_results
     result = ContestResult(config, st, validation, frontier, best, test, list(learned),
-                           grid_seconds=grid_seconds, test_seconds=test_seconds)
+                           grid_seconds=grid_seconds, test_seconds=test_seconds,
+                           learned_validation=learned_validation)
     result.headlines = {spec: learned_headline(result, spec) for spec in learned}
     return result
 

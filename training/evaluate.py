@@ -28,13 +28,18 @@ def seed_value(seed: int) -> int:
 
 
 def resolve_policy(spec: str, n_models: int) -> Policy:
-    """``learned:<model uri>`` loads a logged policy; anything else is a rule (atoll.envs.policies)."""
+    """``learned:<model uri>`` loads a logged policy (``learned:atoll-trigger@champion`` and
+    ``learned:atoll-trigger/3`` name registered versions: ``models:/...``); anything else is a
+    rule (atoll.envs.policies)."""
     if spec.startswith("learned:"):
         from atoll.training.policy_model import load_policy
 
         uri = spec.split(":", 1)[1]
         if not uri:
-            raise InputError("learned:<uri> needs the MLflow model URI that 'atoll train' printed")
+            raise InputError("learned:<uri> needs the MLflow model URI that 'atoll train' printed, or a "
+                             "registered name such as atoll-trigger@champion")
+        if ":/" not in uri:  # a registered model: name@alias or name/version
+            uri = f"models:/{uri}"
         policy = load_policy(uri, name=spec)
         expected = int(policy.metadata.get("n_models", n_models))
         if expected != n_models:

@@ -51,7 +51,8 @@ _MODEL_ARTIFACT = "sb3_model"
 _VEC_NORMALIZE_ARTIFACT = "vec_normalize"
 # Keys log_policy writes into the model metadata; callers' metadata may not redefine them.
 _RESERVED_METADATA = ("observation_size", "observation_dtype", "n_models", "normalized", "policy_format")
-_POLICY_FORMAT = "atoll-sb3-ppo-multibinary/1"
+_POLICY_FORMAT = "atoll-sb3-ppo-reopt/2"  # Fleet-v1: one re-optimization code per model
+_FORMATS = (_POLICY_FORMAT, "atoll-sb3-ppo-multibinary/1")  # /1: Fleet-v0 policies, still loadable
 _PINNED_PACKAGES = ("mlflow", "stable-baselines3", "torch", "numpy", "cloudpickle")
 
 
@@ -86,7 +87,8 @@ def _observation_batch(model_input: Any, observation_size: int) -> np.ndarray:
 
 
 class PolicyPyfuncModel(PythonModel):
-    """``mlflow.pyfunc`` wrapper: raw observations in, deterministic MultiBinary actions out.
+    """``mlflow.pyfunc`` wrapper: raw observations in, deterministic actions out (one
+    ``Fleet-v1`` code per model, :mod:`atoll.envs.actions`).
 
     Built by :func:`log_policy`; MLflow constructs it from the pickle and calls :meth:`load_context`.
     """
@@ -135,7 +137,8 @@ class PolicyPyfuncModel(PythonModel):
             params: unused; accepted for the pyfunc interface.
 
         Returns:
-            int64 array of 0/1 with shape ``(batch, n_models)`` (batch 1 for a single observation).
+            int64 array of action codes with shape ``(batch, n_models)`` (batch 1 for a single
+            observation).
 
         Raises:
             ValueError: wrong rank, wrong number of features (names expected and received), or NaN.
@@ -167,7 +170,8 @@ def _check_spaces(
         raise ValueError(
             f"observation_size={observation_size} but the policy's observation space is {obs_space}"
         )
-    if not isinstance(action_space, spaces.MultiBinary) or action_space.shape != (n_models,):
+    per_model = isinstance(action_space, spaces.MultiDiscrete | spaces.MultiBinary)
+    if not per_model or action_space.shape != (n_models,):
         raise ValueError(f"n_models={n_models} but the policy's action space is {action_space}")
     if vec_normalize is not None and vec_normalize.norm_obs:
         obs_rms = vec_normalize.obs_rms
@@ -195,7 +199,8 @@ def log_policy(
     ``mlflow.set_tracking_uri``). The model's artifacts go to the run's experiment artifact location.
 
     Args:
-        model: the trained PPO (Box observation of ``observation_size``, MultiBinary(``n_models``) action).
+        model: the trained PPO (Box observation of ``observation_size``, one action entry per model:
+            ``MultiDiscrete`` re-optimization codes).
         vec_normalize: the training VecNormalize, or ``None`` if observations were not normalized.
         run_id: MLflow run the model belongs to (its source run).
         name: model name within the run.
@@ -281,7 +286,7 @@ class LoadedPolicy:
         self.planning_quantile: float | None = None  # plans at the env's configured level
         self.pyfunc_model = pyfunc_model
         self.metadata: dict[str, Any] = dict(pyfunc_model.metadata.metadata or {})
-        if self.metadata.get("policy_format") != _POLICY_FORMAT:
+        if self.metadata.get("policy_format") not in _FORMATS:
             found = self.metadata.get("policy_format")
             raise ValueError(
                 f"{uri} is not a policy logged by atoll.training.policy_model.log_policy "
@@ -295,8 +300,8 @@ class LoadedPolicy:
         the observation) and accepted for interface parity.
 
         Returns:
-            int8 0/1 array: ``(n_models,)`` for one 1-D observation, ``(batch, n_models)`` for a batch;
-            int8 because that is gymnasium MultiBinary's dtype.
+            int8 array of action codes: ``(n_models,)`` for one 1-D observation, ``(batch, n_models)``
+            for a batch.
         """
         actions = np.asarray(self.pyfunc_model.predict(observation), dtype=np.int8)
         single = not isinstance(observation, pd.DataFrame) and np.ndim(observation) == 1

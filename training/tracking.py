@@ -22,11 +22,15 @@ from typing import Any
 import mlflow
 import numpy as np
 from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from atoll.envs import ENV_ID, ENV_ID_V0
+from atoll.envs.actions import ActionCodec
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
+from atoll.solvers.scenarios import SCENARIOS
 from atoll.training.evaluate import PolicyResult, comparison_rows, evaluate_policies, markdown_table
 from atoll.training.mlflow_output import make_logger
 from atoll.training.policy_model import log_policy
@@ -89,9 +93,55 @@ def _train_params(config: FleetConfig, settings: TrainSettings) -> dict[str, str
     return {**config_params(config), **{f"ppo.{k}": str(v) for k, v in dataclasses.asdict(settings).items()}}
 
 
+REGISTERED_MODEL = "atoll-trigger"
+CHAMPION = "champion"
+
+
+def register_policy(model_uri: str, tags: Mapping[str, str]) -> str:
+    """Register a logged policy as a new version of ``atoll-trigger``; returns the version."""
+    version = mlflow.register_model(model_uri, REGISTERED_MODEL, tags=dict(tags))
+    return str(version.version)
+
+
+def version_of(model_uri: str) -> str | None:
+    """The ``atoll-trigger`` version of a policy URI (``models:/atoll-trigger/3``,
+    ``models:/atoll-trigger@champion`` or the logged model's own ``models:/m-...``), if any."""
+    client = MlflowClient()
+    body = model_uri.removeprefix("models:/")
+    name, sep, alias = body.partition("@")
+    try:
+        if name == REGISTERED_MODEL and sep:
+            return str(client.get_model_version_by_alias(REGISTERED_MODEL, alias).version)
+        head, _, number = body.partition("/")
+        if head == REGISTERED_MODEL and number.isdigit():
+            return number
+        for mv in client.search_model_versions(f"name='{REGISTERED_MODEL}'"):
+            if mv.source == model_uri or getattr(mv, "model_id", None) == body:
+                return str(mv.version)
+    except MlflowException:
+        return None
+    return None
+
+
+def crown(spec: str, validation: Mapping[str, float]) -> str | None:
+    """Set the ``champion`` alias on the registered version of learned policy ``spec`` when its
+    validation-day score beats the rule frontier (score < 1: cheaper than the frontier at its SLO
+    attainment and no less reliable than fixed:1@0.9); returns the version crowned."""
+    if not spec.startswith("learned:") or validation.get("score", float("inf")) >= 1.0:
+        return None
+    version = version_of(spec.split(":", 1)[1])
+    if version is None:
+        return None
+    MlflowClient().set_registered_model_alias(REGISTERED_MODEL, CHAMPION, version)
+    return version
+
+
 def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, str] | None = None,
-              tick: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Train and log: params, SB3 learning curves, the policy as one pyfunc model."""
+              tick: Callable[[int], None] | None = None,
+              validate: Callable[[Any], float] | None = None,
+              note: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Train and log: params, SB3 learning curves, the policy as one pyfunc model, registered as
+    a version of ``atoll-trigger`` (its signature and metadata say what it takes and returns)."""
     experiment = configure()
     with mlflow.start_run(experiment_id=experiment, run_name=f"train-{config.scenario}",
                           tags={"atoll.kind": "train", **(tags or {})}) as run:
@@ -100,17 +150,25 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
         mlflow.log_params(params)
         mlflow.set_tag(REUSE_TAG, settings_key(params))  # what train_or_reuse looks runs up by
         model, vec, stats = train_policy(config, settings, logger=make_logger(run_id, extra_formats=()),
-                                         tick=tick)
+                                         tick=tick, validate=validate, note=note)
         if stats:
             mlflow.log_metrics(stats)
-        env: FleetEnv = vec.venv.envs[0].unwrapped  # type: ignore[attr-defined]
-        size = int(np.prod(env.observation_space.shape or (0,)))
+        size = int(np.prod(vec.observation_space.shape or (0,)))
+        models = list(config.models or SCENARIOS[config.scenario].models)
+        codec = ActionCodec.for_config(config.planning_quantile, config.action_levels)
         uri = log_policy(model, vec, run_id=run_id, observation_size=size,
-                         n_models=len(env.models),
-                         metadata={"scenario": config.scenario, "models": list(env.models),
-                                   "train_days": list(config.days), "availability": config.availability})
+                         n_models=len(models),
+                         metadata={"scenario": config.scenario, "models": models,
+                                   "train_days": list(config.days), "availability": config.availability,
+                                   "env_id": ENV_ID if config.action == "reopt" else ENV_ID_V0,
+                                   "action_codes": (codec.names() if config.action == "reopt"
+                                                    else ["hold", "full"])})
         mlflow.set_tag("atoll.model_uri", uri)
-    return {"run_id": run_id, "model_uri": uri, **stats}
+        version = register_policy(uri, {"scenario": config.scenario, "availability": config.availability,
+                                        "run_id": run_id})
+        mlflow.set_tag("atoll.registered", f"{REGISTERED_MODEL}/{version}")
+    registered = f"models:/{REGISTERED_MODEL}/{version}"
+    return {"run_id": run_id, "model_uri": uri, "registered": registered, **stats}
 
 
 def train_or_reuse(config: FleetConfig, settings: TrainSettings, *, retrain: bool = False,
@@ -243,7 +301,8 @@ def _rule_params(spec: str) -> dict[str, str]:
 
 def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = None, *,
                 tick: Callable[[int], None] | None = None, run_name: str = "contest",
-                tags: dict[str, str] | None = None) -> dict[str, Any]:
+                tags: dict[str, str] | None = None,
+                validation: dict[str, list[dict[str, float]]] | None = None) -> dict[str, Any]:
     """Run the contest (``atoll.training.contest``) and log it: a parent run with the headline as
     metrics, the settings as parameters and the workload as input dataset; one nested run per
     grid rule on the validation days and per policy on the test days; the frontier plot, the
@@ -254,7 +313,7 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
     st: ContestSettings = settings or ContestSettings()
     experiment = configure()
     client = MlflowClient()
-    result = run_contest(config, learned, st, tick=tick)
+    result = run_contest(config, learned, st, tick=tick, validation=validation)
     cfg = result.config
     tdays = list(range(st.test_days[0], st.test_days[1] + 1))
     vpoints = {p.name: p for p in result.validation_points()}
@@ -359,9 +418,18 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
             for r in shown:
                 r.episodes[0].policy = r.name
             mlflow.log_artifacts(str(folder), artifact_path="contest")
+        champions = {}
+        for spec, val in result.learned_validation.items():
+            key = metric_key(short_name(spec))
+            mlflow.log_metrics({f"validation.{key}.{k}": float(v) for k, v in val.items()})
+            version = crown(spec, val)  # only validation days decide
+            if version is not None:
+                champions[spec] = version
+                mlflow.set_tag(f"atoll.champion.{key}", f"{REGISTERED_MODEL}/{version}")
         parent_id = parent.info.run_id
     doc = contest_document(result)
-    return {"parent_run_id": parent_id, "table": table, **doc}
+    return {"parent_run_id": parent_id, "table": table, "champion": champions,
+            "learned_validation": result.learned_validation, **doc}
 
 
 def contest_document(result: Any) -> dict[str, Any]:

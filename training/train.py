@@ -1,35 +1,50 @@
 """PPO on FleetEnv: the learned re-planning trigger.
 
-The loop is SB3's own: ``PPO("MlpPolicy")`` on a ``DummyVecEnv`` of FleetEnvs wrapped in
-``VecNormalize`` (observations and rewards), on CPU with one torch thread. Metrics leave through
-the SB3 logger the caller passes (``atoll.training.mlflow_output`` makes one that writes to MLflow), so
-this module never imports MLflow.
+The loop is SB3's own: ``PPO("MlpPolicy")`` on a ``SubprocVecEnv`` of FleetEnvs (one process
+per env: both cores of the target machine; ``DummyVecEnv`` with one env) wrapped in
+``VecNormalize`` (observations and rewards), on CPU with one torch thread. Env ``i`` meets demand
+realization ``demand_seed + i mod demand_seeds`` and days drawn from the training days, so the
+policy cannot memorize one day's demand. Metrics leave through the SB3 logger the caller passes
+(``atoll.training.mlflow_output`` makes one that writes to MLflow), so this module never imports
+MLflow.
 
 Bootstrapping (optional, ``bootstrap_steps`` > 0): before PPO, the policy network is fitted by
-behaviour cloning to a rule policy's actions (``bootstrap_rule``, default ``threshold``) on
-observations from the training days
-(binary cross-entropy on the MultiBinary logits). PPO then starts from a sensible trigger rather
-than from coin flips, which on this task mostly pays for needless re-optimizations.
+behaviour cloning to a rule policy's actions (``bootstrap_rule``, default ``grow:12``: grow every
+step, re-plan fully every hour) on observations from the training days (cross-entropy on each
+model's action logits). PPO then starts from a sensible policy rather than from uniform codes,
+which on this task mostly pays for needless re-optimizations.
+
+Early stopping (optional, ``validate`` given and ``eval_every`` > 0): every ``eval_every`` steps
+the deterministic policy is scored by ``validate`` (lower is better: the contest's validation-day
+score, :func:`atoll.training.contest.validation_scorer`); the best-scoring parameters and
+normalization statistics are kept and restored at the end, and training stops after
+``patience`` evaluations without improvement.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
 
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
-from atoll.envs.policies import make_policy
+from atoll.envs.policies import Policy, make_policy
 from atoll.solvers.errors import InputError
+
+DEPLOYABLE_RULES = ("fixed", "threshold", "grow", "never")
 
 
 @dataclass(frozen=True)
@@ -42,8 +57,10 @@ class TrainSettings:
         seed: seeds PPO (network initialization, action sampling), the vectorized envs (env ``i``
             is reset with ``seed + i``, which fixes its spot availability and preemptions) and the
             behaviour-cloning minibatch order. >= 0.
-        n_envs: FleetEnv copies stepped together in one ``DummyVecEnv``; each PPO rollout holds
-            ``n_steps x n_envs`` transitions. >= 1.
+        n_envs: FleetEnv copies stepped together, each in its own process (``SubprocVecEnv``; one
+            env runs in this process); each PPO rollout holds ``n_steps x n_envs`` transitions. >= 1.
+        demand_seeds: demand realizations trained on: env ``i`` uses the config's ``demand_seed``
+            + (i mod demand_seeds). >= 1.
         learning_rate: Adam step size of the PPO updates (constant). > 0.
         n_steps: steps per env collected before each PPO update (576 = two days). >= 1.
         batch_size: minibatch size of the PPO updates; ``n_steps x n_envs`` should be a multiple
@@ -59,15 +76,18 @@ class TrainSettings:
         bootstrap_steps: behaviour-cloning observations collected from ``bootstrap_rule`` on the
             training days before PPO; 0 skips bootstrapping. >= 0.
         bootstrap_epochs: passes over those observations when fitting the policy network to the
-            rule's actions (binary cross-entropy on the logits). >= 1.
+            rule's actions (cross-entropy on each model's logits). >= 1.
         bootstrap_rule: the rule imitated: a deployable rule spec of :mod:`atoll.envs.policies`
-            (``fixed:K``, ``threshold[:LOW:HIGH]`` or ``never``; not ``hindsight``, which sees
-            the future).
+            (``fixed:K``, ``threshold[:LOW:HIGH]``, ``grow:K`` or ``never``; not ``hindsight``,
+            which sees the future).
+        eval_every: PPO steps between validation scores (early stopping); 0 never scores. >= 0.
+        patience: validation scores without improvement before training stops. >= 1.
     """
 
     timesteps: int = 20_000
     seed: int = 0
-    n_envs: int = 1
+    n_envs: int = 2
+    demand_seeds: int = 2
     learning_rate: float = 3e-4
     n_steps: int = 576
     batch_size: int = 96
@@ -78,14 +98,17 @@ class TrainSettings:
     net_arch: tuple[int, ...] = (64, 64)
     bootstrap_steps: int = 2_880
     bootstrap_epochs: int = 30
-    bootstrap_rule: str = "threshold"
+    bootstrap_rule: str = "grow:12"
+    eval_every: int = 0
+    patience: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "bootstrap_epochs"):
+        for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "bootstrap_epochs",
+                     "demand_seeds", "patience"):
             v = getattr(self, name)
             if not (isinstance(v, int) and v >= 1):
                 raise InputError(f"TrainSettings: field {name!r} must be an int >= 1, got {v!r}")
-        for name in ("seed", "bootstrap_steps"):
+        for name in ("seed", "bootstrap_steps", "eval_every"):
             v = getattr(self, name)
             if not (isinstance(v, int) and v >= 0):
                 raise InputError(f"TrainSettings: field {name!r} must be an int >= 0, got {v!r}")
@@ -100,9 +123,9 @@ class TrainSettings:
         if not (self.net_arch and all(isinstance(n, int) and n >= 1 for n in self.net_arch)):
             raise InputError(f"TrainSettings: field 'net_arch' must be layer sizes >= 1, "
                              f"got {self.net_arch!r}")
-        if self.bootstrap_rule.split(":")[0] not in ("fixed", "threshold", "never"):
+        if self.bootstrap_rule.split(":")[0].split("@")[0] not in DEPLOYABLE_RULES:
             raise InputError(f"TrainSettings: field 'bootstrap_rule' must be a deployable rule "
-                             f"(fixed:K, threshold[:LOW:HIGH], never), got {self.bootstrap_rule!r}")
+                             f"(fixed:K, threshold[:LOW:HIGH], grow:K, never), got {self.bootstrap_rule!r}")
 
 
 class _Progress(BaseCallback):
@@ -115,26 +138,95 @@ class _Progress(BaseCallback):
         return True
 
 
-def make_vec_env(config: FleetConfig, n_envs: int, seed: int, gamma: float) -> VecNormalize:
-    """``n_envs`` FleetEnvs, normalized; rewards are scaled by the std of the return discounted
-    with ``gamma``, the same discount PPO optimizes."""
+def env_config(config: FleetConfig, i: int, demand_seeds: int) -> FleetConfig:
+    """The config of training env ``i``: its own demand realization."""
+    return dataclasses.replace(config, demand_seed=config.demand_seed + i % demand_seeds)
+
+
+def make_vec_env(config: FleetConfig, n_envs: int, seed: int, gamma: float, demand_seeds: int = 1
+                 ) -> VecNormalize:
+    """``n_envs`` FleetEnvs (one process each when more than one), normalized; rewards are scaled
+    by the std of the return discounted with ``gamma``, the same discount PPO optimizes."""
     def factory(i: int) -> Callable[[], Monitor]:
+        cfg = env_config(config, i, demand_seeds)
+
         def make() -> Monitor:
-            env = FleetEnv(config)
+            torch.set_num_threads(1)
+            env = FleetEnv(cfg)
             env.reset(seed=seed + i)
             return Monitor(env)
         return make
 
-    vec = DummyVecEnv([factory(i) for i in range(n_envs)])
+    factories = [factory(i) for i in range(n_envs)]
+    vec = SubprocVecEnv(factories, start_method="spawn") if n_envs > 1 else DummyVecEnv(factories)
     vec.seed(seed)
     return VecNormalize(vec, norm_obs=True, norm_reward=True, gamma=gamma)
 
 
-def _bootstrap(model: PPO, vec: VecNormalize, steps: int, epochs: int, rule_spec: str,
+class TrainingPolicy:
+    """The policy being trained, with the rule policies' interface (deterministic actions on
+    observations normalized with the current statistics)."""
+
+    name = "learned (training)"
+    planning_quantile: float | None = None
+
+    def __init__(self, model: PPO, vec: VecNormalize) -> None:
+        self.model, self.vec = model, vec
+
+    def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
+        obs = self.vec.normalize_obs(np.asarray(observation, dtype=np.float32)[None, :])
+        action, _ = self.model.predict(obs, deterministic=True)
+        return np.asarray(action[0])
+
+    def reset_options(self) -> dict[str, Any]:
+        return {}
+
+
+class ValidationStop(BaseCallback):
+    """Scores the policy every ``every`` steps with ``validate`` (lower is better), keeps the best
+    parameters and normalization statistics, stops after ``patience`` scores without improvement."""
+
+    def __init__(self, validate: Callable[[Policy], float], vec: VecNormalize, every: int, patience: int,
+                 note: Callable[[str], None] | None = None) -> None:
+        super().__init__()
+        self.validate, self.vec, self.every, self.patience, self.note = validate, vec, every, patience, note
+        self.best = math.inf
+        self.best_state: tuple[dict[str, Any], Any] | None = None
+        self.scores: list[tuple[int, float]] = []
+        self._last = 0
+        self._bad = 0
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps - self._last < self.every:
+            return True
+        self._last = self.num_timesteps
+        score = float(self.validate(TrainingPolicy(self.model, self.vec)))
+        self.scores.append((self.num_timesteps, score))
+        self.logger.record("validation/score", score)
+        if self.note is not None:
+            best = min(self.best, score)
+            self.note(f"validation score {score:.4f} at {self.num_timesteps} steps (best {best:.4f})")
+        if score < self.best - 1e-9:
+            self.best, self._bad = score, 0
+            self.best_state = (copy.deepcopy(self.model.policy.state_dict()), copy.deepcopy(self.vec.obs_rms))
+        else:
+            self._bad += 1
+        return self._bad < self.patience
+
+    def restore_best(self) -> None:
+        if self.best_state is not None:
+            self.model.policy.load_state_dict(self.best_state[0])
+            self.vec.obs_rms = self.best_state[1]
+
+
+def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, steps: int, epochs: int, rule_spec: str,
                tick: Callable[[int], None] | None) -> float:
-    """Behaviour cloning of a rule policy; returns the final training loss."""
-    env: FleetEnv = vec.venv.envs[0].unwrapped  # type: ignore[attr-defined]
+    """Behaviour cloning of a rule policy on ``env`` (a training env in this process); returns
+    the final training loss."""
     rule = make_policy(rule_spec, len(env.models))
+    if rule.planning_quantile is not None and rule.planning_quantile != env.config.planning_quantile:
+        raise InputError(f"bootstrap rule {rule_spec!r} plans at {rule.planning_quantile:g}; the training "
+                         f"env plans at {env.config.planning_quantile:g}: give the rule without @q")
     raw, acts = [], []
     obs, info = env.reset()
     for _ in range(steps):
@@ -148,10 +240,19 @@ def _bootstrap(model: PPO, vec: VecNormalize, steps: int, epochs: int, rule_spec
         if tick is not None:
             tick(1)
     x = torch.as_tensor(vec.normalize_obs(np.asarray(raw, dtype=np.float32)))
-    y = torch.as_tensor(np.asarray(acts, dtype=np.float32))
+    discrete = isinstance(env.action_space, spaces.MultiDiscrete)
+    y = torch.as_tensor(np.asarray(acts, dtype=np.int64 if discrete else np.float32))
+    n_codes = int(env.action_space.nvec[0]) if isinstance(env.action_space, spaces.MultiDiscrete) else 2
     policy = model.policy
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+    bce = torch.nn.BCEWithLogitsLoss()
+    ce = torch.nn.CrossEntropyLoss()
+
+    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if not discrete:
+            return bce(logits, target)
+        return ce(logits.reshape(-1, n_codes), target.reshape(-1))  # one categorical per model
+
     loss = torch.tensor(0.0)
     gen = torch.Generator().manual_seed(model.seed or 0)
     for _ in range(epochs):
@@ -168,10 +269,14 @@ def _bootstrap(model: PPO, vec: VecNormalize, steps: int, epochs: int, rule_spec
 
 
 def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger | None = None,
-                 tick: Callable[[int], None] | None = None) -> tuple[PPO, VecNormalize, dict[str, float]]:
-    """Train PPO on ``config``'s training days; returns the model, its VecNormalize and stats."""
+                 tick: Callable[[int], None] | None = None,
+                 validate: Callable[[Policy], float] | None = None,
+                 note: Callable[[str], None] | None = None) -> tuple[PPO, VecNormalize, dict[str, float]]:
+    """Train PPO on ``config``'s training days; returns the model, its VecNormalize and stats
+    (``bootstrap_loss``; with early stopping ``validation_best``, ``validation_scores`` and
+    ``stopped_at``)."""
     torch.set_num_threads(1)
-    vec = make_vec_env(config, settings.n_envs, settings.seed, settings.gamma)
+    vec = make_vec_env(config, settings.n_envs, settings.seed, settings.gamma, settings.demand_seeds)
     model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
                 batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
                 gae_lambda=settings.gae_lambda, ent_coef=settings.ent_coef, device="cpu",
@@ -181,10 +286,29 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
         model.set_logger(logger)
     stats: dict[str, float] = {}
     if settings.bootstrap_steps:
-        stats["bootstrap_loss"] = _bootstrap(model, vec, settings.bootstrap_steps, settings.bootstrap_epochs,
-                                             settings.bootstrap_rule, tick)
+        local = FleetEnv(env_config(config, 0, settings.demand_seeds))
+        local.reset(seed=settings.seed)
+        stats["bootstrap_loss"] = _bootstrap(model, vec, local, settings.bootstrap_steps,
+                                             settings.bootstrap_epochs, settings.bootstrap_rule, tick)
         vec.reset()
-    callback = _Progress(tick) if tick is not None else None
-    model.learn(total_timesteps=settings.timesteps, callback=callback, progress_bar=False)
+    callbacks: list[BaseCallback] = [_Progress(tick)] if tick is not None else []
+    stop = None
+    if validate is not None and settings.eval_every:
+        stop = ValidationStop(validate, vec, settings.eval_every, settings.patience, note)
+        callbacks.append(stop)
+        if settings.bootstrap_steps:  # the cloned policy is a candidate too
+            vec.training = False
+            stop.best = float(validate(TrainingPolicy(model, vec)))
+            stop.best_state = (copy.deepcopy(model.policy.state_dict()), copy.deepcopy(vec.obs_rms))
+            stop.scores.append((0, stop.best))
+            vec.training = True
+            if note is not None:
+                note(f"validation score {stop.best:.4f} after bootstrapping")
+    model.learn(total_timesteps=settings.timesteps, callback=callbacks or None, progress_bar=False)
     vec.training = False  # frozen statistics from here on (evaluation, logging)
+    if stop is not None:
+        stop.restore_best()
+        stats["validation_best"] = stop.best
+        stats["stopped_at"] = float(model.num_timesteps)
+        stats["validation_evaluations"] = float(len(stop.scores))
     return model, vec, stats

@@ -99,6 +99,10 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Co
                                       flat_hold_s=parse_interval(args.flat_hold, "--flat-hold"))
     except ValueError as exc:
         raise as_user_error(exc) from exc
+    if args.policy.startswith("learned:"):
+        from atoll.training.tracking import configure
+
+        configure()  # the store every command uses: $MLFLOW_TRACKING_URI or sqlite:///mlruns/mlflow.db
     try:
         policy = resolve_policy(args.policy, len(fleet.models))  # an unloadable URI is an InputError
     except (KeyError, ValueError, OSError) as exc:
@@ -194,7 +198,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prometheus", default=None, metavar="URL", help="Prometheus server (HTTP API)")
     p.add_argument("--scrape", default=None, metavar="URL[,URL...]", help="vLLM /metrics endpoints")
     p.add_argument("--policy", default="threshold",
-                   help="learned:<model uri>, fixed:K (every K ticks), threshold[:LOW:HIGH] or never")
+                   help="learned:<model uri> or learned:atoll-trigger@champion, fixed:K (every K ticks), "
+                        "threshold[:LOW:HIGH], grow:K or never")
     p.add_argument("--scenario", default="core", help="solver scenario the fleet is planned from")
     p.add_argument("--fleet", default=None, metavar="FILE",
                    help="a fleet file (YAML; or the older JSON narrowing of a scenario) instead of "

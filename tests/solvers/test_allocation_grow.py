@@ -47,7 +47,8 @@ def test_grow_never_removes_an_instance(seed):
     count, whatever the demand (here often far below what is running)."""
     rng = random.Random(seed)
     problem = _grow_problem(seed, rng.choice(["cost", "goodput"]))
-    problem = problem.with_changes(demand={s: d * rng.choice([0.0, 0.3, 1.0]) for s, d in problem.demand.items()})
+    scaled = {s: d * rng.choice([0.0, 0.3, 1.0]) for s, d in problem.demand.items()}
+    problem = problem.with_changes(demand=scaled)
     res = solve_allocation(problem, warm_start=problem.running)
     if res.allocation is None:
         return
