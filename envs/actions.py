@@ -92,6 +92,15 @@ class ActionCodec:
                              f"{', '.join(f'{v:g}' for v in self.levels)}")
         return 1 + 2 * self.levels.index(q) + (0 if kind == "full" else 1)
 
+    def relevel(self, codes: np.ndarray, level: float) -> np.ndarray:
+        """``codes`` of the configured level (1 full, 2 grow, as the rules emit) moved to
+        ``level``: a rule with ``@q`` acting in an env whose level 0 is another one."""
+        full, grow = self.encode("full", level), self.encode("grow", level)
+        out = np.asarray(codes).copy()
+        out[np.asarray(codes) == 1] = full
+        out[np.asarray(codes) == 2] = grow
+        return out
+
     def names(self) -> list[str]:
         """Every code's label, in code order (``hold``, ``full@0.9``, ``grow@0.9``, ...)."""
         return [self.decode(c).label() for c in range(self.n)]

@@ -233,11 +233,14 @@ def validation_scorer(config: FleetConfig, validation: dict[str, list[dict[str, 
 
 def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSettings | None = None, *,
                 tick: Callable[[int], None] | None = None,
-                validation: dict[str, list[dict[str, float]]] | None = None) -> ContestResult:
+                validation: dict[str, list[dict[str, float]]] | None = None,
+                references: Sequence[str] = ()) -> ContestResult:
     """Choose the frontier on the validation days, evaluate it with ``learned`` (``learned:<uri>``
     specs) and hindsight on the test days, and compute each learned policy's headline; each
     learned policy is also scored on the validation days (``learned_validation``).
-    ``validation``: the grid's validation totals when already run (:func:`validation_grid`)."""
+    ``validation``: the grid's validation totals when already run (:func:`validation_grid`);
+    ``references``: rules outside the family (e.g. a learned policy's bootstrap rule) also run
+    on the test days and reported, never part of the frontier."""
     st = settings or ContestSettings()
     first = min(st.validation_days[0], st.test_days[0])
     last = max(st.validation_days[1], st.test_days[1])
@@ -253,7 +256,8 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
     frontier = [p.name for p in select_frontier(points)]
     lost = st.lost_price(config)
     best = best_rule(points, lost).name
-    rules = [*frontier, *([best] if best not in frontier else []), "hindsight"]
+    rules = [*frontier, *([best] if best not in frontier else []), "hindsight",
+             *[r for r in references if r not in frontier and r != best]]
     learned_results: list[PolicyResult] = []
     learned_validation: dict[str, dict[str, float]] = {}
     scorer = validation_scorer(config, validation, st) if learned else None

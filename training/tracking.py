@@ -302,7 +302,8 @@ def _rule_params(spec: str) -> dict[str, str]:
 def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = None, *,
                 tick: Callable[[int], None] | None = None, run_name: str = "contest",
                 tags: dict[str, str] | None = None,
-                validation: dict[str, list[dict[str, float]]] | None = None) -> dict[str, Any]:
+                validation: dict[str, list[dict[str, float]]] | None = None,
+                references: Sequence[str] = ()) -> dict[str, Any]:
     """Run the contest (``atoll.training.contest``) and log it: a parent run with the headline as
     metrics, the settings as parameters and the workload as input dataset; one nested run per
     grid rule on the validation days and per policy on the test days; the frontier plot, the
@@ -313,7 +314,7 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
     st: ContestSettings = settings or ContestSettings()
     experiment = configure()
     client = MlflowClient()
-    result = run_contest(config, learned, st, tick=tick, validation=validation)
+    result = run_contest(config, learned, st, tick=tick, validation=validation, references=references)
     cfg = result.config
     tdays = list(range(st.test_days[0], st.test_days[1] + 1))
     vpoints = {p.name: p for p in result.validation_points()}

@@ -45,6 +45,7 @@ from atoll.envs.policies import Policy, make_policy
 from atoll.solvers.errors import InputError
 
 DEPLOYABLE_RULES = ("fixed", "threshold", "grow", "never")
+BUNDLED_SCENARIOS = ("core", "extended")
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class TrainSettings:
             is reset with ``seed + i``, which fixes its spot availability and preemptions) and the
             behaviour-cloning minibatch order. >= 0.
         n_envs: FleetEnv copies stepped together, each in its own process (``SubprocVecEnv``; one
-            env runs in this process); each PPO rollout holds ``n_steps x n_envs`` transitions. >= 1.
+            env, or a fleet file's scenario, runs in this process); each PPO rollout holds
+            ``n_steps x n_envs`` transitions. >= 1.
         demand_seeds: demand realizations trained on: env ``i`` uses the config's ``demand_seed``
             + (i mod demand_seeds). >= 1.
         learning_rate: Adam step size of the PPO updates (constant). > 0.
@@ -158,7 +160,10 @@ def make_vec_env(config: FleetConfig, n_envs: int, seed: int, gamma: float, dema
         return make
 
     factories = [factory(i) for i in range(n_envs)]
-    vec = SubprocVecEnv(factories, start_method="spawn") if n_envs > 1 else DummyVecEnv(factories)
+    # A fleet file's scenario lives in this process only (atoll.envs.fleet_file.activate): its
+    # envs step here; the bundled scenarios' envs each get a process of their own.
+    subprocess = n_envs > 1 and config.scenario in BUNDLED_SCENARIOS
+    vec = SubprocVecEnv(factories, start_method="spawn") if subprocess else DummyVecEnv(factories)
     vec.seed(seed)
     return VecNormalize(vec, norm_obs=True, norm_reward=True, gamma=gamma)
 
@@ -224,13 +229,19 @@ def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, steps: int, epochs:
     """Behaviour cloning of a rule policy on ``env`` (a training env in this process); returns
     the final training loss."""
     rule = make_policy(rule_spec, len(env.models))
-    if rule.planning_quantile is not None and rule.planning_quantile != env.config.planning_quantile:
-        raise InputError(f"bootstrap rule {rule_spec!r} plans at {rule.planning_quantile:g}; the training "
-                         f"env plans at {env.config.planning_quantile:g}: give the rule without @q")
+    level = rule.planning_quantile
+    if level is not None and level not in env.codec.levels:
+        raise InputError(f"bootstrap rule {rule_spec!r} plans at {level:g}, not one of the env's action "
+                         f"levels {', '.join(f'{q:g}' for q in env.codec.levels)}")
+    if level is not None and env.config.action == "binary" and level != env.codec.levels[0]:
+        raise InputError(f"bootstrap rule {rule_spec!r}: a MultiBinary env plans at "
+                         f"{env.codec.levels[0]:g} only; give the rule without @q")
     raw, acts = [], []
     obs, info = env.reset()
     for _ in range(steps):
         action = rule.act(obs, info)
+        if level is not None and env.config.action == "reopt":
+            action = env.codec.relevel(action, level)
         raw.append(obs)
         acts.append(action)
         vec.obs_rms.update(obs[None, :])  # the statistics PPO will normalize with start from these

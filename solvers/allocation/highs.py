@@ -10,6 +10,8 @@ the start to ``Highs.setSolution`` after the rows exist, right before ``run()``.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +28,27 @@ from atoll.solvers.problem import SolveStatus
 # re-optimizations of the extended scenario kept every objective and joint solves ran ~1.7x
 # faster (median and p90); small per-service blocks would pay it ten times over their solve.
 HIGHS_OPTIONS: dict[str, object] = {"mip_heuristic_run_feasibility_jump": False}
+
+
+def _banner_to_stderr() -> None:
+    """HiGHS prints its banner on file descriptor 1 the first time a process constructs a solver,
+    whatever its options; that would corrupt any stdout document (``--json``, the benchmarks'
+    JSON). Construct the first one here with fd 1 pointing at stderr: later ones print nothing."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        highspy.Highs()
+        return
+    try:
+        os.dup2(2, 1)
+        highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+_banner_to_stderr()
 
 
 class WarmHiGHS(pulp.HiGHS):
