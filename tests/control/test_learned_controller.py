@@ -1,0 +1,70 @@
+"""A tiny training run registers ``atoll-trigger``; the contest's crowning sets ``champion`` only
+for a validation score that beats the frontier; the controller loads the policy by that alias
+(``learned:atoll-trigger@champion``, as ``atoll control --policy`` does) and acts with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from control_helpers import FakeClock
+from mlflow.tracking import MlflowClient
+from test_controller import INPUT, MODELS, OUTPUT, ScriptedSource, templates
+
+from atoll.control.controller import Controller, ControllerSettings
+from atoll.control.live_fleet import LiveFleet
+from atoll.control.sinks import JsonDirSink
+from atoll.envs.config import FleetConfig
+from atoll.forecast.workloads import DemandSeries
+from atoll.solvers.errors import InputError
+from atoll.training.evaluate import resolve_policy
+from atoll.training.tracking import CHAMPION, REGISTERED_MODEL, crown, train_run
+from atoll.training.train import TrainSettings
+
+
+def config() -> FleetConfig:
+    rng = np.random.default_rng(5)
+    t = np.arange(6 * 288)
+    demand = tuple(DemandSeries(f"s{i}", 300.0, np.maximum((8 + 4 * i) * (1 + 0.4 * np.sin(2 * np.pi * t / 288))
+                                                           * (1 + 0.1 * rng.standard_normal(len(t))), 0.1),
+                                np.full(len(t), INPUT), np.full(len(t), OUTPUT)) for i in range(2))
+    return FleetConfig(scenario="core", models=MODELS, templates=templates(), demand=demand,
+                       request_shapes=((INPUT, OUTPUT),) * 2, forecaster="naive", availability="ample",
+                       prices="on-demand", days=(4, 5), episode_steps=48)
+
+
+def test_registered_policy_is_crowned_on_validation_and_drives_the_controller(tmp_path: Path) -> None:
+    out = train_run(config(), TrainSettings(timesteps=128, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,
+                                            bootstrap_steps=48, bootstrap_epochs=2))
+    assert out["registered"] == f"models:/{REGISTERED_MODEL}/1"
+    client = MlflowClient()
+    version = client.get_model_version(REGISTERED_MODEL, "1")
+    assert version.tags["scenario"] == "core"
+    spec = f"learned:{out['model_uri']}"
+    with pytest.raises(InputError, match="cannot be loaded"):
+        resolve_policy(f"learned:{REGISTERED_MODEL}@{CHAMPION}", 2)  # no champion yet
+    assert crown(spec, {"score": 1.02}) is None  # does not beat the frontier on validation days
+    assert crown(spec, {"score": 0.93}) == "1"
+    assert str(client.get_model_version_by_alias(REGISTERED_MODEL, CHAMPION).version) == "1"
+
+    policy = resolve_policy(f"learned:{REGISTERED_MODEL}@{CHAMPION}", 2)
+    fleet = LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(INPUT, OUTPUT)] * 2)
+    clock = FakeClock(10 * 86400.0)
+    source = ScriptedSource(clock, {m: 10.0 for m in MODELS})
+    controller = Controller(fleet, source, policy, JsonDirSink(tmp_path / "plans"), tmp_path / "state",
+                            settings=ControllerSettings(interval_s=300.0), clock=clock, sleep=lambda s: None)
+    reports = []
+    for _ in range(4):
+        reports.append(controller.tick())
+        source.advance(300.0)
+    assert all(r.metrics["ok"] for r in reports)
+    assert controller.state.running  # planned and delivered
+    obs = controller.last_observation
+    codes = policy.act(obs)
+    assert codes.shape == (2,) and np.all((codes >= 0) & (codes < controller.codec.n))
+    last = reports[-1].decision
+    # what the policy answered is what the controller did with the models it could decide for
+    for i, m in enumerate(MODELS):
+        if m in last.reopt and "no capacity" not in last.chosen[m]:
+            assert last.reopt[m] == controller.codec.decode(int(codes[i])).label()
