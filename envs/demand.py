@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -157,8 +158,9 @@ def build_book(models: Sequence[str], series: Sequence[DemandSeries], *, forecas
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
-                np.savez_compressed(tmp, **{f"a{i}": a for i, a in enumerate(arrays)},
-                                    checksum=np.frombuffer(_checksum(arrays), dtype=np.uint8))
+                payload: dict[str, Any] = {f"a{i}": a for i, a in enumerate(arrays)}
+                payload["checksum"] = np.frombuffer(_checksum(arrays), dtype=np.uint8)
+                np.savez_compressed(tmp, **payload)
                 os.replace(tmp, path)
             except OSError as exc:  # a cache that cannot be written costs time, never the result
                 log.warning("forecast cache %s not written (%s)", path, exc)

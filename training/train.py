@@ -30,10 +30,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3 import PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.monitor import Monitor
@@ -149,10 +151,10 @@ def make_vec_env(config: FleetConfig, n_envs: int, seed: int, gamma: float, dema
                  ) -> VecNormalize:
     """``n_envs`` FleetEnvs (one process each when more than one), normalized; rewards are scaled
     by the std of the return discounted with ``gamma``, the same discount PPO optimizes."""
-    def factory(i: int) -> Callable[[], Monitor]:
+    def factory(i: int) -> Callable[[], gym.Env[Any, Any]]:
         cfg = env_config(config, i, demand_seeds)
 
-        def make() -> Monitor:
+        def make() -> gym.Env[Any, Any]:
             torch.set_num_threads(1)
             env = FleetEnv(cfg)
             env.reset(seed=seed + i)
@@ -175,7 +177,7 @@ class TrainingPolicy:
     name = "learned (training)"
     planning_quantile: float | None = None
 
-    def __init__(self, model: PPO, vec: VecNormalize) -> None:
+    def __init__(self, model: BaseAlgorithm, vec: VecNormalize) -> None:
         self.model, self.vec = model, vec
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:

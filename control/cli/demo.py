@@ -46,9 +46,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
                            intervals=DEMO_INTERVALS, bands=DEMO_BANDS, workers=args.workers)
     spec = f"learned:{trained['model_uri']}"
     result = contest(out, args, [spec], grid, run_name="demo")
+    for name, version in result.get("champion", {}).items():
+        out.note(f"{name} beat the rule frontier on the validation days: atoll-trigger version {version} is "
+                 f"now 'champion' (use --policy learned:atoll-trigger@champion)")
+    if not result.get("champion"):
+        out.note("the policy did not beat the rule frontier on the validation days: no champion alias set")
     out.note(f"MLflow parent run {result['parent_run_id']}; open the UI with:\n"
              f"  .venv/bin/mlflow ui --backend-store-uri {mlflow.get_tracking_uri()}")
     out.json({"parent_run_id": result["parent_run_id"], "model_uri": trained["model_uri"],
+              "champion": result.get("champion", {}),
+              "validation": result.get("learned_validation", {}).get(spec),
               "reused_policy": trained["reused"], "headline": result["headline"][spec],
               "frontier": result["frontier"], "best_rule": result["best_rule"],
               "policies": result["policies"]})

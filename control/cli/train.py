@@ -9,6 +9,8 @@ from atoll.control.cli.output import output_for, progress
 from atoll.envs.config import FleetConfig, RewardWeights
 from atoll.training.train import TrainSettings
 
+BOOTSTRAP_RULE = "grow:12@0.7"
+
 
 def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int, seed: int
                  ) -> tuple[FleetConfig, TrainSettings]:
@@ -16,7 +18,8 @@ def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int
     a run, so bad input leaves no FAILED run (shared with ``atoll demo``)."""
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps,
-                             bootstrap_rule=args.bootstrap_rule)
+                             bootstrap_rule=args.bootstrap_rule, n_envs=args.n_envs,
+                             demand_seeds=args.demand_seeds)
     return make_env(args, days, reward=reward).config, settings
 
 
@@ -27,7 +30,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config, settings = train_config(args, parse_days(args.train_days), args.timesteps, args.seed)
     with progress("training", settings.bootstrap_steps + settings.timesteps) as advance:
         run = train_run(config, settings, tick=advance)
-    out.result(f"run_id     {run['run_id']}\nmodel_uri  {run['model_uri']}")
+    out.result(f"run_id     {run['run_id']}\nmodel_uri  {run['model_uri']}\nregistered {run['registered']}")
     out.json(run)
     return 0
 
@@ -36,8 +39,13 @@ def add_train_options(p: argparse.ArgumentParser, *, bootstrap_steps: int) -> No
     """Bootstrapping and reward options shared by ``atoll train`` and ``atoll demo``."""
     p.add_argument("--bootstrap-steps", type=int, default=bootstrap_steps,
                    help="behaviour-cloning steps from --bootstrap-rule before PPO (0 = none)")
-    p.add_argument("--bootstrap-rule", default="threshold",
-                   help="rule the policy imitates before PPO: threshold[:LOW:HIGH] or fixed:K")
+    p.add_argument("--bootstrap-rule", default=BOOTSTRAP_RULE,
+                   help="rule the policy imitates before PPO: grow:K[@q], threshold[:LOW:HIGH][@q] or "
+                        f"fixed:K[@q] (default {BOOTSTRAP_RULE}: chosen on validation day 8, core/spot)")
+    p.add_argument("--n-envs", type=int, default=2,
+                   help="training envs, one process each (both cores; a fleet file's envs step in-process)")
+    p.add_argument("--demand-seeds", type=int, default=2,
+                   help="demand realizations trained on (env i uses demand seed i mod this)")
     p.add_argument("--unserved-usd-per-mtok", type=float, default=RewardWeights.unserved_usd_per_mtok,
                    help="reward: value of a million tokens not served within SLO ($)")
     p.add_argument("--reopt-usd", type=float, default=RewardWeights.reopt_usd,

@@ -26,8 +26,10 @@ from atoll.training.train import TrainSettings
 def config() -> FleetConfig:
     rng = np.random.default_rng(5)
     t = np.arange(6 * 288)
-    demand = tuple(DemandSeries(f"s{i}", 300.0, np.maximum((8 + 4 * i) * (1 + 0.4 * np.sin(2 * np.pi * t / 288))
-                                                           * (1 + 0.1 * rng.standard_normal(len(t))), 0.1),
+    daily = 1 + 0.4 * np.sin(2 * np.pi * t / 288)
+    demand = tuple(DemandSeries(f"s{i}", 300.0,
+                                np.maximum((8 + 4 * i) * daily * (1 + 0.1 * rng.standard_normal(len(t))),
+                                           0.1),
                                 np.full(len(t), INPUT), np.full(len(t), OUTPUT)) for i in range(2))
     return FleetConfig(scenario="core", models=MODELS, templates=templates(), demand=demand,
                        request_shapes=((INPUT, OUTPUT),) * 2, forecaster="naive", availability="ample",
