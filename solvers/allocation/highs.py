@@ -33,19 +33,21 @@ HIGHS_OPTIONS: dict[str, object] = {"mip_heuristic_run_feasibility_jump": False}
 def _banner_to_stderr() -> None:
     """HiGHS prints its banner on file descriptor 1 the first time a process constructs a solver,
     whatever its options; that would corrupt any stdout document (``--json``, the benchmarks'
-    JSON). Construct the first one here with fd 1 pointing at stderr: later ones print nothing."""
+    JSON). Construct the first one here with fd 1 on the null device: later ones print nothing."""
     try:
         sys.stdout.flush()
         saved = os.dup(1)
+        null = os.open(os.devnull, os.O_WRONLY)
     except (OSError, ValueError, AttributeError):
         highspy.Highs()
         return
     try:
-        os.dup2(2, 1)
+        os.dup2(null, 1)
         highspy.Highs()
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+        os.close(null)
 
 
 _banner_to_stderr()

@@ -161,7 +161,8 @@ def test_threshold_replans_only_the_model_whose_demand_outgrew_its_plan(fleet: L
     h.tick()  # this interval's rate is still the old one (the counters grew at 10 req/s)
     report = h.tick()
     assert list(report.decision.chosen) == ["Phi-4-14B"]
-    assert "threshold: forecast upper / planned capacity" in report.decision.chosen["Phi-4-14B"]
+    assert "threshold (full@0.9): forecast upper / planned capacity" in report.decision.chosen["Phi-4-14B"]
+    assert report.decision.reopt == {"Phi-4-14B": "full@0.9"}
     assert report.plan_changed and {d["model"] for d in report.diff} == {"Phi-4-14B"}
     after = h.controller.state.running
     gpt = [k for k in before if "GPT-OSS-20B" in k]
@@ -307,7 +308,7 @@ class TimedOutReplanner:
     def __init__(self, allocation: Allocation | None) -> None:
         self.allocation = allocation
 
-    def plan(self, models, demand, availability, running) -> PlanOutcome:  # noqa: ANN001
+    def plan(self, models, demand, availability, running, grow=frozenset()) -> PlanOutcome:  # noqa: ANN001
         status = SolveStatus.FEASIBLE_TIME_LIMIT if self.allocation else SolveStatus.ERROR
         return PlanOutcome(self.allocation, status, "cost" if self.allocation else "hold", 10.0, False,
                            "time limit reached" + ("" if self.allocation else " without a feasible plan"))
