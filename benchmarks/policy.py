@@ -63,12 +63,16 @@ def main() -> None:
     parser.add_argument("--intervals", default=",".join(map(str, FIXED_INTERVALS)))
     parser.add_argument("--bands", default=",".join(f"{lo:g}:{hi:g}" for lo, hi in THRESHOLD_BANDS))
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--bootstrap-rule", default="grow:12@0.7")
+    parser.add_argument("--bootstrap-rule", default="fixed:1")
     parser.add_argument("--bootstrap-steps", type=int, default=2_880)
     parser.add_argument("--n-envs", type=int, default=2)
     parser.add_argument("--demand-seeds", type=int, default=2)
     parser.add_argument("--eval-every", type=int, default=4_000)
     parser.add_argument("--patience", type=int, default=3)
+    parser.add_argument("--ent-coef", type=float, default=TrainSettings.ent_coef)
+    parser.add_argument("--bootstrap-epochs", type=int, default=TrainSettings.bootstrap_epochs)
+    parser.add_argument("--learning-rate", type=float, default=TrainSettings.learning_rate)
+    parser.add_argument("--out-suffix", default="", help="label of this attempt in the JSON keys")
     parser.add_argument("--unserved-usd-per-mtok", type=float, default=RewardWeights.unserved_usd_per_mtok)
     parser.add_argument("--reopt-usd", type=float, default=RewardWeights.reopt_usd)
     args = parser.parse_args()
@@ -85,7 +89,7 @@ def main() -> None:
 
     for scenario in args.scenarios.split(","):
         for availability in args.availabilities.split(","):
-            key = f"{scenario}/{availability}"
+            key = f"{scenario}/{availability}{args.out_suffix}"
             config = FleetConfig(scenario=scenario, availability=availability, reward=reward)
             grid_key = (config, settings.grid, settings.validation_days,
                         settings.validation_seeds or settings.seeds)
@@ -106,7 +110,9 @@ def main() -> None:
                                             demand_seeds=args.demand_seeds,
                                             bootstrap_rule=args.bootstrap_rule,
                                             bootstrap_steps=args.bootstrap_steps,
-                                            eval_every=args.eval_every, patience=args.patience),
+                                            eval_every=args.eval_every, patience=args.patience,
+                                            ent_coef=args.ent_coef, bootstrap_epochs=args.bootstrap_epochs,
+                                            learning_rate=args.learning_rate),
                               validate=scorer, note=lambda text, k=key: log(f"{k}: {text}"))
             train_s = time.perf_counter() - t
             log(f"{key}: trained in {train_s:.0f} s: {train['model_uri']} ({train['registered']})")

@@ -9,7 +9,7 @@ from atoll.control.cli.output import output_for, progress
 from atoll.envs.config import FleetConfig, RewardWeights
 from atoll.training.train import TrainSettings
 
-BOOTSTRAP_RULE = "grow:12@0.7"
+BOOTSTRAP_RULE = "fixed:1"
 
 
 def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int, seed: int
@@ -41,7 +41,7 @@ def add_train_options(p: argparse.ArgumentParser, *, bootstrap_steps: int) -> No
                    help="behaviour-cloning steps from --bootstrap-rule before PPO (0 = none)")
     p.add_argument("--bootstrap-rule", default=BOOTSTRAP_RULE,
                    help="rule the policy imitates before PPO: grow:K[@q], threshold[:LOW:HIGH][@q] or "
-                        f"fixed:K[@q] (default {BOOTSTRAP_RULE}: chosen on validation day 8, core/spot)")
+                        f"fixed:K[@q] (default {BOOTSTRAP_RULE}: chosen on validation days 8-10, core/spot)")
     p.add_argument("--n-envs", type=int, default=2,
                    help="training envs, one process each (both cores; a fleet file's envs step in-process)")
     p.add_argument("--demand-seeds", type=int, default=2,
