@@ -24,6 +24,7 @@ from atoll.envs.observation import SINCE_CAP, build_observation, observation_spa
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
 from atoll.solvers.paths import shared_data_dir
+from atoll.solvers.problem import SolveStatus
 from atoll.solvers.scenarios import SCENARIOS, ample_availability, scarce_availability
 from atoll.solvers.tiers import split_tier, tiered_region
 
@@ -352,6 +353,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         info = self._step_info(rates, demand, ready, demand_tok, goodput_tok, unserved_tok, share, cost,
                                chosen, outcome, solver_s, lost_by_model)
         info["total"]["grows"] = len(grow)
+        # a solve stopped by the time limit: its incumbent was applied, or (none found) the fleet held
+        info["total"]["time_limited"] = int(outcome is not None and (
+            outcome.status is SolveStatus.FEASIBLE_TIME_LIMIT or "time limit" in outcome.message))
         for name, r in zip(self.models, reopts, strict=True):
             info["models"][name]["action"] = r.label()
         info["total"]["node_hours"], info["total"]["ondemand_node_hours"] = node_hours

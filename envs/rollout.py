@@ -48,7 +48,7 @@ class Episode:
         total = info["total"]
         for k in ("cost_usd", "demand_tokens", "goodput_tokens", "unserved_tokens", "requests",
                   "reoptimizations", "solves", "solver_seconds", "preemptions", "node_hours",
-                  "ondemand_node_hours"):
+                  "ondemand_node_hours", "time_limited", "grows"):
             self.sums[k] = self.sums.get(k, 0.0) + float(total.get(k, 0.0))
         met = total["slo_attainment"] * total["requests"]
         self.sums["met_requests"] = self.sums.get("met_requests", 0.0) + met
@@ -74,6 +74,8 @@ class Episode:
             "reoptimizations": s.get("reoptimizations", 0.0),
             "solver_seconds": s.get("solver_seconds", 0.0),
             "solves": s.get("solves", 0.0),
+            "time_limited_solves": s.get("time_limited", 0.0),
+            "grows": s.get("grows", 0.0),
             "preemptions": s.get("preemptions", 0.0),
             "node_hours": s.get("node_hours", 0.0),
             "ondemand_node_hour_share": (s.get("ondemand_node_hours", 0.0) / s["node_hours"]
@@ -89,8 +91,21 @@ def run_policy(env: FleetEnv, policy: Policy, *, days: Sequence[int], seed: int,
                tick: Callable[[int], None] | None = None) -> Episode:
     """One episode per day (in order) with the env seeded ``seed`` at the first reset and each
     later reset seeded ``seed + i``, so every policy run with the same seed meets the same
-    availability, preemption draws and demand."""
+    availability, preemption draws and demand.
+
+    Interrupted (Ctrl-C), it re-raises the KeyboardInterrupt with the episode so far attached as
+    ``partial_episode``, so a caller can report the totals of the steps that ran."""
     episode = Episode(policy.name, seed)
+    try:
+        _run_days(env, policy, days, seed, tick, episode)
+    except KeyboardInterrupt as exc:
+        exc.partial_episode = episode  # type: ignore[attr-defined]
+        raise
+    return episode
+
+
+def _run_days(env: FleetEnv, policy: Policy, days: Sequence[int], seed: int,
+              tick: Callable[[int], None] | None, episode: Episode) -> None:
     for i, day in enumerate(days):
         obs, info = env.reset(seed=seed + i, options={"day": int(day), **policy.reset_options()})
         episode.days.append(int(day))
@@ -102,4 +117,3 @@ def run_policy(env: FleetEnv, policy: Policy, *, days: Sequence[int], seed: int,
             done = terminated or truncated
             if tick is not None:
                 tick(1)
-    return episode

@@ -52,6 +52,9 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
     """FleetEnv from the shared --scenario/--fleet/--workload/--availability/--prices options.
     With ``--fleet`` the env serves the fleet's own scaled workloads, and availability defaults
     to ``ample`` (the fleet's static caps, if it names any)."""
+    limit = getattr(args, "solver_time_limit", None)
+    if limit is not None:
+        extra = {"solver_time_limit": limit, **extra}
     try:
         active = activate_fleet(args)
         if active is not None:
@@ -79,6 +82,9 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prices", default=None, choices=PRICE_KINDS,
                    help="node prices (default: spot with spot availability, else on-demand)")
     p.add_argument("--forecaster", default="ets", help="naive, ets, sarimax, uc or auto")
+    p.add_argument("--solver-time-limit", type=float, default=None, metavar="SECONDS",
+                   help="time limit of each re-optimization's solve (default 20 s); a solve that hits it "
+                        "keeps its best plan found (counted as time_limited_solves) or holds the fleet")
     add_json(p)
 
 

@@ -48,8 +48,10 @@ def contest(out: Output, args: argparse.Namespace, learned: list[str], settings:
                         f"come from the grid (fixed:K@q, threshold:LOW:HIGH@q), so list only "
                         f"learned:<model uri> there")
     try:
+        limit = {"solver_time_limit": args.solver_time_limit} if args.solver_time_limit is not None else {}
         config = FleetConfig(scenario=args.scenario, workload=args.workload,
-                             availability=args.availability, prices=args.prices, forecaster=args.forecaster)
+                             availability=args.availability, prices=args.prices, forecaster=args.forecaster,
+                             **limit)
         st = settings
         v, t = st.validation_days, st.test_days
         grid_runs = (st.validation_seeds or st.seeds) * len(st.grid) * (v[1] - v[0] + 1)

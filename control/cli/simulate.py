@@ -29,12 +29,22 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     episodes: list[Episode] = []
     levels: dict[float, FleetEnv] = {}
-    for policy in policies:
-        with progress(f"simulate {policy.name}", len(day_list) * env.config.episode_steps) as advance:
-            at = env_at_level(env, policy, levels)  # fixed:K@q plans at q
-            episodes.append(run_policy(at, policy, days=day_list, seed=args.seed, tick=advance))
+    partial = False
+    try:
+        for policy in policies:
+            with progress(f"simulate {policy.name}", len(day_list) * env.config.episode_steps) as advance:
+                at = env_at_level(env, policy, levels)  # fixed:K@q plans at q
+                episodes.append(run_policy(at, policy, days=day_list, seed=args.seed, tick=advance))
+    except KeyboardInterrupt as exc:  # Ctrl-C: the totals of what ran, marked partial
+        partial = True
+        cut = getattr(exc, "partial_episode", None)
+        if cut is not None and cut.steps:
+            episodes.append(cut)
+        out.note(f"interrupted: partial totals of {len(episodes)} policy run(s), the last one cut after "
+                 f"{len(cut.steps) if cut is not None else 0} step(s)")
     results = {ep.policy: ep.totals() for ep in episodes}
     doc: dict[str, Any] = {
+        "partial": partial,
         "scenario": args.scenario, "fleet": args.fleet, "workload": args.workload, "days": day_list,
         "availability": env.config.availability, "prices": env.config.price_kind, "seed": args.seed,
         "models": list(env.models),
@@ -45,15 +55,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if len(episodes) == 1:
         doc["policy"] = episodes[0].policy
         doc["totals"] = doc["policies"][episodes[0].policy]["totals"]
-    out.result(results_table(f"{args.scenario} / {env.config.availability} / days {args.days}", results))
-    if args.plot:
+    title = f"{args.scenario} / {env.config.availability} / days {args.days}"
+    out.result(results_table(title + (" / PARTIAL (interrupted)" if partial else ""), results))
+    if args.plot and episodes:
         written = plot_episodes(episodes, env.models, Path(args.plot), policy=args.plot_policy,
                                 title=f"{args.scenario}, {env.config.availability} availability, "
                                       f"days {args.days}")
         doc["plot"] = str(written)
         out.note(f"plot written to {written}")
     out.json(doc)
-    return 0
+    return 130 if partial else 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -61,7 +72,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_env_options(p)
     p.add_argument("--days", default="11", help="days of the workload to simulate, e.g. 11-14 (from 4)")
     p.add_argument("--policy", default="fixed:1",
-                   help="fixed:K[@q], threshold[:LOW:HIGH][@q] (q a planning level), never or hindsight; "
+                   help="fixed:K[@q], threshold[:LOW:HIGH][@q] (q a planning level), grow:K[@q], never or "
+                        "hindsight; "
                         "several comma-separated")
     p.add_argument("--plot-policy", default=None, help="draw only this policy (default: one panel each)")
     p.add_argument("--seed", type=int, default=0, help="seed of availability offsets and preemptions")

@@ -38,3 +38,33 @@ def test_simulate_plot_with_an_unknown_format_exits_2_before_simulating(capsys: 
                                                                         tmp_path: Path) -> None:
     assert main(["simulate", "--policy", "never", "--plot", str(tmp_path / "p.xyz")]) == 2
     assert "--plot" in capsys.readouterr().err and not any(tmp_path.iterdir())
+
+
+def test_ctrl_c_prints_the_partial_totals(shared_data: object, tmp_path: Path) -> None:
+    """SIGINT to a real ``atoll simulate --json`` mid-run: exit 130, one JSON document with
+    ``"partial": true`` and the totals of the steps that ran."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-m", "atoll.control.cli", "simulate", "--scenario", "core",
+                             "--days", "11-14", "--policy", "hindsight", "--forecaster", "naive", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # progress lines off a terminal: the run is under way
+        line = proc.stderr.readline()
+        if "simulate hindsight" in line or not line:
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    doc = json.loads(out)
+    assert doc["partial"] is True
+    totals = doc["policies"]["hindsight"]["totals"]
+    assert 0 < totals["reoptimizations"] < 4 * 288 * 3 and totals["cost_usd"] > 0
+    assert "interrupted" in err
