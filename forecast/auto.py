@@ -97,9 +97,11 @@ class AutoForecaster(Forecaster):
     def fit(self, history: np.ndarray | pd.Series) -> Forecaster:
         y = check_history(history, self.season)
         self.strength = season_strength(y, self.season)
-        split = len(y) - 2 * self.season
+        # validate on the last two seasons, or on what is left after the two seasons every
+        # candidate needs to fit (three days of history, as the simulator's warm-up gives: one)
+        split = len(y) - min(2 * self.season, len(y) - 2 * self.season)
         self.scores = {}
-        for name in self.candidates():
+        for name in self.candidates() if len(y) - split >= HORIZON else ():
             f = FORECASTERS[name](self.season)
             try:
                 f.fit(y[:split])
@@ -110,6 +112,8 @@ class AutoForecaster(Forecaster):
                 errs.append(abs(y[i + HORIZON - 1] - f.forecast(HORIZON).mean[-1]))
                 f.update(y[i])
             self.scores[name] = float(np.mean(errs))
+        if not self.scores:  # no room to validate (two seasons exactly): the trivial baseline
+            self.scores = {"persistence": float("nan")}
         best = min(self.scores, key=self.scores.__getitem__)
         cheap = PLAIN_MODELS + SEASONAL_BASELINES + BASELINES
         live = {best, *(b for b in cheap if b in self.scores)}
