@@ -19,7 +19,7 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -28,12 +28,12 @@ import numpy as np
 from atoll.envs.arrivals import sample_counts, servegen_windows
 from atoll.envs.config import RESAMPLES
 from atoll.forecast.forecasters import FORECAST_VERSION, QUANTILES, ForecastError, make_forecaster
+from atoll.forecast.scaling import Scale, apply_scale, split_scale, with_scale
 from atoll.forecast.workloads import (
     DemandSeries,
     load_workload,
     n_model_groups,
     n_model_scenario,
-    scale_to_mean_rate,
 )
 from atoll.solvers.errors import InputError
 from atoll.solvers.paths import cache_root
@@ -207,39 +207,71 @@ def _read_cache(path: os.PathLike[str] | str, shapes: Sequence[tuple[int, ...]]
 @lru_cache(maxsize=8)
 def _named_series(workload: str, n_models: int, mean_rate: float, step_s: float, resample: str = "hold",
                   seed: int = 0) -> tuple[DemandSeries, ...]:
-    if workload == "servegen":
+    head, spec = split_scale(workload.strip()) if "," not in workload else (workload, None)
+    if head == "servegen":
+        # The scenario's definition: every client group at the scenario's mean rate, unless the
+        # workload asks otherwise (servegen@mean:R, servegen@factor:F, servegen@none).
         raw = n_model_scenario(n_models, step_s=step_s)
+        asked = spec is not None
+        spec = spec if spec is not None else Scale("mean", mean_rate)
+        factors = [spec.factor_for(float(np.mean(s.requests_per_s))) for s in raw]
+        if spec.kind != "none":
+            log.log(logging.WARNING if asked else logging.INFO,
+                    "servegen: %d client groups' requests/s scaled (%s%s)", len(raw), spec,
+                    "" if asked else ", the scenario's rate")
         if resample == "sampled":
             out = []
             groups = n_model_groups(n_models)
-            for i, ((source, members, name), hold) in enumerate(zip(groups, raw, strict=True)):
-                factor = mean_rate / float(np.mean(hold.requests_per_s))
+            for i, ((source, members, name), hold, factor) in enumerate(zip(groups, raw, factors,
+                                                                              strict=True)):
                 counts = sample_counts(servegen_windows(source), members, factor, step_s,
                                        np.random.default_rng([seed, i]))
                 n = min(len(counts), len(hold))
                 out.append(DemandSeries(name, step_s, counts[:n] / step_s, hold.input_tokens[:n],
                                         hold.output_tokens[:n]))
             return tuple(out)
-    else:
-        names = [w.strip() for w in workload.split(",") if w.strip()]
-        if len(names) != n_models:
-            raise DemandError(f"workload {workload!r} names {len(names)} series for {n_models} models; "
-                              f"give one per model (comma-separated) or use 'servegen'")
-        raw = [load_workload(n, step_s=step_s) for n in names]
-    return tuple(scale_to_mean_rate(s, mean_rate) for s in raw)
+        if spec.kind == "none":
+            return tuple(raw)
+        return tuple(replace(s, requests_per_s=s.requests_per_s * f)
+                     for s, f in zip(raw, factors, strict=True))
+    names = [w.strip() for w in workload.split(",") if w.strip()]
+    if len(names) != n_models:
+        raise DemandError(f"workload {workload!r} names {len(names)} series for {n_models} models; "
+                          f"give one per model (comma-separated) or use 'servegen'")
+    out = []
+    for name in names:
+        base, own = split_scale(name)
+        series = load_workload(base, step_s=step_s)
+        if own is not None:  # asked for
+            series = apply_scale(series, own, source=name)
+        elif not base.startswith("csv:"):  # a bundled trace takes the scenario's rate
+            series = apply_scale(series, Scale("mean", mean_rate), source=f"{name} (the scenario's rate)",
+                                 level=logging.INFO)
+        out.append(series)
+    return tuple(out)
 
 
 def workload_series(workload: str, models: Sequence[str], mean_rate: float, step_s: float, *,
-                    resample: str = "sampled", seed: int = 0) -> tuple[DemandSeries, ...]:
+                    resample: str = "sampled", seed: int = 0, scale: str | None = None
+                    ) -> tuple[DemandSeries, ...]:
     """The scenario's demand: ``servegen`` = ServeGen client groups (one per model, see
-    ``atoll.forecast.workloads.n_model_scenario``), or one workload name per model, comma-separated;
-    each scaled to ``mean_rate`` req/s over the whole trace (the Coral paper's 10 / 25 req/s).
+    ``atoll.forecast.workloads.n_model_scenario``), or one workload name per model, comma-separated.
+
+    Scaling: ``servegen`` and the bundled traces named in a list (``servegen:<model>``,
+    ``azure:<trace>``) are scaled to ``mean_rate`` req/s over the whole trace — the scenario's
+    definition (the Coral paper's 10 / 25 req/s), logged at INFO. A user's ``csv:`` file is
+    served as recorded unless asked: a name's own ``@mean:R`` / ``@factor:F`` / ``@none`` suffix,
+    else ``scale`` (the same spec for every name without one, as ``--scale`` passes it; it
+    replaces the scenario's rate too); what is applied on request is logged at WARNING (see
+    :mod:`atoll.forecast.scaling`).
 
     ``resample`` (``servegen`` only): ``sampled`` draws each step's requests from the clients'
     own arrival processes (:mod:`atoll.envs.arrivals`) with the generator seeded by ``seed``, at
     the scaled rates; ``hold`` repeats each 600 s window's rate in every step it covers (the
-    series before issue 13). Request logs (Azure, CSV) are already per request: both give the same.
+    series before issue 13). Request logs and counts files (Azure, CSV) are already counts per
+    step: both give the same.
     """
     if resample not in RESAMPLES:
         raise DemandError(f"resample must be one of {', '.join(RESAMPLES)}, got {resample!r}")
-    return _named_series(workload, len(models), float(mean_rate), float(step_s), resample, int(seed))
+    return _named_series(with_scale(workload, scale), len(models), float(mean_rate), float(step_s),
+                         resample, int(seed))

@@ -13,13 +13,15 @@ The parsing and validation of the file itself is :mod:`atoll.solvers.fleet`.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from atoll.envs.config import FleetConfig
-from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload, scale_to_mean_rate
+from atoll.forecast.scaling import Scale, apply_scale, split_scale
+from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
 from atoll.solvers.catalog import register_fleet_catalog
 from atoll.solvers.fleet import FleetFileError, FleetSpec, load_fleet
 from atoll.solvers.models import register_fleet_models
@@ -52,14 +54,20 @@ def _scaled(spec: FleetSpec, step_s: float) -> tuple[DemandSeries, ...]:
     out = []
     for w in spec.workloads:
         where = f"{spec.path}: workloads[{w.model!r}]"
+        if split_scale(w.source)[1] is not None and (w.mean_rate is not None or w.scale is not None):
+            raise FleetFileError(f"{where}: field 'source' {w.source!r} carries a scale and the entry "
+                                 f"gives 'scale' or 'mean_rate' too; give the scaling once")
         try:
             s = load_workload(w.source, step_s=step_s)
+            # the file's explicit scaling, logged at INFO (a fleet file is read by every command)
+            scale: Scale | None = None
+            if w.mean_rate is not None:
+                scale = Scale("mean", w.mean_rate)
+            elif w.scale is not None:
+                scale = Scale("factor", w.scale)
+            s = apply_scale(s, scale, source=f"{where}: {w.source}", level=logging.INFO)
         except (WorkloadError, FileNotFoundError, KeyError, ValueError) as exc:
             raise FleetFileError(f"{where}: field 'source' {w.source!r}: {exc}") from exc
-        if w.mean_rate is not None:
-            s = scale_to_mean_rate(s, w.mean_rate)
-        elif w.scale is not None:
-            s = replace(s, requests_per_s=s.requests_per_s * w.scale)
         out.append(replace(s, name=w.model))
     by_model = {s.name: s for s in out}
     return tuple(by_model[m] for m in spec.model_names)

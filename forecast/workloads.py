@@ -12,9 +12,14 @@ Sources (``../shared/data``, see each SOURCE.md):
   from the snapshot, or empty windows, are filled from the nearest window of the same client
   that has data (else the model-wide mean), and the fill is reported once per load.
 - Azure LLM inference 2023 (code, conv): one row per request, counted per step.
-- A CSV request log of the user's own: ``timestamp,model,input_tokens,output_tokens``.
+- A CSV file of the user's own, either a request log ``timestamp,model,input_tokens,
+  output_tokens`` (one row per request) or counts per interval ``timestamp,model,requests`` plus
+  mean or total input and output tokens (:mod:`atoll.forecast.counts`, streamed); the header
+  tells them apart.
 
-Workload names: ``servegen:<model>``, ``azure:code``, ``azure:conv``, ``csv:<path>[#model]``.
+Workload names: ``servegen:<model>``, ``azure:code``, ``azure:conv``, ``csv:<path>[#model]``,
+each optionally followed by ``@<scale>`` (``@mean:10``, ``@factor:2``, ``@none``; see
+:mod:`atoll.forecast.scaling`). :func:`load_workload` scales nothing unless asked.
 """
 
 from __future__ import annotations
@@ -383,10 +388,17 @@ def _pad(s: DemandSeries, n: int) -> DemandSeries:
 
 
 def load_workload(name: str, *, step_s: float = 300, data: Path | None = None,
-                  days: range | None = None) -> DemandSeries:
-    """``servegen:<model>``, ``azure:<trace>`` or ``csv:<path>#<model>``; ``days`` (1-based,
-    consecutive, e.g. ``range(8, 15)`` for days 8-14) cuts the series to those days."""
-    series = _load_named(name, step_s=step_s, data=data)
+                  days: range | None = None, scale: str | None = None) -> DemandSeries:
+    """``servegen:<model>``, ``azure:<trace>`` or ``csv:<path>#<model>`` (a request log or a
+    counts file), as recorded; ``days`` (1-based, consecutive, e.g. ``range(8, 15)`` for days
+    8-14) cuts the series to those days. Scaling only when asked: a ``@<scale>`` suffix on the
+    name, else ``scale`` (``mean:R``, ``factor:F`` or ``none``), applied to the whole series
+    before ``days`` cuts it and logged (:func:`atoll.forecast.scaling.apply_scale`)."""
+    from atoll.forecast.scaling import apply_scale, split_scale  # it imports this module
+
+    base, spec = split_scale(name)
+    series = _load_named(base, step_s=step_s, data=data)
+    series = apply_scale(series, spec if spec is not None else scale, source=name)
     if days is None:
         return series
     if len(days) == 0 or days.step != 1:
@@ -402,8 +414,10 @@ def _load_named(name: str, *, step_s: float, data: Path | None) -> DemandSeries:
     if kind == "azure":
         return load_azure(arg, step_s=step_s, data=data)
     if kind == "csv":
+        from atoll.forecast.counts import load_csv  # it imports this module
+
         path, _, model = arg.partition("#")
-        series = load_request_log(path, step_s=step_s)
+        series = load_csv(path, step_s=step_s)
         if not model:
             if len(series) != 1:
                 raise WorkloadError(f"{path} holds models {sorted(series)}; name one as csv:{path}#MODEL")
@@ -412,7 +426,8 @@ def _load_named(name: str, *, step_s: float, data: Path | None) -> DemandSeries:
             raise WorkloadError(f"model {model!r} not in {path}; it holds {sorted(series)}")
         return series[model]
     raise WorkloadError(f"unknown workload {name!r}; use servegen:<{'|'.join(SERVEGEN_MODELS)}>, "
-                        f"azure:<code|conv> or csv:<path>[#model]")
+                        f"azure:<code|conv> or csv:<path>[#model], optionally with @mean:R, "
+                        f"@factor:F or @none")
 
 
 LANGUAGE_MODELS: tuple[str, ...] = ("m-large", "m-mid", "m-small")

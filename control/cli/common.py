@@ -11,6 +11,7 @@ from atoll.envs.config import AVAILABILITY_KINDS, PRICE_KINDS, FleetConfig
 from atoll.envs.demand import DemandError
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.fleet_file import ActiveFleet, activate, fleet_config
+from atoll.forecast.scaling import with_scale
 from atoll.forecast.workloads import WorkloadError
 from atoll.solvers.errors import AtollError
 
@@ -61,7 +62,8 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
             config = fleet_config(active, days, availability=args.availability or "ample",
                                   prices=args.prices or "on-demand", forecaster=args.forecaster, **extra)
         else:
-            config = FleetConfig(scenario=args.scenario, workload=args.workload, days=days,
+            config = FleetConfig(scenario=args.scenario, workload=with_scale(args.workload, args.scale),
+                                 days=days,
                                  availability=args.availability or "spot", prices=args.prices,
                                  forecaster=args.forecaster, **extra)
         return FleetEnv(config)
@@ -82,6 +84,9 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prices", default=None, choices=PRICE_KINDS,
                    help="node prices (default: spot with spot availability, else on-demand)")
     p.add_argument("--forecaster", default="ets", help="naive, ets, sarimax, uc or auto")
+    p.add_argument("--scale", default=None, metavar="SPEC",
+                   help="scale every workload without its own @spec: mean:R (req/s), factor:F or none; "
+                        "csv: workloads are otherwise served as recorded")
     p.add_argument("--solver-time-limit", type=float, default=None, metavar="SECONDS",
                    help="time limit of each re-optimization's solve (default 20 s); a solve that hits it "
                         "keeps its best plan found (counted as time_limited_solves) or holds the fleet")

@@ -49,7 +49,9 @@ def contest(out: Output, args: argparse.Namespace, learned: list[str], settings:
                         f"learned:<model uri> there")
     try:
         limit = {"solver_time_limit": args.solver_time_limit} if args.solver_time_limit is not None else {}
-        config = FleetConfig(scenario=args.scenario, workload=args.workload,
+        from atoll.forecast.scaling import with_scale
+
+        config = FleetConfig(scenario=args.scenario, workload=with_scale(args.workload, args.scale),
                              availability=args.availability, prices=args.prices, forecaster=args.forecaster,
                              **limit)
         st = settings

@@ -113,3 +113,23 @@ def test_a_pool_trace_moves_the_simulators_availability(fleet_file: Path) -> Non
     assert caps.capacity(4 * 86400 - 300)[("aws:us-east-2", "1xL40S")] == 20
     assert caps.capacity(4 * 86400)[("aws:us-east-2", "1xL40S")] == 3
     assert caps.capacity(4 * 86400)[("aws:us-east-2", "4xL4")] == 10
+
+
+def test_the_fleets_scaling_is_logged_and_given_once(fleet_file: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="atoll"):
+        activate(fleet_file)
+    lines = sorted(r.getMessage() for r in caplog.records if "scaled by" in r.getMessage())
+    assert len(lines) == 2 and all(r.levelno == logging.INFO for r in caplog.records if "scaled by" in r.msg)
+    assert "workloads['Acme-8B']" in lines[0] and "scaled by factor:100: requests/s x100," in lines[0]
+    assert "workloads['Phi-4-14B']" in lines[1] and "scaled by mean:2:" in lines[1]
+    doc = yaml.safe_load(fleet_file.read_text())
+    doc["workloads"]["Acme-8B"]["source"] = "csv:requests.csv#acme-8b@mean:3"
+    fleet_file.write_text(yaml.safe_dump(doc))
+    with pytest.raises(FleetFileError, match=r"workloads\['Acme-8B'\].*give the scaling once"):
+        activate(fleet_file)
+    del doc["workloads"]["Acme-8B"]["scale"]
+    fleet_file.write_text(yaml.safe_dump(doc))
+    assert np.mean(activate(fleet_file).series[1].requests_per_s) == pytest.approx(3.0)
