@@ -1,9 +1,13 @@
 """Long fuzz run of the input paths (issue 18): the user catalog file loader, the /metrics parser
-path and the Prometheus API answer path, each through the same targets as the Hypothesis tests
-(tests/fuzz_targets.py). Prints one JSON document: per target, examples tried and the distinct
-unintended exceptions found (anything not an AtollError), with one example message each.
+path, the Prometheus API answer path and the fleet file loader, each through the same targets as
+the Hypothesis tests (tests/fuzz_targets.py). Prints one JSON document: per target, examples tried
+and the distinct unintended exceptions found (anything not an AtollError), with one example
+message each.
 
-    python benchmarks/fuzz.py [--examples 20000]
+    python benchmarks/fuzz.py [--examples 20000] [--targets fleet_file,metrics_page]
+
+``--targets`` runs only the named targets (default: all); merging a partial run's figures into
+benchmarks/results/fuzz.json is left to the caller.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from fuzz_targets import (  # noqa: E402
     CatalogTarget,
+    FleetTarget,
     bodies,
     catalog_inputs,
+    fleet_inputs,
     metrics_target,
     pages,
     prometheus_target,
@@ -34,7 +40,8 @@ from hypothesis import strategies as st  # noqa: E402
 from atoll.solvers.errors import AtollError  # noqa: E402
 
 
-def run(name: str, strategy: st.SearchStrategy[Any], target: Any, examples: int) -> dict[str, Any]:
+def run(name: str, strategy: st.SearchStrategy[Any], target: Any, examples: int,
+        extra: Any = None) -> dict[str, Any]:
     tried = [0]
     expected = [0]
     found: dict[str, str] = {}
@@ -56,24 +63,47 @@ def run(name: str, strategy: st.SearchStrategy[Any], target: Any, examples: int)
     t = time.perf_counter()
     check()
     print(f"{name}: {tried[0]} examples, {len(found)} unintended", file=sys.stderr, flush=True)
-    return {"examples": tried[0], "project_errors": expected[0], "unintended_exceptions": len(found),
-            "unintended": found, "seconds": round(time.perf_counter() - t, 1)}
+    out = {"examples": tried[0], "project_errors": expected[0], "unintended_exceptions": len(found),
+           "unintended": found, "seconds": round(time.perf_counter() - t, 1)}
+    return out | (extra() if extra else {})
+
+
+def catalog_user_file(examples: int) -> dict[str, Any]:
+    catalog = CatalogTarget()
+    return run("catalog", st.tuples(catalog_inputs, st.sampled_from([".yaml", ".toml"])),
+               lambda v: catalog(*v), examples)
+
+
+def metrics_page(examples: int) -> dict[str, Any]:
+    return run("metrics", st.lists(pages, min_size=1, max_size=3), metrics_target, examples)
+
+
+def prometheus_answer(examples: int) -> dict[str, Any]:
+    return run("prometheus", st.tuples(bodies, bodies, bodies), prometheus_target, examples)
+
+
+def fleet_file(examples: int) -> dict[str, Any]:
+    # Fleets whose workloads are request logs or ServeGen traces (read once, then cached) are
+    # also activated; Azure traces are left to the loader alone (slow to read).
+    fleet = FleetTarget(activate_kinds=("csv", "servegen"))
+    return run("fleet_file", fleet_inputs, fleet, examples,
+               extra=lambda: {"loaded": fleet.loaded, "activated": fleet.activated})
+
+
+TARGETS = {f.__name__: f for f in (catalog_user_file, metrics_page, prometheus_answer, fleet_file)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--examples", type=int, default=20_000)
+    parser.add_argument("--targets", default=",".join(TARGETS),
+                        help=f"comma-separated targets to run (default all: {', '.join(TARGETS)})")
     args = parser.parse_args()
-    catalog = CatalogTarget()
-    out = {
-        "catalog_user_file": run("catalog", st.tuples(catalog_inputs, st.sampled_from([".yaml", ".toml"])),
-                                 lambda v: catalog(*v), args.examples),
-        "metrics_page": run("metrics", st.lists(pages, min_size=1, max_size=3), metrics_target,
-                            args.examples),
-        "prometheus_answer": run("prometheus", st.tuples(bodies, bodies, bodies), prometheus_target,
-                                 args.examples),
-    }
-    print(json.dumps(out, indent=2))
+    names = [n.strip() for n in args.targets.split(",") if n.strip()]
+    unknown = [n for n in names if n not in TARGETS]
+    if unknown or not names:
+        parser.error(f"unknown target(s) {unknown}; valid: {', '.join(TARGETS)}")
+    print(json.dumps({n: TARGETS[n](args.examples) for n in names}, indent=2))
 
 
 if __name__ == "__main__":

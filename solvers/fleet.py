@@ -89,9 +89,12 @@ def _pool_trace(path: Path, where: str, file: Path) -> PoolTrace:
     """Read a pool's CSV (header ``time_s,nodes``; times from 0, increasing; whole nodes >= 0)."""
     try:
         lines = file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise _fail(path, where, f"trace file {file} is not UTF-8 text (byte {exc.start}); give a CSV with "
+                                 f"columns time_s,nodes") from None
     except OSError as exc:
-        raise _fail(path, where, f"trace file {file} cannot be read ({exc}); give a CSV with columns "
-                                 f"time_s,nodes") from None
+        raise _fail(path, where, f"trace file {file} cannot be read ({exc.strerror or exc}); give a CSV "
+                                 f"with columns time_s,nodes") from None
     if not lines or [c.strip() for c in lines[0].split(",")] != ["time_s", "nodes"]:
         raise _fail(path, where, f"{file}: line 1 must be the header 'time_s,nodes'")
     times: list[float] = []
@@ -164,15 +167,30 @@ def _fail(path: Path, where: str, msg: str) -> FleetFileError:
     return FleetFileError(f"{path}: {where}: {msg}")
 
 
+def _show(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a message quotes what the file said, not all of it)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
+def _unknown(keys: Any, allowed: set[str]) -> list[Any]:
+    """The keys not in ``allowed``, sorted (keys of any type: YAML allows numbers, null, dates)."""
+    return sorted(set(keys) - allowed, key=lambda k: (not isinstance(k, str), str(k)))
+
+
 def _number(path: Path, where: str, field_: str, value: Any, *, integer: bool = False,
             minimum: float = 0.0, strict: bool = False) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    ok = not isinstance(value, bool) and isinstance(value, int | float)
+    try:
+        ok = ok and math.isfinite(value)  # an integer too large for a float overflows
+    except OverflowError:
+        ok = False
     if ok and integer:
         ok = float(value).is_integer()
     if not ok or value < minimum or (strict and value <= minimum):
         kind = "a whole number" if integer else "a number"
         bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
-        raise _fail(path, where, f"field '{field_}' must be {kind} {bound}, got {value!r}")
+        raise _fail(path, where, f"field '{field_}' must be {kind} {bound}, got {_show(value)}")
     return float(value)
 
 
@@ -182,27 +200,46 @@ def _mapping(path: Path, where: str, value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def _list(path: Path, where: str, value: Any, what: str) -> list[Any]:
+    """An optional list: absent or null is empty; anything else but a list is an error."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _fail(path, where, f"must be a list ({what}), got {type(value).__name__}")
+    return value
+
+
 def _build(cls: type, entry: dict[str, Any], path: Path, where: str) -> Any:
+    bad_keys = [k for k in entry if not isinstance(k, str)]
+    if bad_keys:
+        raise _fail(path, where, f"field names must be text, got {_show(bad_keys[0])} "
+                                 f"({type(bad_keys[0]).__name__})")
     kwargs = dict(entry)
     if cls is ModelSpec:
         slo = kwargs.pop("slo", None)
         if not isinstance(slo, dict) or set(slo) != {"ttft_ms", "tpot_ms"}:
             raise _fail(path, where, "field 'slo' must be a mapping with ttft_ms and tpot_ms (milliseconds)")
-        kwargs["aliases"] = tuple(kwargs.get("aliases", ()))
+        aliases = kwargs.get("aliases", [])
+        if isinstance(aliases, str):  # `aliases: acme` is one alias, not four one-letter ones
+            aliases = [aliases]
+        if not isinstance(aliases, list) or not all(isinstance(a, str) and a.strip() for a in aliases):
+            raise _fail(path, where, f"field 'aliases' must be a name or a list of names, "
+                                     f"got {_show(aliases)}")
+        kwargs["aliases"] = tuple(aliases)
     allowed = {f.name for f in fields(cls)}
     required = sorted(f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
                       and f.name != "slo")
     missing = [n for n in required if n not in kwargs]
     if missing:
         raise _fail(path, where, f"missing field(s) {missing}")
-    extra = sorted(set(kwargs) - allowed)
+    extra = _unknown(kwargs, allowed)
     if extra:
         raise _fail(path, where, f"unknown field(s) {extra}; valid: {sorted(allowed)}")
     try:
         if cls is ModelSpec:
             kwargs["slo"] = Slo(**slo)
         return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, ArithmeticError) as exc:
         raise _fail(path, where, str(exc)) from exc
 
 
@@ -219,16 +256,24 @@ def _models(path: Path, raw: Any) -> tuple[list[ModelSpec], list[ModelSpec]]:
             except UnknownNameError as exc:
                 raise _fail(path, where, f"{exc.args[0]}; or give a full definition with an slo") from None
         elif isinstance(entry, dict):
-            where = f"models[{i}] ({entry.get('name', '?')!r})"
+            where = f"models[{i}] ({_show(entry.get('name', '?'))})"
             model = _build(ModelSpec, entry, path, where)
             out.append(model)
             user.append(model)
         else:
-            raise _fail(path, where, f"must be a model name or a mapping, got {entry!r}")
+            raise _fail(path, where, f"must be a model name or a mapping, got {_show(entry)}")
     names = [m.name for m in out]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise _fail(path, "models", f"lists {dup[0]!r} twice")
+    seen: dict[str, int] = {}  # a name or alias (any case) -> the entry it belongs to
+    for i, m in enumerate(out):
+        for n in (m.name, *m.aliases):
+            first = seen.setdefault(n.lower(), i)
+            if first != i:
+                raise _fail(path, f"models[{i}] ({m.name!r})", f"the name {n!r} is already used by "
+                                                               f"models[{first}] ({out[first].name!r}); "
+                                                               f"give each model its own names")
     return out, user
 
 
@@ -243,11 +288,16 @@ def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]) -> list[Offer]:
         name = region.get("name")
         if not isinstance(name, str) or ":" not in name:
             raise _fail(path, where, f"field 'name' must look like 'cloud:region' (e.g. aws:us-east-2), "
-                                     f"got {name!r}")
-        where = f"regions[{i}] ({name!r})"
-        extra = sorted(set(region) - {"name", "catalog", "gpu_types", "offers"})
+                                     f"got {_show(name)}")
+        where = f"regions[{i}] ({_show(name)})"
+        extra = _unknown(region, {"name", "catalog", "gpu_types", "offers"})
         if extra:
             raise _fail(path, where, f"unknown field(s) {extra}; valid: catalog, gpu_types, name, offers")
+        if not isinstance(region.get("catalog", False), bool):
+            raise _fail(path, where, f"field 'catalog' must be true or false, got {_show(region['catalog'])}")
+        if "gpu_types" in region and not region.get("catalog"):
+            raise _fail(path, where, "field 'gpu_types' picks the catalog's offers; it needs 'catalog: true'")
+        own = _list(path, f"{where} field 'offers'", region.get("offers"), "config, on_demand, spot")
         if region.get("catalog"):
             if name not in catalog.regions:
                 raise _fail(path, where, f"field 'name': the catalog has no region {name!r}; valid: "
@@ -255,7 +305,8 @@ def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]) -> list[Offer]:
             wanted = region.get("gpu_types")
             if wanted is not None and not (isinstance(wanted, list)
                                            and all(isinstance(g, str) for g in wanted)):
-                raise _fail(path, where, f"field 'gpu_types' must be a list of GPU names, got {wanted!r}")
+                raise _fail(path, where, f"field 'gpu_types' must be a list of GPU names, "
+                                         f"got {_show(wanted)}")
             for g in wanted or ():
                 if g not in catalog.gpus:
                     raise _fail(path, where, f"field 'gpu_types': unknown GPU type {g!r}; valid: "
@@ -265,27 +316,27 @@ def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]) -> list[Offer]:
             if not sold:
                 raise _fail(path, where, f"the catalog sells none of {wanted} in {name}")
             out.extend(sold)
-        for j, o in enumerate(region.get("offers") or ()):
+        for j, o in enumerate(own):
             w = f"{where} offers[{j}]"
             o = _mapping(path, w, o, "config, on_demand, spot")
-            extra = sorted(set(o) - {"config", "on_demand", "spot"})
+            extra = _unknown(o, {"config", "on_demand", "spot"})
             if extra:
                 raise _fail(path, w, f"unknown field(s) {extra}; valid: config, on_demand, spot")
             cfg = o.get("config")
             m = _CONFIG.fullmatch(cfg) if isinstance(cfg, str) else None
-            if not m or int(m.group(1)) not in NODE_GPU_COUNTS:
+            if not m or m.group(1) not in {str(n) for n in NODE_GPU_COUNTS}:
                 raise _fail(path, w, f"field 'config' must be '<count>x<GPU>' with count in "
                                      f"{NODE_GPU_COUNTS}, "
-                                     f"got {cfg!r}")
+                                     f"got {_show(cfg)}")
             if m.group(2) not in gpus:
-                raise _fail(path, w, f"field 'config': unknown GPU type {m.group(2)!r}; add it under 'gpus' "
-                                     f"or use one of {', '.join(gpus)}")
+                raise _fail(path, w, f"field 'config': unknown GPU type {_show(m.group(2))}; add it under "
+                                     f"'gpus' or use one of {', '.join(gpus)}")
             if "on_demand" not in o:
                 raise _fail(path, w, "missing field 'on_demand' ($/node-hour)")
             od = _number(path, w, "on_demand", o["on_demand"], strict=True)
             spot = None if o.get("spot") is None else _number(path, w, "spot", o["spot"], strict=True)
             out.append(Offer(name, str(cfg), od, spot, "fleet-file"))
-        if not region.get("catalog") and not region.get("offers"):
+        if not region.get("catalog") and not own:
             raise _fail(path, where, "needs 'catalog: true' or a list of 'offers'")
     cells = [(o.region, o.config) for o in out]
     dup = sorted({c for c in cells if cells.count(c) > 1})
@@ -298,7 +349,7 @@ def _cell(path: Path, where: str, key: Any, cells: set[tuple[str, str]]) -> tupl
     region, sep, cfg = str(key).rpartition("/")
     if not sep or (region, cfg) not in cells:
         valid = ", ".join(f"{r}/{c}" for r, c in sorted(cells))
-        raise _fail(path, where, f"{key!r} is not an offered region/config; valid: {valid}")
+        raise _fail(path, where, f"{_show(key)} is not an offered region/config; valid: {valid}")
     return region, cfg
 
 
@@ -322,29 +373,43 @@ def load_fleet(path: Path | str) -> FleetSpec:
     """Parse and validate a fleet file (see the module docstring); a bare bundled name
     (``core``, ``extended``) loads the shipped file."""
     path = resolve_fleet(path)
+    if path.is_dir():
+        raise FleetFileError(f"{path}: is a folder; pass the path of a fleet YAML file")
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise FleetFileError(f"{path}: file not found; pass the path of a fleet YAML file or a bundled "
                              f"fleet's name ({', '.join(bundled_fleets())})") from None
-    except (OSError, yaml.YAMLError) as exc:
-        raise FleetFileError(f"{path}: cannot be read as YAML ({exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise FleetFileError(f"{path}: not a text file (byte {exc.start} is not UTF-8); pass a fleet YAML "
+                             f"file") from None
+    except OSError as exc:
+        raise FleetFileError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    try:
+        doc = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError, ValueError, ArithmeticError) as exc:
+        # PyYAML raises ValueError for timestamps such as 2024-13-01, RecursionError when nested too deep
+        raise FleetFileError(f"{path}: cannot be read as YAML ({exc or type(exc).__name__})") from exc
     doc = _mapping(path, "top level", doc, f"keys {', '.join(TOP_KEYS)}")
-    extra = sorted(set(doc) - set(TOP_KEYS))
+    extra = _unknown(doc, set(TOP_KEYS))
     if extra:
-        raise _fail(path, "top level", f"unknown key {extra[0]!r}; valid keys: {', '.join(TOP_KEYS)}")
+        raise _fail(path, "top level", f"unknown key {_show(extra[0])}; valid keys: {', '.join(TOP_KEYS)}")
     name = doc.get("name")
     if not isinstance(name, str) or len(name) > 40 or not _NAME.fullmatch(name):
-        raise _fail(path, "name", f"must be lowercase letters, digits and '-' (<= 40), got {name!r}")
+        raise _fail(path, "name", f"must be lowercase letters, digits and '-' (<= 40), got {_show(name)}")
     runtime = doc.get("runtime", DEPLOY_RUNTIME)
     if runtime not in RUNTIMES:
-        raise _fail(path, "runtime", f"must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+        raise _fail(path, "runtime", f"must be one of {', '.join(RUNTIMES)}, got {_show(runtime)}")
     gpus = dict(load_catalog().gpus)
-    user_gpus = []
-    for i, entry in enumerate(doc.get("gpus") or ()):
+    user_gpus: list[GpuType] = []
+    for i, entry in enumerate(_list(path, "gpus", doc.get("gpus"), "GPU types the catalog lacks")):
         where = f"gpus[{i}]"
         g = _build(GpuType, _mapping(path, where, entry, "fields of a GPU type"), path,
-                   f"{where} ({entry.get('name', '?')!r})")
+                   f"{where} ({_show(entry.get('name', '?'))})")
+        first = next((j for j, u in enumerate(user_gpus) if u.name.lower() == g.name.lower()), None)
+        if first is not None:
+            raise _fail(path, f"{where} ({g.name!r})", f"the name {g.name!r} is already used by "
+                                                       f"gpus[{first}]; give each GPU type its own name")
         user_gpus.append(g)
         gpus[g.name] = g
     models, user_models = _models(path, doc.get("models"))
@@ -354,40 +419,45 @@ def load_fleet(path: Path | str) -> FleetSpec:
     pool_traces: list[tuple[tuple[str, str], PoolTrace]] = []
     if doc.get("availability") is not None:
         av = _mapping(path, "availability", doc["availability"], "static and/or traces")
-        extra = sorted(set(av) - {"static", "traces"})
+        extra = _unknown(av, {"static", "traces"})
         if extra:
-            raise _fail(path, "availability", f"unknown key {extra[0]!r}; valid: static, traces")
+            raise _fail(path, "availability", f"unknown key {_show(extra[0])}; valid: static, traces")
         availability = {}
         static = _mapping(path, "availability.static", av.get("static") or {}, "region/config: nodes")
         for key, n in static.items():
-            where = f"availability.static[{key!r}]"
+            where = f"availability.static[{_show(key)}]"
             availability[_cell(path, where, key, cells)] = int(_number(path, where, "nodes", n, integer=True))
         traces = _mapping(path, "availability.traces", av.get("traces") or {}, "region/config: CSV file")
         for key, file in traces.items():
-            where = f"availability.traces[{key!r}]"
+            where = f"availability.traces[{_show(key)}]"
             cell = _cell(path, where, key, cells)
             if cell in availability:
                 raise _fail(path, where, "this pool also has a static count; give one or the other")
-            pool_traces.append((cell, _pool_trace(path, where, path.parent / str(file))))
+            if not isinstance(file, str) or not file.strip() or "\x00" in file:
+                raise _fail(path, where, f"must be the path of a CSV file (time_s,nodes), got {_show(file)}")
+            pool_traces.append((cell, _pool_trace(path, where, path.parent / file)))
     workloads = []
     raw_w = _mapping(path, "workloads", doc.get("workloads"), "model name: {source, scale | mean_rate}")
     names = [m.name for m in models]
+    by_name = {n.lower(): m.name for m in models for n in (m.name, *m.aliases)}  # unique: see _models
+    keys: dict[str, Any] = {}  # model -> the workloads key naming it
     for key, entry in raw_w.items():
-        where = f"workloads[{key!r}]"
-        try:
-            model = get_model(str(key), user_models).name
-        except UnknownNameError:
-            model = str(key)
-        if model not in names:
+        where = f"workloads[{_show(key)}]"
+        model = by_name.get(str(key).lower())
+        if model is None:
             raise _fail(path, where, f"names no model of this fleet; models: {', '.join(names)}")
+        if model in keys:
+            raise _fail(path, where, f"model {model!r} already has a workload (under {_show(keys[model])}); "
+                                     f"give one per model")
+        keys[model] = key
         entry = _mapping(path, where, entry, "source and optional scale or mean_rate")
-        extra = sorted(set(entry) - {"source", "scale", "mean_rate"})
+        extra = _unknown(entry, {"source", "scale", "mean_rate"})
         if extra:
             raise _fail(path, where, f"unknown field(s) {extra}; valid: mean_rate, scale, source")
         source = entry.get("source")
-        if not isinstance(source, str) or ":" not in source:
+        if not isinstance(source, str) or ":" not in source or "\x00" in source:
             raise _fail(path, where, f"field 'source' must be a workload such as 'csv:requests.csv#model', "
-                                     f"'servegen:m-large' or 'azure:code', got {source!r}")
+                                     f"'servegen:m-large' or 'azure:code', got {_show(source)}")
         if source.startswith("csv:"):
             file, sep, sub = source[4:].partition("#")
             source = f"csv:{(path.parent / file).resolve()}{sep}{sub}"

@@ -18,7 +18,11 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{owner}: field '{name}' must be a number, got {value!r}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        finite = False
+    if not finite or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{owner}: field '{name}' must be finite and {bound}, got {value!r}")
 

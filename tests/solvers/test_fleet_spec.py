@@ -137,3 +137,103 @@ def test_pool_traces_parse_and_their_errors_name_the_line(tmp_path: Path) -> Non
         where = r"availability.traces\['aws:us-east-2/4xL4'\]: .*"
         with pytest.raises(FleetFileError, match=where + message):
             load_fleet(write(tmp_path, doc))
+
+
+
+# Found by the fleet file fuzz target (tests/test_fuzz_inputs.py): each of these ended in a bare
+# traceback (UnicodeDecodeError, ValueError, TypeError, OverflowError) or was read wrongly in silence.
+CORE = (Path(__file__).resolve().parents[2] / "solvers" / "data" / "fleets" / "core.yaml").read_text()
+BIG = "9" * 400
+MI = "hbm_bandwidth_gbs: 1, bf16_tflops: 1, link_gbs: 1"
+POOL = "availability: {traces: {'aws:us-east-2/1xL4': %s}}\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (b"\xff\xfename: x\n", r"not a text file \(byte 0 is not UTF-8\)"),
+    ("name: 2024-13-01\n", r"cannot be read as YAML \(month must be in 1..12\)"),
+    ("rho: !!int twelve\n", r"cannot be read as YAML \(invalid literal for int"),
+    ("[" * 5000, r"cannot be read as YAML"),
+    ("1: a\nx: b\n", r"top level: unknown key 'x'; valid keys"),  # keys of two types: sorting them failed
+    (CORE + "gpus: 5\n", r"gpus: must be a list \(GPU types the catalog lacks\), got int"),
+    (CORE + "gpus: [{1: a, name: X}]\n", r"gpus\[0\] \('X'\): field names must be text, got 1 \(int\)"),
+    (CORE + f"gpus: [{{name: X, memory_gb: {BIG}, {MI}}}]\n",
+     r"gpus\[0\] \('X'\): GpuType 'X': field 'memory_gb' must be finite and > 0"),
+    (CORE + f"rho: {BIG}\n", r"rho: field 'rho' must be a number > 0, got 9{77}\.\.\."),
+    (CORE + f"n_max: {BIG}\n", r"n_max: field 'n_max' must be a whole number >= 1"),
+    (CORE + f"availability: {{static: {{'aws:us-east-2/1xL4': {BIG}}}}}\n",
+     r"availability.static\['aws:us-east-2/1xL4'\]: field 'nodes' must be a whole number"),
+    (CORE + POOL % '"a\\0b"', r"traces\['aws:us-east-2/1xL4'\]: must be the path of a CSV file .*'a\\x00b'"),
+    (CORE + POOL % "7", r"traces\['aws:us-east-2/1xL4'\]: must be the path of a CSV file"),
+    (CORE + POOL % "pool.csv", r"traces\['aws:us-east-2/1xL4'\]: trace file .*pool.csv is not UTF-8 text"),
+])
+def test_hostile_fleet_files_give_errors_naming_the_file(tmp_path: Path, text: str | bytes,
+                                                         message: str) -> None:
+    path = tmp_path / "fleet.yaml"
+    (tmp_path / "pool.csv").write_bytes(b"\xfftime_s,nodes\n")
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    with pytest.raises(FleetFileError, match=message) as info:
+        load_fleet(path)
+    assert str(info.value).startswith(f"{path}: ")
+
+
+def _edit(doc: dict[str, Any], where: str, key: Any, value: Any) -> dict[str, Any]:
+    """``doc`` with ``value`` set under ``key`` in the entry at ``where`` (dotted, as ``changed``)."""
+    cur: Any = doc
+    for p in where.split("."):
+        cur = cur[int(p)] if isinstance(cur, list) else cur[p]
+    cur[key] = value
+    return doc
+
+
+ACME_GPU = {"name": "mi300x", "memory_gb": 1, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1, "link_gbs": 1}
+
+
+@pytest.mark.parametrize(("where", "key", "value", "message"), [
+    ("regions.0", "offers", 5, r"regions\[0\] \('aws:us-east-2'\) field 'offers': must be a list"),
+    ("regions.0", "catalog", "false",
+     r"regions\[0\] \('aws:us-east-2'\): field 'catalog' must be true or false, got 'false'"),
+    ("regions.1", "gpu_types", ["L4"],
+     r"regions\[1\] \('lab:rack-1'\): field 'gpu_types' .* needs 'catalog: true'"),
+    ("regions.1.offers.0", "config", "9" * 5000 + "xMI300X",
+     r"offers\[0\]: field 'config' must be '<count>x<GPU>'.*got '9{60}"),
+    ("workloads.Phi-4-14B", "source", "csv:log\0.csv",
+     r"workloads\['Phi-4-14B'\]: field 'source' must be a workload"),
+    ("workloads", "phi-4", {"source": "servegen:m-mid"},
+     r"workloads\['phi-4'\]: model 'Phi-4-14B' already has a workload \(under 'Phi-4-14B'\)"),
+    ("models.1", "aliases", 5,
+     r"models\[1\] \('Acme-8B'\): field 'aliases' must be a name or a list of names, got 5"),
+    ("models.1", "aliases", [None], r"models\[1\] \('Acme-8B'\): field 'aliases' must be a name or a list"),
+    ("models.1", "aliases", ["phi-4"],
+     r"models\[1\] \('Acme-8B'\): the name 'phi-4' is already used by models\[0\] \('Phi-4-14B'\)"),
+    ("models.1", "name", "phi-4-14b",
+     r"models\[1\] \('phi-4-14b'\): the name 'phi-4-14b' is already used by models\[0\]"),
+    ("gpus", 1, ACME_GPU, r"gpus\[1\] \('mi300x'\): the name 'mi300x' is already used by gpus\[0\]"),
+    ("models.1", 3, 1, r"models\[1\] \('Acme-8B'\): field names must be text, got 3 \(int\)"),
+])
+def test_fuzz_found_mistakes_name_the_file_entry_and_field(tmp_path: Path, where: str, key: Any, value: Any,
+                                                           message: str) -> None:
+    doc = yaml.safe_load(yaml.safe_dump(BASE))
+    if where == "gpus":
+        doc["gpus"].append(value)
+    else:
+        _edit(doc, where, key, value)
+    file = write(tmp_path, doc)
+    with pytest.raises(FleetFileError, match=message) as info:
+        load_fleet(file)
+    assert str(file) in str(info.value)
+
+
+def test_a_single_alias_is_one_alias_and_workloads_may_name_a_model_by_it(tmp_path: Path) -> None:
+    doc = changed("models.1.aliases", "acme")
+    doc["workloads"]["acme"] = doc["workloads"].pop("Acme-8B")
+    spec = load_fleet(write(tmp_path, doc))
+    assert spec.user_models[0].aliases == ("acme",)  # not ('a', 'c', 'm', 'e')
+    assert {w.model for w in spec.workloads} == {"Phi-4-14B", "Acme-8B"}
+
+
+def test_a_folder_is_not_a_fleet_file(tmp_path: Path) -> None:
+    with pytest.raises(FleetFileError, match="is a folder"):
+        load_fleet(tmp_path)
