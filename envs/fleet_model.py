@@ -143,11 +143,13 @@ class FleetModel:
     def node_hours(self, state: FleetState, seconds: float) -> tuple[float, float]:
         """(node-hours, of which on-demand) held over the next ``seconds``, billed as :meth:`cost`."""
         total = on_demand = 0.0
+        # without the hedged market's tiers every node is bought at the config's price kind
+        all_spot = self.config.availability != "hedged" and self.config.price_kind == "spot"
         for key, n, span in self._billed(state, seconds):
             t = self.templates[key]
             hours = n * sum(k for _, k in t.nodes) * span / 3600.0
             total += hours
-            if split_tier(t.region)[1] == "on-demand":
+            if not all_spot and split_tier(t.region)[1] == "on-demand":
                 on_demand += hours
         return total, on_demand
 
