@@ -107,6 +107,12 @@ class TrainSettings:
     eval_every: int = 0
     patience: int = 3
 
+    @property
+    def ppo_steps(self) -> int:
+        """Env steps PPO takes: ``timesteps`` rounded up to whole rollouts of ``n_steps x n_envs``."""
+        rollout = self.n_steps * self.n_envs
+        return -(-self.timesteps // rollout) * rollout
+
     def __post_init__(self) -> None:
         for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "bootstrap_epochs",
                      "demand_seeds", "patience"):

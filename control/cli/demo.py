@@ -29,7 +29,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = output_for(args)
     train_days, eval_days = parse_days(args.train_days), parse_days(args.eval_days)
     config, settings = train_config(args, train_days, args.timesteps, seed=0)
-    with progress("training", settings.bootstrap_steps + settings.timesteps) as advance:
+    with progress("training", settings.bootstrap_steps + settings.ppo_steps) as advance:
         trained = train_or_reuse(config, settings, retrain=args.retrain, tick=advance)
     if trained["reused"]:
         out.note(f"reusing the policy run {trained['run_id']} trained with the same settings: "

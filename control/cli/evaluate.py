@@ -34,11 +34,22 @@ def evaluate(out: Output, args: argparse.Namespace, days: tuple[int, int], specs
     return result
 
 
+def contest_config(args: argparse.Namespace) -> Any:
+    """The contest's FleetConfig from the shared env options, with make_env's defaults (spot
+    availability when none is given)."""
+    from atoll.envs.config import FleetConfig
+    from atoll.forecast.scaling import with_scale
+
+    limit = {"solver_time_limit": args.solver_time_limit} if args.solver_time_limit is not None else {}
+    return FleetConfig(scenario=args.scenario, workload=with_scale(args.workload, args.scale),
+                       availability=args.availability or "spot", prices=args.prices,
+                       forecaster=args.forecaster, **limit)
+
+
 def contest(out: Output, args: argparse.Namespace, learned: list[str], settings: Any,
             run_name: str = "contest", tags: dict[str, str] | None = None) -> dict[str, Any]:
     """Run and log the contest (rule grid on validation days, frontier vs ``learned`` on test
     days) and show the test-day table and the headline (shared with ``atoll demo``)."""
-    from atoll.envs.config import FleetConfig
     from atoll.training.contest import frontier_note
     from atoll.training.tracking import contest_run, short_name
 
@@ -48,12 +59,7 @@ def contest(out: Output, args: argparse.Namespace, learned: list[str], settings:
                         f"come from the grid (fixed:K@q, threshold:LOW:HIGH@q), so list only "
                         f"learned:<model uri> there")
     try:
-        limit = {"solver_time_limit": args.solver_time_limit} if args.solver_time_limit is not None else {}
-        from atoll.forecast.scaling import with_scale
-
-        config = FleetConfig(scenario=args.scenario, workload=with_scale(args.workload, args.scale),
-                             availability=args.availability, prices=args.prices, forecaster=args.forecaster,
-                             **limit)
+        config = contest_config(args)
         st = settings
         v, t = st.validation_days, st.test_days
         grid_runs = (st.validation_seeds or st.seeds) * len(st.grid) * (v[1] - v[0] + 1)

@@ -28,7 +28,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     out = output_for(args)
     config, settings = train_config(args, parse_days(args.train_days), args.timesteps, args.seed)
-    with progress("training", settings.bootstrap_steps + settings.timesteps) as advance:
+    with progress("training", settings.bootstrap_steps + settings.ppo_steps) as advance:
         run = train_run(config, settings, tick=advance)
     out.result(f"run_id     {run['run_id']}\nmodel_uri  {run['model_uri']}\nregistered {run['registered']}")
     out.json(run)

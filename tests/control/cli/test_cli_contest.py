@@ -25,3 +25,17 @@ def test_contest_bad_input_exits_2_and_leaves_no_run(capsys: pytest.CaptureFixtu
     assert code == 2 and message in json.loads(captured.out)["error"]["message"]
     assert "Traceback" not in captured.err
     assert list(MlflowClient().search_runs([configure()])) == []
+
+
+def test_the_contest_takes_the_simulators_default_availability() -> None:
+    """``atoll demo`` and ``evaluate --rules grid`` without --availability failed with
+    "field 'availability' ... got None" after training (the option's default moved to make_env)."""
+    from atoll.control.cli import build_parser
+    from atoll.control.cli.evaluate import contest_config
+
+    for argv in (["demo"], ["evaluate", "--rules", "grid"]):
+        args = build_parser().parse_args(argv)
+        assert contest_config(args).availability == "spot"
+    args = build_parser().parse_args(["demo", "--availability", "hedged", "--solver-time-limit", "3"])
+    config = contest_config(args)
+    assert config.availability == "hedged" and config.solver_time_limit == 3
