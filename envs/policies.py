@@ -111,11 +111,8 @@ class Threshold:
 
 
 @dataclass
-class GrowEvery:
-    n_models: int
-    every: int
-    name: str = ""
-    planning_quantile: float | None = None
+class GrowEvery(FixedInterval):
+    """``grow:K``: FixedInterval's schedule for the full re-plans, a grow at every other step."""
 
     def __post_init__(self) -> None:
         if self.every < 1:
@@ -126,9 +123,6 @@ class GrowEvery:
         step = int(info.get("step", 0))
         code = 0 if step == 0 else (1 if step % self.every == 0 else 2)  # full, else grow
         return np.full(self.n_models, code, dtype=np.int8)
-
-    def reset_options(self) -> dict[str, Any]:
-        return {}
 
 
 @dataclass

@@ -49,9 +49,9 @@ from atoll.forecast.workloads import (
     DemandSeries,
     WorkloadError,
     _parse_time,
+    file_version,
     load_request_log,
 )
-from atoll.solvers.errors import MissingDataError
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +66,7 @@ FORMATS_HELP = ("a request log has the columns timestamp,model,input_tokens,outp
                 "mean_output_tokens or input_tokens,output_tokens (one row per interval and model)")
 
 
-def _stat(p: Path, what: str) -> tuple[int, int]:
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise MissingDataError(f"{what} not found: {p}") from None
-    except OSError as exc:
-        raise WorkloadError(f"{what} {p} cannot be read: {exc.strerror or exc}") from exc
-    if not p.is_file():
-        raise WorkloadError(f"{what} {p} is not a file; give the path of a CSV file")
-    return st.st_mtime_ns, st.st_size
+_stat = file_version  # missing, unreadable or not a file: an error naming the file
 
 
 def _header(p: Path) -> list[str]:

@@ -319,15 +319,22 @@ def load_request_log(path: Path | str, *, step_s: float = 300) -> dict[str, Dema
     UTC and reported) -> one series per model, aligned to the first request. Parsed once per
     file version and step, however many models are read from it."""
     p = Path(path)
+    mtime_ns, size = file_version(p, "request log")
+    return dict(_load_request_log(p.resolve(), mtime_ns, size, float(step_s)))
+
+
+def file_version(p: Path, what: str) -> tuple[int, int]:
+    """(modification time ns, size) of the CSV file ``p`` — the key its parse is cached under —
+    or an error naming ``what`` and the path when it is missing, unreadable or not a file."""
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise MissingDataError(f"request log not found: {p}") from None
+        raise MissingDataError(f"{what} not found: {p}") from None
     except OSError as exc:
-        raise WorkloadError(f"request log {p} cannot be read: {exc.strerror or exc}") from exc
+        raise WorkloadError(f"{what} {p} cannot be read: {exc.strerror or exc}") from exc
     if not p.is_file():
-        raise WorkloadError(f"request log {p} is not a file; give the path of a CSV file")
-    return dict(_load_request_log(p.resolve(), st.st_mtime_ns, st.st_size, float(step_s)))
+        raise WorkloadError(f"{what} {p} is not a file; give the path of a CSV file")
+    return st.st_mtime_ns, st.st_size
 
 
 @lru_cache(maxsize=4)

@@ -181,16 +181,23 @@ def _run_rules(config: FleetConfig, specs: Sequence[str], days: Sequence[int], s
 Totals = dict[str, list[dict[str, float]]]  # rule -> per-seed totals
 
 
+def _contest_env(config: FleetConfig, st: ContestSettings) -> tuple[FleetConfig, FleetEnv]:
+    """The config over the validation and test days, and its env — built here first so bad days
+    fail early and the forecast caches the workers read exist for every planning level."""
+    first = min(st.validation_days[0], st.test_days[0])
+    last = max(st.validation_days[1], st.test_days[1])
+    config = dataclasses.replace(config, days=(first, last))
+    base = FleetEnv(config)
+    for q in st.levels:
+        env_at_level(base, resolve_policy(f"fixed:1@{q:g}", 1), {})
+    return config, base
+
+
 def validation_grid(config: FleetConfig, settings: ContestSettings | None = None, *,
                     tick: Callable[[int], None] | None = None) -> tuple[Totals, float]:
     """The rule grid on the validation days: rule -> per-seed totals, and the wall seconds."""
     st = settings or ContestSettings()
-    first = min(st.validation_days[0], st.test_days[0])
-    last = max(st.validation_days[1], st.test_days[1])
-    config = dataclasses.replace(config, days=(first, last))
-    base = FleetEnv(config)  # fails early on bad days; fills the forecast caches the workers read
-    for q in st.levels:
-        env_at_level(base, resolve_policy(f"fixed:1@{q:g}", 1), {})
+    config, _ = _contest_env(config, st)
     vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
     t0 = time.perf_counter()
     validation = _run_rules(config, st.grid, vdays, st.validation_seeds or st.seeds, st.workers, False, tick)
@@ -242,12 +249,7 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
     ``references``: rules outside the family (e.g. a learned policy's bootstrap rule) also run
     on the test days and reported, never part of the frontier."""
     st = settings or ContestSettings()
-    first = min(st.validation_days[0], st.test_days[0])
-    last = max(st.validation_days[1], st.test_days[1])
-    config = dataclasses.replace(config, days=(first, last))
-    base = FleetEnv(config)  # fails early on bad days; fills the forecast caches the workers read
-    for q in st.levels:
-        env_at_level(base, resolve_policy(f"fixed:1@{q:g}", 1), {})
+    config, base = _contest_env(config, st)
     tdays = list(range(st.test_days[0], st.test_days[1] + 1))
     grid_seconds = 0.0
     if validation is None:
