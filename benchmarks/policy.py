@@ -39,7 +39,7 @@ from atoll.envs.config import FleetConfig, RewardWeights  # noqa: E402
 from atoll.envs.policies import FIXED_INTERVALS, PLANNING_LEVELS, THRESHOLD_BANDS  # noqa: E402
 from atoll.solvers.paths import cache_root  # noqa: E402
 from atoll.training.contest import ContestSettings, validation_grid, validation_scorer  # noqa: E402
-from atoll.training.evaluate import evaluate_policies  # noqa: E402
+from atoll.training.evaluate import resolve_policy  # noqa: E402
 from atoll.training.tracking import contest_run, train_run  # noqa: E402
 from atoll.training.train import TrainSettings  # noqa: E402
 
@@ -124,10 +124,7 @@ def main() -> None:
             log(doc["table"])
             pol = doc["policies"]
             days = settings.test_days[1] - settings.test_days[0] + 1
-            bootstrap_val = evaluate_policies(scorer_env(config, settings), [args.bootstrap_rule],
-                                              days=list(range(settings.validation_days[0],
-                                                              settings.validation_days[1] + 1)),
-                                              seeds=1)[0].per_seed()[0]
+            bootstrap_val = scorer.run(resolve_policy(args.bootstrap_rule, len(scorer.env.models)))
             out[key] = {
                 "train_seconds": train_s, "contest_seconds": contest_s, "grid_seconds": grid_s,
                 "test_seconds": doc["test_seconds"], "train_run_id": train["run_id"],
@@ -158,12 +155,6 @@ def main() -> None:
 
 def _mean(value: object) -> float:
     return float(value["mean"]) if isinstance(value, dict) else float(value)  # type: ignore[arg-type]
-
-
-def scorer_env(config: FleetConfig, settings: ContestSettings) -> object:
-    from atoll.envs.fleet_env import FleetEnv
-
-    return FleetEnv(dataclasses.replace(config, days=settings.validation_days))
 
 
 if __name__ == "__main__":

@@ -96,14 +96,14 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                                                 (running, starting, draining nodes)
     12 m + 7        ``preempted``               1 if one of its instances was preempted at     0      1
                                                 the last step boundary
-    12 m + 8        ``forecast_trend``              (forecast mean at the look-ahead's last step   -1     1
+    12 m + 8        ``forecast_trend``          (forecast mean at the look-ahead's last step   -1     1
                                                 - at its first) / planned capacity, max over
                                                 phases, / 4
-    12 m + 9        ``interval_width``              (planning quantile - mean) / planned, max      0      1
+    12 m + 9        ``interval_width``          (planning quantile - mean) / planned, max      0      1
                                                 over phases and look-ahead, / 4
-    12 m + 10       ``surplus``                     (planned - planning quantile) / planned, min   -1     1
+    12 m + 10       ``surplus``                 (planned - planning quantile) / planned, min   -1     1
                                                 over phases (-1: no capacity for a demand)
-    12 m + 11       ``since_preempt``               steps since one of its instances was           0      1
+    12 m + 11       ``since_preempt``           steps since one of its instances was           0      1
                                                 preempted / 288, capped at 1 (1: none yet)
     12 M + g        ``headroom/<gpu type>``     (nodes offered - nodes held) / offered         0      1
     12 M + G + 0    ``time_sin``                sin(2 pi x seconds of day / 86400)             -1     1

@@ -207,35 +207,47 @@ def validation_grid(config: FleetConfig, settings: ContestSettings | None = None
 REFERENCE_RULE = "fixed:1@0.9"  # SLO attainment the learned policy must not fall below (issue 15)
 
 
-def validation_scorer(config: FleetConfig, validation: dict[str, list[dict[str, float]]],
-                      settings: ContestSettings | None = None) -> Callable[[Policy], float]:
+class ValidationScorer:
     """A score of a policy on the validation days, lower is better, for early stopping and the
     ``champion`` alias: its ``frontier_cost_ratio`` against the validation frontier (seed 0 of
     the validation grid, the same seed it runs with), plus 10 x the SLO-attainment points it
     falls below ``fixed:1@0.9`` there (the reliability the headline requires). Only validation
-    days are read."""
-    st = settings or ContestSettings()
-    points = mean_points(validation)
-    frontier = [p.name for p in select_frontier(points)]
-    lost = st.lost_price(config)
-    best = best_rule(points, lost).name
-    vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
-    env = FleetEnv(dataclasses.replace(config, days=(min(vdays), max(vdays))))
-    reference = validation.get(REFERENCE_RULE, [{}])[0].get("slo_attainment", 0.0)
-    line = [seed_point(n, validation[n][0]) for n in frontier]
-    best_point = seed_point(best, validation[best][0])
+    days are read. ``last`` holds the figures behind the latest score; :meth:`run` gives a
+    policy's validation-day totals (a rule with ``@q`` at its own level)."""
 
-    def score(policy: Policy) -> float:
-        totals = run_policy(env, policy, days=vdays, seed=seed_value(0)).totals()
-        h = headline(seed_point(policy.name, totals), line, best_point, lost)
-        shortfall = max(0.0, reference - totals["slo_attainment"])
-        score.last = {"frontier_cost_ratio": h.frontier_cost_ratio,  # type: ignore[attr-defined]
-                      "effective_cost_ratio": h.effective_cost_ratio,
-                      "slo_attainment": totals["slo_attainment"], "reference_slo": reference,
-                      "cost_usd": totals["cost_usd"]}
+    def __init__(self, config: FleetConfig, validation: Totals, settings: ContestSettings | None = None
+                 ) -> None:
+        st = settings or ContestSettings()
+        points = mean_points(validation)
+        self.lost = st.lost_price(config)
+        best = best_rule(points, self.lost).name
+        self.days = list(range(st.validation_days[0], st.validation_days[1] + 1))
+        self.env = FleetEnv(dataclasses.replace(config, days=(min(self.days), max(self.days))))
+        self.reference = validation.get(REFERENCE_RULE, [{}])[0].get("slo_attainment", 0.0)
+        self.line = [seed_point(p.name, validation[p.name][0]) for p in select_frontier(points)]
+        self.best_point = seed_point(best, validation[best][0])
+        self.last: dict[str, float] = {}
+        self._levels: dict[float, FleetEnv] = {}
+
+    def run(self, policy: Policy) -> dict[str, float]:
+        env = env_at_level(self.env, policy, self._levels)
+        return run_policy(env, policy, days=self.days, seed=seed_value(0)).totals()
+
+    def __call__(self, policy: Policy) -> float:
+        totals = self.run(policy)
+        h = headline(seed_point(policy.name, totals), self.line, self.best_point, self.lost)
+        shortfall = max(0.0, self.reference - totals["slo_attainment"])
+        self.last = {"frontier_cost_ratio": h.frontier_cost_ratio,
+                     "effective_cost_ratio": h.effective_cost_ratio,
+                     "slo_attainment": totals["slo_attainment"], "reference_slo": self.reference,
+                     "cost_usd": totals["cost_usd"]}
         return h.frontier_cost_ratio + 10.0 * shortfall
 
-    return score
+
+def validation_scorer(config: FleetConfig, validation: Totals,
+                      settings: ContestSettings | None = None) -> ValidationScorer:
+    """The :class:`ValidationScorer` of ``config`` against the grid's ``validation`` totals."""
+    return ValidationScorer(config, validation, settings)
 
 
 def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSettings | None = None, *,
@@ -269,7 +281,7 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
             policy = resolve_policy(spec, len(base.models))
             assert scorer is not None
             value = scorer(policy)
-            learned_validation[spec] = {"score": value, **scorer.last}  # type: ignore[attr-defined]
+            learned_validation[spec] = {"score": value, **scorer.last}
             eps = [run_policy(base, policy, days=tdays, seed=seed_value(k), tick=tick)
                    for k in range(st.seeds)]
             for e in eps:
