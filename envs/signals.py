@@ -52,9 +52,9 @@ def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Cell, int]
                   since_preempt: np.ndarray, seconds_of_day: float) -> Signals:
     """The decision's inputs.
 
-    demand: [M, 2] tokens/s of the last step; forecast_mean/upper: [M] requests/s, the maxima over
-    the look-ahead; forecast_first/last: [M] requests/s, the mean forecast of the look-ahead's
-    first and last step; since: [M] steps since each model's last re-optimization; unserved_window:
+    demand: [M, 2] tokens/s of the last step; forecast_mean/upper: [M] requests/s (times the request
+    shape) or [M, 2] tokens/s per phase, the maxima over the look-ahead; forecast_first/last: the
+    same units, the mean forecast of the look-ahead's first and last step; since: [M] steps since each model's last re-optimization; unserved_window:
     [UNSERVED_WINDOW, M] unserved shares of the last steps (zeros before any); last_cost: [M] $
     billed over the last ``last_seconds``; cost_scale_usd_h: the initial plan's $/h (None: no plan
     yet, the ratio is 1); preempted: [M] whether an instance was preempted at the last boundary;
@@ -62,14 +62,21 @@ def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Cell, int]
     """
     ready, planned = fleet.capacity(state, 0.0)
     total = float(last_cost.sum())
+
+    def tokens(forecast: np.ndarray) -> np.ndarray:
+        # [M] request rates are multiplied by the request shape; [M, 2] arrays already are
+        # tokens/s per phase (the controller forecasts each phase from its own measured rate)
+        f = np.nan_to_num(np.asarray(forecast, dtype=float), nan=0.0)
+        return f if f.ndim == 2 else fleet.tokens(f)
+
     m = len(fleet.models)
     rate = total * 3600.0 / last_seconds if last_seconds > 0 else 0.0
     return Signals(
         demand=np.asarray(demand, dtype=float),
-        forecast_mean=fleet.tokens(np.nan_to_num(forecast_mean, nan=0.0)),
-        forecast_upper=fleet.tokens(np.nan_to_num(forecast_upper, nan=0.0)),
-        forecast_first=fleet.tokens(np.nan_to_num(forecast_first, nan=0.0)),
-        forecast_last=fleet.tokens(np.nan_to_num(forecast_last, nan=0.0)),
+        forecast_mean=tokens(forecast_mean),
+        forecast_upper=tokens(forecast_upper),
+        forecast_first=tokens(forecast_first),
+        forecast_last=tokens(forecast_last),
         ready_capacity=ready, planned_capacity=planned, since_reopt=np.asarray(since, dtype=float),
         unserved_share=np.asarray(unserved_window, dtype=float).mean(axis=0),
         cost_share=last_cost / total if total > 0 else np.zeros(m),
