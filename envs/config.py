@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from atoll.envs.actions import ACTION_KINDS, DEFAULT_ACTION_LEVELS
+from atoll.envs.capacity_error import CapacityError
 from atoll.forecast.forecasters import FORECASTERS, QUANTILES
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError
@@ -17,6 +18,8 @@ QUOTA_LEVELS: tuple[str, ...] = ("scarce", "ample")
 PRICE_KINDS: tuple[str, ...] = ("on-demand", "spot")
 TRANSITIONS: tuple[str, ...] = ("make-before-break", "break-before-make")
 RESAMPLES: tuple[str, ...] = ("sampled", "hold")
+SLO_MODELS: tuple[str, ...] = ("fluid", "latency")
+OBSERVATIONS: tuple[str, ...] = ("v1", "v2")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,16 @@ class FleetConfig:
     ``action``: ``reopt`` (``atoll/Fleet-v1``: per model hold, grow or full at one of the planning
     levels — ``planning_quantile`` then ``action_levels``, see :mod:`atoll.envs.actions`) or
     ``binary`` (``atoll/Fleet-v0``: MultiBinary, re-plan fully at ``planning_quantile``).
+    ``capacity_error`` (issue 23, :mod:`atoll.envs.capacity_error`): how the true throughput of
+    each template family differs from the performance model — ``0`` the exact world,
+    ``"calibration"`` the calibration's held-out spread, a sigma, ``"stress:S"``, ``"scale:F"``
+    or ``"file:PATH"``; drawn at reset from the env's generator. ``correction``: the planner
+    solves with capacities corrected online from the servers' signals
+    (:mod:`atoll.envs.correction`); off, it plans on the model's capacities as before.
+    ``slo_model``: ``fluid`` (a request meets the SLO when its share of capacity is there:
+    served / demand) or ``latency`` (the queueing approximation of :mod:`atoll.envs.latency`:
+    late requests within capacity count as missed). ``observation``: ``v1`` (the 12 M + G + 4
+    features) or ``v2`` (plus latency, queue and correction per model, ``atoll/Fleet-v2``).
     ``solver_gap``: re-optimizations stop at a proven relative gap of 0.1% by default — far below
     the forecast error, and it cuts the worst solve times of the extended scenario severalfold.
     """
@@ -90,6 +103,10 @@ class FleetConfig:
     demand_seed: int = 0
     action: str = "reopt"
     action_levels: tuple[float, ...] = DEFAULT_ACTION_LEVELS
+    capacity_error: float | str = 0.0
+    correction: bool = False
+    slo_model: str = "fluid"
+    observation: str = "v1"
 
     def __post_init__(self) -> None:
         owner = "FleetConfig"
@@ -153,12 +170,35 @@ class FleetConfig:
         if not levels or any(q not in QUANTILES or q < 0.5 for q in levels) or not distinct:
             raise InputError(f"{owner}: field 'action_levels' must be distinct planning levels from "
                              f"{[q for q in QUANTILES if q >= 0.5]}, got {self.action_levels!r}")
+        try:
+            CapacityError.parse(self.capacity_error)
+        except InputError as exc:
+            raise InputError(f"{owner}: field 'capacity_error': {exc}") from exc
+        if not isinstance(self.correction, bool):
+            raise InputError(f"{owner}: field 'correction' must be True or False, got {self.correction!r}")
+        if self.slo_model not in SLO_MODELS:
+            raise InputError(f"{owner}: field 'slo_model' must be one of {', '.join(SLO_MODELS)}, "
+                             f"got {self.slo_model!r}")
+        if self.observation not in OBSERVATIONS:
+            raise InputError(f"{owner}: field 'observation' must be one of {', '.join(OBSERVATIONS)}, "
+                             f"got {self.observation!r}")
         if not 0 <= self.demand_round < 1:
             raise InputError(f"{owner}: field 'demand_round' must be in [0, 1), got {self.demand_round!r}")
 
     @property
     def look_ahead_steps(self) -> int:
         return max(1, math.ceil(self.look_ahead_s / self.step_s - 1e-9))
+
+    @property
+    def capacity_error_spec(self) -> CapacityError:
+        return CapacityError.parse(self.capacity_error)
+
+    @property
+    def closed_loop(self) -> bool:
+        """Whether a step computes the servers' signals (latency, queues) at all: the world differs
+        from the model, the planner corrects, the SLO is latency-based or a policy observes them."""
+        return (not self.capacity_error_spec.exact or self.correction or self.slo_model == "latency"
+                or self.observation == "v2")
 
     @property
     def price_kind(self) -> str:

@@ -16,12 +16,14 @@ an ``id()``, which a freed object hands to the next one).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict, defaultdict
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 import numpy as np
 
+from atoll.envs.capacity_error import family_of
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet import FleetState, StartupTimes
 from atoll.envs.planner import PlanOutcome, Replanner
@@ -36,6 +38,8 @@ from atoll.solvers.types import Template
 
 Cell = tuple[str, str]
 _REPLANNERS_MAX = 8
+_CORRECTED_MAX = 4
+CORRECTION_GRID = 0.02  # learned factors are rounded to a 2% geometric grid before solving
 _REPLANNERS: OrderedDict[tuple[object, ...], Replanner] = OrderedDict()
 
 
@@ -96,6 +100,8 @@ class FleetModel:
                               for g in self.gpu_types}
         self.model_index = {name: i for i, name in enumerate(self.models)}
         self._key_info: dict[str, tuple[int, int, float, float]] = {}
+        self._family: dict[str, str] = {}
+        self._corrected: OrderedDict[tuple[tuple[str, float], ...], Replanner] = OrderedDict()
 
     @classmethod
     def from_config(cls, config: FleetConfig) -> FleetModel:
@@ -140,6 +146,17 @@ class FleetModel:
             self._key_info[key] = hit
         return hit
 
+    def family(self, key: str) -> str:
+        """The template family of a key (:func:`atoll.envs.capacity_error.family_of`)."""
+        hit = self._family.get(key)
+        if hit is None:
+            hit = self._family[key] = family_of(self.templates[key])
+        return hit
+
+    def families(self) -> tuple[str, ...]:
+        """Every family of the fleet's templates, sorted."""
+        return tuple(sorted({self.family(k) for k in self.templates}))
+
     def node_hours(self, state: FleetState, seconds: float) -> tuple[float, float]:
         """(node-hours, of which on-demand) held over the next ``seconds``, billed as :meth:`cost`."""
         total = on_demand = 0.0
@@ -168,29 +185,52 @@ class FleetModel:
         return np.asarray(rates, dtype=float)[:, None] * self.shape
 
     # ----- of a fleet state -----------------------------------------------------------------
-    def capacity(self, state: FleetState, step_s: float) -> tuple[np.ndarray, np.ndarray]:
+    def _ready_entries(self, state: FleetState, step_s: float) -> list[tuple[str, float, float]]:
+        """(key, instances ready over the next ``step_s`` seconds (fractional for the part of the
+        step they are ready), instances planned) of every entry."""
+        out = [(key, float(n), float(n)) for key, n in state.running.items() if n]
+        for key, entries in state.starting.items():
+            for count, left in entries:
+                out.append((key, count * (step_s - left) / step_s if left < step_s else 0.0, count))
+        for key, entries in state.replaced.items():
+            for count, left, _ in entries:  # serving until their replacement is ready
+                out.append((key, count * (min(left, step_s) / step_s if step_s > 0 else 1.0), 0.0))
+        return out
+
+    def capacity(self, state: FleetState, step_s: float, factors: Mapping[str, float] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
         """(capacity ready over the next ``step_s`` seconds, planned capacity) per model and
         phase, tokens/s; an instance that becomes ready during the step counts for the part of
-        the step it is ready (``step_s`` = 0: ready now)."""
+        the step it is ready (``step_s`` = 0: ready now). ``factors`` (family -> factor) scales
+        each template's throughput: the true world's, or the planner's learned correction."""
         m = len(self.models)
         ready = np.zeros((m, 2))
         planned = np.zeros((m, 2))
-        for key, n in state.running.items():
-            if n:
-                mi, ph, thr, _ = self.info(key)
-                ready[mi, ph] += n * thr
-                planned[mi, ph] += n * thr
-        for key, entries in state.starting.items():
-            for count, left in entries:
-                mi, ph, thr, _ = self.info(key)
-                planned[mi, ph] += count * thr
-                if left < step_s:
-                    ready[mi, ph] += count * thr * (step_s - left) / step_s
-        for key, entries in state.replaced.items():
-            for count, left, _ in entries:  # serving until their replacement is ready
-                mi, ph, thr, _ = self.info(key)
-                ready[mi, ph] += count * thr * (min(left, step_s) / step_s if step_s > 0 else 1.0)
+        for key, r, p in self._ready_entries(state, step_s):
+            mi, ph, thr, _ = self.info(key)
+            if factors:
+                thr *= factors.get(self.family(key), 1.0)
+            ready[mi, ph] += r * thr
+            planned[mi, ph] += p * thr
         return ready, planned
+
+    def ready_by_family(self, state: FleetState, step_s: float) -> dict[tuple[int, int], dict[str, float]]:
+        """(model index, phase index) -> family -> the model's capacity ready over the next
+        ``step_s`` seconds (tokens/s): the exposure the capacity correction learns from."""
+        out: dict[tuple[int, int], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for key, r, _ in self._ready_entries(state, step_s):
+            if r > 0:
+                mi, ph, thr, _ = self.info(key)
+                out[(mi, ph)][self.family(key)] += r * thr
+        return {svc: dict(fams) for svc, fams in out.items()}
+
+    def instances_ready(self, state: FleetState, step_s: float) -> np.ndarray:
+        """[M, 2] instances ready over the next ``step_s`` seconds (fractional as in :meth:`capacity`)."""
+        out = np.zeros((len(self.models), 2))
+        for key, r, _ in self._ready_entries(state, step_s):
+            mi, ph, _, _ = self.info(key)
+            out[mi, ph] += r
+        return out
 
     def cost(self, state: FleetState, seconds: float) -> np.ndarray:
         """$ per model for holding the fleet ``seconds`` from now: running and starting nodes for
@@ -240,12 +280,42 @@ class FleetModel:
         return max(0.0, (offered - sum(held.get(cell, 0) for cell in cells)) / offered)
 
     # ----- re-planning ----------------------------------------------------------------------
+    def corrected_replanner(self, factors: Mapping[str, float] | None) -> Replanner:
+        """The re-planner whose templates serve their throughput x the learned factor of their
+        family. Factors are rounded to the nearest point of a 2% geometric grid (the demand's
+        rounding), so a factor moving by a fraction of a percent reuses the library, its index
+        and its memo; all 1 after rounding is the plain re-planner."""
+        step = math.log1p(CORRECTION_GRID)
+        rounded = tuple(sorted((f, round(math.exp(round(math.log(v) / step) * step), 6))
+                               for f, v in (factors or {}).items() if v > 0))
+        rounded = tuple((f, v) for f, v in rounded if v != 1.0)
+        if not rounded:
+            return self.replanner
+        hit = self._corrected.get(rounded)
+        if hit is None:
+            scale = dict(rounded)
+            templates = tuple(
+                Template.trusted(t.service, t.region, t.nodes, t.stages, t.throughput * scale[fam])
+                if (fam := self.family(t.key)) in scale else t for t in self.base.templates)
+            base = AllocationProblem(templates, {}, None, self.prices,
+                                     startup_weight=self.base.startup_weight,
+                                     time_limit=self.base.time_limit, gap=self.base.gap)
+            hit = Replanner(base, demand_round=self.config.demand_round, memoize=self.config.memoize)
+            self._corrected[rounded] = hit
+            while len(self._corrected) > _CORRECTED_MAX:
+                self._corrected.popitem(last=False)
+        self._corrected.move_to_end(rounded)
+        return hit
+
     def replan(self, state: FleetState, models: frozenset[str], demand: np.ndarray,
                caps: Mapping[Cell, int], replanner: Replanner | None = None,
-               grow: frozenset[str] = frozenset()) -> PlanOutcome:
+               grow: frozenset[str] = frozenset(), factors: Mapping[str, float] | None = None) -> PlanOutcome:
         """Re-optimize ``models`` for ``demand`` ([M, 2] tokens/s) within ``caps`` minus the nodes
         draining instances still hold, the others fixed at their planned counts; the ``grow``
-        ones (a subset of ``models``) keep every planned instance and may only add."""
+        ones (a subset of ``models``) keep every planned instance and may only add. With
+        ``factors`` (family -> learned capacity factor) it solves with corrected capacities."""
+        if factors and replanner is None:
+            replanner = self.corrected_replanner(factors)
         svc: dict[str, float] = {}
         for i, m in enumerate(self.models):
             svc[f"{m}/prefill"] = float(demand[i, 0])

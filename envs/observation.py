@@ -5,7 +5,9 @@ metrics and its persisted plan) and call :func:`build_observation`; a policy tra
 therefore sees the same features, scaled the same way, in production.
 
 Layout: ``MODEL_FEATURES`` for model 0, then model 1, ..., then ``headroom/<gpu type>`` for each
-GPU type, then ``FLEET_FEATURES``. Every entry is finite and lies in its stated bounds.
+GPU type, then ``FLEET_FEATURES``; the ``v2`` observation (``atoll/Fleet-v2``) appends
+``CLOSED_LOOP_FEATURES`` for model 0, then model 1, ... — appended, so every ``v1`` index keeps its
+meaning. Every entry is finite and lies in its stated bounds.
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ FLEET_FEATURES: tuple[tuple[str, str, float, float], ...] = (
      0.0, 1.0),
 )
 
+# what the servers report and what the planner learned from it (issue 23), per model
+CLOSED_LOOP_FEATURES: tuple[tuple[str, str, float, float], ...] = (
+    ("latency_ratio", "max over phases of last step's mean latency (TTFT, inter-token) / its SLO budget, "
+     "capped at 2, / 2", 0.0, 1.0),
+    ("waiting_share", "requests waiting / (waiting + running) at the end of the last step", 0.0, 1.0),
+    ("correction", "min over phases of (planned capacity x learned factors) / planned capacity, "
+     "(ratio - 0.5) / 1", 0.0, 1.0),
+)
+LATENCY_CAP = 2.0
+
 
 @dataclass(frozen=True)
 class Signals:
@@ -69,20 +81,33 @@ class Signals:
     seconds_of_day: float
     cost_rate_ratio: float  # last step's $/h over the initial plan's $/h
     spare_ondemand: float  # hedged: share of the on-demand quota not held; 0 otherwise
+    # closed-loop signals (the v2 observation); None: not observed (v1)
+    latency_ratio: np.ndarray | None = None  # [M] max over phases of mean latency / SLO budget
+    waiting_share: np.ndarray | None = None  # [M] waiting / (waiting + running)
+    correction: np.ndarray | None = None  # [M] min over phases of corrected / model planned capacity
 
 
-def feature_names(models: Sequence[str], gpu_types: Sequence[str]) -> list[str]:
+def feature_names(models: Sequence[str], gpu_types: Sequence[str], closed_loop: bool = False) -> list[str]:
     names = [f"{m}/{f[0]}" for m in models for f in MODEL_FEATURES]
     names += [f"headroom/{g}" for g in gpu_types]
     names += [f[0] for f in FLEET_FEATURES]
+    if closed_loop:
+        names += [f"{m}/{f[0]}" for m in models for f in CLOSED_LOOP_FEATURES]
     return names
 
 
-def observation_space(n_models: int, n_gpu_types: int) -> spaces.Box:
+def observation_size(n_models: int, n_gpu_types: int, closed_loop: bool = False) -> int:
+    extra = len(CLOSED_LOOP_FEATURES) * n_models if closed_loop else 0
+    return len(MODEL_FEATURES) * n_models + n_gpu_types + len(FLEET_FEATURES) + extra
+
+
+def observation_space(n_models: int, n_gpu_types: int, closed_loop: bool = False) -> spaces.Box:
+    extra_low = np.tile([f[2] for f in CLOSED_LOOP_FEATURES], n_models) if closed_loop else np.zeros(0)
+    extra_high = np.tile([f[3] for f in CLOSED_LOOP_FEATURES], n_models) if closed_loop else np.zeros(0)
     low = np.concatenate([np.tile([f[2] for f in MODEL_FEATURES], n_models), np.zeros(n_gpu_types),
-                          [f[2] for f in FLEET_FEATURES]]).astype(np.float32)
+                          [f[2] for f in FLEET_FEATURES], extra_low]).astype(np.float32)
     high = np.concatenate([np.tile([f[3] for f in MODEL_FEATURES], n_models), np.ones(n_gpu_types),
-                           [f[3] for f in FLEET_FEATURES]]).astype(np.float32)
+                           [f[3] for f in FLEET_FEATURES], extra_high]).astype(np.float32)
     return spaces.Box(low=low, high=high, dtype=np.float32)
 
 
@@ -100,8 +125,9 @@ def _signed_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.clip(r, -RATIO_CAP, RATIO_CAP)
 
 
-def build_observation(s: Signals) -> np.ndarray:
-    """The float32 observation vector (see the module docstring for the layout)."""
+def build_observation(s: Signals, closed_loop: bool = False) -> np.ndarray:
+    """The float32 observation vector (see the module docstring for the layout); ``closed_loop``
+    appends ``CLOSED_LOOP_FEATURES`` (the ``v2`` observation)."""
     demand = _ratio(s.demand, s.ready_capacity).max(axis=1) / RATIO_CAP
     fmean = _ratio(s.forecast_mean, s.planned_capacity).max(axis=1) / RATIO_CAP
     fupper = _ratio(s.forecast_upper, s.planned_capacity).max(axis=1) / RATIO_CAP
@@ -124,9 +150,17 @@ def build_observation(s: Signals) -> np.ndarray:
                           np.clip(s.preempted, 0.0, 1.0), trend, width, surplus, preempt], axis=1)
     angle = 2.0 * np.pi * (s.seconds_of_day % 86400.0) / 86400.0
     cost = min(max(s.cost_rate_ratio, 0.0), COST_CAP) / COST_CAP if np.isfinite(s.cost_rate_ratio) else 1.0
-    obs = np.concatenate([per_model.ravel(), np.clip(s.headroom, 0.0, 1.0),
-                          [np.sin(angle), np.cos(angle), cost, np.clip(s.spare_ondemand, 0.0, 1.0)]])
-    return np.nan_to_num(obs, nan=0.0).astype(np.float32)
+    parts = [per_model.ravel(), np.clip(s.headroom, 0.0, 1.0),
+             [np.sin(angle), np.cos(angle), cost, np.clip(s.spare_ondemand, 0.0, 1.0)]]
+    if closed_loop:
+        m = len(s.since_reopt)
+        lat = s.latency_ratio if s.latency_ratio is not None else np.zeros(m)
+        wait = s.waiting_share if s.waiting_share is not None else np.zeros(m)
+        corr = s.correction if s.correction is not None else np.ones(m)
+        lat = np.clip(np.nan_to_num(np.asarray(lat, dtype=float), nan=0.0), 0.0, LATENCY_CAP) / LATENCY_CAP
+        corr = np.clip(np.nan_to_num(np.asarray(corr, dtype=float), nan=1.0) - 0.5, 0.0, 1.0)
+        parts.append(np.stack([lat, np.clip(np.asarray(wait, dtype=float), 0.0, 1.0), corr], axis=1).ravel())
+    return np.nan_to_num(np.concatenate(parts), nan=0.0).astype(np.float32)
 
 
 _MODEL_FEATURE_INDEX = {f[0]: i for i, f in enumerate(MODEL_FEATURES)}

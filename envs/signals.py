@@ -49,18 +49,31 @@ def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Cell, int]
                   forecast_first: np.ndarray, forecast_last: np.ndarray,
                   since: np.ndarray, unserved_window: np.ndarray, last_cost: np.ndarray,
                   last_seconds: float, cost_scale_usd_h: float | None, preempted: np.ndarray,
-                  since_preempt: np.ndarray, seconds_of_day: float) -> Signals:
+                  since_preempt: np.ndarray, seconds_of_day: float,
+                  factors: Mapping[str, float] | None = None, latency_ratio: np.ndarray | None = None,
+                  waiting_share: np.ndarray | None = None) -> Signals:
     """The decision's inputs.
 
     demand: [M, 2] tokens/s of the last step; forecast_mean/upper: [M] requests/s (times the request
     shape) or [M, 2] tokens/s per phase, the maxima over the look-ahead; forecast_first/last: the
-    same units, the mean forecast of the look-ahead's first and last step; since: [M] steps since each model's last re-optimization; unserved_window:
-    [UNSERVED_WINDOW, M] unserved shares of the last steps (zeros before any); last_cost: [M] $
+    same units, the mean forecast of the look-ahead's first and last step; since: [M] steps since
+    each model's last re-optimization; unserved_window: [UNSERVED_WINDOW, M] unserved shares of
+    the last steps (zeros before any); last_cost: [M] $
     billed over the last ``last_seconds``; cost_scale_usd_h: the initial plan's $/h (None: no plan
     yet, the ratio is 1); preempted: [M] whether an instance was preempted at the last boundary;
     since_preempt: [M] steps since the last preemption (``SINCE_CAP`` or more: none seen).
+    Closed loop (issue 23): ``factors`` (family -> learned capacity factor) makes every capacity
+    the planner's corrected belief and gives the ``correction`` feature; ``latency_ratio`` and
+    ``waiting_share`` ([M]) are what the servers reported over the last step.
     """
-    ready, planned = fleet.capacity(state, 0.0)
+    ready, planned = fleet.capacity(state, 0.0, factors)
+    correction = None
+    if factors is not None:
+        model_planned = fleet.capacity(state, 0.0)[1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            safe = np.where(model_planned > 0, model_planned, 1.0)
+            ratio = np.where(model_planned > 0, planned / safe, 1.0)
+        correction = ratio.min(axis=1)
     total = float(last_cost.sum())
 
     def tokens(forecast: np.ndarray) -> np.ndarray:
@@ -83,4 +96,5 @@ def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Cell, int]
         preempted=np.asarray(preempted, dtype=float), since_preempt=np.asarray(since_preempt, dtype=float),
         headroom=fleet.headroom(state, caps), spare_ondemand=fleet.spare_ondemand(state, caps),
         seconds_of_day=float(seconds_of_day) % 86400.0,
-        cost_rate_ratio=rate / max(cost_scale_usd_h, 1e-9) if cost_scale_usd_h is not None else 1.0)
+        cost_rate_ratio=rate / max(cost_scale_usd_h, 1e-9) if cost_scale_usd_h is not None else 1.0,
+        latency_ratio=latency_ratio, waiting_share=waiting_share, correction=correction)

@@ -1,0 +1,77 @@
+"""The capacity correction estimator: recovers known factors, shrinks, ignores an outlier, persists."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from atoll.envs.correction import CapacityCorrection, CorrectionSettings
+from atoll.solvers.errors import InputError
+
+
+def _feed(est: CapacityCorrection, truth: dict[str, float], steps: int, rng: np.random.Generator,
+          noise: float = 0.01, service: str = "m/decode") -> None:
+    fams = sorted(truth)
+    for _ in range(steps):
+        exposure = {f: float(rng.uniform(100, 1000)) for f in fams if rng.random() < 0.8} or {fams[0]: 500.0}
+        implied = sum(v * truth[f] for f, v in exposure.items()) * (1 + noise * rng.standard_normal())
+        est.observe(service, exposure, implied, 1.0)
+
+
+def test_recovers_one_family_within_5_percent_after_an_hour() -> None:
+    est = CapacityCorrection()
+    _feed(est, {"a": 0.75}, 12, np.random.default_rng(0))
+    assert abs(est.factor("a") - 0.75) / 0.75 < 0.05
+
+
+def test_separates_families_from_mixed_observations() -> None:
+    truth = {"a": 0.8, "b": 1.2, "c": 1.0}
+    est = CapacityCorrection()
+    _feed(est, truth, 48, np.random.default_rng(1))
+    for f, k in truth.items():
+        assert est.factor(f) == pytest.approx(k, rel=0.05)
+
+
+def test_thin_evidence_is_shrunk_toward_one_and_unseen_families_stay_one() -> None:
+    est = CapacityCorrection(CorrectionSettings(prior_weight=1.0))
+    est.observe("m/prefill", {"a": 100.0}, 50.0)  # one interval says half the capacity
+    assert 0.5 < est.factor("a") < 1.0
+    assert est.factor("a") == pytest.approx(0.75)  # one observation against one pseudo-observation at 1
+    assert est.factor("never-seen") == 1.0
+
+
+def test_one_bad_interval_is_ignored() -> None:
+    rng = np.random.default_rng(2)
+    clean, dirty = CapacityCorrection(), CapacityCorrection()
+    _feed(clean, {"a": 0.8}, 12, np.random.default_rng(2))
+    _feed(dirty, {"a": 0.8}, 6, rng)
+    dirty.observe("m/decode", {"a": 500.0}, 500.0 * 5.0)  # a scrape glitch: 5x the capacity
+    _feed(dirty, {"a": 0.8}, 6, rng)
+    assert dirty.factor("a") == pytest.approx(0.8, rel=0.03)
+    assert abs(dirty.factor("a") - clean.factor("a")) < 0.02
+
+
+def test_bounds_and_unusable_observations() -> None:
+    est = CapacityCorrection(CorrectionSettings(low=0.5, high=1.5))
+    for _ in range(20):
+        est.observe("s", {"a": 100.0}, 10.0)
+    assert est.factor("a") == 0.5
+    assert not est.observe("s", {"a": 100.0}, float("nan"))
+    assert not est.observe("s", {}, 100.0)
+    assert not est.observe("s", {"a": 100.0}, 100.0, weight=0.0)
+
+
+def test_state_round_trips_through_json() -> None:
+    est = CapacityCorrection()
+    _feed(est, {"a": 0.9, "b": 1.1}, 20, np.random.default_rng(3))
+    back = CapacityCorrection.from_dict(json.loads(json.dumps(est.as_dict())))
+    assert back.factors() == pytest.approx(est.factors())
+
+
+def test_malformed_state_names_the_part() -> None:
+    with pytest.raises(InputError, match="observation of 's'"):
+        CapacityCorrection.from_dict({"observations": {"s": [[{"a": 1.0}, "x", 1.0]]}})
+    with pytest.raises(InputError, match="window"):
+        CorrectionSettings(window=0)
