@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from atoll.envs.config import FleetConfig
+from atoll.forecast.logrows import FileCheck, ModelCheck
 from atoll.forecast.scaling import Scale, apply_scale, split_scale
 from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
 from atoll.solvers.catalog import register_fleet_catalog
@@ -29,16 +30,24 @@ from atoll.solvers.perf import RequestShape
 from atoll.solvers.scenarios import ScenarioSpec, register_scenario
 
 STEP_S = 300.0  # the simulator's decision step
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class ActiveFleet:
     """A fleet file in use: its spec, the scenario it registered and one demand series per model
-    (named after the model, at the simulator's step, scaled as the file says)."""
+    (named after the model, at the simulator's step, scaled as the file says). ``checks`` are
+    what the loaders read of each request log or counts file and corrected (one per file), and
+    ``mean_rates`` each model's scaled mean rate as the solve plans for it (gaps left out unless
+    its workload says ``gaps: zero``)."""
 
     spec: FleetSpec
     scenario: ScenarioSpec
     series: tuple[DemandSeries, ...]
+    checks: tuple[FileCheck, ...] = ()
+    model_checks: tuple[tuple[str, ModelCheck], ...] = ()
+    mean_rates: tuple[tuple[str, float], ...] = ()
+    scalings: tuple[tuple[str, str], ...] = ()  # model -> the scaling applied, said in words
 
     @property
     def name(self) -> str:
@@ -50,27 +59,117 @@ class ActiveFleet:
         return int(min(len(s.requests_per_s) for s in self.series) * STEP_S // 86400)
 
 
-def _scaled(spec: FleetSpec, step_s: float) -> tuple[DemandSeries, ...]:
+@dataclass(frozen=True)
+class _Loaded:
+    series: tuple[DemandSeries, ...]
+    checks: tuple[FileCheck, ...]
+    model_checks: tuple[tuple[str, ModelCheck], ...]
+    mean_rates: tuple[tuple[str, float], ...]
+    scalings: tuple[tuple[str, str], ...]
+
+
+def _csv_parts(source: str) -> tuple[str, str] | None:
+    """(path, model in the file) of a ``csv:PATH#MODEL`` source without a scale suffix."""
+    base, _ = split_scale(source)
+    if not base.startswith("csv:"):
+        return None
+    path, _, model = base[4:].partition("#")
+    return path, model
+
+
+def _scaled(spec: FleetSpec, step_s: float) -> _Loaded:
+    # The request logs and counts files the fleet names, each read once for the models the
+    # fleet takes from it: rows of other models in the same file never shape its time axis.
+    per_file: dict[str, list[str]] = {}
+    for w in spec.workloads:
+        parts = _csv_parts(w.source)
+        if parts is not None and parts[1]:
+            per_file.setdefault(parts[0], []).append(parts[1])
+    loaded: dict[str, tuple[dict[str, DemandSeries], FileCheck]] = {}
     out = []
+    model_checks = []
+    rates = []
+    scalings = []
     for w in spec.workloads:
         where = f"{spec.path}: workloads[{w.model!r}]"
-        if split_scale(w.source)[1] is not None and (w.mean_rate is not None or w.scale is not None):
+        base, suffix = split_scale(w.source)
+        if suffix is not None and (w.mean_rate is not None or w.scale is not None):
             raise FleetFileError(f"{where}: field 'source' {w.source!r} carries a scale and the entry "
                                  f"gives 'scale' or 'mean_rate' too; give the scaling once")
+        parts = _csv_parts(w.source)
         try:
-            s = load_workload(w.source, step_s=step_s)
+            check: ModelCheck | None = None
+            if parts is not None:
+                path, model = parts
+                if path not in loaded:
+                    from atoll.forecast.counts import load_csv_checked
+
+                    pairs, fcheck = load_csv_checked(path, step_s=step_s, models=per_file.get(path))
+                    loaded[path] = (dict(pairs), fcheck)
+                series, fcheck = loaded[path]
+                if not model:
+                    if len(series) != 1:
+                        raise WorkloadError(f"{path} holds models {sorted(series)}; name one as "
+                                            f"csv:{path}#MODEL")
+                    model = next(iter(series))
+                if model not in series:
+                    from atoll.forecast.counts import load_csv
+
+                    raise WorkloadError(f"model {model!r} not in {path}; it holds "
+                                        f"{sorted(load_csv(path, step_s=step_s))}")
+                s, check = series[model], fcheck.model(model)
+            else:
+                s = load_workload(base, step_s=step_s)
             # the file's explicit scaling, logged at INFO (a fleet file is read by every command)
-            scale: Scale | None = None
+            scale: Scale | None = suffix
             if w.mean_rate is not None:
                 scale = Scale("mean", w.mean_rate)
             elif w.scale is not None:
                 scale = Scale("factor", w.scale)
-            s = apply_scale(s, scale, source=f"{where}: {w.source}", level=logging.INFO)
+            # the mean a mean_rate scales from, and the one solve plans for: a request log's gaps
+            # left out unless the workload counts them as zero
+            mean = float(np.mean(s.requests_per_s)) if check is None else check.mean_rate(w.gaps)
+            scaled = apply_scale(s, scale, source=f"{where}: {w.source}", level=logging.INFO, mean=mean)
+            factor = 1.0 if scale is None or scale.kind == "none" else scale.factor_for(mean)
         except (WorkloadError, FileNotFoundError, KeyError, ValueError) as exc:
             raise FleetFileError(f"{where}: field 'source' {w.source!r}: {exc}") from exc
-        out.append(replace(s, name=w.model))
+        if scale is None or scale.kind == "none":
+            said = "as recorded"
+        else:
+            said = f"{scale}: x{factor:.4g}"
+            if check is not None and scale.kind == "mean":
+                how = "left out" if w.gaps == "exclude" else "as zero"
+                said += f" (from its mean over its span, gaps {how})"
+        out.append(replace(scaled, name=w.model))
+        rates.append((w.model, mean * factor))
+        scalings.append((w.model, said))
+        if check is not None:
+            model_checks.append((w.model, check))
     by_model = {s.name: s for s in out}
-    return tuple(by_model[m] for m in spec.model_names)
+    order = {m: i for i, m in enumerate(spec.model_names)}
+    return _Loaded(tuple(by_model[m] for m in spec.model_names),
+                   tuple(c for _, c in loaded.values()),
+                   tuple(sorted(model_checks, key=lambda mc: order[mc[0]])),
+                   tuple(sorted(rates, key=lambda r: order[r[0]])),
+                   tuple(sorted(scalings, key=lambda r: order[r[0]])))
+
+
+def _check_traces(spec: FleetSpec, series: tuple[DemandSeries, ...], step_s: float) -> None:
+    """Availability traces against the workloads' span: times in milliseconds (the trace would
+    never change inside the simulated days) are an error; changes after the end are said."""
+    span = min(len(s) for s in series) * step_s
+    for (region, cfg), trace in spec.pool_traces:
+        late = [t for t in trace.times_s if t > span]
+        if not late:
+            continue
+        where = f"{spec.path}: availability.traces[{region}/{cfg!s}] ({trace.source})"
+        if max(trace.times_s) / 1000 <= span and len(late) == len([t for t in trace.times_s if t > 0]):
+            raise FleetFileError(f"{where}: every change is after the workloads end ({span:g} s = "
+                                 f"{span / 86400:.3g} days; first at time_s {late[0]:g}): the times "
+                                 f"look like milliseconds; give seconds from the workloads' start "
+                                 f"(divide by 1000)")
+        log.warning("%s: %d change(s) after the workloads end (%g s = %.3g days) are never used",
+                    where, len(late), span, span / 86400)
 
 
 def _shape(s: DemandSeries) -> RequestShape:
@@ -85,11 +184,13 @@ def activate(path: Path | str, *, step_s: float = STEP_S) -> ActiveFleet:
     """Load, validate and register a fleet file for this process; errors name the file, the
     entry and the field."""
     spec = load_fleet(path)
-    series = _scaled(spec, step_s)
+    loaded = _scaled(spec, step_s)
+    series = loaded.series
+    _check_traces(spec, series, step_s)
     register_fleet_models(spec.user_models)
     register_fleet_catalog(spec.gpus, spec.offers)
     shapes = tuple((s.name, _shape(s)) for s in series)
-    rates = tuple((s.name, float(np.mean(s.requests_per_s))) for s in series)
+    rates = loaded.mean_rates
     scenario = ScenarioSpec(
         spec.name, spec.model_names, spec.gpu_types, spec.regions,
         req_per_s=max(float(np.mean([r for _, r in rates])), 1e-9), scarce_headroom=0.25,
@@ -98,7 +199,8 @@ def activate(path: Path | str, *, step_s: float = STEP_S) -> ActiveFleet:
         pool_traces=spec.pool_traces,
         runtime=spec.runtime, n_max=spec.n_max, rho=spec.rho)
     register_scenario(scenario)
-    return ActiveFleet(spec, scenario, series)
+    return ActiveFleet(spec, scenario, series, loaded.checks, loaded.model_checks, loaded.mean_rates,
+                       loaded.scalings)
 
 
 def fleet_config(fleet: ActiveFleet, days: tuple[int, int], **settings: object) -> FleetConfig:
@@ -112,5 +214,33 @@ def fleet_config(fleet: ActiveFleet, days: tuple[int, int], **settings: object) 
         raise FleetFileError(f"{fleet.spec.path}: workloads cover days 1-{last}; days {days[0]}-{days[1]} "
                              f"are out of range (the simulator fits its forecasts on days 1-3 and "
                              f"starts episodes on day 4, so give at least 4 days of requests)")
+    check_days(fleet, days)
     return FleetConfig(scenario=fleet.name, days=days, models=fleet.spec.model_names, demand=fleet.series,
                        runtime=fleet.spec.runtime, **base)  # type: ignore[arg-type]
+
+
+def data_span(fleet: ActiveFleet, model: str) -> str:
+    """A model's span of data in words: its days on the fleet's axis and, for a request log, the
+    times of its first and last rows."""
+    s = next(x for x in fleet.series if x.name == model)
+    hit = np.flatnonzero(np.asarray(s.requests_per_s) > 0)
+    if not len(hit):
+        return "no requests at all"
+    per = s.steps_per_day
+    span = f"days {hit[0] // per + 1}-{hit[-1] // per + 1}"
+    mc = dict(fleet.model_checks).get(model)
+    return span if mc is None else f"{span}, {mc.first} to {mc.last}"
+
+
+def check_days(fleet: ActiveFleet, days: tuple[int, int]) -> None:
+    """Refuse days that hold no requests of a model (before its first row, after its last, or a
+    whole day in a gap): simulated, they would be served at no cost and count as met."""
+    for s in fleet.series:
+        per = s.steps_per_day
+        r = np.asarray(s.requests_per_s)
+        empty = [d for d in range(days[0], days[1] + 1) if not r[(d - 1) * per: d * per].sum() > 0]
+        if empty:
+            shown = ", ".join(str(d) for d in empty[:8]) + (" ..." if len(empty) > 8 else "")
+            raise FleetFileError(f"{fleet.spec.path}: workloads[{s.name!r}]: day(s) {shown} hold no requests "
+                                 f"of {s.name!r} (its data: {data_span(fleet, s.name)}); pick days within "
+                                 f"every model's span (--days) or give the missing requests")

@@ -37,20 +37,20 @@ from __future__ import annotations
 import csv
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from atoll.forecast.logrows import FileCheck, RowBuffer, Rows, build, row_key
 from atoll.forecast.workloads import (
-    DAY_S,
-    MAX_STEPS,
     DemandSeries,
     WorkloadError,
     _parse_time,
     file_version,
-    load_request_log,
+    load_request_log_checked,
+    series_from_sums,
 )
 
 log = logging.getLogger(__name__)
@@ -94,89 +94,56 @@ def csv_format(path: Path | str) -> str:
     raise WorkloadError(f"{p}:1: unknown format, header {sorted(cols)}; {FORMATS_HELP}")
 
 
-def load_csv(path: Path | str, *, step_s: float = 300) -> dict[str, DemandSeries]:
-    """A request log or a counts file (told apart by the header) -> one series per model."""
+def load_csv(path: Path | str, *, step_s: float = 300,
+             models: Collection[str] | None = None) -> dict[str, DemandSeries]:
+    """A request log or a counts file (told apart by the header) -> one series per model (of
+    ``models``, default all, whose rows alone shape the time axis)."""
+    return dict(load_csv_checked(path, step_s=step_s, models=models)[0])
+
+
+def load_csv_checked(path: Path | str, *, step_s: float = 300, models: Collection[str] | None = None
+                     ) -> tuple[tuple[tuple[str, DemandSeries], ...], FileCheck]:
+    """:func:`load_csv` and what the loader read and corrected (:class:`FileCheck`)."""
     if csv_format(path) == "counts":
-        return load_counts(path, step_s=step_s)
-    return load_request_log(path, step_s=step_s)
+        return load_counts_checked(path, step_s=step_s, models=models)
+    return load_request_log_checked(path, step_s=step_s, models=models)
 
 
-def load_counts(path: Path | str, *, step_s: float = 300) -> dict[str, DemandSeries]:
-    """A counts file (see the module's docstring) -> one series per model at ``step_s``, aligned
-    to the file's first timestamp and padded with idle steps to a common length. Parsed once per
-    file version and step, however many models are read from it."""
+def load_counts(path: Path | str, *, step_s: float = 300,
+                models: Collection[str] | None = None) -> dict[str, DemandSeries]:
+    """A counts file (see the module's docstring) -> one series per model at ``step_s``, on the
+    time axis of the bulk of the rows of ``models`` (default all), padded with idle steps to a
+    common length. Parsed once per file version, however many models are read from it."""
+    return dict(load_counts_checked(path, step_s=step_s, models=models)[0])
+
+
+def load_counts_checked(path: Path | str, *, step_s: float = 300, models: Collection[str] | None = None
+                        ) -> tuple[tuple[tuple[str, DemandSeries], ...], FileCheck]:
+    """:func:`load_counts` and what the loader read and corrected (:class:`FileCheck`)."""
     if not (step_s > 0 and math.isfinite(step_s)):
         raise WorkloadError(f"step must be > 0 s, got {step_s!r}")
     p = Path(path)
     mtime_ns, size = _stat(p, "counts file")
-    return dict(_load_counts(p.resolve(), mtime_ns, size, float(step_s)))
-
-
-class _Bins:
-    """Per-step sums of one model — requests, input token total, output token total — for the
-    steps ``lo .. lo + width - 1`` (step indices relative to the pass's anchor; grows both ways,
-    with room to spare so that a long file is not copied at every chunk)."""
-
-    def __init__(self) -> None:
-        self.lo = 0
-        self.sums = np.zeros((3, 0))
-        self.first: int | None = None  # the first and last step any row fell in
-        self.last: int | None = None
-
-    def add(self, idx: np.ndarray, values: np.ndarray) -> None:
-        first, last = int(idx.min()), int(idx.max())
-        width = self.sums.shape[1]
-        if width == 0:
-            self.lo = first
-            self.sums = np.zeros((3, last - first + 1))
-        elif first < self.lo or last >= self.lo + width:
-            lo, hi = min(first, self.lo), max(last + 1, self.lo + width)
-            cap = max(hi - lo, 2 * width)
-            # the spare room goes on the side that grew: the end, unless only the start did
-            new_lo = lo - (cap - (hi - lo)) if last < self.lo + width else lo
-            grown = np.zeros((3, cap))
-            grown[:, self.lo - new_lo: self.lo - new_lo + width] = self.sums
-            self.lo, self.sums = new_lo, grown
-        offset = first - self.lo
-        local = idx - first
-        for k in range(3):
-            part = np.bincount(local, weights=values[k])
-            self.sums[k, offset: offset + len(part)] += part
-        self.first = first if self.first is None else min(self.first, first)
-        self.last = last if self.last is None else max(self.last, last)
-
-    def used(self) -> tuple[int, np.ndarray]:
-        """(the first step a row fell in, the sums from it to the last such step)."""
-        if self.first is None or self.last is None:
-            return 0, np.zeros((3, 0))
-        return self.first, self.sums[:, self.first - self.lo: self.last - self.lo + 1]
+    return _build_counts(p.resolve(), mtime_ns, size, float(step_s),
+                         None if models is None else tuple(sorted(set(models))))
 
 
 class _Pass:
-    """One streaming pass over a counts file: rows parsed in chunks into per-(model, step) sums
-    with step indices relative to ``anchor`` (the first row's time unless given)."""
+    """One pass over a counts file: rows parsed, validated and kept as numbers a chunk at a time
+    (:class:`atoll.forecast.logrows.RowBuffer`)."""
 
-    def __init__(self, p: Path, step_s: float, anchor: float | None) -> None:
-        self.p, self.step_s, self.anchor = p, step_s, anchor
-        self.bins: dict[str, _Bins] = {}
-        self.buffer: dict[str, tuple[list[float], list[float], list[float], list[float]]] = {}
-        self.buffered = 0
-        self.t_min = math.inf
-        self.t_max = -math.inf
-        self.last: dict[str, float] = {}  # a model's previous row time, for its interval
-        self.gap: dict[str, float] = {}  # a model's smallest positive gap between rows
+    def __init__(self, p: Path) -> None:
+        self.p = p
+        self.buf = RowBuffer(p, "counts", 1 << 62)  # flushed here, every CHUNK_ROWS rows
         self.naive_line = 0
         self.rows = 0
 
+    @property
+    def buffered(self) -> int:
+        return self.buf.buffered
+
     def flush(self) -> None:
-        for model, (ts, rs, ins, outs) in self.buffer.items():
-            if not ts:
-                continue
-            assert self.anchor is not None
-            idx = np.floor((np.asarray(ts) - self.anchor) / self.step_s).astype(np.int64)
-            self.bins.setdefault(model, _Bins()).add(idx, np.array([rs, ins, outs]))
-        self.buffer.clear()
-        self.buffered = 0
+        self.buf.flush()
 
     def run(self) -> _Pass:
         p = self.p
@@ -225,32 +192,9 @@ class _Pass:
         elif requests == 0 and (a > 0 or b > 0):
             raise WorkloadError(f"{p}:{line}: columns 'input_tokens','output_tokens' hold {a:g} and "
                                 f"{b:g} tokens in an interval of 0 requests; fix the row's counts")
-        if self.anchor is None:
-            self.anchor = t
-        if abs(t - self.anchor) / self.step_s > MAX_STEPS:
-            days = abs(t - self.anchor) / DAY_S
-            raise WorkloadError(f"{p}:{line}: column 'timestamp': {text!r} is {days:,.0f} days from "
-                                f"the first row's time, more than {MAX_STEPS:,} steps of "
-                                f"{self.step_s:g} s; are seconds mixed with other units?")
-        self.t_min = min(self.t_min, t)
-        self.t_max = max(self.t_max, t)
-        prev = self.last.get(model)
-        if prev is not None and t != prev:
-            gap = abs(t - prev)
-            if gap < self.gap.get(model, math.inf):
-                self.gap[model] = gap
-        self.last[model] = t
-        buf = self.buffer.get(model)
-        if buf is None:
-            buf = self.buffer[model] = ([], [], [], [])
-            self.bins.setdefault(model, _Bins())  # keeps the models in order of first appearance
-        buf[0].append(t)
-        buf[1].append(requests)
-        buf[2].append(a)
-        buf[3].append(b)
         self.rows += 1
-        self.buffered += 1
-        if self.buffered >= CHUNK_ROWS:
+        self.buf.add(t, model, requests, a, b, line, row_key(row))
+        if self.buf.buffered >= CHUNK_ROWS:
             self.flush()
 
 
@@ -300,46 +244,23 @@ def _number(p: Path, line: int, column: str, text: str, *, empty_ok: bool = Fals
 
 
 @lru_cache(maxsize=4)
-def _load_counts(p: Path, mtime_ns: int, size: int, step_s: float) -> tuple[tuple[str, DemandSeries], ...]:
-    run = _Pass(p, step_s, None).run()
+def _parse_counts(p: Path, mtime_ns: int, size: int) -> Rows:
+    run = _Pass(p).run()
     if not run.rows:
         raise WorkloadError(f"{p}: no rows after the header; give one row per interval and model")
-    assert run.anchor is not None
-    t0 = run.t_min
-    shift = (run.anchor - t0) / step_s
-    if abs(run.anchor - t0 - round(shift) * step_s) > 1e-6:
-        # An earlier row off the first row's step grid: bin again from the earliest time (rare:
-        # unsorted files whose models start at different times).
-        run = _Pass(p, step_s, t0).run()
-        shift = 0.0
     if run.naive_line:
         log.warning("%s: timestamps without a time zone (first at line %d) are read as UTC",
                     p, run.naive_line)
-    if (run.t_max - t0) / step_s > MAX_STEPS:
-        raise WorkloadError(f"{p}: rows span {(run.t_max - t0) / DAY_S:,.0f} days ({t0:g} to "
-                            f"{run.t_max:g} s), more than {MAX_STEPS:,} steps of {step_s:g} s; are "
-                            f"seconds mixed with other units?")
-    file_gap = min(run.gap.values(), default=None)
-    sums: dict[str, np.ndarray] = {}
-    for model, bins in run.bins.items():
-        first, arr = bins.used()
-        start = first + int(round(shift))
-        gap = run.gap.get(model, file_gap)
-        arr = _spread(p, model, arr, gap, step_s)
-        full = np.zeros((3, start + arr.shape[1]))
-        full[:, start:] = arr
-        sums[model] = full
-    n = max(a.shape[1] for a in sums.values())
-    out = []
-    for model, a in sums.items():
-        padded = np.zeros((3, n))
-        padded[:, : a.shape[1]] = a
-        req, tin, tout = padded
-        safe = np.where(req > 0, req, 1.0)
-        out.append((model, DemandSeries(f"csv:{model}", step_s, req / step_s,
-                                        np.where(req > 0, tin / safe, 0.0),
-                                        np.where(req > 0, tout / safe, 0.0))))
-    return tuple(out)
+    return run.buf.rows()
+
+
+@lru_cache(maxsize=8)
+def _build_counts(p: Path, mtime_ns: int, size: int, step_s: float, models: tuple[str, ...] | None
+                  ) -> tuple[tuple[tuple[str, DemandSeries], ...], FileCheck]:
+    rows = _parse_counts(p, mtime_ns, size)
+    sums, check = build(rows, step_s, models,
+                        spread=lambda model, arr, interval: _spread(p, model, arr, interval, step_s))
+    return tuple((m, series_from_sums(m, step_s, a)) for m, a in sums), check
 
 
 def _spread(p: Path, model: str, sums: np.ndarray, interval: float | None, step_s: float) -> np.ndarray:

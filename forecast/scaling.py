@@ -107,17 +107,23 @@ def with_scale(workloads: str, scale: str | Scale | None) -> str:
 
 
 def apply_scale(series: DemandSeries, scale: Scale | str | None, *, source: str | None = None,
-                level: int = logging.WARNING) -> DemandSeries:
+                level: int = logging.WARNING, mean: float | None = None) -> DemandSeries:
     """``series`` with requests/s scaled as ``scale`` says (None or ``none``: unchanged, nothing
-    logged); one line on the ``atoll`` logger at ``level`` says what was applied."""
+    logged); one line on the ``atoll`` logger at ``level`` says what was applied. ``mean`` is the
+    series' mean rate a ``mean:R`` spec scales from when it is not the plain mean over all
+    steps (a request log's mean with its gaps left out, said in the line)."""
     if scale is None:
         return series
     spec = parse_scale(scale)
     if spec.kind == "none":
         return series
-    mean = float(np.mean(series.requests_per_s)) if len(series) else 0.0
-    factor = spec.factor_for(mean)
+    plain = float(np.mean(series.requests_per_s)) if len(series) else 0.0
+    given = mean is not None and spec.kind == "mean"
+    base = float(mean) if given else plain  # type: ignore[arg-type]
+    factor = spec.factor_for(base)
     out = replace(series, requests_per_s=series.requests_per_s * factor)
-    log.log(level, "%s: scaled by %s: requests/s x%.4g, mean %.4g -> %.4g req/s",
-            source or series.name, spec, factor, mean, mean * factor)
+    log.log(level, "%s: scaled by %s: requests/s x%.4g, mean %.4g -> %.4g req/s%s",
+            source or series.name, spec, factor, base, base * factor,
+            " (over the steps with data: gaps left out)" if given and abs(base - plain) > 1e-12 * max(base, 1)
+            else "")
     return out

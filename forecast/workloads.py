@@ -30,7 +30,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -39,7 +39,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from atoll.solvers.errors import InputError, MissingDataError
+from atoll.forecast.logrows import (  # noqa: F401 - MAX_STEPS, WorkloadError: public here too
+    MAX_STEPS,
+    FileCheck,
+    ModelCheck,
+    RowBuffer,
+    Rows,
+    WorkloadError,
+    build,
+    row_key,
+)
+from atoll.solvers.errors import MissingDataError
 from atoll.solvers.paths import shared_data_dir
 
 log = logging.getLogger(__name__)
@@ -52,10 +62,6 @@ SERVEGEN_WINDOW_S = 600
 SERVEGEN_LENGTH_WINDOW_S = 21600
 AZURE_TRACES = {"code": "AzureLLMInferenceTrace_code.csv", "conv": "AzureLLMInferenceTrace_conv.csv"}
 DAY_S = 86400
-
-
-class WorkloadError(InputError):
-    """Bad workload input; the message names the thing, its value and the fix."""
 
 
 @dataclass(frozen=True)
@@ -269,9 +275,6 @@ def _bucket_requests(times_s: np.ndarray, ins: np.ndarray, outs: np.ndarray, ste
 # Numeric timestamps are seconds; from 1e11 on (the year 5138 in seconds, 1973 in milliseconds)
 # a value is taken to be milliseconds, which the log does not accept.
 MS_THRESHOLD = 1e11
-# A log may span at most this many steps (about 95 years at 5 min): a larger span is a unit
-# error, and binning it would allocate gigabytes.
-MAX_STEPS = 10_000_000
 
 
 def _parse_time(text: str) -> tuple[float, bool]:
@@ -313,14 +316,25 @@ def load_azure(trace: str, *, step_s: float = 300, data: Path | None = None) -> 
     return _bucket_requests(t - t.min(), np.array(ins), np.array(outs), step_s, f"azure:{trace}")
 
 
-def load_request_log(path: Path | str, *, step_s: float = 300) -> dict[str, DemandSeries]:
+def load_request_log(path: Path | str, *, step_s: float = 300,
+                     models: Collection[str] | None = None) -> dict[str, DemandSeries]:
     """A user's CSV request log ``timestamp,model,input_tokens,output_tokens`` (UTF-8, header
     required; timestamp in seconds since the epoch or ISO 8601, a time without a zone read as
-    UTC and reported) -> one series per model, aligned to the first request. Parsed once per
-    file version and step, however many models are read from it."""
+    UTC and reported) -> one series per model (of ``models``, default all), on the time axis of
+    the bulk of those models' rows (:mod:`atoll.forecast.logrows`: copies, stray rows and gaps
+    dropped or reported). Parsed once per file version, however many models are read from it."""
+    return dict(load_request_log_checked(path, step_s=step_s, models=models)[0])
+
+
+def load_request_log_checked(path: Path | str, *, step_s: float = 300, models: Collection[str] | None = None
+                             ) -> tuple[tuple[tuple[str, DemandSeries], ...], FileCheck]:
+    """:func:`load_request_log` and what the loader read and corrected (:class:`FileCheck`)."""
+    if not (step_s > 0 and math.isfinite(step_s)):
+        raise WorkloadError(f"step must be > 0 s, got {step_s!r}")
     p = Path(path)
     mtime_ns, size = file_version(p, "request log")
-    return dict(_load_request_log(p.resolve(), mtime_ns, size, float(step_s)))
+    return _build_request_log(p.resolve(), mtime_ns, size, float(step_s),
+                              None if models is None else tuple(sorted(set(models))))
 
 
 def file_version(p: Path, what: str) -> tuple[int, int]:
@@ -337,61 +351,72 @@ def file_version(p: Path, what: str) -> tuple[int, int]:
     return st.st_mtime_ns, st.st_size
 
 
+def series_from_sums(name: str, step_s: float, sums: np.ndarray) -> DemandSeries:
+    """Per-step (requests, input token total, output token total) -> a series of requests/s and
+    request-weighted mean lengths (0 in idle steps)."""
+    req, tin, tout = sums
+    safe = np.where(req > 0, req, 1.0)
+    return DemandSeries(f"csv:{name}", step_s, req / step_s, np.where(req > 0, tin / safe, 0.0),
+                        np.where(req > 0, tout / safe, 0.0))
+
+
+@lru_cache(maxsize=8)
+def _build_request_log(p: Path, mtime_ns: int, size: int, step_s: float, models: tuple[str, ...] | None
+                       ) -> tuple[tuple[tuple[str, DemandSeries], ...], FileCheck]:
+    rows = _parse_request_log(p, mtime_ns, size)
+    sums, check = build(rows, step_s, models)
+    return tuple((m, series_from_sums(m, step_s, a)) for m, a in sums), check
+
+
+REQUEST_CHUNK = 65_536
+
+
 @lru_cache(maxsize=4)
-def _load_request_log(p: Path, mtime_ns: int, size: int, step_s: float
-                      ) -> tuple[tuple[str, DemandSeries], ...]:
-    rows: dict[str, list[tuple[float, float, float]]] = {}
+def _parse_request_log(p: Path, mtime_ns: int, size: int) -> Rows:
+    buf = RowBuffer(p, "requests", REQUEST_CHUNK)
     naive_line = 0
     try:
         with p.open(newline="", encoding="utf-8-sig") as fh:  # -sig: a byte-order mark is dropped
-            reader = csv.DictReader(fh)
-            need = {"timestamp", "model", "input_tokens", "output_tokens"}
-            if not reader.fieldnames or not need <= set(reader.fieldnames):
-                raise WorkloadError(f"{p}: header must contain {sorted(need)}, got {reader.fieldnames}")
-            for line, row in enumerate(reader, start=2):
+            reader = csv.reader(fh)
+            header = [c.strip() for c in next(reader, None) or []]
+            need = ("timestamp", "model", "input_tokens", "output_tokens")
+            if not set(need) <= set(header):
+                raise WorkloadError(f"{p}: header must contain {sorted(need)}, got {header or None}")
+            ti, mi, ii, oi = (header.index(c) for c in need)
+            width = max(ti, mi, ii, oi) + 1
+            line = 1
+            for row in reader:
+                line = reader.line_num
+                if not row or (len(row) == 1 and not row[0].strip()):
+                    continue  # a blank line
+                if len(row) < width:
+                    raise WorkloadError(f"{p}:{line}: {len(row)} fields where the header has "
+                                        f"{len(header)}; give every column of the header on each row")
                 try:
-                    t, zoned = _parse_time(row["timestamp"])
-                    i, o = float(row["input_tokens"]), float(row["output_tokens"])
+                    t, zoned = _parse_time(row[ti])
+                    i, o = float(row[ii]), float(row[oi])
                 except (TypeError, ValueError, OverflowError, AttributeError) as exc:
                     raise WorkloadError(f"{p}:{line}: malformed row {row} ({exc}); timestamp must be "
                                         f"seconds or ISO 8601, token counts numbers") from exc
                 if not zoned and not naive_line:
                     naive_line = line
-                if not row["model"]:
+                if not row[mi]:
                     raise WorkloadError(f"{p}:{line}: empty model name")
                 if not (math.isfinite(i) and math.isfinite(o)) or i < 0 or o < 0:
                     raise WorkloadError(f"{p}:{line}: token counts must be >= 0, got {i:g}, {o:g}")
-                rows.setdefault(row["model"], []).append((t, i, o))
+                buf.add(t, row[mi], 1.0, i, o, line, row_key(row))
     except UnicodeDecodeError as exc:
         raise WorkloadError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason}); save the log "
                             f"as UTF-8 CSV") from None
     except csv.Error as exc:
         raise WorkloadError(f"{p}: not a readable CSV file ({exc})") from None
-    if not rows:
+    rows = buf.rows()
+    if not len(rows):
         raise WorkloadError(f"{p}: no requests")
     if naive_line:
         log.warning("%s: timestamps without a time zone (first at line %d) are read as UTC",
                     p, naive_line)
-    t0 = min(r[0] for rs in rows.values() for r in rs)
-    t1 = max(r[0] for rs in rows.values() for r in rs)
-    if (t1 - t0) / step_s > MAX_STEPS:
-        raise WorkloadError(f"{p}: requests span {(t1 - t0) / DAY_S:,.0f} days ({t0:g} to {t1:g} s), "
-                            f"more than {MAX_STEPS:,} steps of {step_s:g} s; are seconds mixed with "
-                            f"other units?")
-    out = {}
-    for model, rs in rows.items():
-        arr = np.array(rs)
-        out[model] = _bucket_requests(arr[:, 0] - t0, arr[:, 1], arr[:, 2], step_s, f"csv:{model}")
-    n = max(len(s) for s in out.values())
-    return tuple((m, _pad(s, n)) for m, s in out.items())
-
-
-def _pad(s: DemandSeries, n: int) -> DemandSeries:
-    k = n - len(s)
-    z = np.zeros(k)
-    return replace(s, requests_per_s=np.concatenate([s.requests_per_s, z]),
-                   input_tokens=np.concatenate([s.input_tokens, z]),
-                   output_tokens=np.concatenate([s.output_tokens, z]))
+    return rows
 
 
 def load_workload(name: str, *, step_s: float = 300, data: Path | None = None,
@@ -404,8 +429,10 @@ def load_workload(name: str, *, step_s: float = 300, data: Path | None = None,
     from atoll.forecast.scaling import apply_scale, split_scale  # it imports this module
 
     base, spec = split_scale(name)
-    series = _load_named(base, step_s=step_s, data=data)
-    series = apply_scale(series, spec if spec is not None else scale, source=name)
+    series, check = _load_named(base, step_s=step_s, data=data)
+    # a request log's mean leaves its gaps out (a collector down is no data, not idle time)
+    mean = None if check is None else check.mean_rate("exclude")
+    series = apply_scale(series, spec if spec is not None else scale, source=name, mean=mean)
     if days is None:
         return series
     if len(days) == 0 or days.step != 1:
@@ -414,24 +441,25 @@ def load_workload(name: str, *, step_s: float = 300, data: Path | None = None,
     return series.days(days[0], days[-1])
 
 
-def _load_named(name: str, *, step_s: float, data: Path | None) -> DemandSeries:
+def _load_named(name: str, *, step_s: float, data: Path | None) -> tuple[DemandSeries, ModelCheck | None]:
     kind, _, arg = name.partition(":")
     if kind == "servegen":
-        return load_servegen(arg, step_s=step_s, data=data)
+        return load_servegen(arg, step_s=step_s, data=data), None
     if kind == "azure":
-        return load_azure(arg, step_s=step_s, data=data)
+        return load_azure(arg, step_s=step_s, data=data), None
     if kind == "csv":
-        from atoll.forecast.counts import load_csv  # it imports this module
+        from atoll.forecast.counts import load_csv_checked  # it imports this module
 
         path, _, model = arg.partition("#")
-        series = load_csv(path, step_s=step_s)
+        pairs, check = load_csv_checked(path, step_s=step_s)
+        series = dict(pairs)
         if not model:
             if len(series) != 1:
                 raise WorkloadError(f"{path} holds models {sorted(series)}; name one as csv:{path}#MODEL")
-            return next(iter(series.values()))
+            model = next(iter(series))
         if model not in series:
             raise WorkloadError(f"model {model!r} not in {path}; it holds {sorted(series)}")
-        return series[model]
+        return series[model], check.model(model)
     raise WorkloadError(f"unknown workload {name!r}; use servegen:<{'|'.join(SERVEGEN_MODELS)}>, "
                         f"azure:<code|conv> or csv:<path>[#model], optionally with @mean:R, "
                         f"@factor:F or @none")

@@ -120,15 +120,27 @@ def _pool_trace(path: Path, where: str, file: Path) -> PoolTrace:
     return PoolTrace(tuple(times), tuple(nodes), str(file))
 
 
+GAP_MODES = ("exclude", "zero")
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
     """One model's demand: a workload name (``servegen:...``, ``azure:...``, ``csv:PATH#NAME``)
-    and its explicit scaling (``scale`` factor or ``mean_rate`` req/s; at most one)."""
+    and its explicit scaling (``scale`` factor or ``mean_rate`` req/s; at most one). ``gaps``
+    says how a request log's gaps (hours with no rows: a collector down) enter its mean rate, the
+    one ``mean_rate`` scales from and the demand ``solve`` plans for: left out (``exclude``) or
+    counted as zero demand (``zero``)."""
 
     model: str
     source: str
     scale: float | None = None
     mean_rate: float | None = None
+    gaps: str = "exclude"
+
+    def __post_init__(self) -> None:
+        if self.gaps not in GAP_MODES:
+            raise ValueError(f"WorkloadSpec {self.model!r}: field 'gaps' must be one of "
+                             f"{', '.join(GAP_MODES)}, got {self.gaps!r}")
 
 
 @dataclass(frozen=True)
@@ -335,6 +347,11 @@ def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]) -> list[Offer]:
                 raise _fail(path, w, "missing field 'on_demand' ($/node-hour)")
             od = _number(path, w, "on_demand", o["on_demand"], strict=True)
             spot = None if o.get("spot") is None else _number(path, w, "spot", o["spot"], strict=True)
+            if spot is not None and spot > od:
+                # a spot price above on-demand makes every spot plan look dear and hedging
+                # pointless; it is nearly always the two columns swapped or a typo
+                raise _fail(path, w, f"field 'spot' ({spot:g} $/node-hour) is above 'on_demand' ({od:g}); "
+                                     f"spot capacity is sold below on-demand: are the two swapped?")
             out.append(Offer(name, str(cfg), od, spot, "fleet-file"))
         if not region.get("catalog") and not own:
             raise _fail(path, where, "needs 'catalog: true' or a list of 'offers'")
@@ -351,6 +368,36 @@ def _cell(path: Path, where: str, key: Any, cells: set[tuple[str, str]]) -> tupl
         valid = ", ".join(f"{r}/{c}" for r, c in sorted(cells))
         raise _fail(path, where, f"{_show(key)} is not an offered region/config; valid: {valid}")
     return region, cfg
+
+
+class DuplicateKeyError(ValueError):
+    """A mapping of the fleet file gives one key twice."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error: YAML keeps the
+    last value and drops the first without a word, and either may be the one the user meant.
+    Keys merged in with ``<<`` may be overridden, as YAML intends."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class says so
+                    break
+                if first is None:
+                    seen[key] = line
+                else:
+                    raise DuplicateKeyError(f"line {line}: key {_show(key)} is given twice in one mapping "
+                                            f"(first at line {first}); YAML would keep only the last value "
+                                            f"— remove or merge one of them")
+        return super().construct_mapping(node, deep=deep)
 
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "data" / "fleets"
@@ -386,7 +433,9 @@ def load_fleet(path: Path | str) -> FleetSpec:
     except OSError as exc:
         raise FleetFileError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except DuplicateKeyError as exc:
+        raise FleetFileError(f"{path}: {exc}") from None
     except (yaml.YAMLError, RecursionError, ValueError, ArithmeticError) as exc:
         # PyYAML raises ValueError for timestamps such as 2024-13-01, RecursionError when nested too deep
         raise FleetFileError(f"{path}: cannot be read as YAML ({exc or type(exc).__name__})") from exc
@@ -451,9 +500,13 @@ def load_fleet(path: Path | str) -> FleetSpec:
                                      f"give one per model")
         keys[model] = key
         entry = _mapping(path, where, entry, "source and optional scale or mean_rate")
-        extra = _unknown(entry, {"source", "scale", "mean_rate"})
+        extra = _unknown(entry, {"source", "scale", "mean_rate", "gaps"})
         if extra:
-            raise _fail(path, where, f"unknown field(s) {extra}; valid: mean_rate, scale, source")
+            raise _fail(path, where, f"unknown field(s) {extra}; valid: gaps, mean_rate, scale, source")
+        gaps = entry.get("gaps", "exclude")
+        if gaps not in GAP_MODES:
+            raise _fail(path, where, f"field 'gaps' must be 'exclude' (hours without rows left out of the "
+                                     f"mean rate) or 'zero' (counted as no demand), got {_show(gaps)}")
         source = entry.get("source")
         if not isinstance(source, str) or ":" not in source or "\x00" in source:
             raise _fail(path, where, f"field 'source' must be a workload such as 'csv:requests.csv#model', "
@@ -466,7 +519,7 @@ def load_fleet(path: Path | str) -> FleetSpec:
         scale = None if "scale" not in entry else _number(path, where, "scale", entry["scale"], strict=True)
         rate = None if "mean_rate" not in entry else _number(path, where, "mean_rate", entry["mean_rate"],
                                                              strict=True)
-        workloads.append(WorkloadSpec(model, source, scale, rate))
+        workloads.append(WorkloadSpec(model, source, scale, rate, gaps))
     missing = [n for n in names if n not in {w.model for w in workloads}]
     if missing:
         raise _fail(path, "workloads", f"no workload for model {missing[0]!r}; give one per model")
