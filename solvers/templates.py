@@ -222,18 +222,27 @@ def enumerate_multisets(model: ModelSpec, configs: Sequence[NodeConfig], n_max: 
                         shape: RequestShape, runtime: str = DEFAULT_RUNTIME) -> list[tuple[int, ...]]:
     """Sorted index tuples of the multisets worth placing: <= n_max nodes, memory < rho x
     weights, able to hold the model (memory >= weights, max layers that fit sum >= layers), and
-    of a shape ``runtime`` can run."""
+    of a shape ``runtime`` can run.
+
+    The ``rho`` cut only trims the search: it never removes the last multisets that can hold the
+    model. When every one that can is above rho x weights (a small model on large nodes: a 0.5B
+    model where only 8xMI300X are sold), the minimal ones — none of whose nodes can be dropped
+    with the rest still holding the model — are kept."""
     weights = model.weight_bytes
     memory = [c.memory_gb * 1e9 for c in configs]
     fit = [max_layers_that_fit(model, c, shape) for c in configs]
     out = []
+    over = []
     for n in range(1, n_max + 1):
         for ms in itertools.combinations_with_replacement(range(len(configs)), n):
             mem = sum(memory[i] for i in ms)
-            if weights <= mem < rho * weights and sum(fit[i] for i in ms) >= model.layers and (
+            if weights <= mem and sum(fit[i] for i in ms) >= model.layers and (
                     runtime == "any" or multiset_ok(runtime, model, [configs[i] for i in ms])):
-                out.append(ms)
-    return out
+                (out if mem < rho * weights else over).append(ms)
+    if out or not over:
+        return out
+    held = set(over)
+    return [ms for ms in over if not any(ms[:i] + ms[i + 1:] in held for i in range(len(ms)))]
 
 
 def remove_dominated(values: dict[tuple[int, ...], float]) -> list[tuple[int, ...]]:
@@ -448,6 +457,11 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
                     result = JobResult.from_json(payload)
                     job = by_key[key]
                     check_templates(result.templates, [c.name for c in job.configs], job.model.layers)
+                    if result.evaluated == 0 and enumerate_multisets(
+                            job.model, job.configs, job.n_max, job.rho, job.shape, job.runtime):
+                        # an empty entry of a build whose rho cut removed every multiset (before the
+                        # cut kept the last ones): rebuild it; entries with templates are unchanged
+                        continue
                     results[key] = result
                 except (KeyError, TypeError, ValueError) as exc:  # checksummed, yet not a job result
                     logging.getLogger(__name__).warning("template cache entry %s: %s; rebuilding it",

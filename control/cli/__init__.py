@@ -17,6 +17,7 @@ from typing import NoReturn
 
 from atoll.control.cli import (
     catalog,
+    check,
     control,
     demo,
     evaluate,
@@ -34,6 +35,7 @@ from atoll.solvers.errors import AtollError, InputError
 # Modules that contribute sub-commands, in the order `atoll --help` lists them.
 _GROUPS: list[Callable[[argparse._SubParsersAction], None]] = [
     catalog.add_parser,
+    check.add_parser,
     perf.add_parser,
     demo.add_parser,
     templates.add_parser,

@@ -33,14 +33,49 @@ def parse_days(text: str) -> tuple[int, int]:
     return a, b
 
 
+class Given(argparse.Action):
+    """Stores the value and records that the user gave the option (``args.given_options``), so
+    an option that another one overrides is refused rather than silently ignored."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        given = set(getattr(namespace, "given_options", ()))
+        given.add(self.option_strings[0])
+        namespace.given_options = given
+
+
+# What a fleet file sets, and so what --fleet cannot be combined with.
+FLEET_OWNS = {"--scenario": "its models, GPUs and regions",
+              "--workload": "its workloads", "--scale": "each workload's scale or mean_rate"}
+
+
 def activate_fleet(args: argparse.Namespace) -> ActiveFleet | None:
     """``--fleet FILE`` (or a bundled fleet's name): load, validate and register it, and make
-    ``args.scenario`` name it; None without ``--fleet``."""
+    ``args.scenario`` name it; None without ``--fleet``. Options the fleet file overrides
+    (``--scenario``, ``--workload``, ``--scale``) are refused when given with it."""
     if not getattr(args, "fleet", None):
         return None
+    given = getattr(args, "given_options", set())
+    clash = [o for o in FLEET_OWNS if o in given]
+    if clash:
+        what = "; ".join(f"{o}: {FLEET_OWNS[o]}" for o in clash)
+        raise UserError(f"--fleet {args.fleet} sets {what}; drop {' and '.join(clash)}, or edit the fleet "
+                        f"file (a workload's source, scale: or mean_rate:)")
     active = activate(args.fleet)
     args.scenario = active.name
+    args.active_fleet = active
     return active
+
+
+def workloads_used(args: argparse.Namespace) -> str | dict[str, str]:
+    """What a JSON document echoes as its workload: the fleet's workloads with their scaling (per
+    model), else the --workload names with --scale applied, as the simulator got them."""
+    active: ActiveFleet | None = getattr(args, "active_fleet", None)
+    if active is not None:
+        said = dict(active.scalings)
+        return {w.model: f"{w.source} ({said.get(w.model, 'as recorded')})" for w in active.spec.workloads}
+    return with_scale(args.workload, args.scale)
 
 
 def add_fleet_option(p: argparse.ArgumentParser) -> None:
@@ -74,8 +109,8 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
 
 
 def add_env_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", default="core", help="solver scenario: core or extended")
-    p.add_argument("--workload", default="servegen",
+    p.add_argument("--scenario", default="core", action=Given, help="solver scenario: core or extended")
+    p.add_argument("--workload", default="servegen", action=Given,
                    help="servegen (ServeGen client groups, one per model) or one workload per model, "
                         "comma-separated (servegen:m-large, csv:PATH#MODEL, ...)")
     add_fleet_option(p)
@@ -84,7 +119,7 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prices", default=None, choices=PRICE_KINDS,
                    help="node prices (default: spot with spot availability, else on-demand)")
     p.add_argument("--forecaster", default="ets", help="naive, ets, sarimax, uc or auto")
-    p.add_argument("--scale", default=None, metavar="SPEC",
+    p.add_argument("--scale", default=None, metavar="SPEC", action=Given,
                    help="scale every workload without its own @spec: mean:R (req/s), factor:F or none; "
                         "csv: workloads are otherwise served as recorded")
     p.add_argument("--solver-time-limit", type=float, default=None, metavar="SECONDS",
@@ -111,3 +146,13 @@ def split_names(text: str, option: str) -> list[str]:
         raise UserError(f"{option} {text!r} has an empty name; give a comma-separated list without "
                         f"empty entries")
     return names
+
+
+def require_servable_env(env: FleetEnv) -> None:
+    """An error naming every model of the env's scenario that no template can serve, and why."""
+    from atoll.envs.fleet_model import scenario_library
+    from atoll.solvers.scenarios import SCENARIOS
+    from atoll.solvers.servable import require_servable
+
+    c = env.config
+    require_servable(SCENARIOS[c.scenario], scenario_library(c.scenario, c.runtime), c.runtime)

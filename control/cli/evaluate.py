@@ -40,6 +40,12 @@ def contest_config(args: argparse.Namespace) -> Any:
     from atoll.envs.config import FleetConfig
     from atoll.forecast.scaling import with_scale
 
+    if getattr(args, "fleet", None):
+        # the contest builds its envs from a scenario and workload names; a fleet file's own
+        # series would be dropped without a word, so it is refused until the contest takes them
+        raise UserError(f"--rules grid runs on --scenario and --workload; it does not take --fleet "
+                        f"{args.fleet} yet: run the rules on the fleet with `atoll simulate --fleet` "
+                        f"or `atoll evaluate --fleet` without --rules grid")
     limit = {"solver_time_limit": args.solver_time_limit} if args.solver_time_limit is not None else {}
     return FleetConfig(scenario=args.scenario, workload=with_scale(args.workload, args.scale),
                        availability=args.availability or "spot", prices=args.prices,

@@ -6,7 +6,15 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from atoll.control.cli.common import add_env_options, check_image_path, make_env, parse_days, split_names
+from atoll.control.cli.common import (
+    add_env_options,
+    check_image_path,
+    make_env,
+    parse_days,
+    require_servable_env,
+    split_names,
+    workloads_used,
+)
 from atoll.control.cli.output import UserError, output_for, progress, results_table
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
@@ -23,6 +31,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot_policy is not None and args.plot_policy not in names:
         raise UserError(f"--plot-policy {args.plot_policy!r} is not among --policy {args.policy!r}")
     env = make_env(args, days)
+    if not args.allow_unservable:
+        require_servable_env(env)  # exit 2 before simulating a model that nothing can serve
     policies: list[Policy] = [make_policy(name, len(env.models)) for name in names]
     day_list = list(range(days[0], days[1] + 1))
     from atoll.training.evaluate import env_at_level
@@ -45,7 +55,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     results = {ep.policy: ep.totals() for ep in episodes}
     doc: dict[str, Any] = {
         "partial": partial,
-        "scenario": args.scenario, "fleet": args.fleet, "workload": args.workload, "days": day_list,
+        "scenario": args.scenario, "fleet": args.fleet, "workload": workloads_used(args), "days": day_list,
         "availability": env.config.availability, "prices": env.config.price_kind, "seed": args.seed,
         "models": list(env.models),
         "policies": {name: {"totals": {k: t[k] for k in TOTAL_KEYS},
@@ -78,4 +88,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot-policy", default=None, help="draw only this policy (default: one panel each)")
     p.add_argument("--seed", type=int, default=0, help="seed of availability offsets and preemptions")
     p.add_argument("--plot", default=None, metavar="FILE.png", help="draw demand vs capacity and cost")
+    p.add_argument("--allow-unservable", action="store_true",
+                   help="simulate even when a model has no serving template (it is served by nothing)")
     p.set_defaults(handler=cmd_simulate)

@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from atoll.control.cli.common import activate_fleet, add_fleet_option, add_json
+from atoll.control.cli.common import Given, activate_fleet, add_fleet_option, add_json
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
 from atoll.solvers.ladder import decompose
@@ -18,6 +18,7 @@ from atoll.solvers.perf import UNVALIDATED_NOTE, template_unvalidated
 from atoll.solvers.problem import AllocationProblem
 from atoll.solvers.runtime import RUNTIMES
 from atoll.solvers.scenarios import AVAILABILITIES, MIXES, SCENARIOS, build_problem
+from atoll.solvers.servable import unservable, unservable_message
 
 
 def plan_rows(problem: AllocationProblem, result: MethodResult) -> list[dict[str, Any]]:
@@ -139,8 +140,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
         out.result(Text(WHAT_IF_NOTE, style="bold red"))
         context.update(catalog="what-if-2gpu", warning=WHAT_IF_NOTE)
+    # models with no template at all: the reason per model, not "infeasible within availability"
+    reasons = unservable(SCENARIOS[args.scenario], problem.templates, args.runtime)
     result = run_method(problem, args.method)
-    doc = solve_document(problem, result, **context)
+    doc = solve_document(problem, result, unservable=reasons, **context)
+    if reasons:
+        doc["message"] = unservable_message(reasons) + (f". {doc['message']}" if doc["message"] else "")
     _print(out, doc)
     out.json(doc)
     return 0 if result.ok else 1
@@ -148,7 +153,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("solve", help="allocate a scenario's demand with the ILP or a baseline")
-    p.add_argument("--scenario", default=None, help=f"one of: {', '.join(SCENARIOS)} (or --fleet)")
+    p.add_argument("--scenario", default=None, action=Given,
+                   help=f"one of: {', '.join(SCENARIOS)} (or --fleet)")
     add_fleet_option(p)
     p.add_argument("--runtime", default=None, choices=RUNTIMES,
                    help="templates of this serving runtime (default: the scenario's, any; a fleet's, vllm)")

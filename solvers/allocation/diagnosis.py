@@ -42,13 +42,23 @@ def diagnose_infeasible(inst: RoundInstance) -> str:
     """The message of an infeasible cost-mode round, naming the services short of capacity."""
     p = inst.problem
     short = []
+    bare = []
     for s in inst.services:
+        if not p.templates_of(s):
+            bare.append(s)  # no template at all: availability is not the reason
+            continue
         cap = max_capacity_alone(p, s, inst.residual)
         need = inst.target(s)  # a grow model's kept instances already cover part of it
         if cap < need * (1 - FEAS_TOL):
             kept = f", {inst.held[s]:.6g} kept" if inst.held.get(s) else ""
             short.append(f"{s} (demand {p.demand[s]:.6g} tokens/s{kept}, at most {cap:.6g} more alone)")
-    what = ("cannot be met even alone within availability: " + "; ".join(short) if short else
+    parts = []
+    if bare:
+        parts.append("have no serving template (no offered node config can run the model; `atoll check "
+                     "--fleet` says why): " + ", ".join(bare))
+    if short:
+        parts.append("cannot be met even alone within availability: " + "; ".join(short))
+    what = ("; services ".join(parts) if parts else
             "can each be met alone but not together: they compete for the same node configs")
     return (f"demand is infeasible in cost mode; services {what}. "
-            "Use mode='goodput' to serve as much as possible")
+            "Goodput mode (`atoll solve --goodput`; mode='goodput' in Python) serves as much as possible")
