@@ -4,11 +4,13 @@ A tick:
 
 1. **observe**: read vLLM's counters and gauges per model (``atoll.control.metrics``, retried with
    backoff), turn them into token rates (``atoll.control.rates``: counter resets, new replicas,
-   missing or NaN series) and append the fresh rates to the history; account the interval since
+   missing or NaN series; tokens per request and latency from vLLM's histograms) and append the
+   fresh rates to the history; account the interval since
    the last tick as the env accounts a step (served against the capacity ready over it, billed
    for running, starting and draining nodes); then deliver the plan an earlier tick could not
-   deliver (``ControllerState.pending``) and forecast the planning demand
-   (``atoll.control.live_demand``);
+   deliver (``ControllerState.pending``) and forecast the planning demand of each phase from its
+   own measured token rate (``atoll.control.live_demand``; a request shape drifting from the
+   one the templates were profiled at is reported in ``shape_drift``);
 2. **decide**: build the observation exactly as the env does — the controller's fleet is the env's
    :class:`~atoll.envs.fleet_model.FleetModel` and its state a :class:`~atoll.envs.fleet.FleetState`,
    and :func:`atoll.envs.signals.fleet_signals` makes the ``Signals`` on both sides — and ask
@@ -44,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from atoll.control.live_demand import LiveForecast, ModelForecast
+from atoll.control.live_demand import SHAPE_TOLERANCE, LiveForecast, ModelForecast
 from atoll.control.live_fleet import STEP_S, LiveFleet
 from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
 from atoll.control.plans import PlanRecord, SinkResult
@@ -77,6 +79,8 @@ class ControllerSettings:
     sink_backoff_s: float = 1.0
     flat_hold_s: float = FLAT_HOLD_S  # flat counters held this long before they read as zero (rates.py)
     reset_fraction: float = RESET_FRACTION  # a counter below this fraction of the last one restarted
+    # a measured tokens/request this far (relative) off the profiled shape is reported as a drift
+    shape_tolerance: float = SHAPE_TOLERANCE
 
     def __post_init__(self) -> None:
         for name in ("interval_s", "look_ahead_s", "time_scale"):
@@ -94,6 +98,9 @@ class ControllerSettings:
         if not 0 < self.reset_fraction < 1:
             raise ValueError(f"ControllerSettings: field 'reset_fraction' must be in (0, 1), "
                              f"got {self.reset_fraction!r}")
+        if not 0 < self.shape_tolerance < 1:
+            raise ValueError(f"ControllerSettings: field 'shape_tolerance' must be in (0, 1), "
+                             f"got {self.shape_tolerance!r}")
         if not 0 < self.planning_quantile < 1:
             raise ValueError(f"ControllerSettings: field 'planning_quantile' must be in (0, 1), "
                              f"got {self.planning_quantile!r}")
@@ -132,9 +139,12 @@ class TickReport:
     plan_sequence: int
     pending: bool
     seconds: dict[str, float]
+    # model -> what drifted, for models whose measured request shape is off the profiled one
+    shape_drift: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"tick": self.tick, "time_s": self.time_s, "metrics": self.metrics, "forecast": self.forecast,
+                "shape_drift": dict(self.shape_drift),
                 "decision": self.decision.as_dict(), "solve": self.solve, "plan_changed": self.plan_changed,
                 "diff": self.diff, "sink_result": self.sink_result, "earlier_delivery": self.earlier_delivery,
                 "plan_sequence": self.plan_sequence, "pending": self.pending, "seconds": self.seconds}
@@ -174,7 +184,8 @@ class Controller:
         self.codec = ActionCodec.for_config(s.planning_quantile, fleet.config.action_levels)
         self.forecaster = LiveForecast(shapes=fleet.shapes, forecaster=s.forecaster,
                                        quantile=s.planning_quantile, levels=self.codec.levels,
-                                       horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S)
+                                       horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S,
+                                       shape_tolerance=s.shape_tolerance)
 
     # ----- the tick ------------------------------------------------------------------------
     def tick(self) -> TickReport:
@@ -198,14 +209,17 @@ class Controller:
         for m in fresh:
             r = rates.models[m]
             assert r.prompt_tokens_per_s is not None and r.generation_tokens_per_s is not None
-            point = HistoryPoint(now, r.prompt_tokens_per_s, r.generation_tokens_per_s)
-            state = state.with_history(m, replace(point, requests_per_s=self.forecaster.rate_of(m, point)))
+            state = state.with_history(m, HistoryPoint(now, r.prompt_tokens_per_s, r.generation_tokens_per_s,
+                                                       r.requests_per_s, r.prompt_tokens_per_request,
+                                                       r.generation_tokens_per_request))
         self.state = state
         # the interval since the last tick, as the env's step: served against the capacity that
         # was ready over it, billed for the nodes held over it (before this tick changes either)
         last_cost, last_seconds = self._account(now, fresh)
         earlier = self._deliver_pending()
         forecasts = self.forecaster.forecast(self.state.history, now, self.fleet.models)
+        drift = {m: f.shape.message() for m, f in forecasts.items()
+                 if f.shape is not None and f.shape.drifted}
         signals = self._signals(now, forecasts, last_cost, last_seconds)
         obs = build_observation(signals)
         action = np.asarray(self.policy.act(obs, {"step": tick_no, "seconds": now}))
@@ -232,7 +246,7 @@ class Controller:
                    "ignored_models": ignored, "notes": list(snapshot.notes)}
         return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
                           solve, record is not None, self._diff_rows(record), sink_result, earlier,
-                          self.state.plan_sequence, self.state.pending is not None, seconds)
+                          self.state.plan_sequence, self.state.pending is not None, seconds, drift)
 
     # ----- the fleet state -----------------------------------------------------------------
     def fleet_state(self, at_s: float) -> FleetState:
@@ -294,20 +308,25 @@ class Controller:
         k = self.settings.time_scale
         if k == 1.0:
             return report
+        # rates per second of the metrics' clock -> per trace second; tokens per request and the
+        # servers' latencies are not rates and stay as measured
         return RateReport(report.time_s, {
             m: replace(r, prompt_tokens_per_s=(r.prompt_tokens_per_s or 0.0) / k,
-                       generation_tokens_per_s=(r.generation_tokens_per_s or 0.0) / k) if r.ok else r
+                       generation_tokens_per_s=(r.generation_tokens_per_s or 0.0) / k,
+                       requests_per_s=None if r.requests_per_s is None else r.requests_per_s / k)
+            if r.ok else r
             for m, r in report.models.items()})
 
     def _signals(self, now: float, forecasts: Mapping[str, ModelForecast], last_cost: np.ndarray,
                  last_seconds: float) -> Signals:
         fleet, state = self.fleet, self.state
         m = len(fleet.models)
-        fmean, fupper, ffirst, flast = np.zeros(m), np.zeros(m), np.zeros(m), np.zeros(m)
+        # [M, 2] tokens/s: each phase's own forecast (fleet_signals takes them as they are)
+        fmean, fupper, ffirst, flast = np.zeros((m, 2)), np.zeros((m, 2)), np.zeros((m, 2)), np.zeros((m, 2))
         for i, model in enumerate(fleet.models):
             f = forecasts.get(model)
             if f is not None:
-                fmean[i], fupper[i], ffirst[i], flast[i] = f.mean_rps, f.upper_rps, f.first_rps, f.last_rps
+                fmean[i], fupper[i], ffirst[i], flast[i] = f.mean, f.upper, f.first, f.last
         window = np.zeros((UNSERVED_WINDOW, m))
         for i, model in enumerate(fleet.models):
             for j, share in enumerate(state.unserved.get(model, ())[:UNSERVED_WINDOW]):
@@ -360,15 +379,19 @@ class Controller:
         if not decision.chosen:
             return None, None
         model = self.fleet.model
-        upper = np.zeros(len(self.fleet.models))
+        # each phase planned on its own forecast at the decision's level (tokens/s)
+        tokens = np.zeros((len(self.fleet.models), 2))
         grow: set[str] = set()
+        shapes: dict[str, dict[str, Any]] = {}
         for i, name in enumerate(self.fleet.models):
             if name in decision.chosen:
                 kind, _, level = decision.reopt.get(name, "full").partition("@")
-                upper[i] = forecasts[name].upper_at(float(level)) if level else forecasts[name].upper_rps
+                f = forecasts[name]
+                tokens[i] = f.upper_at(float(level)) if level else f.upper
+                if f.shape is not None:
+                    shapes[name] = f.shape.as_dict()
                 if kind == "grow":
                     grow.add(name)
-        tokens = model.tokens(upper)  # the env's planning demand: the level's quantile x request shape
         demand: dict[str, float] = {}
         for i, name in enumerate(self.fleet.models):
             if name in decision.chosen:
@@ -384,7 +407,7 @@ class Controller:
         seq = self.state.plan_sequence + 1
         reason = "; ".join(f"{m}: {why}" for m, why in decision.chosen.items())
         record = PlanRecord.from_allocation(seq, now, out.allocation, self.state.running,
-                                            self.fleet.templates, demand, reason)
+                                            self.fleet.templates, demand, reason, shapes)
         return solve, record
 
     def _apply(self, record: PlanRecord, now: float) -> dict[str, Any]:
@@ -405,10 +428,12 @@ class Controller:
             templates, demand = self.fleet.templates, record.demand
             interim = PlanRecord.from_allocation(
                 record.sequence, now, Allocation.of(interim_plan), self.state.running, templates, demand,
-                f"{record.reason} [make-before-break 1/2: additions; the replaced instances keep serving]")
+                f"{record.reason} [make-before-break 1/2: additions; the replaced instances keep serving]",
+                record.shapes)
             final = PlanRecord.from_allocation(
                 record.sequence + 1, now, Allocation.of(record.plan), interim_plan, templates, demand,
-                f"{record.reason} [make-before-break 2/2: removals, once the additions are ready]")
+                f"{record.reason} [make-before-break 2/2: removals, once the additions are ready]",
+                record.shapes)
             self.state = replace(self.state, pending=interim, final=final, plan_sequence=final.sequence)
         save_state(self.state_dir, self.state)
         assert self.state.pending is not None

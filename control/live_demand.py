@@ -1,24 +1,47 @@
-"""Live demand: the controller's measured history -> the forecast the env plans with.
+"""Live demand: the controller's measured history -> the forecast each phase is planned from.
 
 The simulator forecasts each model's *request rate* with an online forecaster (fitted on the
 first ``WARMUP_DAYS`` days of the trace, then updated step by step) and plans for the planning
-quantile, maximized over the look-ahead, times the model's request shape. The controller does
-the same from what it measured, through the same forecaster class:
+quantile, maximized over the look-ahead, times the model's request shape. Live, the traffic's
+mix of prompt and generation tokens need not be that shape (the README's replay of the ServeGen
+services sends Phi-4-14B ~3 prompt tokens per generated token where its scenario shape has ~73),
+so turning measured tokens into one request rate and multiplying back by the shape plans one
+phase at the wrong size (25x, measured). The controller therefore forecasts each phase from its
+own measured token rate, through the same forecaster class and the same causal scheme:
 
-1. Each history point carries the interval's request rate: the measured token rates over the
-   model's request shape, the larger of the two phases (:func:`request_equivalent`; in the env
-   both phases give the same rate). Points are averaged into ``step_s`` bins aligned to the
-   clock (a point belongs to the bin its interval ends in; bins without points repeat the
-   previous one); the bin in progress is left out.
-2. With ``WARMUP_DAYS`` days of bins the forecaster is fitted on the first ``WARMUP_DAYS``
-   days and updated bin by bin with the rest and every later bin — the env's causal pass.
-3. Before that (a fresh controller) the forecast is ``recent``: the mean of the last
+1. Each history point carries the interval's prompt and generation token rates. Points are
+   averaged into ``step_s`` bins aligned to the clock (a point belongs to the bin its interval
+   ends in; bins without points repeat the previous one); the bin in progress is left out.
+2. Each phase's series is forecast on its own (two fitted forecasters per model). It is
+   forecast in *request-equivalent units* — the token rate over the model's profiled tokens per
+   request of that phase — and multiplied back: a fixed change of units per (model, phase),
+   so when the traffic has the profiled shape both phases' series are the env's request-rate
+   series (to rounding) and the forecasts are the env's whatever the forecaster. The units
+   matter: not every fit is scale-equivariant — on a 5-day test series, forecasting tokens/s
+   directly moved SARIMAX's forecast by up to 0.4% and UC's by 28% (ETS by 4e-9), while in
+   these units all agree with the request-rate forecast x the shape to 4e-7. When the mix
+   differs, each phase follows its own tokens.
+3. With ``WARMUP_DAYS`` days of bins a phase's forecaster is fitted on the first
+   ``WARMUP_DAYS`` days and updated bin by bin with the rest and every later bin — the env's
+   causal pass.
+4. Before that (a fresh controller) a phase's forecast is ``recent``: the mean of the last
    ``RECENT_BINS`` complete bins (at least the latest rate) as the mean, and their maximum
    x (1 + ``RECENT_MARGIN``) as the upper quantile. It is labelled as such in every tick
    report, so nobody mistakes it for a seasonal forecast; the env never needs it.
 
-Token demand = request rate x shape: prompt tokens are the prefill service's, generation tokens
-the decode service's, the units the templates' throughputs use.
+Prompt tokens/s are the prefill service's demand, generation tokens/s the decode service's —
+the units the templates' throughputs use. Request rates are information only.
+
+**Request shape.** The templates were profiled at the scenario's request shape (tokens per
+request of each phase). The shape actually served is measured from vLLM's request-length
+histograms (see :mod:`atoll.control.rates`), request-weighted over the last
+``SHAPE_WINDOW_S``; the scenario's shape is only the prior before such data. A measured shape
+more than ``tolerance`` (default 25%) off the profiled one in either phase is a *drift*,
+reported on the tick and in the plan (a template's throughput was profiled at the other shape,
+so its capacity for this traffic is an extrapolation). Without the histograms the token mix
+still shows a drift: a prompt:generation token ratio outside
+[(1 - tol) / (1 + tol), (1 + tol) / (1 - tol)] of the profiled ratio cannot come from phases
+each within the tolerance.
 """
 
 from __future__ import annotations
@@ -26,6 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,47 +60,177 @@ from atoll.forecast.forecasters import DAY, Forecaster, make_forecaster
 RECENT_BINS = 3
 RECENT_MARGIN = 0.1
 PHASES = ("prefill", "decode")
+SHAPE_TOLERANCE = 0.25  # a measured tokens/request this far off the profiled one is a drift
+SHAPE_WINDOW_S = 3600.0  # the measured shape is request-weighted over this much history
+
+Pair = tuple[float, float]
+
+
+def _pair(owner: str, name: str, value: Any, *, positive: bool = False) -> Pair:
+    ok = isinstance(value, tuple | list) and len(value) == 2 and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+        and (v > 0 if positive else v >= 0) for v in value)
+    if not ok:
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{owner}: field {name!r} must be a (prefill, decode) pair of finite numbers "
+                         f"{bound}, got {value!r}")
+    return float(value[0]), float(value[1])
+
+
+@dataclass(frozen=True)
+class ShapeReport:
+    """A model's request shape: ``profiled`` the (prompt, generation) tokens per request its
+    templates were profiled at; ``measured`` the one vLLM's histograms show (None without them);
+    ``mix`` the measured prompt:generation token ratio over the profiled one (None without
+    traffic); ``tolerance`` the relative drift reported (see the module docstring)."""
+
+    model: str
+    profiled: Pair
+    measured: Pair | None = None
+    mix: float | None = None
+    tolerance: float = SHAPE_TOLERANCE
+
+    def __post_init__(self) -> None:
+        owner = f"ShapeReport {self.model!r}"
+        object.__setattr__(self, "profiled", _pair(owner, "profiled", self.profiled, positive=True))
+        if self.measured is not None:
+            object.__setattr__(self, "measured", _pair(owner, "measured", self.measured, positive=True))
+        if self.mix is not None and not (math.isfinite(self.mix) and self.mix > 0):
+            raise ValueError(f"{owner}: field 'mix' must be None or finite and > 0, got {self.mix!r}")
+        if not (isinstance(self.tolerance, int | float) and 0 < self.tolerance < 1):
+            raise ValueError(f"{owner}: field 'tolerance' must be in (0, 1), got {self.tolerance!r}")
+
+    @property
+    def ratio(self) -> Pair | None:
+        """Measured / profiled tokens per request, per phase."""
+        if self.measured is None:
+            return None
+        return self.measured[0] / self.profiled[0], self.measured[1] / self.profiled[1]
+
+    @property
+    def source(self) -> str:
+        return "histograms" if self.measured is not None else "token mix" if self.mix is not None else "none"
+
+    @property
+    def drifted(self) -> bool:
+        tol = self.tolerance
+        if self.ratio is not None:
+            return any(abs(r - 1.0) > tol for r in self.ratio)
+        if self.mix is not None:
+            return not (1 - tol) / (1 + tol) <= self.mix <= (1 + tol) / (1 - tol)
+        return False
+
+    @property
+    def shape(self) -> Pair:
+        """The shape request-rate figures use: measured, else the profiled prior."""
+        return self.measured if self.measured is not None else self.profiled
+
+    def message(self) -> str:
+        p = self.profiled
+        if self.ratio is not None and self.measured is not None:
+            m, r = self.measured, self.ratio
+            return (f"{m[0]:.0f} prompt / {m[1]:.0f} generation tokens per request measured, "
+                    f"profiled at {p[0]:.0f} / {p[1]:.0f} (x{r[0]:.2f} / x{r[1]:.2f})")
+        if self.mix is not None:
+            return (f"prompt:generation tokens {self.mix * p[0] / p[1]:.3g}:1 measured, profiled at "
+                    f"{p[0] / p[1]:.3g}:1 (x{self.mix:.3g}; tokens per request not measured: no "
+                    f"vllm:request_prompt_tokens / vllm:request_generation_tokens histograms)")
+        return "no traffic measured yet"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"profiled": list(self.profiled), "measured": list(self.measured) if self.measured else None,
+                "ratio": list(self.ratio) if self.ratio else None, "mix": self.mix, "source": self.source,
+                "tolerance": self.tolerance, "drifted": self.drifted, "message": self.message()}
+
+
+def shape_report(model: str, points: Sequence[HistoryPoint], now_s: float, profiled: Pair, *,
+                 tolerance: float = SHAPE_TOLERANCE, window_s: float = SHAPE_WINDOW_S) -> ShapeReport:
+    """The shape of ``model``'s traffic over the last ``window_s`` of ``points`` (at least the
+    latest point): tokens per request request-weighted (sum of tokens over sum of requests,
+    each phase), and the token mix."""
+    recent = [p for p in points if p.time_s > now_s - window_s] or list(points[-1:])
+    measured: list[float] = []
+    for j in range(2):
+        tokens = requests = 0.0
+        for p in recent:
+            shape = p.shape
+            rate = (p.prompt_tokens_per_s, p.generation_tokens_per_s)[j]
+            if shape is not None and shape[j] > 0:
+                tokens += rate
+                requests += rate / shape[j]
+        measured.append(tokens / requests if requests > 0 else math.nan)
+    prompt = math.fsum(p.prompt_tokens_per_s for p in recent)
+    generation = math.fsum(p.generation_tokens_per_s for p in recent)
+    mix = (prompt / generation) / (profiled[0] / profiled[1]) if prompt > 0 and generation > 0 else None
+    pair = (measured[0], measured[1]) if all(v > 0 for v in measured) else None  # NaN compares False
+    return ShapeReport(model, profiled, pair, mix, tolerance)
 
 
 @dataclass(frozen=True)
 class ModelForecast:
-    """One model's planning inputs: ``last`` the latest measured token rates per phase (prefill,
-    decode); ``mean_rps`` and ``upper_rps`` the forecast request rate's maxima over the
-    look-ahead; ``mean`` and ``upper`` those x the request shape (tokens/s per phase);
-    ``method`` is the forecaster's name or ``recent`` (see the module docstring);
-    ``first_rps``/``last_rps`` the mean forecast of the look-ahead's first and last bin;
-    ``uppers_rps`` the look-ahead's maximum at every planning level a re-optimization may use
-    (``recent``: the same upper for every level, first = last = the mean)."""
+    """One model's planning inputs, (prefill, decode) pairs in tokens/s: ``measured`` the latest
+    measured token rates; ``mean`` and ``upper`` the look-ahead's maxima of the mean forecast and
+    of the planning quantile; ``first``/``last`` the mean forecast of the look-ahead's first and
+    last bin; ``uppers`` the look-ahead's maximum at every planning level a re-optimization may
+    use (``recent``: the same upper for every level, first = last = the mean); ``methods`` each
+    phase's forecaster name or ``recent``; ``bins`` complete bins of history; ``shape`` the
+    request shape (measured or the prior) behind the request-rate figures, information only."""
 
     model: str
-    last: tuple[float, float]
-    mean_rps: float
-    upper_rps: float
-    mean: tuple[float, float]
-    upper: tuple[float, float]
-    method: str
+    measured: Pair
+    mean: Pair
+    upper: Pair
+    first: Pair
+    last: Pair
+    methods: tuple[str, str]
     bins: int
-    first_rps: float = 0.0
-    last_rps: float = 0.0
-    uppers_rps: tuple[tuple[float, float], ...] = ()
+    uppers: tuple[tuple[float, Pair], ...] = ()
+    shape: ShapeReport | None = None
 
-    def upper_at(self, level: float) -> float:
-        """The look-ahead's maximum request rate at planning level ``level``."""
-        return dict(self.uppers_rps).get(level, self.upper_rps)
+    def __post_init__(self) -> None:
+        owner = f"ModelForecast {self.model!r}"
+        for name in ("measured", "mean", "upper", "first", "last"):
+            object.__setattr__(self, name, _pair(owner, name, getattr(self, name)))
+        object.__setattr__(self, "uppers", tuple((float(q), _pair(owner, f"uppers[{q}]", u))
+                                                 for q, u in self.uppers))
+        if len(self.methods) != 2 or not all(isinstance(m, str) and m for m in self.methods):
+            raise ValueError(f"{owner}: field 'methods' must name each phase's method, got {self.methods!r}")
+        object.__setattr__(self, "methods", tuple(self.methods))
 
-    def as_dict(self) -> dict[str, object]:
-        return {"method": self.method, "bins": self.bins, "mean_requests_per_s": self.mean_rps,
-                "upper_requests_per_s": self.upper_rps,
-                **{f"{p}_last": self.last[i] for i, p in enumerate(PHASES)},
-                **{f"{p}_mean": self.mean[i] for i, p in enumerate(PHASES)},
-                **{f"{p}_upper": self.upper[i] for i, p in enumerate(PHASES)}}
+    @property
+    def method(self) -> str:
+        """The forecaster's name (``recent`` before the warm-up), per phase when they differ."""
+        a, b = self.methods
+        return a if a == b else f"prefill:{a},decode:{b}"
 
+    def upper_at(self, level: float) -> Pair:
+        """The look-ahead's maximum tokens/s per phase at planning level ``level``."""
+        return dict(self.uppers).get(level, self.upper)
 
-def request_equivalent(prompt_tokens_per_s: float, generation_tokens_per_s: float,
-                       shape: tuple[float, float]) -> float:
-    """The request rate a model's token rates amount to at its request shape: the larger of the
-    phases' (planning for it covers both)."""
-    return max(prompt_tokens_per_s / shape[0], generation_tokens_per_s / shape[1])
+    def _rps(self, tokens: Pair) -> float:
+        shape = self.shape.shape if self.shape is not None else (1.0, 1.0)
+        return max(tokens[0] / shape[0], tokens[1] / shape[1])
+
+    @property
+    def mean_rps(self) -> float:
+        """Information only: the larger phase's mean forecast over its tokens per request."""
+        return self._rps(self.mean)
+
+    @property
+    def upper_rps(self) -> float:
+        return self._rps(self.upper)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"method": self.method, "bins": self.bins}
+        for name in ("measured", "mean", "upper"):
+            out.update({f"{p}_{name}": getattr(self, name)[i] for i, p in enumerate(PHASES)})
+        out.update({f"{p}_first_bin": self.first[i] for i, p in enumerate(PHASES)})
+        out.update({f"{p}_last_bin": self.last[i] for i, p in enumerate(PHASES)})
+        out["upper_by_level"] = {f"{q:g}": list(u) for q, u in self.uppers}
+        if self.shape is not None:
+            out.update({"mean_requests_per_s": self.mean_rps, "upper_requests_per_s": self.upper_rps,
+                        "request_shape": self.shape.as_dict()})
+        return out
 
 
 def bin_index(time_s: float, step_s: float) -> int:
@@ -115,34 +269,43 @@ def bin_history(points: Sequence[HistoryPoint], step_s: float, now_s: float) -> 
     return _bin(times, values, step_s, now_s)
 
 
+# (mean, upper, first, last, uppers by level) of one phase, in the forecast's units
+_PhaseForecast = tuple[float, float, float, float, tuple[tuple[float, float], ...]]
+
+
 class LiveForecast:
-    """Per-model planning forecasts from the controller's history (see the module docstring).
+    """Per-model, per-phase planning forecasts from the controller's history (see the module
+    docstring).
 
     ``forecaster``: a name ``atoll.forecast.forecasters.make_forecaster`` knows; ``quantile``: the
     planning quantile (one of the forecasters' ``QUANTILES``); ``horizon``: look-ahead bins;
-    ``shapes``: model -> (input, output) tokens per request.
+    ``shapes``: model -> the (input, output) tokens per request its templates were profiled at
+    (each phase's forecast units, and the prior request shape); ``shape_tolerance``: the
+    relative shape drift reported.
     """
 
     def __init__(self, *, shapes: Mapping[str, tuple[float, float]], forecaster: str = "ets",
                  quantile: float = 0.9, horizon: int = 3, step_s: float = 300.0, season: int = DAY,
-                 levels: Sequence[float] = ()) -> None:
+                 levels: Sequence[float] = (), shape_tolerance: float = SHAPE_TOLERANCE) -> None:
         if horizon < 1:
             raise ValueError(f"LiveForecast: field 'horizon' must be >= 1 bin, got {horizon}")
         if not step_s > 0:
             raise ValueError(f"LiveForecast: field 'step_s' must be > 0, got {step_s}")
+        if not (isinstance(shape_tolerance, int | float) and 0 < shape_tolerance < 1):
+            raise ValueError(f"LiveForecast: field 'shape_tolerance' must be in (0, 1), "
+                             f"got {shape_tolerance!r}")
         make_forecaster(forecaster, season)  # unknown names fail here, naming the valid ones
         self.forecaster, self.quantile, self.horizon = forecaster, quantile, horizon
         self.levels = tuple(dict.fromkeys((float(quantile), *map(float, levels))))
         self.step_s, self.season = step_s, season
-        self.shapes = {m: (float(a), float(b)) for m, (a, b) in shapes.items()}
-        # model -> (fitted forecaster, clock index of the last bin it absorbed)
-        self._fitted: dict[str, tuple[Forecaster, int]] = {}
+        self.shape_tolerance = float(shape_tolerance)
+        self.shapes = {m: _pair("LiveForecast", f"shapes[{m!r}]", (a, b), positive=True)
+                       for m, (a, b) in shapes.items()}
+        # (model, phase index) -> (fitted forecaster, clock index of the last bin it absorbed)
+        self._fitted: dict[tuple[str, int], tuple[Forecaster, int]] = {}
 
-    def rate_of(self, model: str, point: HistoryPoint) -> float:
-        if point.requests_per_s is not None:
-            return point.requests_per_s
-        return request_equivalent(point.prompt_tokens_per_s, point.generation_tokens_per_s,
-                                  self.shapes[model])
+    def shape_of(self, model: str, points: Sequence[HistoryPoint], now_s: float) -> ShapeReport:
+        return shape_report(model, points, now_s, self.shapes[model], tolerance=self.shape_tolerance)
 
     def forecast(self, history: Mapping[str, Sequence[HistoryPoint]], now_s: float,
                  models: Sequence[str]) -> dict[str, ModelForecast]:
@@ -152,37 +315,45 @@ class LiveForecast:
             points = history.get(model, ())
             if not points:
                 continue
-            shape = self.shapes[model]
-            last = (points[-1].prompt_tokens_per_s, points[-1].generation_tokens_per_s)
-            latest = self.rate_of(model, points[-1])
-            times = np.array([p.time_s for p in points])
-            rates = np.array([[self.rate_of(model, p)] for p in points])
-            first, bins = _bin(times, rates, self.step_s, now_s)
-            y = bins[:, 0]
-            method = "recent"
-            fitted = None
-            if len(y) >= WARMUP_DAYS * self.season:
-                fitted = self._seasonal(model, first + len(y) - 1, y)
-            if fitted is not None:
-                mean, upper, first_rps, last_rps, uppers = fitted
-                method = self.forecaster
-            else:
-                if len(y) == 0:
-                    mean, upper = latest, latest * (1 + RECENT_MARGIN)
+            unit = self.shapes[model]
+            measured = (points[-1].prompt_tokens_per_s, points[-1].generation_tokens_per_s)
+            first_bin, bins = bin_history(points, self.step_s, now_s)
+            phases: list[_PhaseForecast] = []
+            methods: list[str] = []
+            for j in range(2):
+                # request-equivalent units (see the module docstring), multiplied back below
+                y = bins[:, j] / unit[j]
+                latest = measured[j] / unit[j]
+                fitted = None
+                if len(y) >= WARMUP_DAYS * self.season:
+                    fitted = self._seasonal((model, j), first_bin + len(y) - 1, y)
+                if fitted is None:
+                    fitted = self._recent(y, latest)
+                    methods.append("recent")
                 else:
-                    recent = y[-RECENT_BINS:]
-                    mean = max(float(recent.mean()), latest)
-                    upper = max(float(recent.max()), latest) * (1 + RECENT_MARGIN)
-                first_rps = last_rps = mean
-                uppers = tuple((q, upper) for q in self.levels)
-            out[model] = ModelForecast(model, last, mean, upper, (mean * shape[0], mean * shape[1]),
-                                       (upper * shape[0], upper * shape[1]), method, len(y),
-                                       first_rps, last_rps, uppers)
+                    methods.append(self.forecaster)
+                mean, upper, first, last, uppers = fitted
+                phases.append((mean * unit[j], upper * unit[j], first * unit[j], last * unit[j],
+                               tuple((q, u * unit[j]) for q, u in uppers)))
+            p, d = phases
+            out[model] = ModelForecast(
+                model, measured, (p[0], d[0]), (p[1], d[1]), (p[2], d[2]), (p[3], d[3]),
+                (methods[0], methods[1]), len(bins),
+                tuple((q, (up, ud)) for (q, up), (_, ud) in zip(p[4], d[4], strict=True)),
+                self.shape_of(model, points, now_s))
         return out
 
-    def _seasonal(self, model: str, last_bin: int, y: np.ndarray
-                  ) -> tuple[float, float, float, float, tuple[tuple[float, float], ...]] | None:
-        entry = self._fitted.get(model)
+    def _recent(self, y: np.ndarray, latest: float) -> _PhaseForecast:
+        if len(y) == 0:
+            mean, upper = latest, latest * (1 + RECENT_MARGIN)
+        else:
+            recent = y[-RECENT_BINS:]
+            mean = max(float(recent.mean()), latest)
+            upper = max(float(recent.max()), latest) * (1 + RECENT_MARGIN)
+        return mean, upper, mean, mean, tuple((q, upper) for q in self.levels)
+
+    def _seasonal(self, key: tuple[str, int], last_bin: int, y: np.ndarray) -> _PhaseForecast | None:
+        entry = self._fitted.get(key)
         try:
             new = last_bin - entry[1] if entry is not None else -1
             if entry is None or not 0 <= new < len(y):
@@ -198,9 +369,9 @@ class LiveForecast:
                     entry[0].update(float(v))
                 entry = (entry[0], last_bin)
         except (ValueError, np.linalg.LinAlgError):  # ForecastError is a ValueError
-            self._fitted.pop(model, None)
+            self._fitted.pop(key, None)
             return None  # e.g. a flat-zero history ETS cannot fit: fall back to recent
-        self._fitted[model] = entry
+        self._fitted[key] = entry
         fc = entry[0].forecast(self.horizon)
         uppers = tuple((q, float(np.max(fc.quantiles.get(q, fc.mean)))) for q in self.levels)
         return (float(np.max(fc.mean)), float(np.max(fc.quantiles.get(self.quantile, fc.mean))),

@@ -4,9 +4,17 @@ A source's ``read()`` returns a :class:`MetricsSnapshot`: per model (label ``mod
 :class:`SeriesSample` per serving replica (its cumulative ``vllm:prompt_tokens_total`` and
 ``vllm:generation_tokens_total`` at the time that replica was sampled) and the gauges
 ``vllm:num_requests_waiting`` / ``vllm:num_requests_running`` summed over replicas (and
-``vllm:kv_cache_usage_perc``, averaged, when exported). :class:`atoll.control.rates.RateTracker`
-turns successive snapshots into token rates; :func:`read_with_retry` retries a failed read
-with exponential backoff.
+``vllm:kv_cache_usage_perc``, averaged, when exported). Each replica also carries, where it
+exports them, the cumulative histograms the rates and the capacity correction use
+(:class:`Histogram`: ``_sum``, ``_count`` and the latency histograms' ``_bucket`` counts by
+``le``): tokens per request (``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``),
+time to first token (``vllm:time_to_first_token_seconds``) and inter-token latency
+(``vllm:inter_token_latency_seconds``; vLLM releases before it was renamed export
+``vllm:time_per_output_token_seconds``, read when the new name is absent). A missing histogram
+is simply absent (the controller then uses the scenario's request shape, and has no latency);
+a broken one (NaN, +Inf, negative, a ``_sum`` without its ``_count``) is left out with a note,
+never a reason to hold the model. :class:`atoll.control.rates.RateTracker` turns successive
+snapshots into rates; :func:`read_with_retry` retries a failed read with exponential backoff.
 
 Why raw counters and not PromQL ``rate()``: both sources then share one rate computation
 (counter resets, missing or NaN series, per-replica sums) that is tested with scripted
@@ -61,6 +69,22 @@ KV_USAGE = "vllm:kv_cache_usage_perc"
 KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"
 MODEL_LABEL = "model_name"
 METRIC_NAMES: tuple[str, ...] = (PROMPT, GENERATION, WAITING, RUNNING, KV_USAGE, KV_USAGE_OLD)
+# Histograms (names checked in vLLM's source, vllm/v1/metrics/loggers.py): kind -> the names
+# read, preferred first. ITL was exported as time_per_output_token before vLLM renamed it.
+PROMPT_PER_REQUEST = "vllm:request_prompt_tokens"
+GENERATION_PER_REQUEST = "vllm:request_generation_tokens"
+TTFT = "vllm:time_to_first_token_seconds"
+ITL = "vllm:inter_token_latency_seconds"
+ITL_OLD = "vllm:time_per_output_token_seconds"
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "prompt_tokens": (PROMPT_PER_REQUEST,), "generation_tokens": (GENERATION_PER_REQUEST,),
+    "ttft": (TTFT,), "itl": (ITL, ITL_OLD)}
+# the kinds whose bucket counts are kept (latency distributions); tokens per request needs sum/count
+BUCKETED: frozenset[str] = frozenset({"ttft", "itl"})
+_KIND_OF = {name: kind for kind, names in HISTOGRAMS.items() for name in names}
+HISTOGRAM_SAMPLES: tuple[str, ...] = tuple(
+    f"{name}_{part}" for name, kind in _KIND_OF.items()
+    for part in ("sum", "count", *(("bucket",) if kind in BUCKETED else ())))
 # prometheus_client's process collector (vLLM exports it): a changed start time proves a restart
 START_TIME = "process_start_time_seconds"
 DEFAULT_TIMEOUT_S = 5.0
@@ -83,6 +107,56 @@ def _finite_or_nan(owner: str, name: str, value: float) -> None:
         raise ValueError(f"{owner}: field '{name}' must be finite or NaN, got {value!r}")
 
 
+def _le_text(le: float) -> str | float:
+    return "+Inf" if le == math.inf else le
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One Prometheus histogram of one replica: ``sum`` of the observations, their ``count``,
+    and ``buckets`` as (upper edge ``le``, cumulative count) with edges ascending (``+Inf``
+    included where exported; empty when the buckets are not kept). Cumulative since the
+    replica started, or — as :class:`atoll.control.rates.ModelRate` carries them — one
+    interval's increase."""
+
+    sum: float
+    count: float
+    buckets: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        owner = "Histogram"
+        for name in ("sum", "count"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{owner}: field '{name}' must be finite and >= 0, got {v!r}")
+        buckets = tuple((float(le), float(c)) for le, c in self.buckets)
+        edges = [le for le, _ in buckets]
+        if any(math.isnan(le) for le in edges) or edges != sorted(set(edges)):
+            raise ValueError(f"{owner}: field 'buckets' must have distinct ascending 'le' edges, got {edges}")
+        counts = [c for _, c in buckets]
+        if any(not math.isfinite(c) or c < 0 for c in counts) or counts != sorted(counts):
+            raise ValueError(f"{owner}: field 'buckets' counts must be finite, >= 0 and cumulative "
+                             f"(non-decreasing in 'le'), got {counts}")
+        object.__setattr__(self, "sum", float(self.sum))
+        object.__setattr__(self, "count", float(self.count))
+        object.__setattr__(self, "buckets", buckets)
+
+    @property
+    def mean(self) -> float | None:
+        """sum / count, None without observations."""
+        return self.sum / self.count if self.count > 0 else None
+
+    def as_list(self) -> list[Any]:
+        """JSON-ready ``[sum, count, [[le, count], ...]]`` (``le`` +Inf as the string "+Inf")."""
+        return [self.sum, self.count, [[_le_text(le), c] for le, c in self.buckets]]
+
+    @classmethod
+    def from_list(cls, doc: Sequence[Any]) -> Histogram:
+        total, count, *rest = doc
+        buckets = tuple((float(le), float(c)) for le, c in (rest[0] if rest else ()))
+        return cls(float(total), float(count), buckets)
+
+
 @dataclass(frozen=True)
 class SeriesSample:
     """One replica's cumulative token counters. ``series`` identifies the replica (its labels
@@ -94,9 +168,17 @@ class SeriesSample:
     prompt_tokens: float
     generation_tokens: float
     start_time_s: float | None = None  # the replica's process start time, where exported
+    # kind (a key of HISTOGRAMS) -> the replica's cumulative histogram, where exported
+    histograms: Mapping[str, Histogram] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         owner = f"SeriesSample {self.series!r}"
+        hist = dict(self.histograms)
+        bad = sorted(k for k, h in hist.items() if k not in HISTOGRAMS or not isinstance(h, Histogram))
+        if bad:
+            raise ValueError(f"{owner}: field 'histograms' must map kinds {sorted(HISTOGRAMS)} to Histogram "
+                             f"values, got {bad[0]!r}")
+        object.__setattr__(self, "histograms", dict(sorted(hist.items())))
         if not isinstance(self.time_s, int | float) or not math.isfinite(self.time_s):
             raise ValueError(f"{owner}: field 'time_s' must be a finite number, got {self.time_s!r}")
         _finite_or_nan(owner, "prompt_tokens", self.prompt_tokens)
@@ -138,14 +220,24 @@ class ModelMetrics:
         return math.fsum(s.generation_tokens for s in self.series)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"series": [[s.series, s.time_s, s.prompt_tokens, s.generation_tokens,
-                            *(() if s.start_time_s is None else (s.start_time_s,))] for s in self.series],
+        # a series is [id, time, prompt, generation] + [start time] when known + [histograms]
+        # when exported (start null then); files written before histograms were read still load
+        def row(s: SeriesSample) -> list[Any]:
+            tail: list[Any] = []
+            if s.histograms:
+                tail = [s.start_time_s, {k: h.as_list() for k, h in s.histograms.items()}]
+            elif s.start_time_s is not None:
+                tail = [s.start_time_s]
+            return [s.series, s.time_s, s.prompt_tokens, s.generation_tokens, *tail]
+        return {"series": [row(s) for s in self.series],
                 "waiting": self.waiting, "running": self.running, "kv_usage": self.kv_usage,
                 "problems": list(self.problems)}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> ModelMetrics:
-        series = tuple(SeriesSample(str(a), float(b), _num(c), _num(d), *(_opt(x) for x in rest[:1]))
+        series = tuple(SeriesSample(str(a), float(b), _num(c), _num(d), _opt(rest[0]) if rest else None,
+                                    {str(k): Histogram.from_list(h) for k, h in rest[1].items()}
+                                    if len(rest) > 1 else {})
                        for a, b, c, d, *rest in doc["series"])
         return cls(series=series,
                    waiting=_opt(doc.get("waiting")), running=_opt(doc.get("running")),
@@ -216,6 +308,48 @@ def _bad_value(value: float, counter: bool) -> str | None:
     return None
 
 
+def is_read(name: str) -> bool:
+    """Whether a sample name (``vllm:x_bucket`` etc. included) is one this module reads."""
+    return name in METRIC_NAMES or name in HISTOGRAM_SAMPLES
+
+
+def bucket_name(sample_name: str, le: str) -> str:
+    """The raw name of one histogram bucket: the sample name with its ``le`` edge (assemble's
+    raw samples are (model, replica, name, value); the edge must survive grouping by replica)."""
+    return f"{sample_name} le={le}"
+
+
+def _parse_le(text: str) -> float:
+    value = float(text)  # "+Inf" parses to inf; ValueError on garbage
+    if math.isnan(value):
+        raise ValueError(f"bucket edge le={text!r} is NaN")
+    return value
+
+
+def _histograms(values: Mapping[str, float], model: str, where: str
+                ) -> tuple[dict[str, Histogram], list[str]]:
+    """The histograms of one replica's raw values, and notes on those left out."""
+    out: dict[str, Histogram] = {}
+    notes: list[str] = []
+    for kind, names in HISTOGRAMS.items():
+        name = next((n for n in names if f"{n}_sum" in values or f"{n}_count" in values), None)
+        if name is None:
+            continue  # not exported: fine (a prior or no latency), never an error
+        total, count = values.get(f"{name}_sum"), values.get(f"{name}_count")
+        if total is None or count is None:
+            notes.append(f"{model}: {name} of {where} has {'no _sum' if total is None else 'no _count'}; "
+                         f"left out")
+            continue
+        prefix = bucket_name(f"{name}_bucket", "")
+        try:
+            buckets = sorted((_parse_le(k[len(prefix):]), v) for k, v in values.items()
+                             if k.startswith(prefix)) if kind in BUCKETED else []
+            out[kind] = Histogram(total, count, tuple(buckets))
+        except ValueError as exc:
+            notes.append(f"{model}: {name} of {where} left out ({exc})")
+    return out, notes
+
+
 def assemble(raw: Iterable[tuple[str, str, str, float]], times: Mapping[str, float], now_s: float,
              source: str, *, problems: Iterable[Problem] = (),
              starts: Mapping[str, float] | None = None) -> MetricsSnapshot:
@@ -267,8 +401,11 @@ def assemble(raw: Iterable[tuple[str, str, str, float]], times: Mapping[str, flo
                     issues.append(f"{name} {bad} for {where}")
                 kept.append(math.nan if counter is None or bad else counter)
             start = (starts or {}).get(rid)
+            hists, hist_notes = _histograms(values, model, where)
+            notes += hist_notes
             series.append(SeriesSample(rid, times.get(rid, now_s), kept[0], kept[1],
-                                       start if start is not None and math.isfinite(start) else None))
+                                       start if start is not None and math.isfinite(start) else None,
+                                       hists))
         if not series:
             issues.append(f"no {PROMPT} / {GENERATION} series")
         sums: dict[str, float | None] = {}
@@ -435,17 +572,22 @@ def prometheus_snapshot(values: list[Any], stamps: list[Any], starts: list[Any],
         model = labels.get(MODEL_LABEL) if labels is not None else None
         name = labels.get("__name__") if labels is not None else None
         if labels is None or model is None:
-            if name is None or name in METRIC_NAMES:  # others are not ours to judge
+            if name is None or is_read(name):  # others are not ours to judge
                 problems.append((None, f"skipped a result item: {why or 'no ' + MODEL_LABEL + ' label'}"))
             continue
-        if name not in METRIC_NAMES:
+        if name is None or not is_read(name):
             if name is None:
                 problems.append((model, "a result item has no __name__ label"))
             continue
-        if value is None:
-            problems.append((model, f"{name} for replica {_replica_id(labels)!r}: {why}"))
-            continue
         rid = _replica_id(labels)
+        if name in HISTOGRAM_SAMPLES:
+            # a histogram's bad item is left out with a note (assemble), never a held model
+            name = bucket_name(name, labels.get("le", "")) if name.endswith("_bucket") else name
+            raw.append((model, rid, name, math.nan if value is None else value))
+            continue
+        if value is None:
+            problems.append((model, f"{name} for replica {rid!r}: {why}"))
+            continue
         raw.append((model, rid, name, value))
         start = by_process.get((labels.get("instance"), labels.get("job")))
         if start is not None:
@@ -470,7 +612,7 @@ class PrometheusSource:
         return _query_result(_fetch(url, self.timeout, self.max_bytes), url)
 
     def read(self) -> MetricsSnapshot:
-        names = "|".join(n.removeprefix("vllm:") for n in METRIC_NAMES)
+        names = "|".join(n.removeprefix("vllm:") for n in (*METRIC_NAMES, *HISTOGRAM_SAMPLES))
         values = self._query(f'{{__name__=~"vllm:({names})"}}')
         stamps = self._query(f"timestamp({PROMPT})")
         starts = self._query(START_TIME)
@@ -478,8 +620,9 @@ class PrometheusSource:
 
 
 def _replica_id(labels: Mapping[str, str]) -> str:
-    # timestamp() drops __name__, so the id must not include it; the model is keyed separately
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("__name__", MODEL_LABEL))
+    # timestamp() drops __name__, so the id must not include it; the model is keyed separately;
+    # a histogram bucket's edge (le) names the bucket, not the replica
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("__name__", MODEL_LABEL, "le"))
 
 
 # Lines naming a metric read here; the rest of a page is never parsed (see the module docstring).
@@ -525,16 +668,20 @@ def exposition_samples(body: bytes, url: str, stamp: float
     for sample in samples:
         if sample.name == START_TIME and not sample.labels:
             start = float(sample.value)
-        if sample.name not in METRIC_NAMES:
+        if not is_read(sample.name):
             continue
         model = sample.labels.get(MODEL_LABEL)
         if not isinstance(model, str):
             problems.append((None, f"a {sample.name} sample without a {MODEL_LABEL} label"))
             continue
-        rid = url + ("|" + _replica_id(sample.labels) if len(sample.labels) > 1 else "")
+        labels = {k: v for k, v in sample.labels.items() if k != "le"}
+        rid = url + ("|" + _replica_id(labels) if len(labels) > 1 else "")
         times[rid] = stamp
         rids.append(rid)
-        raw.append((model, rid, sample.name, float(sample.value)))
+        name = sample.name
+        if name.endswith("_bucket"):
+            name = bucket_name(name, str(sample.labels.get("le", "")))
+        raw.append((model, rid, name, float(sample.value)))
     starts = {rid: start for rid in rids} if start is not None and math.isfinite(start) else {}
     return raw, times, starts, problems
 

@@ -87,7 +87,11 @@ class PlanRecord:
     description (service "model/phase", model, phase, region, nodes [[config, count]], stages
     [[layers, [configs]]], throughput tokens/s) for every key in ``plan`` and, when known, in
     ``diff``; diff: key -> instances added (> 0) or removed (< 0) against the plan delivered
-    before; demand: service -> tokens/s it was solved for; reason: why it was made.
+    before; demand: service -> tokens/s it was solved for; reason: why it was made; shapes:
+    model -> the request shape of each re-optimized model's traffic against the one its
+    templates were profiled at (``atoll.control.live_demand.ShapeReport.as_dict``: profiled,
+    measured, ratio, mix, source, tolerance, drifted, message), so a plan solved for a drifted
+    shape says so.
     """
 
     sequence: int
@@ -97,6 +101,7 @@ class PlanRecord:
     diff: dict[str, int] = field(default_factory=dict)
     demand: dict[str, float] = field(default_factory=dict)
     reason: str = ""
+    shapes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         owner = f"PlanRecord {self.sequence!r}"
@@ -132,6 +137,13 @@ class PlanRecord:
             demand[str(service)] = float(rate)
         if not isinstance(self.reason, str):
             raise ValueError(f"{owner}: field 'reason' must be a string, got {self.reason!r}")
+        shapes = {}
+        for model, report in dict(self.shapes).items():
+            if not isinstance(report, Mapping) or not isinstance(report.get("drifted"), bool):
+                raise ValueError(f"{owner}: field 'shapes' of {model!r} must be a shape report with a "
+                                 f"boolean 'drifted', got {report!r:.120}")
+            shapes[str(model)] = dict(report)
+        object.__setattr__(self, "shapes", dict(sorted(shapes.items())))
         object.__setattr__(self, "plan", dict(sorted(plan.items())))
         object.__setattr__(self, "templates", dict(sorted(templates.items())))
         object.__setattr__(self, "diff", dict(sorted(diff.items())))
@@ -141,7 +153,7 @@ class PlanRecord:
     def from_allocation(cls, sequence: int, created_s: float, allocation: Allocation,
                         previous: Allocation | Mapping[str, int] | None,
                         templates_by_key: Mapping[str, Template], demand: Mapping[str, float],
-                        reason: str) -> PlanRecord:
+                        reason: str, shapes: Mapping[str, Mapping[str, Any]] | None = None) -> PlanRecord:
         """The record of ``allocation`` with its diff against ``previous`` (the plan delivered
         before; None = nothing running). Removed keys missing from ``templates_by_key`` (the
         library changed) are kept in the diff without a description."""
@@ -155,7 +167,8 @@ class PlanRecord:
                              f"template(s), first {missing[0]!r}; pass the library the plan was solved with")
         described = {k: describe_template(templates_by_key[k]) for k in set(new) | set(diff)
                      if k in templates_by_key}
-        return cls(sequence, float(created_s), new, described, diff, dict(demand), reason)
+        return cls(sequence, float(created_s), new, described, diff, dict(demand), reason,
+                   {m: dict(r) for m, r in (shapes or {}).items()})
 
     @property
     def changed(self) -> bool:
@@ -172,12 +185,15 @@ class PlanRecord:
     def as_dict(self) -> dict[str, Any]:
         return {"sequence": self.sequence, "created_s": self.created_s, "plan": dict(self.plan),
                 "templates": {k: dict(v) for k, v in self.templates.items()}, "diff": dict(self.diff),
-                "demand": dict(self.demand), "reason": self.reason}
+                "demand": dict(self.demand), "reason": self.reason,
+                "shapes": {m: dict(r) for m, r in self.shapes.items()},
+                "shape_drift": {m: r.get("message", "") for m, r in self.shapes.items() if r["drifted"]}}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> PlanRecord:
         return cls(int(doc["sequence"]), float(doc["created_s"]), dict(doc["plan"]), dict(doc["templates"]),
-                   dict(doc.get("diff", {})), dict(doc.get("demand", {})), str(doc.get("reason", "")))
+                   dict(doc.get("diff", {})), dict(doc.get("demand", {})), str(doc.get("reason", "")),
+                   dict(doc.get("shapes", {})))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,17 @@ Rules, per replica series of a model (then summed over the model's replicas):
   keeps its last rate;
 - a replica that disappeared is dropped (scaled down or gone: its tokens are no longer served).
 
+Histograms (tokens per request, TTFT, inter-token latency; see :mod:`atoll.control.metrics`)
+are rated per replica the same way: the interval's increase of ``_sum``, ``_count`` and each
+bucket; after a reset (the replica's counters restarted, or the histogram's count fell below
+``reset_fraction`` of its previous value) the new values are the increase; a histogram that went
+back by less is left out for that interval and its lower values become the baseline (a lost
+interval only thins a mean, so there is nothing to hold); a replica without a new sample keeps
+its last interval's increase. Per model: tokens per request = increase of ``_sum`` / increase
+of ``_count``; requests/s = the count's increase / the interval; mean TTFT and ITL likewise;
+latency bucket increases are summed over the replicas that share the same edges. A histogram
+not exported, or without observations in the interval, gives None — never an error.
+
 A model absent from a read is ``missing`` (a model whose plan went to zero has no server and no
 series: it is held at zero until its series comes back, then re-planned like a new one); one
 whose read has a NaN, an infinite or a missing series is ``invalid``. Neither gets a rate
@@ -39,7 +50,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from atoll.control.metrics import MetricsSnapshot, ModelMetrics, SeriesSample
+from atoll.control.metrics import HISTOGRAMS, Histogram, MetricsSnapshot, ModelMetrics, SeriesSample
 
 
 class RateStatus(enum.StrEnum):
@@ -62,6 +73,14 @@ class ModelRate:
     prompt/generation rates in tokens/s; waiting/running in requests (summed over replicas);
     kv_usage a fraction in [0, 1]; interval_s the longest replica interval the rate covers;
     resets the counter resets seen in it; reason says why a model has no rate.
+
+    From vLLM's histograms, over the same interval (None when not exported or without
+    observations in it): requests_per_s finished requests/s (the count of
+    ``vllm:request_prompt_tokens``); prompt/generation_tokens_per_request tokens per finished
+    request; ttft_mean_s and itl_mean_s mean time to first token and inter-token latency
+    (seconds, as the servers measured them: never time-scaled), ttft_count/itl_count their
+    observations, ttft_buckets/itl_buckets the interval's bucket increases as (le, cumulative
+    count), edges as exported (+Inf last).
     """
 
     model: str
@@ -74,10 +93,29 @@ class ModelRate:
     interval_s: float | None = None
     resets: int = 0
     reason: str = ""
+    requests_per_s: float | None = None
+    prompt_tokens_per_request: float | None = None
+    generation_tokens_per_request: float | None = None
+    ttft_mean_s: float | None = None
+    itl_mean_s: float | None = None
+    ttft_count: float | None = None
+    itl_count: float | None = None
+    ttft_buckets: tuple[tuple[float, float], ...] | None = None
+    itl_buckets: tuple[tuple[float, float], ...] | None = None
 
     def __post_init__(self) -> None:
         owner = f"ModelRate {self.model!r}"
         object.__setattr__(self, "status", RateStatus(self.status))
+        for name in ("requests_per_s", "prompt_tokens_per_request", "generation_tokens_per_request",
+                     "ttft_mean_s", "itl_mean_s", "ttft_count", "itl_count"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                      or not math.isfinite(value) or value < 0):
+                raise ValueError(f"{owner}: field '{name}' must be None or finite and >= 0, got {value!r}")
+        for name in ("ttft_buckets", "itl_buckets"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Histogram(0.0, 0.0, tuple(value)).buckets)  # validates
         for name in ("prompt_tokens_per_s", "generation_tokens_per_s"):
             value = getattr(self, name)
             if self.status is RateStatus.OK:
@@ -97,7 +135,17 @@ class ModelRate:
                 "prompt_tokens_per_s": self.prompt_tokens_per_s,
                 "generation_tokens_per_s": self.generation_tokens_per_s, "waiting": self.waiting,
                 "running": self.running, "kv_usage": self.kv_usage, "interval_s": self.interval_s,
-                "resets": self.resets, "reason": self.reason}
+                "resets": self.resets, "reason": self.reason, "requests_per_s": self.requests_per_s,
+                "prompt_tokens_per_request": self.prompt_tokens_per_request,
+                "generation_tokens_per_request": self.generation_tokens_per_request,
+                "ttft_mean_s": self.ttft_mean_s, "itl_mean_s": self.itl_mean_s,
+                "ttft_count": self.ttft_count, "itl_count": self.itl_count,
+                "ttft_buckets": _buckets_json(self.ttft_buckets),
+                "itl_buckets": _buckets_json(self.itl_buckets)}
+
+
+def _buckets_json(buckets: tuple[tuple[float, float], ...] | None) -> list[list[Any]] | None:
+    return None if buckets is None else [["+Inf" if le == math.inf else le, c] for le, c in buckets]
 
 
 @dataclass(frozen=True)
@@ -129,6 +177,55 @@ class _Last:
     prompt_rate: float | None = None
     generation_rate: float | None = None
     start_s: float | None = None
+    hist: Mapping[str, Histogram] = field(default_factory=dict)  # cumulative baselines
+    # the last interval's increases and that interval's seconds (a replica without a new sample
+    # keeps them, as it keeps its last token rates)
+    hist_delta: Mapping[str, Histogram] = field(default_factory=dict)
+    hist_dt: float | None = None
+
+
+def _hist_delta(old: Histogram | None, new: Histogram, restarted: bool, fraction: float
+                ) -> tuple[Histogram | None, Histogram]:
+    """(the interval's increase or None, the next baseline) of one histogram of one replica."""
+    if old is None:
+        return None, new  # first seen: a baseline, no increase yet
+    if restarted or new.count < fraction * old.count:
+        return new, new  # reset: everything since the restart is new
+    back = new.count < old.count or new.sum < old.sum or any(
+        n < o for (le_o, o), (le_n, n) in zip(old.buckets, new.buckets, strict=False) if le_o == le_n)
+    if back:
+        return None, new  # went back by less: this interval is left out, the lower value is the baseline
+    same_edges = [le for le, _ in old.buckets] == [le for le, _ in new.buckets]
+    buckets = tuple((le, max(n - o, 0.0)) for (le, o), (_, n) in zip(old.buckets, new.buckets, strict=True)) \
+        if same_edges else ()
+    # the increases are the new observations' cumulative counts, non-decreasing in le; a running
+    # maximum removes the rounding dips a subtraction of large counts can leave
+    running = 0.0
+    buckets = tuple((le, running := max(running, c)) for le, c in buckets)
+    return Histogram(new.sum - old.sum, new.count - old.count, buckets), new
+
+
+def _histogram_fields(parts: list[tuple[Mapping[str, Histogram], float]]) -> dict[str, Any]:
+    """ModelRate's histogram fields from each replica's (increases by kind, interval seconds)."""
+    out: dict[str, Any] = {}
+    for kind in HISTOGRAMS:
+        got = [(d[kind], dt) for d, dt in parts if kind in d]
+        if not got:
+            continue  # not exported by any replica: None
+        total = math.fsum(h.sum for h, _ in got)
+        count = math.fsum(h.count for h, _ in got)
+        mean = total / count if count > 0 else None
+        if kind in ("prompt_tokens", "generation_tokens"):
+            out[f"{kind}_per_request"] = mean
+            if "requests_per_s" not in out or kind == "prompt_tokens":
+                out["requests_per_s"] = math.fsum(h.count / dt for h, dt in got if dt > 0)
+            continue
+        out[f"{kind}_mean_s"], out[f"{kind}_count"] = mean, count
+        edges = {tuple(le for le, _ in h.buckets) for h, _ in got}
+        if len(edges) == 1 and next(iter(edges)):  # the same edges everywhere: buckets add up
+            sums = [math.fsum(c) for c in zip(*([c for _, c in h.buckets] for h, _ in got), strict=True)]
+            out[f"{kind}_buckets"] = tuple(zip(next(iter(edges)), sums, strict=True))
+    return out
 
 
 def _restarted(last: _Last, s: SeriesSample, fraction: float) -> bool | None:
@@ -170,7 +267,8 @@ class RateTracker:
             for model, mm in baseline.models.items():
                 self._expected.add(model)
                 self._series[model] = {
-                    s.series: _Last(s.time_s, s.prompt_tokens, s.generation_tokens, start_s=s.start_time_s)
+                    s.series: _Last(s.time_s, s.prompt_tokens, s.generation_tokens, start_s=s.start_time_s,
+                                    hist=s.histograms)
                     for s in mm.series
                     if math.isfinite(s.prompt_tokens) and math.isfinite(s.generation_tokens)}
 
@@ -186,7 +284,7 @@ class RateTracker:
     @property
     def baseline(self) -> MetricsSnapshot:
         models = {m: ModelMetrics(tuple(SeriesSample(rid, last.time_s, last.prompt, last.generation,
-                                                     last.start_s)
+                                                     last.start_s, last.hist)
                                         for rid, last in sorted(reps.items())), None, None)
                   for m, reps in sorted(self._series.items())}
         return MetricsSnapshot(self._time if self._time is not None else 0.0, models, "baseline")
@@ -218,11 +316,12 @@ class RateTracker:
         backwards: list[str] = []
         flat: dict[str, _Last] = {}  # replicas with a new sample and no increase -> their baseline
         moved = False
+        hists: list[tuple[Mapping[str, Histogram], float]] = []  # per replica: increases, seconds
         for s in mm.series:
             last = previous.get(s.series)
             if last is None or s.time_s < last.time_s:
                 current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens,
-                                          start_s=s.start_time_s)
+                                          start_s=s.start_time_s, hist=s.histograms)
                 warming.append(s.series)
                 continue
             if s.time_s == last.time_s:
@@ -232,6 +331,8 @@ class RateTracker:
                     warming.append(s.series)
                     continue
                 p, g = last.prompt_rate, last.generation_rate
+                if last.hist_dt:
+                    hists.append((last.hist_delta, last.hist_dt))
             else:
                 dt = s.time_s - last.time_s
                 restarted = _restarted(last, s, self.reset_fraction)
@@ -241,7 +342,7 @@ class RateTracker:
                     continue
                 if restarted is False:  # went back and stayed back: the lower value is the baseline
                     current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens,
-                                              start_s=s.start_time_s)
+                                              start_s=s.start_time_s, hist=s.histograms)
                     warming.append(s.series)
                     continue
                 if restarted:
@@ -251,8 +352,15 @@ class RateTracker:
                 else:
                     dp, dg = s.prompt_tokens - last.prompt, s.generation_tokens - last.generation
                 p, g = dp / dt, dg / dt
+                deltas: dict[str, Histogram] = {}
+                bases: dict[str, Histogram] = {}
+                for kind, h in s.histograms.items():
+                    d, bases[kind] = _hist_delta(last.hist.get(kind), h, bool(restarted), self.reset_fraction)
+                    if d is not None:
+                        deltas[kind] = d
                 current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens, p, g,
-                                          s.start_time_s)
+                                          s.start_time_s, bases, deltas, dt)
+                hists.append((deltas, dt))
                 if dp == 0 and dg == 0 and not restarted:
                     flat[s.series] = last
                 else:
@@ -261,7 +369,7 @@ class RateTracker:
             prompt += p
             generation += g
         waiting, running, kv = _gauge(mm.waiting), _gauge(mm.running), _gauge(mm.kv_usage)
-        gauges = {"waiting": waiting, "running": running, "kv_usage": kv}
+        gauges: dict[str, Any] = {"waiting": waiting, "running": running, "kv_usage": kv}
         if flat and not moved and not backwards:
             since = min(last.time_s for last in flat.values())
             newest = max(s.time_s for s in mm.series if s.series in flat)
@@ -282,7 +390,8 @@ class RateTracker:
             return ModelRate(model, RateStatus.WARMING_UP, **gauges, resets=resets,
                              reason=f"first sample of replica(s) {', '.join(map(repr, warming))}; "
                                     f"a rate needs the next read")
-        return ModelRate(model, RateStatus.OK, prompt, generation, waiting, running, kv, span, resets)
+        return ModelRate(model, RateStatus.OK, prompt, generation, waiting, running, kv, span, resets,
+                         **_histogram_fields(hists))
 
 
 def _went_back(last: _Last, s: SeriesSample) -> str:

@@ -122,26 +122,45 @@ def _opt_float(owner: str, name: str, value: float | None) -> None:
 
 @dataclass(frozen=True)
 class HistoryPoint:
-    """One interval's observed demand of a model: end time (s), token rates (tokens/s) and, when
-    the controller derives it, the request rate (requests/s)."""
+    """One interval's observed demand of a model: end time (s), token rates per phase (tokens/s:
+    what each phase is forecast and planned from), the request rate (requests/s; information
+    only), and the tokens per request measured from vLLM's request-length histograms (None when
+    the servers do not export them: the request shape is then the scenario's, a prior).
+
+    Stored as a list ``[time, prompt, generation, requests, prompt/request, generation/request]``;
+    state files written before the last two existed hold four and still load. (Their
+    ``requests_per_s`` was the token rates over the scenario's shape, not a measurement; it is
+    only ever shown, never planned from.)"""
 
     time_s: float
     prompt_tokens_per_s: float
     generation_tokens_per_s: float
     requests_per_s: float | None = None
+    prompt_tokens_per_request: float | None = None
+    generation_tokens_per_request: float | None = None
 
     def __post_init__(self) -> None:
         owner = "HistoryPoint"
         if not isinstance(self.time_s, int | float) or not math.isfinite(self.time_s):
             raise ValueError(f"{owner}: field 'time_s' must be a finite number, got {self.time_s!r}")
-        for name in ("prompt_tokens_per_s", "generation_tokens_per_s", "requests_per_s"):
+        for name in ("prompt_tokens_per_s", "generation_tokens_per_s", "requests_per_s",
+                     "prompt_tokens_per_request", "generation_tokens_per_request"):
             value = getattr(self, name)
-            if value is None and name != "requests_per_s":
+            if value is None and name.endswith("tokens_per_s"):
                 raise ValueError(f"{owner}: field '{name}' must be a number, got None")
             _opt_float(owner, name, value)
 
+    @property
+    def shape(self) -> tuple[float, float] | None:
+        """Measured (prompt, generation) tokens per request, None unless both were measured."""
+        a, b = self.prompt_tokens_per_request, self.generation_tokens_per_request
+        return (a, b) if a is not None and b is not None else None
+
     def as_list(self) -> list[float | None]:
-        return [self.time_s, self.prompt_tokens_per_s, self.generation_tokens_per_s, self.requests_per_s]
+        row = [self.time_s, self.prompt_tokens_per_s, self.generation_tokens_per_s, self.requests_per_s]
+        if self.prompt_tokens_per_request is not None or self.generation_tokens_per_request is not None:
+            row += [self.prompt_tokens_per_request, self.generation_tokens_per_request]
+        return row
 
 
 def _count(owner: str, name: str, value: Any) -> None:
@@ -260,8 +279,7 @@ class ControllerState:
             pending=PlanRecord.from_dict(pending) if pending else None,
             last_reoptimized=dict(doc.get("last_reoptimized", {})),
             last_metrics=MetricsSnapshot.from_dict(metrics) if metrics else None,
-            history={m: tuple(HistoryPoint(*p) for p in points)
-                     for m, points in doc.get("history", {}).items()},
+            history={m: tuple(_point(p) for p in points) for m, points in doc.get("history", {}).items()},
             history_limit=doc.get("history_limit", HISTORY_LIMIT),
             starting=tuple((str(k), int(n), float(t)) for k, n, t in doc.get("starting", [])),
             cost_scale_usd_h=doc.get("cost_scale_usd_h"),
@@ -270,6 +288,14 @@ class ControllerState:
             final=PlanRecord.from_dict(doc["final"]) if doc.get("final") else None,
             unserved={str(m): tuple(v) for m, v in doc.get("unserved", {}).items()},
         )
+
+
+def _point(row: Any) -> HistoryPoint:
+    if not isinstance(row, list) or not 3 <= len(row) <= 6:
+        raise ValueError(f"a history point must be a list [time, prompt tokens/s, generation tokens/s, "
+                         f"requests/s?, prompt tokens/request?, generation tokens/request?], "
+                         f"got {row!r:.120}")
+    return HistoryPoint(*row)
 
 
 def state_path(directory: Path | str) -> Path:

@@ -23,6 +23,7 @@ from atoll.control.cli.common import add_json
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for
 from atoll.control.controller import Controller, ControllerSettings, TickReport
 from atoll.control.k8s_render import PD_MODES, K8sOptions, k8s_options
+from atoll.control.live_demand import SHAPE_TOLERANCE
 from atoll.control.live_fleet import LiveFleet, load_fleet_file
 from atoll.control.loop import run_loop
 from atoll.control.metrics import (
@@ -96,7 +97,8 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Co
     try:
         settings = ControllerSettings(interval_s=parse_interval(args.interval), forecaster=args.forecaster,
                                       time_scale=args.time_scale,
-                                      flat_hold_s=parse_interval(args.flat_hold, "--flat-hold"))
+                                      flat_hold_s=parse_interval(args.flat_hold, "--flat-hold"),
+                                      shape_tolerance=args.shape_tolerance)
     except ValueError as exc:
         raise as_user_error(exc) from exc
     if args.policy.startswith("learned:"):
@@ -132,8 +134,10 @@ def _line(r: TickReport) -> str:
     if r.sink_result is not None:
         sink = " — delivered" if r.sink_result["ok"] else f" — NOT delivered, kept pending: " \
                                                           f"{r.sink_result['message']}"
+    # a request shape off the profiled one is said on the tick line, never only in the JSON
+    drift = "".join(f"; request shape drift {m}: {why}" for m, why in r.shape_drift.items())
     return (f"tick {r.tick}: re-optimize {chosen}{held}; {change}{sink} "
-            f"({r.seconds.get('total', 0.0) * 1000:.0f} ms)")
+            f"({r.seconds.get('total', 0.0) * 1000:.0f} ms){drift}")
 
 
 def cmd_control(args: argparse.Namespace) -> int:
@@ -227,5 +231,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flat-hold", default="15m",
                    help="how long counters that stop rising while their server answers hold the model "
                         "(a frozen exporter) before they count as zero demand (trace time)")
+    p.add_argument("--shape-tolerance", type=float, default=SHAPE_TOLERANCE, metavar="FRACTION",
+                   help="report a request shape drift when the measured tokens per request of either phase "
+                        "is more than this fraction off the shape the templates were profiled at")
     add_json(p)
     p.set_defaults(handler=cmd_control)

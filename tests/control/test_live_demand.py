@@ -37,7 +37,7 @@ def test_recent_forecast_before_the_warm_up_days() -> None:
     out = lf.forecast(history, 1100.0, ["m", "absent"])
     f = out["m"]
     assert "absent" not in out and f.method == "recent" and f.bins == 3
-    assert f.last == (25, 2.5)
+    assert f.measured == (25, 2.5) and f.methods == ("recent", "recent")
     assert f.upper[0] == pytest.approx(30 * (1 + RECENT_MARGIN))  # the max of the last 3 bins + 10%
     assert f.mean[0] == pytest.approx(25)  # max(mean of the bins 20, the latest 25)
 
