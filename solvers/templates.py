@@ -231,8 +231,8 @@ def enumerate_multisets(model: ModelSpec, configs: Sequence[NodeConfig], n_max: 
     weights = model.weight_bytes
     memory = [c.memory_gb * 1e9 for c in configs]
     fit = [max_layers_that_fit(model, c, shape) for c in configs]
-    out = []
-    over = []
+    out: list[tuple[int, ...]] = []
+    over: list[tuple[int, ...]] = []
     for n in range(1, n_max + 1):
         for ms in itertools.combinations_with_replacement(range(len(configs)), n):
             mem = sum(memory[i] for i in ms)

@@ -55,10 +55,12 @@ def _document(active: ActiveFleet, warnings: list[str], templates: bool) -> dict
     reasons: dict[str, str] = {}
     errors: list[str] = []
     if templates:
-        from atoll.envs.fleet_model import scenario_library
+        from atoll.solvers.scenarios import scenario_templates
         from atoll.solvers.servable import unservable
 
-        reasons = unservable(active.scenario, scenario_library(active.name, spec.runtime), spec.runtime)
+        # the library of this file's content (the on-disk cache makes a second build a read)
+        library = scenario_templates(active.scenario, runtime=spec.runtime)
+        reasons = unservable(active.scenario, library, spec.runtime)
         errors += [f"{m} cannot be served: {why}" for m, why in reasons.items()]
     models = []
     for w in spec.workloads:

@@ -56,7 +56,7 @@ def activate_fleet(args: argparse.Namespace) -> ActiveFleet | None:
     (``--scenario``, ``--workload``, ``--scale``) are refused when given with it."""
     if not getattr(args, "fleet", None):
         return None
-    given = getattr(args, "given_options", set())
+    given: set[str] = getattr(args, "given_options", set())
     clash = [o for o in FLEET_OWNS if o in given]
     if clash:
         what = "; ".join(f"{o}: {FLEET_OWNS[o]}" for o in clash)
@@ -150,9 +150,9 @@ def split_names(text: str, option: str) -> list[str]:
 
 def require_servable_env(env: FleetEnv) -> None:
     """An error naming every model of the env's scenario that no template can serve, and why."""
-    from atoll.envs.fleet_model import scenario_library
-    from atoll.solvers.scenarios import SCENARIOS
+    from atoll.solvers.scenarios import SCENARIOS, scenario_templates
     from atoll.solvers.servable import require_servable
 
     c = env.config
-    require_servable(SCENARIOS[c.scenario], scenario_library(c.scenario, c.runtime), c.runtime)
+    spec = SCENARIOS[c.scenario]
+    require_servable(spec, scenario_templates(spec, runtime=c.runtime), c.runtime)

@@ -237,3 +237,41 @@ def test_a_single_alias_is_one_alias_and_workloads_may_name_a_model_by_it(tmp_pa
 def test_a_folder_is_not_a_fleet_file(tmp_path: Path) -> None:
     with pytest.raises(FleetFileError, match="is a folder"):
         load_fleet(tmp_path)
+
+
+@pytest.mark.parametrize(("text", "key", "line"), [
+    ("name: acme\nruntime: vllm\nruntime: any\n", "runtime", 3),
+    ("name: acme\nmodels:\n  - name: X\n    layers: 32\n    layers: 40\n", "layers", 5),
+    ("name: acme\navailability:\n  static: {a:b/1xL4: 2, a:b/1xL4: 3}\n", "a:b/1xL4", 3),
+    ("name: acme\nworkloads:\n  A: {source: x}\n  B: {source: y}\n  A: {source: z}\n", "A", 5),
+])
+def test_a_key_given_twice_is_an_error_naming_key_and_line(tmp_path: Path, text: str, key: str,
+                                                          line: int) -> None:
+    # issue 30 item 5: YAML keeps the last value; the first was dropped without a word
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    with pytest.raises(FleetFileError, match=rf"fleet.yaml: line {line}: key '{key}' is given twice"):
+        load_fleet(path)
+
+
+def test_merge_keys_may_be_overridden(tmp_path: Path) -> None:
+    doc = yaml.safe_dump(BASE)
+    assert "kubernetes:\n  namespace: llm\n" in doc
+    path = tmp_path / "fleet.yaml"
+    path.write_text(doc.replace("kubernetes:\n  namespace: llm\n",
+                                "kubernetes: {<<: {namespace: a, image: x}, namespace: llm}\n"))
+    assert load_fleet(path).kubernetes == {"namespace": "llm", "image": "x"}
+
+
+def test_a_spot_price_above_on_demand_is_an_error(tmp_path: Path) -> None:
+    path = write(tmp_path, changed("regions.1.offers.0.spot", 30.0))
+    with pytest.raises(FleetFileError, match=r"offers\[0\]: field 'spot' \(30 .*above 'on_demand' \(28\)"):
+        load_fleet(path)
+
+
+def test_workload_gaps_mode_is_validated(tmp_path: Path) -> None:
+    path = write(tmp_path, changed("workloads.Acme-8B.gaps", "skip"))
+    with pytest.raises(FleetFileError, match=r"workloads\['Acme-8B'\]: field 'gaps' must be 'exclude'"):
+        load_fleet(path)
+    spec = load_fleet(write(tmp_path, changed("workloads.Acme-8B.gaps", "zero")))
+    assert {w.model: w.gaps for w in spec.workloads} == {"Acme-8B": "zero", "Phi-4-14B": "exclude"}
