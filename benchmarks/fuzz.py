@@ -1,8 +1,9 @@
 """Long fuzz run of the input paths (issue 18): the user catalog file loader, the /metrics parser
-path, the Prometheus API answer path and the fleet file loader, each through the same targets as
-the Hypothesis tests (tests/fuzz_targets.py). Prints one JSON document: per target, examples tried
-and the distinct unintended exceptions found (anything not an AtollError), with one example
-message each.
+path, the Prometheus API answer path and the fleet file loader, and the metamorphic cases of a
+request log and fleet (issue 30: ``metamorphic``, counting silent misreadings), each through the
+same targets as the Hypothesis tests (tests/fuzz_targets.py). Prints one JSON document: per
+target, examples tried and the distinct unintended exceptions found (anything not an AtollError),
+with one example message each.
 
     python benchmarks/fuzz.py [--examples 20000] [--targets fleet_file,metrics_page]
 
@@ -90,7 +91,31 @@ def fleet_file(examples: int) -> dict[str, Any]:
                extra=lambda: {"loaded": fleet.loaded, "activated": fleet.activated})
 
 
-TARGETS = {f.__name__: f for f in (catalog_user_file, metrics_page, prometheus_answer, fleet_file)}
+def metamorphic(examples: int) -> dict[str, Any]:
+    """Issue 30: seeded log + fleet, each case one perturbation (tests/metamorphic_targets.py);
+    a neutral one must leave the demand solve and simulate get unchanged, a corrupting one must
+    give that or an AtollError. Counts the silent misreadings (anything else)."""
+    from metamorphic_targets import KINDS, MetamorphicTarget
+
+    target = MetamorphicTarget()
+    per_kind: dict[str, dict[str, int]] = {k: {"same": 0, "error": 0, "misread": 0} for k in KINDS}
+    examples_of: dict[str, str] = {}
+    t = time.perf_counter()
+    for i in range(examples):
+        kind = KINDS[i % len(KINDS)]
+        out = target(i // len(KINDS), kind)
+        per_kind[kind][out.result] += 1
+        if out.result == "misread":
+            examples_of.setdefault(kind, out.detail)
+    misread = sum(v["misread"] for v in per_kind.values())
+    print(f"metamorphic: {target.tried} cases, {misread} silent misreadings", file=sys.stderr, flush=True)
+    return {"examples": target.tried, "silent_misreadings": misread, "errors": target.errors,
+            "per_kind": per_kind, "misread_examples": examples_of,
+            "seconds": round(time.perf_counter() - t, 1)}
+
+
+TARGETS = {f.__name__: f for f in (catalog_user_file, metrics_page, prometheus_answer, fleet_file,
+                                    metamorphic)}
 
 
 def main() -> None:
