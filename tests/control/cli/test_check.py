@@ -5,6 +5,7 @@ are refused."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,15 @@ ACME = {"name": "Acme-8B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads"
 TINY = {"name": "Tiny-0.5B", "layers": 24, "hidden": 896, "heads": 14, "kv_heads": 2, "head_dim": 64,
         "params_b": 0.49, "active_params_b": 0.49, "bytes_per_param": 2,
         "slo": {"ttft_ms": 800, "tpot_ms": 40}}
+
+
+@pytest.fixture(autouse=True)
+def _shipped_catalog_after() -> Iterator[None]:
+    """Fleets activated here overlay the catalog of this process; later tests get it back."""
+    from metamorphic_targets import restored_registries
+
+    with restored_registries():
+        yield
 
 
 def _log(path: Path, days: float = 5.0, rate: float = 0.01, extra: str = "") -> list[str]:
