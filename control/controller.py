@@ -31,6 +31,15 @@ A tick:
 Metrics unavailable (after the retries): the tick holds every model, reports the data as
 stale (seconds since the last good read) and still persists.
 
+Guard rails (issue 29): every model and phase keeps at least its fleet's ``min_instances``
+(default 1: a model planned to zero has no server left whose counters could show its traffic
+coming back, so it would be held at zero for good); a rate beyond what the fleet could ever
+serve, or ``outlier_factor`` x above the model's recent range, is held as an outlier until a
+second interval confirms it (:mod:`atoll.control.rates`); a plan grows a service by at most
+``growth_factor`` x its instances + ``growth_add`` per tick (reported in ``solve.guard_rails``);
+nothing non-finite reaches the planner. The state records its clock (``time_scale``): a state
+written at another time scale is refused, naming both.
+
 Time comes only from the injected ``clock`` (seconds; wall time by default) and waits only from
 ``sleep``, so tests script both.
 """
@@ -38,6 +47,8 @@ Time comes only from the injected ``clock`` (seconds; wall time by default) and 
 from __future__ import annotations
 
 import math
+import re
+import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -46,13 +57,21 @@ from typing import Any
 
 import numpy as np
 
-from atoll.control.live_demand import SHAPE_TOLERANCE, LiveForecast, ModelForecast
+from atoll.control.live_demand import SHAPE_TOLERANCE, LiveForecast, ModelForecast, compact_history
 from atoll.control.live_fleet import STEP_S, LiveFleet
 from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
 from atoll.control.plans import PlanRecord, SinkResult
 from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateReport, RateTracker
 from atoll.control.sinks import PlanSink, deliver
-from atoll.control.state import HISTORY_LIMIT, ControllerState, HistoryPoint, load_state, save_state
+from atoll.control.state import (
+    HISTORY_LIMIT,
+    ControllerState,
+    HistoryPoint,
+    StateError,
+    load_state,
+    save_state,
+    sweep_temporary,
+)
 from atoll.envs.actions import ActionCodec
 from atoll.envs.fleet import FleetState
 from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observation_space
@@ -81,8 +100,25 @@ class ControllerSettings:
     reset_fraction: float = RESET_FRACTION  # a counter below this fraction of the last one restarted
     # a measured tokens/request this far (relative) off the profiled shape is reported as a drift
     shape_tolerance: float = SHAPE_TOLERANCE
+    # guard rails: a service grows by at most growth_factor x its instances + growth_add per tick
+    # (HPA's default scale-up policy is the larger of 100% and 4 pods); a rate above
+    # outlier_factor x the model's recent range is held until a second interval confirms it
+    growth_factor: float = 2.0
+    growth_add: int = 4
+    outlier_factor: float = 10.0
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.growth_factor, int | float) and math.isfinite(self.growth_factor)
+                and self.growth_factor >= 1):
+            raise ValueError(f"ControllerSettings: field 'growth_factor' must be >= 1, "
+                             f"got {self.growth_factor!r}")
+        if isinstance(self.growth_add, bool) or not isinstance(self.growth_add, int) or self.growth_add < 0:
+            raise ValueError(f"ControllerSettings: field 'growth_add' must be an integer >= 0, "
+                             f"got {self.growth_add!r}")
+        if not (isinstance(self.outlier_factor, int | float) and math.isfinite(self.outlier_factor)
+                and self.outlier_factor > 1):
+            raise ValueError(f"ControllerSettings: field 'outlier_factor' must be > 1, "
+                             f"got {self.outlier_factor!r}")
         for name in ("interval_s", "look_ahead_s", "time_scale"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
@@ -174,18 +210,89 @@ class Controller:
                              f"{expected}; use a policy trained on scenario {fleet.scenario!r}")
         loaded = load_state(self.state_dir)  # StateError (names the file and the fix) propagates
         self.resumed = loaded is not None
+        if loaded is not None:
+            self._check_clock(loaded)
         # a week of points at this interval, so a daily-seasonal forecaster gets its two days
+        # (the history is compacted per bin past the last hour: see compact_history)
         limit = max(HISTORY_LIMIT, math.ceil(7 * 86400 / s.interval_s))
         self.state = loaded if loaded is not None else ControllerState(history_limit=limit)
+        keep = set(fleet.models)  # a model that left the fleet is forgotten, not carried forever
+        self.state = replace(
+            self.state, time_scale=s.time_scale,
+            controller_id=self.state.controller_id or new_controller_id(fleet.scenario),
+            history={m: p for m, p in self.state.history.items() if m in keep},
+            unserved={m: u for m, u in self.state.unserved.items() if m in keep},
+            last_reoptimized={m: t for m, t in self.state.last_reoptimized.items() if m in keep})
+        sweep_temporary(self.state_dir)  # left by a controller killed mid-save
         self.tracker = RateTracker(fleet.models, baseline=self.state.last_metrics,
                                    reset_fraction=s.reset_fraction,
-                                   flat_hold_s=s.flat_hold_s / s.time_scale)  # samples: the metrics' clock
+                                   flat_hold_s=s.flat_hold_s / s.time_scale,  # samples: the metrics' clock
+                                   only_expected=True)
+        self._guard_tables()
         # the env's action encoding: level 0 is the configured planning level (code 1 = full there)
         self.codec = ActionCodec.for_config(s.planning_quantile, fleet.config.action_levels)
         self.forecaster = LiveForecast(shapes=fleet.shapes, forecaster=s.forecaster,
                                        quantile=s.planning_quantile, levels=self.codec.levels,
                                        horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S,
                                        shape_tolerance=s.shape_tolerance)
+
+    def _check_clock(self, loaded: ControllerState) -> None:
+        """Refuse a state written on another clock: its start-up, drain and history times would be
+        read years off (instances "starting" for millennia, removals never sent, a forecast
+        binning 3e8 empty bins)."""
+        s = self.settings
+        where = self.state_dir
+        recorded = loaded.time_scale
+        if recorded is not None and not math.isclose(recorded, s.time_scale, rel_tol=1e-9):
+            raise StateError(f"controller state in {where} was written at --time-scale {recorded:g}, "
+                             f"this controller runs at --time-scale {s.time_scale:g}: their clocks differ by "
+                             f"that factor; run with --time-scale {recorded:g}, or give this one "
+                             f"its own --state folder")
+        now = float(self.clock())
+        last = loaded.last_tick_s
+        if last is not None and now < last - max(10 * s.interval_s, 86400.0):  # not an NTP step
+            raise StateError(f"controller state in {where} has its last tick at {last:.0f} s, "
+                             f"{last - now:.0f} s after this controller's clock ({now:.0f} s): it was "
+                             f"written on another clock (another --time-scale?); run it with the clock "
+                             f"that wrote it, or give this one its own --state folder")
+
+    def _guard_tables(self) -> None:
+        """Per (model, phase): the templates by price, one instance's best throughput and the
+        most the fleet could serve with every node available (the outlier ceiling)."""
+        model = self.fleet.model
+        n = len(self.fleet.models)
+        self._by_price: dict[tuple[int, int], list[str]] = {}
+        best_instance, best_node = np.zeros((n, 2)), np.zeros((n, 2))
+        priced: dict[tuple[int, int], list[tuple[float, str]]] = {}
+        for key, t in self.fleet.templates.items():
+            mi, ph, thr, per_h = model.info(key)
+            nodes = sum(k for _, k in t.nodes) or 1
+            best_instance[mi, ph] = max(best_instance[mi, ph], thr)
+            best_node[mi, ph] = max(best_node[mi, ph], thr / nodes)
+            priced.setdefault((mi, ph), []).append((per_h, key))
+        self._by_price = {svc: [k for _, k in sorted(v)] for svc, v in priced.items()}
+        self._one_instance = best_instance
+        total_nodes = float(sum(self.fleet.availability.values()))
+        self._ceiling = best_node * total_nodes
+
+    def _limits(self, now: float) -> dict[str, tuple[float, float]]:
+        """model -> the highest believable (prompt, generation) tokens/s in the metrics' time:
+        the fleet's ceiling, and once the model has a recent range, ``outlier_factor`` x its
+        recent maximum (at least one instance's throughput, so traffic coming back is not held)."""
+        s = self.settings
+        window = max(3600.0, 3 * s.interval_s)
+        out: dict[str, tuple[float, float]] = {}
+        for i, m in enumerate(self.fleet.models):
+            recent = [p for p in self.state.history.get(m, ())[-4096:] if p.time_s > now - window]
+            pair = []
+            for ph in range(2):
+                limit = float(self._ceiling[i, ph]) or math.inf
+                if len(recent) >= 3:
+                    top = max((p.prompt_tokens_per_s, p.generation_tokens_per_s)[ph] for p in recent)
+                    limit = min(limit, s.outlier_factor * max(top, float(self._one_instance[i, ph])))
+                pair.append(limit * s.time_scale)
+            out[m] = (pair[0], pair[1])
+        return out
 
     # ----- the tick ------------------------------------------------------------------------
     def tick(self) -> TickReport:
@@ -201,7 +308,7 @@ class Controller:
             seconds["read"] = time.perf_counter() - t
             earlier = self._deliver_pending()
             return self._hold_stale(now, tick_no, str(exc), earlier, seconds, t_start)
-        rates = self._scaled(self.tracker.update(snapshot))
+        rates = self._scaled(self.tracker.update(snapshot, self._limits(now)))
         seconds["read"] = time.perf_counter() - t
         t = time.perf_counter()
         state = self.state
@@ -212,7 +319,9 @@ class Controller:
             state = state.with_history(m, HistoryPoint(now, r.prompt_tokens_per_s, r.generation_tokens_per_s,
                                                        r.requests_per_s, r.prompt_tokens_per_request,
                                                        r.generation_tokens_per_request))
-        self.state = state
+        # bounded in time, not ticks: a week in per-bin points past the last hour
+        history = {m: compact_history(points, now, STEP_S) for m, points in state.history.items()}
+        self.state = replace(state, history=history)
         # the interval since the last tick, as the env's step: served against the capacity that
         # was ready over it, billed for the nodes held over it (before this tick changes either)
         last_cost, last_seconds = self._account(now, fresh)
@@ -226,7 +335,7 @@ class Controller:
         decision = self._decide(action, fresh, rates, signals)
         seconds["decide"] = time.perf_counter() - t
         t = time.perf_counter()
-        solve, record = self._solve(decision, forecasts, now)
+        solve, record = self._solve(decision, forecasts, now, fresh)
         seconds["solve"] = time.perf_counter() - t
         t = time.perf_counter()
         sink_result = self._apply(record, now) if record is not None else None
@@ -240,10 +349,12 @@ class Controller:
         seconds["persist"] = time.perf_counter() - t
         seconds["total"] = time.perf_counter() - t_start
         self.last_observation = obs
-        ignored = sorted(set(rates.models) - set(self.fleet.models))
+        ignored = sorted(set(snapshot.models) - set(self.fleet.models))
         metrics = {"ok": True, "source": snapshot.source, "stale_s": 0.0,
                    "rates": {m: r.as_dict() for m, r in rates.models.items() if m in self.fleet.models},
-                   "ignored_models": ignored, "notes": list(snapshot.notes)}
+                   # names outside the fleet are neither tracked nor kept: shown, at most 20
+                   "ignored_models": ignored[:20], "ignored_count": len(ignored),
+                   "notes": list(snapshot.notes)}
         return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
                           solve, record is not None, self._diff_rows(record), sink_result, earlier,
                           self.state.plan_sequence, self.state.pending is not None, seconds, drift)
@@ -351,6 +462,9 @@ class Controller:
         if any(not 0 <= c < self.codec.n for c in codes):
             raise ValueError(f"policy {self.policy.name!r} answered {codes}; codes per model are "
                              f"0..{self.codec.n - 1} ({', '.join(self.codec.names())})")
+        # from the second tick: the first only reads the counters, and whether a model has
+        # servers (its series) is known after it
+        below = self._below_floor(self.fleet.known(self.state.running)) if self.state.tick >= 1 else {}
         for i, model in enumerate(self.fleet.models):
             if model not in fresh:
                 r = rates.models.get(model)
@@ -372,43 +486,159 @@ class Controller:
                                  f"demand / ready capacity {now:.2f}, unserved {s.unserved_share[i]:.1%}")
             else:
                 unchanged.append(model)
+        for model, floor in below.items():
+            if model not in chosen:
+                # whatever its data: the floor is not demand, and a model at zero has no series
+                held.pop(model, None)
+                chosen[model] = f"below its floor of {floor} instance(s) (min_instances)"
+                reopt[model] = self.codec.decode(1).label()
+        unchanged = [m for m in unchanged if m not in below]
         return Decision(self.policy.name, chosen, held, tuple(unchanged), reopt)
 
-    def _solve(self, decision: Decision, forecasts: Mapping[str, ModelForecast], now: float
-               ) -> tuple[dict[str, Any] | None, PlanRecord | None]:
+    def _solve(self, decision: Decision, forecasts: Mapping[str, ModelForecast], now: float,
+               fresh: list[str] | None = None) -> tuple[dict[str, Any] | None, PlanRecord | None]:
         if not decision.chosen:
             return None, None
         model = self.fleet.model
+        fresh_set = set(self.fleet.models if fresh is None else fresh)
         # each phase planned on its own forecast at the decision's level (tokens/s)
         tokens = np.zeros((len(self.fleet.models), 2))
         grow: set[str] = set()
+        solved: set[str] = set()
+        skipped: dict[str, str] = {}
         shapes: dict[str, dict[str, Any]] = {}
         for i, name in enumerate(self.fleet.models):
             if name in decision.chosen:
+                f = forecasts.get(name)
+                if name not in fresh_set or f is None:
+                    skipped[name] = "no fresh demand: only its floor is planned"
+                    continue
                 kind, _, level = decision.reopt.get(name, "full").partition("@")
-                f = forecasts[name]
-                tokens[i] = f.upper_at(float(level)) if level else f.upper
+                want = np.asarray(f.upper_at(float(level)) if level else f.upper, dtype=float)
+                if not np.all(np.isfinite(want)):  # never hand the solver a non-finite demand
+                    skipped[name] = f"its forecast is not finite ({want.tolist()}): held"
+                    continue
+                tokens[i] = want
+                solved.add(name)
                 if f.shape is not None:
                     shapes[name] = f.shape.as_dict()
                 if kind == "grow":
                     grow.add(name)
         demand: dict[str, float] = {}
         for i, name in enumerate(self.fleet.models):
-            if name in decision.chosen:
+            if name in solved:
                 demand[f"{name}/prefill"], demand[f"{name}/decode"] = float(tokens[i, 0]), float(tokens[i, 1])
-        out = model.replan(self.fleet_state(now), frozenset(decision.chosen), tokens, self.fleet.availability,
-                           replanner=self.fleet.replanner, grow=frozenset(grow))
-        solve = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
-                 "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand}
-        if out.allocation is None or out.allocation.as_dict() == self.fleet_state(now).planned().as_dict():
-            solve["result"] = "held: no plan" if out.allocation is None else "unchanged"
+        fs = self.fleet_state(now)
+        before = fs.planned().as_dict()
+        solve: dict[str, Any]
+        if solved:
+            out = model.replan(fs, frozenset(solved), tokens, self.fleet.availability,
+                               replanner=self.fleet.replanner, grow=frozenset(grow))
+            solve = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
+                     "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand}
+            allocation = out.allocation
+        else:
+            solve = {"status": "not solved", "mode": None, "solver_seconds": 0.0, "cached": False,
+                     "message": "no model with fresh demand chosen", "demand_tokens_per_s": demand}
+            allocation = Allocation.of(before)
+        if skipped:
+            solve["not_solved"] = skipped
+        if allocation is not None:
+            plan, capped = self._cap_growth(allocation.as_dict(), before)
+            plan, floors = self._add_floors(plan, fs)
+            solve["guard_rails"] = {"growth_capped": capped, "floor_added": floors}
+            allocation = Allocation.of(plan)
+        if allocation is None or allocation.as_dict() == before:
+            solve["result"] = "held: no plan" if allocation is None else "unchanged"
             return solve, None
         solve["result"] = "new plan"
         seq = self.state.plan_sequence + 1
         reason = "; ".join(f"{m}: {why}" for m, why in decision.chosen.items())
-        record = PlanRecord.from_allocation(seq, now, out.allocation, self.state.running,
-                                            self.fleet.templates, demand, reason, shapes)
+        record = PlanRecord.from_allocation(seq, now, allocation, self.state.running,
+                                            self.fleet.templates, demand, reason, shapes,
+                                            owner=self.state.controller_id)
         return solve, record
+
+    # ----- guard rails ---------------------------------------------------------------------
+    def _service_counts(self, plan: Mapping[str, int]) -> np.ndarray:
+        counts = np.zeros((len(self.fleet.models), 2), dtype=int)
+        for key, n in plan.items():
+            if key in self.fleet.templates:
+                mi, ph, _, _ = self.fleet.model.info(key)
+                counts[mi, ph] += n
+        return counts
+
+    def _below_floor(self, plan: Mapping[str, int]) -> dict[str, int]:
+        """model -> its floor, for models with fewer planned instances than it in a phase."""
+        counts = self._service_counts(plan)
+        out = {}
+        for i, m in enumerate(self.fleet.models):
+            floor = self.fleet.min_instances.get(m, (1, 1))
+            if any(counts[i, ph] < floor[ph] for ph in range(2)):
+                out[m] = max(floor)
+        return out
+
+    def _cap_growth(self, plan: dict[str, int], before: Mapping[str, int]
+                    ) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        """At most ``growth_factor`` x + ``growth_add`` instances per service per tick: added
+        instances beyond it are dropped, largest additions first (reported per service)."""
+        s = self.settings
+        plan = dict(plan)
+        old, new = self._service_counts(before), self._service_counts(plan)
+        report: dict[str, dict[str, int]] = {}
+        for i, m in enumerate(self.fleet.models):
+            for ph, phase in enumerate(("prefill", "decode")):
+                cap = math.floor(s.growth_factor * old[i, ph]) + s.growth_add
+                excess = int(new[i, ph]) - cap
+                if excess <= 0:
+                    continue
+                added = sorted(((plan[k] - before.get(k, 0), k) for k in plan
+                                if plan[k] > before.get(k, 0) and k in self.fleet.templates
+                                and self.fleet.model.info(k)[:2] == (i, ph)), key=lambda e: (-e[0], e[1]))
+                for extra, key in added:
+                    take = min(extra, excess)
+                    plan[key] -= take
+                    excess -= take
+                    if excess <= 0:
+                        break
+                report[f"{m}/{phase}"] = {"before": int(old[i, ph]), "solved": int(new[i, ph]),
+                                          "capped_to": cap}
+        return {k: n for k, n in plan.items() if n > 0}, report
+
+    def _add_floors(self, plan: dict[str, int], fs: FleetState
+                    ) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        """Raise every service to its ``min_instances`` with its cheapest templates that fit the
+        nodes left (reported per service; ``short`` when the nodes ran out)."""
+        plan = dict(plan)
+        counts = self._service_counts(plan)
+        used: dict[tuple[str, str], int] = dict(self.fleet.model.draining_by_cell(fs))
+        for key, n in plan.items():
+            t = self.fleet.templates.get(key)
+            if t is not None:
+                for cfg, k in t.nodes:
+                    used[(t.region, cfg)] = used.get((t.region, cfg), 0) + n * k
+        caps = self.fleet.availability
+        report: dict[str, dict[str, int]] = {}
+        for i, m in enumerate(self.fleet.models):
+            floor = self.fleet.min_instances.get(m, (1, 1))
+            for ph, phase in enumerate(("prefill", "decode")):
+                need = floor[ph] - int(counts[i, ph])
+                if need <= 0:
+                    continue
+                added = 0
+                for key in self._by_price.get((i, ph), []):
+                    t = self.fleet.templates[key]
+                    while added < need and all(used.get((t.region, c), 0) + k <= caps.get((t.region, c), 0)
+                                               for c, k in t.nodes):
+                        plan[key] = plan.get(key, 0) + 1
+                        for c, k in t.nodes:
+                            used[(t.region, c)] = used.get((t.region, c), 0) + k
+                        added += 1
+                    if added >= need:
+                        break
+                report[f"{m}/{phase}"] = {"floor": floor[ph], "added": added,
+                                          **({"short": need - added} if added < need else {})}
+        return plan, report
 
     def _apply(self, record: PlanRecord, now: float) -> dict[str, Any]:
         """Deliver ``record`` make-before-break: when it replaces instances of a service, first a
@@ -429,11 +659,11 @@ class Controller:
             interim = PlanRecord.from_allocation(
                 record.sequence, now, Allocation.of(interim_plan), self.state.running, templates, demand,
                 f"{record.reason} [make-before-break 1/2: additions; the replaced instances keep serving]",
-                record.shapes)
+                record.shapes, owner=record.owner)
             final = PlanRecord.from_allocation(
                 record.sequence + 1, now, Allocation.of(record.plan), interim_plan, templates, demand,
                 f"{record.reason} [make-before-break 2/2: removals, once the additions are ready]",
-                record.shapes)
+                record.shapes, owner=record.owner)
             self.state = replace(self.state, pending=interim, final=final, plan_sequence=final.sequence)
         save_state(self.state_dir, self.state)
         assert self.state.pending is not None
@@ -507,3 +737,10 @@ class Controller:
                          "change": change,
                          "action": "add" if change > 0 else "remove", "instances": record.plan.get(key, 0)})
         return rows
+
+
+def new_controller_id(fleet_name: str) -> str:
+    """A new controller's identity: its fleet's name and 6 random hex digits (two controllers
+    of one fleet in a namespace must not prune each other's objects)."""
+    stem = re.sub(r"-+", "-", re.sub(r"[^a-z0-9]", "-", fleet_name.lower())).strip("-")[:30] or "atoll"
+    return f"{stem}-{secrets.token_hex(3)}"

@@ -11,8 +11,11 @@ the LeaderWorkerSet CRD schema.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import secrets
+import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ import yaml
 
 from atoll.control.k8s_render import (
     CAPACITY_LABEL,
+    CONTROLLER_LABEL,
     DEFAULT_GPU_PRODUCTS,
     DEFAULT_MODEL_SOURCES,
     GPU_COUNT_LABEL,
@@ -34,7 +38,7 @@ from atoll.control.k8s_render import (
     service_name,
     workload_name,
 )
-from atoll.control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
+from atoll.control.plans import PlanRecord, SinkError, SinkResult
 
 __all__ = ["CAPACITY_LABEL", "DEFAULT_GPU_PRODUCTS", "DEFAULT_MODEL_SOURCES", "GPU_COUNT_LABEL",
            "GPU_PRODUCT_LABEL", "REGION_LABEL", "K8sApplySink", "K8sManifestSink", "K8sOptions",
@@ -122,39 +126,102 @@ def _file_name(doc: Mapping[str, Any]) -> str:
 
 class K8sManifestSink:
     """``k8s:DIR``: one YAML file per object (``<name>.<kind>.yaml``) plus a kustomization.yaml
-    listing them (``kubectl apply -k DIR``; the LeaderWorkerSet CRD must be installed). Each file
-    is re-loaded and validated after writing; files of objects no longer planned are deleted."""
+    listing them (``kubectl apply -k DIR``; the LeaderWorkerSet CRD must be installed).
+
+    Every object is rendered, dumped, re-loaded and validated before anything is written; then
+    the whole plan goes into a new hidden folder beside DIR (``.DIR.<owner>.<sequence>.<random>``)
+    and DIR — a symbolic link to it — is switched in one ``rename``: a reader (``kubectl``, a
+    GitOps agent) sees the previous plan's files or the new plan's, never a mix, and a failing
+    plan leaves none of its files. The folder belongs to one controller (the plan's ``owner``):
+    DIR pointing at another controller's folder, or a real folder holding files this sink did not
+    write, is refused by name; a real folder of atoll's own files (an older atoll's layout) is
+    taken over."""
 
     def __init__(self, directory: Path | str, options: K8sOptions | None = None) -> None:
         self.directory = Path(directory)
         self.options = options or K8sOptions()
         self.name = f"k8s:{self.directory}"
 
+    def _prefix(self, owner: str) -> str:
+        return f".{self.directory.name}.{owner or 'atoll'}."
+
+    def _check_owner(self, owner: str) -> None:
+        d = self.directory
+        if d.is_symlink():
+            target = os.readlink(d)
+            if not Path(target).name.startswith(self._prefix(owner)):
+                raise SinkError(f"{self.name}: {d} points at {target}, the manifests of another controller "
+                                f"(this one is {owner or 'unnamed'!r}); give each controller its own "
+                                f"k8s:DIR folder")
+            return
+        if not d.exists():
+            return
+        if not d.is_dir():
+            raise SinkError(f"{self.name}: {d} is a file; give k8s: a folder path")
+        for f in sorted(d.iterdir()):
+            theirs = f.name != "kustomization.yaml" and not f.name.endswith(".tmp")
+            if f.name.startswith("atoll-") and f.suffix == ".yaml":
+                with contextlib.suppress(OSError, yaml.YAMLError, AttributeError, TypeError):
+                    labels = yaml.safe_load(f.read_text())["metadata"]["labels"]
+                    theirs = labels.get(CONTROLLER_LABEL, owner) != owner
+            if theirs:
+                who = owner or "unnamed"
+                raise SinkError(f"{self.name}: {d} holds {f.name}, which this controller ({who!r}) did not "
+                                f"write; give it an empty or new k8s:DIR folder")
+
     def write(self, record: PlanRecord) -> SinkResult:
         docs = render_manifests(record, self.options)
-        written: list[str] = []
+        texts: dict[str, str] = {}
+        for doc in docs:  # everything validated before anything is written
+            name = _file_name(doc)
+            if name in texts:
+                raise SinkError(f"{self.name}: two objects render to {name}; plan {record.sequence} "
+                                f"not written")
+            text = yaml.safe_dump(doc, sort_keys=False)
+            validate_object(yaml.safe_load(text), name)
+            texts[name] = text
+        files = sorted(texts)
+        texts["kustomization.yaml"] = yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1",
+                                                      "kind": "Kustomization", "resources": files})
+        d, owner = self.directory, record.owner
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            for doc in docs:
-                path = self.directory / _file_name(doc)
-                atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
-                validate_object(yaml.safe_load(path.read_text()), str(path))
-                written.append(str(path))
-            files = sorted(Path(p).name for p in written)
-            kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                             "resources": files}
-            atomic_write_text(self.directory / "kustomization.yaml", yaml.safe_dump(kustomization))
-            written.append(str(self.directory / "kustomization.yaml"))
-            removed = []
-            for stale in sorted(self.directory.glob("atoll-*.yaml")):
-                if stale.name not in files:
-                    stale.unlink()
-                    removed.append(str(stale))
+            self._check_owner(owner)
+            before = {f.name for f in d.iterdir() if f.name.startswith("atoll-")} if d.is_dir() else set()
+            d.parent.mkdir(parents=True, exist_ok=True)
+            prefix = self._prefix(owner)
+            new = d.parent / f"{prefix}{record.sequence:06d}.{secrets.token_hex(4)}"
+            new.mkdir()
+            for name, text in texts.items():
+                (new / name).write_text(text, encoding="utf-8")
+                os.chmod(new / name, 0o644)
+            _fsync_dir(new)
+            if d.is_dir() and not d.is_symlink():  # an older layout's real folder, checked above
+                os.replace(d, d.parent / f"{prefix}old.{secrets.token_hex(4)}")
+            link = d.parent / f"{prefix}link.{secrets.token_hex(4)}"
+            os.symlink(new.name, link)
+            os.replace(link, d)  # the switch: one rename
+            _fsync_dir(d.parent)
+            for old in d.parent.glob(f"{prefix}*"):  # earlier plans' folders, and a crash's leftovers
+                if old != new:
+                    if old.is_symlink() or not old.is_dir():
+                        old.unlink(missing_ok=True)
+                    else:
+                        shutil.rmtree(old, ignore_errors=True)
         except OSError as exc:
-            raise SinkError(f"{self.name}: cannot write manifests ({exc}); check that the directory is "
+            raise SinkError(f"{self.name}: cannot write manifests ({exc}); check that the folder is "
                             f"writable") from exc
-        return SinkResult(self.name, True, tuple(written), tuple(removed),
-                          f"{_summary(docs)} for plan {record.sequence}")
+        written = tuple(str(d / name) for name in texts)
+        removed = tuple(str(d / name) for name in sorted(before - set(files)))
+        return SinkResult(self.name, True, written, removed, f"{_summary(docs)} for plan {record.sequence}")
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _summary(docs: Iterable[Mapping[str, Any]]) -> str:
@@ -255,8 +322,11 @@ class K8sApplySink:
             cfg.retries = 0  # deliver() owns retries; urllib3's would triple every failure's latency
             return KubeObjects(config.new_client_from_config(
                 config_file=path, context=self.context, persist_config=False, client_configuration=cfg))
-        except (config.ConfigException, OSError, ValueError, TypeError) as exc:
-            problems.append(f"kubeconfig {path}: {exc}")
+        except (config.ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError,
+                yaml.YAMLError) as exc:
+            # a kubeconfig caught half-written (``aws eks update-kubeconfig`` rewrites it in place)
+            # is a failed delivery, retried next tick, not an exception out of the controller
+            problems.append(f"kubeconfig {path}: {type(exc).__name__}: {str(exc)[:300]}")
         if os.environ.get("KUBERNETES_SERVICE_HOST"):
             try:
                 cfg = client.Configuration()
@@ -284,7 +354,9 @@ class K8sApplySink:
         ns, dry = self.options.namespace, (None if self.apply else "All")
         written, removed = [], []
         what = "server"
-        selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
+        # only this controller's objects are pruned (an ownerless plan: only ownerless objects)
+        owned = f"{CONTROLLER_LABEL}={record.owner}" if record.owner else f"!{CONTROLLER_LABEL}"
+        selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]},{owned}"
         try:
             # workloads before the Services that route to them
             for doc in sorted(docs, key=lambda d: d["kind"] == "Service"):

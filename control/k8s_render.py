@@ -42,7 +42,12 @@ prefill/decode mode, pointed at the two Services of a model (``atoll-<model>-pre
 phases of a model select the same pods (the planner still sizes prefill and decode separately,
 so aggregated serving holds at least the capacity planned for each phase).
 
-Names are DNS-1123 labels: ``atoll-<model>-<phase>-<hash of the template key>``.
+Names are DNS-1123 labels: ``atoll-<model>-<phase>-<hash>``, the hash of the exact model name
+(Services) or template key (workloads) and the controller's identity, so ``org/Acme-8B`` and
+``org-Acme-8B`` (one slug) never share a Service, nor two controllers an object. The model label
+is the name cut to a label value plus the same kind of hash (labels hold 63 characters); the
+exact name is the ``atoll.io/model-name`` annotation. Every object carries its controller's
+identity (``atoll.io/controller``, the plan's ``owner``); the sinks prune only their own.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "atoll")
 TEMPLATE_LABEL = "atoll.io/template"
 MODEL_LABEL = "atoll.io/model"
 PHASE_LABEL = "atoll.io/phase"
+CONTROLLER_LABEL = "atoll.io/controller"  # the controller that owns the object (PlanRecord.owner)
+MODEL_NAME_ANNOTATION = "atoll.io/model-name"  # the exact model name (labels are cut and hashed)
 SERVING_LABEL = "atoll.io/serving"  # "true" on pods that serve HTTP (not LeaderWorkerSet workers)
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -157,14 +164,24 @@ def _name(*parts: str, tail: str = "") -> str:
     return head[: 63 - len(suffix)].rstrip("-") + suffix
 
 
-def workload_name(model: str, phase: str, key: str) -> str:
-    return _name(model, phase, tail=_digest(key))
+def _owned(owner: str, text: str) -> str:
+    return f"{owner}\0{text}" if owner else text
 
 
-def service_name(model: str, phase: str) -> str:
-    """The Service of (model, phase); long model names keep a hash so two never collide."""
-    name = _name(model, phase)
-    return name if len(_name(model, phase) + "x") <= 63 else _name(model[:30], phase, tail=_digest(model))
+def workload_name(model: str, phase: str, key: str, owner: str = "") -> str:
+    """The Deployment or LeaderWorkerSet of a template: its key's hash with the owner's."""
+    return _name(model, phase, tail=_digest(_owned(owner, key)))
+
+
+def service_name(model: str, phase: str, owner: str = "") -> str:
+    """The Service of (model, phase): a hash of the exact model name (and owner), so names whose
+    slugs agree never share one."""
+    return _name(model, phase, tail=_digest(_owned(owner, model)))
+
+
+def model_label(model: str) -> str:
+    """The model's label value: the name cut to fit, and a hash of the exact name."""
+    return f"{_label_value(model)[:54].strip('-_.')}-{_digest(model)}".lstrip("-")
 
 
 def _parse_config(key: str, config: str) -> tuple[int, str]:
@@ -275,12 +292,13 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
         stages = vllm_stages(key, t)
         tp = _parse_config(key, stages[0][1])[0]
         layers = [j for j, _ in stages]
-        name = workload_name(model, phase, key)
+        owner = record.owner
+        name = workload_name(model, phase, key, owner)
         services[(model, phase)] = None
         labels = {MANAGED_BY[0]: MANAGED_BY[1], "app.kubernetes.io/name": "vllm",
-                  MODEL_LABEL: _label_value(model), PHASE_LABEL: _label_value(phase),
-                  TEMPLATE_LABEL: _digest(key)}
-        annotations = {"atoll.io/template-key": key,
+                  MODEL_LABEL: model_label(model), PHASE_LABEL: _label_value(phase),
+                  TEMPLATE_LABEL: _digest(_owned(owner, key)), **({CONTROLLER_LABEL: owner} if owner else {})}
+        annotations = {"atoll.io/template-key": key, MODEL_NAME_ANNOTATION: model,
                        "atoll.io/stages": json.dumps(t["stages"], separators=(",", ":")),
                        "atoll.io/instances": str(instances), "atoll.io/plan-sequence": str(record.sequence)}
         meta = {"name": name, "namespace": options.namespace, "labels": labels, "annotations": annotations}
@@ -313,13 +331,16 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
             }}})
     for model, phase in services:
         phases = [phase] if options.pd == "disaggregated" else None
-        selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: _label_value(model), SERVING_LABEL: "true"}
+        owned = {CONTROLLER_LABEL: record.owner} if record.owner else {}
+        selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), SERVING_LABEL: "true",
+                    **owned}
         if phases:
             selector[PHASE_LABEL] = _label_value(phase)
         out.append({"apiVersion": "v1", "kind": "Service", "metadata": {
-            "name": service_name(model, phase), "namespace": options.namespace,
-            "labels": {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: _label_value(model),
-                       PHASE_LABEL: _label_value(phase)}},
+            "name": service_name(model, phase, record.owner), "namespace": options.namespace,
+            "labels": {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model),
+                       PHASE_LABEL: _label_value(phase), **owned},
+            "annotations": {MODEL_NAME_ANNOTATION: model}},
             "spec": {"type": "ClusterIP", "selector": selector,
                      "ports": [{"name": "http", "port": options.port, "targetPort": "http",
                                 "protocol": "TCP"}]}})

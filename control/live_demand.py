@@ -11,7 +11,12 @@ own measured token rate, through the same forecaster class and the same causal s
 
 1. Each history point carries the interval's prompt and generation token rates. Points are
    averaged into ``step_s`` bins aligned to the clock (a point belongs to the bin its interval
-   ends in; bins without points repeat the previous one); the bin in progress is left out.
+   ends in); the bin in progress is left out. Bins without points (the controller was down)
+   are filled with the bin a season (a day) earlier where there is one, else the previous bin;
+   a gap longer than a season — longer than the forecaster's memory of the daily pattern —
+   cuts the history: only what follows it is binned, so the forecaster is re-fitted from what
+   remains (``recent`` until it has ``WARMUP_DAYS`` again), never fed weeks of a stale rate
+   bin by bin (a 30-day gap cost 4.3 s per model and forecast the old rate after it).
 2. Each phase's series is forecast on its own (two fitted forecasters per model). It is
    forecast in *request-equivalent units* — the token rate over the model's profiled tokens per
    request of that phase — and multiplied back: a fixed change of units per (model, phase),
@@ -239,11 +244,19 @@ def bin_index(time_s: float, step_s: float) -> int:
     return math.ceil(time_s / step_s - 1e-9) - 1
 
 
-def _bin(times: np.ndarray, values: np.ndarray, step_s: float, now_s: float) -> tuple[int, np.ndarray]:
+def _bin(times: np.ndarray, values: np.ndarray, step_s: float, now_s: float,
+         season: int | None = None) -> tuple[int, np.ndarray]:
     current = math.floor(now_s / step_s + 1e-9)  # the bin in progress, left out
     if len(times) == 0:
         return current, np.zeros((0, values.shape[1]))
     idx = np.array([bin_index(t, step_s) for t in times])
+    if season is not None:
+        # a gap longer than a season (the in-progress bin's points included) cuts the history
+        order = np.argsort(idx, kind="stable")
+        idx, values = idx[order], values[order]
+        jumps = np.nonzero(np.diff(idx) > season + 1)[0]
+        if len(jumps):
+            idx, values = idx[jumps[-1] + 1:], values[jumps[-1] + 1:]
     keep = idx < current
     if not keep.any():
         return current, np.zeros((0, values.shape[1]))
@@ -256,17 +269,70 @@ def _bin(times: np.ndarray, values: np.ndarray, step_s: float, now_s: float) -> 
     np.add.at(counts, idx - first, 1)
     out = np.empty_like(sums)
     for i in range(n):
-        out[i] = sums[i] / counts[i] if counts[i] else out[i - 1]
+        if counts[i]:
+            out[i] = sums[i] / counts[i]
+        elif season is not None and i >= season and counts[i - season]:
+            out[i] = out[i - season]  # the same time a day earlier: the daily pattern, not a flat line
+        else:
+            out[i] = out[i - 1]
     return first, out
 
 
-def bin_history(points: Sequence[HistoryPoint], step_s: float, now_s: float) -> tuple[int, np.ndarray]:
+def bin_history(points: Sequence[HistoryPoint], step_s: float, now_s: float,
+                season: int | None = None) -> tuple[int, np.ndarray]:
     """(clock index of the first bin, [bins, 2] mean token rates per complete ``step_s`` bin
     (prefill, decode), oldest first); bins without points repeat the previous bin (the first
-    bin always has points)."""
+    bin always has points) or, with ``season`` (bins), the bin a season earlier, and a gap of
+    more than ``season`` bins drops everything before it (see the module docstring)."""
     times = np.array([p.time_s for p in points])
     values = np.array([[p.prompt_tokens_per_s, p.generation_tokens_per_s] for p in points]).reshape(-1, 2)
-    return _bin(times, values, step_s, now_s)
+    return _bin(times, values, step_s, now_s, season)
+
+
+def _merge(points: Sequence[HistoryPoint]) -> HistoryPoint:
+    """One point standing for ``points`` (all in one bin): the bin's mean rates (what
+    :func:`bin_history` takes of them), dated at the last; tokens per request request-weighted."""
+    if len(points) == 1:
+        return points[0]
+    n = len(points)
+    prompt = math.fsum(p.prompt_tokens_per_s for p in points) / n
+    generation = math.fsum(p.generation_tokens_per_s for p in points) / n
+    reqs = [p.requests_per_s for p in points if p.requests_per_s is not None]
+    shape: list[float | None] = []
+    for j in range(2):
+        tokens = requests = 0.0
+        for p in points:
+            s = p.shape
+            if s is not None and s[j] > 0:
+                rate = (p.prompt_tokens_per_s, p.generation_tokens_per_s)[j]
+                tokens += rate
+                requests += rate / s[j]
+        shape.append(tokens / requests if requests > 0 else None)
+    both = shape[0] is not None and shape[1] is not None
+    return HistoryPoint(points[-1].time_s, prompt, generation, math.fsum(reqs) / len(reqs) if reqs else None,
+                        shape[0] if both else None, shape[1] if both else None)
+
+
+def compact_history(points: Sequence[HistoryPoint], now_s: float, step_s: float, *,
+                    raw_s: float = SHAPE_WINDOW_S, span_s: float = 7 * 86400.0) -> tuple[HistoryPoint, ...]:
+    """``points`` bounded in time, not in ticks: those older than ``span_s`` dropped, and those of
+    complete bins older than ``raw_s`` merged one per ``step_s`` bin (:func:`bin_history` gives
+    the same bins), so a controller ticking every 5 s keeps a week in ~2,000 points, not 120,000.
+    The last ``raw_s`` stay as measured (the request shape is weighted over them)."""
+    kept = [p for p in points if p.time_s > now_s - span_s]
+    cutoff = bin_index(now_s - raw_s, step_s)  # bins up to this one are complete and merged
+    old = [p for p in kept if bin_index(p.time_s, step_s) < cutoff]
+    if not old:
+        return tuple(kept)
+    merged: list[HistoryPoint] = []
+    group: list[HistoryPoint] = []
+    for p in old:
+        if group and bin_index(p.time_s, step_s) != bin_index(group[-1].time_s, step_s):
+            merged.append(_merge(group))
+            group = []
+        group.append(p)
+    merged.append(_merge(group))
+    return (*merged, *kept[len(old):])
 
 
 # (mean, upper, first, last, uppers by level) of one phase, in the forecast's units
@@ -317,7 +383,7 @@ class LiveForecast:
                 continue
             unit = self.shapes[model]
             measured = (points[-1].prompt_tokens_per_s, points[-1].generation_tokens_per_s)
-            first_bin, bins = bin_history(points, self.step_s, now_s)
+            first_bin, bins = bin_history(points, self.step_s, now_s, self.season)
             phases: list[_PhaseForecast] = []
             methods: list[str] = []
             for j in range(2):
@@ -327,6 +393,8 @@ class LiveForecast:
                 fitted = None
                 if len(y) >= WARMUP_DAYS * self.season:
                     fitted = self._seasonal((model, j), first_bin + len(y) - 1, y)
+                else:
+                    self._fitted.pop((model, j), None)  # a gap cut its history: re-fitted later
                 if fitted is None:
                     fitted = self._recent(y, latest)
                     methods.append("recent")

@@ -53,7 +53,8 @@ class LiveFleet:
                  solver_gap: float = 1e-3, demand_round: float = 0.02,
                  templates: Sequence[Template] | None = None,
                  request_shapes: Sequence[tuple[float, float]] | None = None,
-                 runtime: str = DEPLOY_RUNTIME) -> None:
+                 runtime: str = DEPLOY_RUNTIME,
+                 min_instances: int | Mapping[str, tuple[int, int]] = 1) -> None:
         if prices not in ("on-demand", "spot"):
             raise ValueError(f"LiveFleet: field 'prices' must be 'on-demand' or 'spot', got {prices!r}")
         if scenario not in SCENARIOS:
@@ -83,6 +84,21 @@ class LiveFleet:
             raise ValueError(f"availability names unknown (region, node config) {bad[0][0]}/{bad[0][1]}; "
                              f"valid: {valid}")
         self.replanner = self.model.replanner  # the controller plans through this (tests swap it)
+        # the floor of (prefill, decode) instances per model: a model planned to zero has no
+        # server left whose counters would show its traffic coming back (see Controller)
+        floors = min_instances if isinstance(min_instances, Mapping) else {}
+        default = (min_instances, min_instances) if isinstance(min_instances, int) else (1, 1)
+        self.min_instances: dict[str, tuple[int, int]] = {}
+        for m in self.models:
+            pair = tuple(floors.get(m, default))
+            if len(pair) != 2 or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in pair):
+                raise ValueError(f"LiveFleet: field 'min_instances' of {m!r} must be two whole numbers "
+                                 f">= 0 (prefill, decode), got {pair!r}")
+            self.min_instances[m] = (int(pair[0]), int(pair[1]))
+        unknown_floor = sorted(set(floors) - set(self.models))
+        if unknown_floor:
+            raise ValueError(f"LiveFleet: field 'min_instances' names {unknown_floor[0]!r}, not a model of "
+                             f"this fleet ({', '.join(self.models)})")
 
     @property
     def templates(self) -> dict[str, Template]:
@@ -112,6 +128,8 @@ def live_fleet(active: ActiveFleet, **settings: Any) -> LiveFleet:
     spec = active.spec
     shapes = dict(active.scenario.shapes)
     settings.setdefault("runtime", spec.runtime)
+    if spec.min_instances is not None:
+        settings.setdefault("min_instances", dict(spec.min_instances))
     return LiveFleet(active.name, models=spec.model_names, availability=spec.availability,
                      request_shapes=[(shapes[m].input_tokens, shapes[m].output_tokens)
                                      for m in spec.model_names],

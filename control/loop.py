@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 from atoll.control.controller import TickReport
 
 LATE_FRACTION = 0.1  # a tick starting more than 10% of an interval after its slot is late
+RECENT_TICKS = 1000  # the median tick time is over the last this many ticks (memory stays bounded)
 
 
 class Ticking(Protocol):
@@ -27,20 +29,28 @@ class Ticking(Protocol):
 class LoopSummary:
     """ticks run; late: ticks that started over ``LATE_FRACTION`` of an interval after their
     scheduled time; missed: scheduled ticks skipped because an earlier one ran past them;
-    stopped_by: why the loop ended (``signal`` or ``ticks``)."""
+    stopped_by: why the loop ended (``signal`` or ``ticks``); tick_seconds: the last
+    ``RECENT_TICKS`` ticks' durations (a month of 5 s ticks must not grow a list without end),
+    max_tick_seconds: the longest of all."""
 
     ticks: int = 0
     late: int = 0
     missed: int = 0
     stopped_by: str = ""
-    tick_seconds: list[float] = field(default_factory=list)
+    tick_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_TICKS))
+    max_tick_seconds: float | None = None
+
+    def record(self, seconds: float) -> None:
+        self.tick_seconds.append(seconds)
+        top = self.max_tick_seconds
+        self.max_tick_seconds = seconds if top is None else max(top, seconds)
 
     def as_dict(self) -> dict[str, Any]:
         s = sorted(self.tick_seconds)
         return {"ticks": self.ticks, "late_ticks": self.late, "missed_ticks": self.missed,
                 "stopped_by": self.stopped_by,
                 "tick_seconds_median": s[len(s) // 2] if s else None,
-                "tick_seconds_max": s[-1] if s else None}
+                "tick_seconds_max": self.max_tick_seconds}
 
 
 def run_loop(controller: Ticking, *, wall_interval_s: float, max_ticks: int | None, stop: threading.Event,
@@ -56,7 +66,7 @@ def run_loop(controller: Ticking, *, wall_interval_s: float, max_ticks: int | No
             summary.late += 1
         report = controller.tick()
         summary.ticks += 1
-        summary.tick_seconds.append(report.seconds.get("total", 0.0))
+        summary.record(report.seconds.get("total", 0.0))
         on_tick(report)
         k += 1
         behind = monotonic() - (start + k * wall_interval_s)

@@ -607,16 +607,20 @@ class PrometheusSource:
         self.max_bytes = max_bytes
         self._clock = clock
 
-    def _query(self, promql: str) -> list[Any]:
-        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    def _query(self, promql: str, at: float) -> list[Any]:
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
         return _query_result(_fetch(url, self.timeout, self.max_bytes), url)
 
     def read(self) -> MetricsSnapshot:
         names = "|".join(n.removeprefix("vllm:") for n in (*METRIC_NAMES, *HISTOGRAM_SAMPLES))
-        values = self._query(f'{{__name__=~"vllm:({names})"}}')
-        stamps = self._query(f"timestamp({PROMPT})")
-        starts = self._query(START_TIME)
-        return prometheus_snapshot(values, stamps, starts, float(self._clock()), self.url)
+        # one evaluation instant for the three queries: without a shared ``time=`` each is
+        # evaluated when it arrives, and a scrape landing between them pairs a counter with
+        # another scrape's timestamp (a rate off by a scrape interval's share)
+        at = float(self._clock())
+        values = self._query(f'{{__name__=~"vllm:({names})"}}', at)
+        stamps = self._query(f"timestamp({PROMPT})", at)
+        starts = self._query(START_TIME, at)
+        return prometheus_snapshot(values, stamps, starts, at, self.url)
 
 
 def _replica_id(labels: Mapping[str, str]) -> str:

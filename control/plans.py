@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,7 +40,14 @@ def atomic_write_text(path: Path, text: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600; the file it replaces keeps its mode, a new one gets 0644
+        # (plans and manifests are read by other users: a GitOps agent, kubectl, a dashboard)
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except OSError:
+            mode = 0o644
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), mode)
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
@@ -102,9 +111,16 @@ class PlanRecord:
     demand: dict[str, float] = field(default_factory=dict)
     reason: str = ""
     shapes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the controller that made it (ControllerState.controller_id): sinks label every object and
+    # file with it and prune only their own
+    owner: str = ""
 
     def __post_init__(self) -> None:
         owner = f"PlanRecord {self.sequence!r}"
+        if not isinstance(self.owner, str) or len(self.owner) > 40 \
+                or not re.fullmatch(r"[a-z0-9-]*", self.owner):
+            raise ValueError(f"{owner}: field 'owner' must be '' or a controller id (<= 40 of a-z 0-9 -), "
+                             f"got {self.owner!r:.60}")
         if isinstance(self.sequence, bool) or not isinstance(self.sequence, int) or self.sequence < 0:
             raise ValueError(f"{owner}: field 'sequence' must be an integer >= 0, got {self.sequence!r}")
         if not isinstance(self.created_s, int | float) or not math.isfinite(self.created_s):
@@ -153,7 +169,8 @@ class PlanRecord:
     def from_allocation(cls, sequence: int, created_s: float, allocation: Allocation,
                         previous: Allocation | Mapping[str, int] | None,
                         templates_by_key: Mapping[str, Template], demand: Mapping[str, float],
-                        reason: str, shapes: Mapping[str, Mapping[str, Any]] | None = None) -> PlanRecord:
+                        reason: str, shapes: Mapping[str, Mapping[str, Any]] | None = None,
+                        owner: str = "") -> PlanRecord:
         """The record of ``allocation`` with its diff against ``previous`` (the plan delivered
         before; None = nothing running). Removed keys missing from ``templates_by_key`` (the
         library changed) are kept in the diff without a description."""
@@ -168,7 +185,7 @@ class PlanRecord:
         described = {k: describe_template(templates_by_key[k]) for k in set(new) | set(diff)
                      if k in templates_by_key}
         return cls(sequence, float(created_s), new, described, diff, dict(demand), reason,
-                   {m: dict(r) for m, r in (shapes or {}).items()})
+                   {m: dict(r) for m, r in (shapes or {}).items()}, owner)
 
     @property
     def changed(self) -> bool:
@@ -187,13 +204,14 @@ class PlanRecord:
                 "templates": {k: dict(v) for k, v in self.templates.items()}, "diff": dict(self.diff),
                 "demand": dict(self.demand), "reason": self.reason,
                 "shapes": {m: dict(r) for m, r in self.shapes.items()},
-                "shape_drift": {m: r.get("message", "") for m, r in self.shapes.items() if r["drifted"]}}
+                "shape_drift": {m: r.get("message", "") for m, r in self.shapes.items() if r["drifted"]},
+                "owner": self.owner}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> PlanRecord:
         return cls(int(doc["sequence"]), float(doc["created_s"]), dict(doc["plan"]), dict(doc["templates"]),
                    dict(doc.get("diff", {})), dict(doc.get("demand", {})), str(doc.get("reason", "")),
-                   dict(doc.get("shapes", {})))
+                   dict(doc.get("shapes", {})), str(doc.get("owner", "")))
 
 
 @dataclass(frozen=True)

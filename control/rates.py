@@ -34,6 +34,15 @@ of ``_count``; requests/s = the count's increase / the interval; mean TTFT and I
 latency bucket increases are summed over the replicas that share the same edges. A histogram
 not exported, or without observations in the interval, gives None — never an error.
 
+Guard rails (the controller passes ``limits``: per model the highest believable (prompt,
+generation) tokens/s): a rate above its limit is an ``outlier`` — held, and its baselines stay,
+so one bad sample (a counter read as 1e12) never reaches the planner; the next read rates the
+whole gap from the old baseline, and if that is still above the limit a second interval has
+confirmed it and it is used. A rate that is not finite (a counter near 1.7e308 over a short
+interval overflows) or cannot be computed is ``invalid`` the same way, never an exception: a
+sample that crashed the tick would crash it again at every restart, since that tick is never
+saved.
+
 A model absent from a read is ``missing`` (a model whose plan went to zero has no server and no
 series: it is held at zero until its series comes back, then re-planned like a new one); one
 whose read has a NaN, an infinite or a missing series is ``invalid``. Neither gets a rate
@@ -47,7 +56,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from atoll.control.metrics import HISTOGRAMS, Histogram, MetricsSnapshot, ModelMetrics, SeriesSample
@@ -60,6 +69,7 @@ class RateStatus(enum.StrEnum):
     INVALID = "invalid"
     COUNTER_BACKWARDS = "counter_backwards"
     STALE_FLAT = "stale_flat"
+    OUTLIER = "outlier"
 
 
 RESET_FRACTION = 0.5  # a counter falling below half its previous value restarted
@@ -253,18 +263,26 @@ class RateTracker:
     """
 
     def __init__(self, models: Iterable[str] = (), baseline: MetricsSnapshot | None = None, *,
-                 reset_fraction: float = RESET_FRACTION, flat_hold_s: float = FLAT_HOLD_S) -> None:
+                 reset_fraction: float = RESET_FRACTION, flat_hold_s: float = FLAT_HOLD_S,
+                 only_expected: bool = False) -> None:
         if not (isinstance(reset_fraction, int | float) and 0 < reset_fraction < 1):
             raise ValueError(f"RateTracker: field 'reset_fraction' must be in (0, 1), got {reset_fraction!r}")
         if not (isinstance(flat_hold_s, int | float) and math.isfinite(flat_hold_s) and flat_hold_s >= 0):
             raise ValueError(f"RateTracker: field 'flat_hold_s' must be >= 0 seconds, got {flat_hold_s!r}")
         self.reset_fraction, self.flat_hold_s = float(reset_fraction), float(flat_hold_s)
         self._expected: set[str] = set(models)
+        # only_expected: names outside ``models`` are neither tracked nor reported (the
+        # controller's fleet is fixed; a scrape naming a new model each tick must not grow
+        # memory or the persisted baseline without bound)
+        self.only_expected = bool(only_expected)
         self._series: dict[str, dict[str, _Last]] = {}
         self._time: float | None = None
+        self._suspect: set[str] = set()  # models whose last rate was held as an outlier
         if baseline is not None:
             self._time = baseline.time_s
             for model, mm in baseline.models.items():
+                if self.only_expected and model not in self._expected:
+                    continue
                 self._expected.add(model)
                 self._series[model] = {
                     s.series: _Last(s.time_s, s.prompt_tokens, s.generation_tokens, start_s=s.start_time_s,
@@ -289,9 +307,14 @@ class RateTracker:
                   for m, reps in sorted(self._series.items())}
         return MetricsSnapshot(self._time if self._time is not None else 0.0, models, "baseline")
 
-    def update(self, snapshot: MetricsSnapshot) -> RateReport:
+    def update(self, snapshot: MetricsSnapshot,
+               limits: Mapping[str, tuple[float, float]] | None = None) -> RateReport:
+        """Rates of every expected model from ``snapshot``; ``limits``: model -> the highest
+        believable (prompt, generation) tokens/s, in the snapshot's time (see the module
+        docstring: a rate above it is held once as an outlier)."""
         out: dict[str, ModelRate] = {}
-        for model in sorted(self._expected | set(snapshot.models)):
+        names = self._expected if self.only_expected else self._expected | set(snapshot.models)
+        for model in sorted(names):
             self._expected.add(model)
             mm = snapshot.models.get(model)
             if mm is None:
@@ -302,9 +325,45 @@ class RateTracker:
                                        running=_gauge(mm.running), kv_usage=_gauge(mm.kv_usage),
                                        reason="; ".join(mm.problems))
             else:
-                out[model] = self._rate(model, mm)
+                out[model] = self._guarded(model, mm, (limits or {}).get(model))
         self._time = snapshot.time_s
         return RateReport(snapshot.time_s, out)
+
+    def _guarded(self, model: str, mm: ModelMetrics, limit: tuple[float, float] | None) -> ModelRate:
+        """``_rate`` behind the guard rails: a rate that cannot be computed, is not finite or is
+        above ``limit`` for the first interval is held with the model's baselines unchanged."""
+        previous = self._series.get(model)
+        gauges: dict[str, Any] = {"waiting": _gauge(mm.waiting), "running": _gauge(mm.running),
+                                  "kv_usage": _gauge(mm.kv_usage)}
+
+        def hold(status: RateStatus, reason: str) -> ModelRate:
+            if previous is None:
+                self._series.pop(model, None)
+            else:
+                self._series[model] = previous
+            return ModelRate(model, status, **gauges, reason=reason)
+
+        try:
+            rate = self._rate(model, mm)
+        except (ValueError, ArithmeticError) as exc:  # e.g. an interval's rate overflowing to inf
+            self._suspect.discard(model)
+            return hold(RateStatus.INVALID, f"its rate cannot be computed ({exc}); sample held")
+        if not rate.ok or limit is None:
+            return rate
+        p, g = rate.prompt_tokens_per_s or 0.0, rate.generation_tokens_per_s or 0.0
+        over = p > limit[0] or g > limit[1]
+        if not over:
+            self._suspect.discard(model)
+            return rate
+        if model in self._suspect:  # the second interval in a row above the limit: a real surge
+            self._suspect.discard(model)
+            return replace(rate, reason=f"above the outlier limit ({limit[0]:.4g} / {limit[1]:.4g} tokens/s) "
+                                        f"two intervals running: used")
+        self._suspect.add(model)
+        return hold(RateStatus.OUTLIER,
+                    f"{p:.4g} prompt / {g:.4g} generation tokens/s is above the outlier limit "
+                    f"({limit[0]:.4g} / {limit[1]:.4g}: beyond what the fleet could serve or far above "
+                    f"the model's recent range); held until a second interval confirms it")
 
     def _rate(self, model: str, mm: ModelMetrics) -> ModelRate:
         previous = self._series.get(model, {})
@@ -390,6 +449,8 @@ class RateTracker:
             return ModelRate(model, RateStatus.WARMING_UP, **gauges, resets=resets,
                              reason=f"first sample of replica(s) {', '.join(map(repr, warming))}; "
                                     f"a rate needs the next read")
+        if not (math.isfinite(prompt) and math.isfinite(generation)):
+            raise ArithmeticError(f"{prompt:.4g} prompt / {generation:.4g} generation tokens/s is not finite")
         return ModelRate(model, RateStatus.OK, prompt, generation, waiting, running, kv, span, resets,
                          **_histogram_fields(hists))
 

@@ -19,10 +19,12 @@ taken over. (``flock`` is local to a host: a folder shared over NFS needs one ho
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
 import os
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -38,6 +40,7 @@ STATE_VERSION = 1
 STATE_FILE = "controller-state.json"
 LOCK_FILE = "controller.lock"
 HISTORY_LIMIT = 2016  # a week of 5-minute intervals: enough for a daily-seasonal forecaster's refit
+_ID = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
 
 
 class StateError(AtollError):
@@ -58,8 +61,13 @@ class StateLock:
         self.took_over: str | None = None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            # O_NOFOLLOW: a planted controller.lock symlink would make the truncate below empty
+            # whatever file it points at
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StateError(f"cannot lock the state folder {self.directory}: {self.path} is a symbolic "
+                                 f"link; remove it (the controller creates its own lock file)") from exc
             raise StateError(f"cannot lock the state folder {self.directory}: {exc.strerror or exc} "
                              f"({self.path}); make the folder writable or choose another --state") from exc
         try:
@@ -199,9 +207,23 @@ class ControllerState:
     unserved: dict[str, tuple[float, ...]] = field(default_factory=dict)
     replacing: tuple[tuple[str, int, float], ...] = ()
     final: PlanRecord | None = None
+    # the clock the times above are on: trace seconds per second of the metrics' clock (a state
+    # written at one --time-scale is refused at another: its times would be years off)
+    time_scale: float | None = None
+    # who owns what the sinks write: every object and file carries it, pruning touches only its own
+    controller_id: str = ""
 
     def __post_init__(self) -> None:
         owner = "ControllerState"
+        if self.time_scale is not None and (isinstance(self.time_scale, bool)
+                                            or not isinstance(self.time_scale, int | float)
+                                            or not math.isfinite(self.time_scale) or self.time_scale <= 0):
+            raise ValueError(f"{owner}: field 'time_scale' must be None or finite and > 0, "
+                             f"got {self.time_scale!r}")
+        if not isinstance(self.controller_id, str) or (self.controller_id
+                                                       and not _ID.fullmatch(self.controller_id)):
+            raise ValueError(f"{owner}: field 'controller_id' must be '' or a label value (<= 40 of a-z 0-9 "
+                             f"-), got {self.controller_id!r}")
         if self.version != STATE_VERSION:
             raise ValueError(f"{owner}: field 'version' must be {STATE_VERSION}, got {self.version!r}")
         for name in ("tick", "plan_sequence"):
@@ -268,6 +290,7 @@ class ControllerState:
             "replacing": [list(e) for e in self.replacing],
             "final": self.final.as_dict() if self.final else None,
             "unserved": {m: list(v) for m, v in self.unserved.items()},
+            "time_scale": self.time_scale, "controller_id": self.controller_id,
         }
 
     @classmethod
@@ -287,6 +310,7 @@ class ControllerState:
             replacing=tuple((str(k), int(n), float(t)) for k, n, t in doc.get("replacing", [])),
             final=PlanRecord.from_dict(doc["final"]) if doc.get("final") else None,
             unserved={str(m): tuple(v) for m, v in doc.get("unserved", {}).items()},
+            time_scale=doc.get("time_scale"), controller_id=doc.get("controller_id", ""),
         )
 
 
@@ -296,6 +320,28 @@ def _point(row: Any) -> HistoryPoint:
                          f"requests/s?, prompt tokens/request?, generation tokens/request?], "
                          f"got {row!r:.120}")
     return HistoryPoint(*row)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is beyond a float's range")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"{text} is not a JSON number")
+
+
+def sweep_temporary(directory: Path | str, prefix: str = f".{STATE_FILE}.") -> list[Path]:
+    """Remove the temporary files an atomic write killed mid-way left in ``directory`` (the
+    caller holds the folder's lock, so no write of its own is in progress); the paths removed."""
+    removed = []
+    for tmp in Path(directory).glob(f"{prefix}*.tmp"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
 
 
 def state_path(directory: Path | str) -> Path:
@@ -333,7 +379,9 @@ def load_state(directory: Path | str) -> ControllerState | None:
     except OSError as exc:
         raise StateError(f"cannot read controller state {path}: {exc}; check its permissions") from exc
     try:
-        doc = json.loads(text)
+        # a number beyond a float (1e999) or NaN/Infinity is not strict JSON: refused here, by name,
+        # rather than read as inf and failing later far from the file
+        doc = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise StateError(f"controller state {path} is not valid JSON ({exc}); {fix}") from exc
     if not isinstance(doc, dict):
@@ -344,6 +392,6 @@ def load_state(directory: Path | str) -> ControllerState | None:
                          f"{STATE_VERSION}; run the atoll that wrote it, or {fix}")
     try:
         return ControllerState.from_dict(doc)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as exc:
         raise StateError(f"controller state {path} is malformed ({type(exc).__name__}: {exc}); "
                          f"{fix}") from exc

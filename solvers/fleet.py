@@ -35,6 +35,7 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
       Phi-4-14B: {source: "csv:requests.csv#phi-4", scale: 1.0}
       Acme-8B: {source: "servegen:m-small", mean_rate: 5.0}
     kubernetes: {namespace: llm, image: vllm/vllm-openai:v0.11.0, model_sources: {Acme-8B: acme/8b}}
+    min_instances: {default: 1, Acme-8B: {prefill: 1, decode: 2}}   # the live controller's floor
 
 Workload scaling is explicit: ``scale: X`` multiplies the request rate, ``mean_rate: R`` scales
 it to R requests/s on average, neither keeps it as recorded. Relative paths are relative to the
@@ -63,7 +64,8 @@ from atoll.solvers.runtime import DEPLOY_RUNTIME, RUNTIMES
 from atoll.solvers.types import NODE_GPU_COUNTS, GpuType, ModelSpec, Offer, Slo
 
 TOP_KEYS = ("name", "runtime", "models", "gpus", "regions", "availability", "workloads", "kubernetes",
-            "n_max", "rho")
+            "n_max", "rho", "min_instances")
+PHASE_NAMES = ("prefill", "decode")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _CONFIG = re.compile(r"([1-9][0-9]*)x(.+)")
 
@@ -161,6 +163,8 @@ class FleetSpec:
     n_max: int = 6
     rho: float = 12.0
     pool_traces: tuple[tuple[tuple[str, str], PoolTrace], ...] = ()
+    # model -> the live controller's floor of (prefill, decode) instances (``min_instances``)
+    min_instances: Mapping[str, tuple[int, int]] | None = None
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -526,5 +530,37 @@ def load_fleet(path: Path | str) -> FleetSpec:
     kube = _mapping(path, "kubernetes", doc.get("kubernetes") or {}, "K8sOptions fields")
     n_max = int(_number(path, "n_max", "n_max", doc.get("n_max", 6), integer=True, minimum=1))
     rho = _number(path, "rho", "rho", doc.get("rho", 12.0), strict=True)
+    floors = _min_instances(path, doc.get("min_instances", 1), names, by_name)
     return FleetSpec(path, name, runtime, tuple(models), tuple(user_models), tuple(user_gpus), tuple(offers),
-                     availability, tuple(workloads), dict(kube), n_max, rho, tuple(pool_traces))
+                     availability, tuple(workloads), dict(kube), n_max, rho, tuple(pool_traces), floors)
+
+
+def _min_instances(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]
+                   ) -> dict[str, tuple[int, int]]:
+    """``min_instances``: one count for every model and phase, or a mapping of model names (and
+    ``default``) to a count or ``{prefill: N, decode: N}``; the default default is 1, since a
+    model planned to zero has no server left to report that its traffic came back."""
+
+    def count(where: str, value: Any) -> tuple[int, int]:
+        if isinstance(value, dict):
+            extra = _unknown(value, set(PHASE_NAMES))
+            if extra:
+                raise _fail(path, where, f"unknown phase {_show(extra[0])}; valid: prefill, decode")
+            return (int(_number(path, where, "prefill", value.get("prefill", 1), integer=True)),
+                    int(_number(path, where, "decode", value.get("decode", 1), integer=True)))
+        n = int(_number(path, where, "min_instances", value, integer=True))
+        return n, n
+
+    if not isinstance(raw, dict):
+        return dict.fromkeys(names, count("min_instances", raw))
+    default = count("min_instances[default]", raw.get("default", 1))
+    out = dict.fromkeys(names, default)
+    for key, value in raw.items():
+        if key == "default":
+            continue
+        model = by_name.get(str(key).lower())
+        if model is None:
+            raise _fail(path, f"min_instances[{_show(key)}]",
+                        f"names no model of this fleet; models: {', '.join(names)} (or 'default')")
+        out[model] = count(f"min_instances[{_show(key)}]", value)
+    return out

@@ -98,7 +98,9 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Co
         settings = ControllerSettings(interval_s=parse_interval(args.interval), forecaster=args.forecaster,
                                       time_scale=args.time_scale,
                                       flat_hold_s=parse_interval(args.flat_hold, "--flat-hold"),
-                                      shape_tolerance=args.shape_tolerance)
+                                      shape_tolerance=args.shape_tolerance,
+                                      growth_factor=args.max_growth_factor, growth_add=args.max_growth_add,
+                                      outlier_factor=args.outlier_factor)
     except ValueError as exc:
         raise as_user_error(exc) from exc
     if args.policy.startswith("learned:"):
@@ -234,5 +236,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shape-tolerance", type=float, default=SHAPE_TOLERANCE, metavar="FRACTION",
                    help="report a request shape drift when the measured tokens per request of either phase "
                         "is more than this fraction off the shape the templates were profiled at")
+    p.add_argument("--max-growth-factor", type=float, default=2.0, metavar="X",
+                   help="a plan grows a service to at most X x its instances + --max-growth-add per tick "
+                        "(the rest waits for the next tick; reported in solve.guard_rails)")
+    p.add_argument("--max-growth-add", type=int, default=4, metavar="N",
+                   help="instances a service may gain per tick beyond --max-growth-factor x its count")
+    p.add_argument("--outlier-factor", type=float, default=10.0, metavar="X",
+                   help="a rate above X x the model's range over the last hour (or beyond what the fleet "
+                        "could serve) is held until the next interval confirms it")
     add_json(p)
     p.set_defaults(handler=cmd_control)

@@ -21,6 +21,7 @@ from atoll.control.k8s import (
     REGION_LABEL,
     K8sOptions,
     render_manifests,
+    service_name,
     validate_object,
 )
 from atoll.control.plans import PlanRecord, SinkError
@@ -75,7 +76,8 @@ def test_pipeline_renders_as_a_leaderworkerset_that_starts_vllm() -> None:
     (lws,) = by_kind(docs, "LeaderWorkerSet")
     (dep,) = by_kind(docs, "Deployment")
     assert {d["metadata"]["name"] for d in by_kind(docs, "Service")} == {
-        "atoll-llama-3-70b-decode", "atoll-phi-4-14b-prefill"}
+        service_name("Llama-3-70B", "decode"), service_name("Phi-4-14B", "prefill")}
+    assert service_name("Phi-4-14B", "prefill").startswith("atoll-phi-4-14b-prefill-")  # + the name's hash
     spec = lws["spec"]
     assert spec["replicas"] == 2 and spec["leaderWorkerTemplate"]["size"] == 3
     assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"

@@ -156,12 +156,17 @@ def test_k8s_apply_objects_and_calls_without_a_cluster(apply: bool) -> None:
     assert sorted(o["kind"] for o in objects) == ["Deployment", "Service"]
     result = sink.write(record(1, {SMALL.key: 2}))
     expected_dry = None if apply else "All"
-    assert result.ok and result.removed == ("deployment/atoll-old-decode-12345678",)
+    # an ownerless plan prunes only ownerless objects; the Service's older, unhashed name goes
+    assert result.ok and result.removed == ("deployment/atoll-old-decode-12345678",
+                                            "service/atoll-phi-4-14b-prefill")
+    assert {c[3] for c in api.calls if c[0] == "list"} == {
+        "app.kubernetes.io/managed-by=atoll,!atoll.io/controller"}
     applied = [c for c in api.calls if c[0] == "apply"]
     assert [c[1] for c in applied] == ["Deployment", "Service"]  # workloads before Services
     assert all(c[3] == expected_dry for c in applied)
     assert [c for c in api.calls if c[0] == "delete"] == [
-        ("delete", "Deployment", "atoll-old-decode-12345678", expected_dry)]
+        ("delete", "Deployment", "atoll-old-decode-12345678", expected_dry),
+        ("delete", "Service", "atoll-phi-4-14b-prefill", expected_dry)]
     assert ("dry run" in result.message) is not apply
 
 
