@@ -1,5 +1,8 @@
 """Gymnasium environment of the heterogeneous fleet (``atoll/Fleet-v1``) and rule policies.
 
+``atoll/Fleet-v2``: the closed-loop world — true capacities differ from the model
+(``capacity_error="calibration"``), SLO attainment from the latency model, online capacity
+correction, and the observation's closed-loop block (latency, queue, correction per model).
 ``atoll/Fleet-v1``: the MultiDiscrete re-optimization action (hold / grow / full at a planning
 level, :mod:`atoll.envs.actions`); ``atoll/Fleet-v0``: the same world with the MultiBinary action.
 """
@@ -8,8 +11,16 @@ from gymnasium.envs.registration import register, registry
 
 ENV_ID = "atoll/Fleet-v1"
 ENV_ID_V0 = "atoll/Fleet-v0"
+ENV_ID_V2 = "atoll/Fleet-v2"
+# the closed-loop world (issue 23): capacities differ from the model by the calibration's spread,
+# the SLO is latency-based, the planner corrects its capacities online, the policy sees the signals
+CLOSED_LOOP = {"capacity_error": "calibration", "correction": True, "slo_model": "latency",
+               "observation": "v2"}
 
 if ENV_ID not in registry:
     register(id=ENV_ID, entry_point="atoll.envs.fleet_env:FleetEnv", kwargs={"action": "reopt"})
+if ENV_ID_V2 not in registry:
+    register(id=ENV_ID_V2, entry_point="atoll.envs.fleet_env:FleetEnv",
+             kwargs={"action": "reopt", **CLOSED_LOOP})
 if ENV_ID_V0 not in registry:
     register(id=ENV_ID_V0, entry_point="atoll.envs.fleet_env:FleetEnv", kwargs={"action": "binary"})

@@ -26,7 +26,7 @@ Specs (:meth:`CapacityError.parse`):
 ==================  ==========================================================================
 
 Drawn factors are clipped to [``FACTOR_MIN``, ``FACTOR_MAX``]: a template 2.5x off its profile
-would be a broken deployment, not a modelling error. Draws are in sorted family order from the
+(or half of it) would be a broken deployment, not a modelling error. Draws are in sorted family order from the
 generator the env passes (seeded), so the same seed gives the same world.
 """
 
@@ -48,7 +48,7 @@ from atoll.solvers.problem import gpu_type_of
 from atoll.solvers.types import Template
 
 KINDS: tuple[str, ...] = ("exact", "calibration", "sigma", "stress", "scale", "file")
-FACTOR_MIN, FACTOR_MAX = 0.4, 2.5
+FACTOR_MIN, FACTOR_MAX = 0.5, 2.0
 _MAD_TO_SIGMA = 0.6745  # median of |Z| for Z ~ N(0, 1)
 
 

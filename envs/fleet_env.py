@@ -17,11 +17,13 @@ from atoll.envs.availability import (
     load_spot_trace,
 )
 from atoll.envs.config import FleetConfig
+from atoll.envs.correction import CapacityCorrection
 from atoll.envs.demand import DemandBook, build_book, workload_series
 from atoll.envs.fleet import FleetState
 from atoll.envs.fleet_model import FleetModel
 from atoll.envs.observation import SINCE_CAP, build_observation, observation_space
 from atoll.envs.planner import PlanOutcome
+from atoll.envs.servers import ServerReport, learn, server_report, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
 from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.problem import SolveStatus
@@ -205,10 +207,19 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         m = len(self.models)
         self.action_space: spaces.Space[np.ndarray] = (
             spaces.MultiBinary(m) if c.action == "binary" else self.codec.space(m))
-        self.observation_space = box = observation_space(m, len(self.gpu_types))
+        self._obs_closed = c.observation == "v2"
+        self.observation_space = box = observation_space(m, len(self.gpu_types), closed_loop=self._obs_closed)
         self._obs_space_low = box.low
         self._model_index = fleet.model_index
         self.state = FleetState()
+        self._latency = service_latencies(self.models, fleet.shape) if c.closed_loop else None
+        self.correction = CapacityCorrection()
+        self.truth: dict[str, float] = {}
+        self._server_rng = np.random.default_rng(0)
+        self._latency_ratio = np.zeros(m)
+        self._waiting_share = np.zeros(m)
+        self.last_report: ServerReport | None = None
+        self._exposed: list[str] = []
 
     # ----- helpers ------------------------------------------------------------------------
     def _planning_demand(self, g: int, how: str, levels: list[float] | None = None) -> np.ndarray:
@@ -246,9 +257,13 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         if outcome.allocation is not None:
             self.fleet.apply(self.state, outcome.allocation)
 
+    def _factors(self) -> dict[str, float] | None:
+        """The capacity factors the planner has learned (None: it plans on the model's)."""
+        return self.correction.planning_factors() if self.config.correction else None
+
     def _replan(self, models: frozenset[str], demand: np.ndarray,
                 grow: frozenset[str] = frozenset()) -> PlanOutcome:
-        return self.fleet.replan(self.state, models, demand, self._cap, grow=grow)
+        return self.fleet.replan(self.state, models, demand, self._cap, grow=grow, factors=self._factors())
 
     def _observe(self) -> np.ndarray:
         g = self._g
@@ -260,8 +275,10 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             since=self._since, since_preempt=self._since_preempt, unserved_window=self._unserved,
             last_cost=self._last_cost,
             last_seconds=self.config.step_s, cost_scale_usd_h=self._cost_scale, preempted=self._preempted,
-            seconds_of_day=(g % self.book.steps_per_day) * self.config.step_s)
-        return build_observation(signals)
+            seconds_of_day=(g % self.book.steps_per_day) * self.config.step_s, factors=self._factors(),
+            latency_ratio=self._latency_ratio if self._obs_closed else None,
+            waiting_share=self._waiting_share if self._obs_closed else None)
+        return build_observation(signals, closed_loop=self._obs_closed)
 
     # ----- gymnasium API ------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -286,6 +303,17 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._cap = self._availability.capacity(self._g * self.config.step_s)
         self.state = FleetState()
         m = len(self.models)
+        self.correction = CapacityCorrection()
+        self._latency_ratio, self._waiting_share = np.zeros(m), np.zeros(m)
+        self.last_report = None
+        if self.config.closed_loop:
+            # two child seeds whatever the spec, so the exact and the mis-modelled worlds meet the
+            # same availability, preemption and server-noise draws for one seed
+            world_seed, server_seed = (int(v) for v in self.np_random.integers(0, 2**63 - 1, size=2))
+            spec = self.config.capacity_error_spec
+            self.truth = ({} if spec.exact else
+                          spec.draw(self.fleet.families(), np.random.default_rng(world_seed)))
+            self._server_rng = np.random.default_rng(server_seed)
         demand = self._planning_demand(self._g, "peak" if initial == "peak" else self._planning)
         outcome = self._replan(frozenset(self.models), demand)
         if outcome.allocation is not None:
@@ -301,6 +329,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                 "initial_plan": {"status": outcome.status.value, "mode": outcome.mode,
                                  "instances": outcome.allocation.total_instances if outcome.allocation else 0,
                                  "solver_seconds": outcome.solver_seconds}}
+        if self.truth:
+            info["capacity_error"] = {"spec": self.config.capacity_error_spec.label,
+                                      "truth": dict(self.truth)}
         return obs, info
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -323,7 +354,21 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         ready, _ = self.fleet.capacity(self.state, dt)
         rates = self.book.rates[:, g]
         demand = self.fleet.tokens(rates)
-        share = served_shares(demand, ready)
+        report = None
+        if self._latency is not None:  # the servers' view: true capacity, latency, queues
+            if self.truth:
+                ready = self.fleet.capacity(self.state, dt, self.truth)[0]
+            instances = self.fleet.instances_ready(self.state, dt)
+            report = server_report(*self._latency, demand, ready, instances, dt, self._server_rng)
+            if c.correction:
+                exposure = self.fleet.ready_by_family(self.state, dt)
+                self._exposed = sorted({f for fams in exposure.values() for f in fams})
+                learn(self.correction, self.models, *self._latency, exposure,
+                      np.minimum(demand, ready), report.mean_latency(), report.phase_waiting(), instances, dt)
+            self._latency_ratio, self._waiting_share = report.latency_ratio, report.waiting_share
+        self.last_report = report
+        fluid = served_shares(demand, ready)
+        share = report.slo_share if report is not None and c.slo_model == "latency" else fluid
         demand_tok = demand.sum(axis=1) * dt
         goodput_tok = share * demand_tok
         unserved_tok = demand_tok - goodput_tok
@@ -341,7 +386,10 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             lost_by_model[self.fleet.info(key)[0]] += n
         self._preempted = lost_by_model > 0
         self._since_preempt = np.where(self._preempted, 0, np.minimum(self._since_preempt + 1, SINCE_CAP))
-        self._unserved = push_window(self._unserved, unserved_shares(demand, ready))
+        if share is fluid:
+            self._unserved = push_window(self._unserved, unserved_shares(demand, ready))
+        else:
+            self._unserved = push_window(self._unserved, np.where(demand.sum(axis=1) > 0, 1.0 - share, 0.0))
         self._last_cost = cost
         w = c.reward
         reward = -w.scale * (cost.sum() + w.unserved_usd_per_mtok * unserved_tok.sum() / 1e6
@@ -352,6 +400,16 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         obs = self._obs_space_low.copy() if at_end else self._observe()
         info = self._step_info(rates, demand, ready, demand_tok, goodput_tok, unserved_tok, share, cost,
                                chosen, outcome, solver_s, lost_by_model)
+        info["total"]["served_requests"] = float((fluid * rates * dt).sum())
+        if report is not None:
+            for i, name in enumerate(self.models):
+                info["models"][name].update({
+                    "served_share": float(fluid[i]), "ttft_mean_s": float(report.ttft_mean_s[i]),
+                    "itl_mean_s": float(report.itl_mean_s[i]), "waiting": float(report.waiting[i]),
+                    "running": float(report.running[i]), "kv_usage": float(report.kv_usage[i])})
+        if c.correction:
+            info["correction"] = self.correction.planning_factors()
+            info["exposed_families"] = self._exposed
         info["total"]["grows"] = len(grow)
         # a solve stopped by the time limit: its incumbent was applied, or (none found) the fleet held
         info["total"]["time_limited"] = int(outcome is not None and (

@@ -101,6 +101,7 @@ class FleetModel:
         self.model_index = {name: i for i, name in enumerate(self.models)}
         self._key_info: dict[str, tuple[int, int, float, float]] = {}
         self._family: dict[str, str] = {}
+        self._family_list: list[str] = []  # family per position of base.templates
         self._corrected: OrderedDict[tuple[tuple[str, float], ...], Replanner] = OrderedDict()
 
     @classmethod
@@ -294,9 +295,11 @@ class FleetModel:
         hit = self._corrected.get(rounded)
         if hit is None:
             scale = dict(rounded)
+            if len(self._family_list) != len(self.base.templates):
+                self._family_list = [self.family(t.key) for t in self.base.templates]
             templates = tuple(
                 Template.trusted(t.service, t.region, t.nodes, t.stages, t.throughput * scale[fam])
-                if (fam := self.family(t.key)) in scale else t for t in self.base.templates)
+                if (fam := self._family_list[i]) in scale else t for i, t in enumerate(self.base.templates))
             base = AllocationProblem(templates, {}, None, self.prices,
                                      startup_weight=self.base.startup_weight,
                                      time_limit=self.base.time_limit, gap=self.base.gap)

@@ -38,8 +38,10 @@ Notation per service: budget ``B`` (s; TTFT for prefill, TPOT for decode), ``alp
    k = floor(c), is exact from the Poisson pmf for m <= ``EXACT_POISSON_MAX`` (200), normal above.
    Late requests served in the step (rho < 1: all; rho > 1: ``mu - on-time``) drain from spare
    capacity: delay ``d = E[X | X > 0] / ((1 - rho) mu / n)``, X = (N - c)+, capped at S/2 (= S/2 for
-   rho >= 1); their latency is ``B + d`` (prefill) or ``B + d / P`` (decode: the wait spread over
-   the tokens), Uniform[B, 2 late_latency - B].
+   rho >= 1); P(X > 0) = P(N > c) is taken as its mean over [c - 1/2, c + 1/2] (the excess's slope
+   across it), so the delay, and the mean latency, move continuously with the capacity; their
+   latency is ``B + d`` (prefill) or ``B + d / P`` (decode: the wait spread over the tokens),
+   Uniform[B, 2 late_latency - B].
 4. **Signals**: running = served req/s x time in service (prefill: its iteration; decode: ``P L``),
    waiting = served req/s x time queued (wait for a boundary: ``L/3`` prefill, ``L/2`` decode) +
    late req/s x d + the overload term; ``kv_usage`` = mean batch / max batch =
@@ -66,6 +68,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
+from scipy.special import gammaln
 
 from atoll.solvers.errors import InputError
 from atoll.solvers.models import get_model
@@ -221,7 +224,7 @@ def poisson_excess(m: npt.ArrayLike, c: npt.ArrayLike) -> tuple[FloatArray, Floa
         ms, cs = m[small], c[small]
         top = int(math.ceil(ms.max() + 12.0 * math.sqrt(ms.max()) + 25.0))
         n = np.arange(top + 2, dtype=float)
-        lgam = np.array([math.lgamma(v + 1.0) for v in n])
+        lgam = gammaln(n + 1.0)
         pmf = np.exp(-ms[:, None] + n[None, :] * np.log(ms)[:, None] - lgam[None, :])
         tail = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]  # tail[:, j] = P(N >= j), accurate far out
         kk = np.clip(np.floor(cs), 0, top).astype(int)
@@ -300,12 +303,13 @@ def _field(name: str, value: npt.ArrayLike, size: int, positive: bool = False) -
 
 def phase_signals(demand_tps: npt.ArrayLike, capacity_tps: npt.ArrayLike, services: Sequence[ServiceLatency],
                   *, step_s: float, instances: npt.ArrayLike | None = None,
-                  edges: Sequence[float] | None = None) -> PhaseSignals:
+                  edges: Sequence[float] | None = None, summary_only: bool = False) -> PhaseSignals:
     """The step's signals of each service from its demand and true capacity (tokens/s).
 
     step_s: the step's length (the overload queue builds over it); instances: how many instances
     share the load evenly (default 1: one pooled server); edges: histogram bucket edges (default
-    vLLM's TTFT or ITL edges when all services are one phase). ``utilization`` is inf where there is
+    vLLM's TTFT or ITL edges when all services are one phase); summary_only: leave the quantiles
+    and the histogram at zero (they cost most of a call). ``utilization`` is inf where there is
     demand and no capacity; every other field is finite.
     """
     size = len(services)
@@ -337,7 +341,11 @@ def phase_signals(demand_tps: npt.ArrayLike, capacity_tps: npt.ArrayLike, servic
     with np.errstate(divide="ignore", invalid="ignore"):
         c = np.where(np.isfinite(rho) & (rho > 0), m / np.where(rho > 0, rho, 1.0), 0.0)
     c = c + np.where(pre, 0.0, bstar * (1.0 - kv))
-    excess, p_over = poisson_excess(m, c)
+    excess, _ = poisson_excess(m, c)
+    # P(N > c) is a step in c, and a step in the late requests' delay makes the mean latency jump
+    # (and turn back) as capacity grows, which the online inversion cannot follow: use its mean
+    # over [c - 1/2, c + 1/2], the slope of the (piecewise-linear) excess across that interval
+    p_over = poisson_excess(m, np.maximum(c - 0.5, 0.0))[0] - poisson_excess(m, c + 0.5)[0]
     with np.errstate(divide="ignore", invalid="ignore"):
         late = np.where(m > 0, excess / np.where(m > 0, m, 1.0), 0.0)
         on_time = np.where(np.isinf(rho), 0.0, np.where(d > 0, np.clip(1.0 - late, 0.0, 1.0), 1.0))
@@ -372,6 +380,8 @@ def phase_signals(demand_tps: npt.ArrayLike, capacity_tps: npt.ArrayLike, servic
         p50_s=np.zeros(size), p90_s=np.zeros(size), p99_s=np.zeros(size), running=running, waiting=waiting,
         kv_usage=kv, budget_s=b, low_s=lo, high_s=hi, late_share=late_share, edges=tuple(edges),
         histogram=np.zeros((size, len(edges) + 1)))
+    if summary_only:  # an inversion needs the means only: quantiles and histogram stay zero
+        return out
     qs = latency_quantiles(out, [0.5, 0.9, 0.99])
     hist = histogram_counts(out, edges)
     return replace(out, p50_s=qs[:, 0], p90_s=qs[:, 1], p99_s=qs[:, 2], histogram=hist)

@@ -52,6 +52,9 @@ class Episode:
             self.sums[k] = self.sums.get(k, 0.0) + float(total.get(k, 0.0))
         met = total["slo_attainment"] * total["requests"]
         self.sums["met_requests"] = self.sums.get("met_requests", 0.0) + met
+        # the fluid count (served within capacity): equal to ``met`` unless the SLO is latency-based
+        served = float(total.get("served_requests", met))
+        self.sums["served_requests"] = self.sums.get("served_requests", 0.0) + served
         self.sums["reward"] = self.sums.get("reward", 0.0) + reward
         row: dict[str, Any] = {"day": info["day"], "step": info["step"], "seconds": info["seconds"],
                                "reward": reward, **{k: total[k] for k in total}}
@@ -70,6 +73,7 @@ class Episode:
             "cost_usd": s.get("cost_usd", 0.0),
             "goodput_share": goodput / demand if demand > 0 else 1.0,
             "slo_attainment": s.get("met_requests", 0.0) / requests if requests > 0 else 1.0,
+            "served_share": s.get("served_requests", 0.0) / requests if requests > 0 else 1.0,
             "usd_per_mtok": s.get("cost_usd", 0.0) / (goodput / 1e6) if goodput > 0 else float("inf"),
             "reoptimizations": s.get("reoptimizations", 0.0),
             "solver_seconds": s.get("solver_seconds", 0.0),

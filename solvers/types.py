@@ -7,6 +7,7 @@ here, nothing here imports from above.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -278,7 +279,7 @@ class Template:
     def node_count(self) -> int:
         return sum(k for _, k in self.nodes)
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
         """Stable identifier: service, region and node multiset (and the layer split)."""
         mix = "+".join(f"{k}*{c}" for c, k in self.nodes)

@@ -17,7 +17,7 @@ def _feed(est: CapacityCorrection, truth: dict[str, float], steps: int, rng: np.
     for _ in range(steps):
         exposure = {f: float(rng.uniform(100, 1000)) for f in fams if rng.random() < 0.8} or {fams[0]: 500.0}
         implied = sum(v * truth[f] for f, v in exposure.items()) * (1 + noise * rng.standard_normal())
-        est.observe(service, exposure, implied, 1.0)
+        est.observe(service, exposure, implied, 100.0)
 
 
 def test_recovers_one_family_within_5_percent_after_an_hour() -> None:
@@ -35,11 +35,27 @@ def test_separates_families_from_mixed_observations() -> None:
 
 
 def test_thin_evidence_is_shrunk_toward_one_and_unseen_families_stay_one() -> None:
-    est = CapacityCorrection(CorrectionSettings(prior_weight=1.0))
-    est.observe("m/prefill", {"a": 100.0}, 50.0)  # one interval says half the capacity
-    assert 0.5 < est.factor("a") < 1.0
-    assert est.factor("a") == pytest.approx(0.75)  # one observation against one pseudo-observation at 1
+    est = CapacityCorrection(CorrectionSettings(prior_weight=25.0))
+    est.observe("m/prefill", {"a": 100.0}, 50.0, weight=25.0)  # one weak interval says half the capacity
+    assert est.factor("a") == pytest.approx(0.75)  # as much evidence as the prior: half way
     assert est.factor("never-seen") == 1.0
+
+
+def test_a_family_keeps_what_was_learned_after_it_leaves() -> None:
+    est = CapacityCorrection()
+    _feed(est, {"a": 0.6}, 12, np.random.default_rng(4), service="s")
+    _feed(est, {"b": 1.2}, 200, np.random.default_rng(5), service="s")
+    assert est.factor("a") == pytest.approx(0.6, rel=0.05)
+    assert est.factor("b") == pytest.approx(1.2, rel=0.05)
+
+
+def test_a_lasting_change_is_followed_after_the_second_interval() -> None:
+    est = CapacityCorrection()
+    _feed(est, {"a": 1.0}, 12, np.random.default_rng(6), noise=0.0)
+    est.observe("m/decode", {"a": 100.0}, 60.0, 400.0)  # held back: one interval says 0.6
+    assert est.factor("a") == pytest.approx(1.0, abs=0.01) and est.rejected == 1
+    est.observe("m/decode", {"a": 100.0}, 60.0, 400.0)  # confirmed: both absorbed
+    assert est.factor("a") < 0.9
 
 
 def test_one_bad_interval_is_ignored() -> None:
@@ -47,7 +63,7 @@ def test_one_bad_interval_is_ignored() -> None:
     clean, dirty = CapacityCorrection(), CapacityCorrection()
     _feed(clean, {"a": 0.8}, 12, np.random.default_rng(2))
     _feed(dirty, {"a": 0.8}, 6, rng)
-    dirty.observe("m/decode", {"a": 500.0}, 500.0 * 5.0)  # a scrape glitch: 5x the capacity
+    dirty.observe("m/decode", {"a": 500.0}, 500.0 * 5.0, 100.0)  # a scrape glitch: 5x the capacity
     _feed(dirty, {"a": 0.8}, 6, rng)
     assert dirty.factor("a") == pytest.approx(0.8, rel=0.03)
     assert abs(dirty.factor("a") - clean.factor("a")) < 0.02
@@ -56,7 +72,7 @@ def test_one_bad_interval_is_ignored() -> None:
 def test_bounds_and_unusable_observations() -> None:
     est = CapacityCorrection(CorrectionSettings(low=0.5, high=1.5))
     for _ in range(20):
-        est.observe("s", {"a": 100.0}, 10.0)
+        est.observe("s", {"a": 100.0}, 10.0, 100.0)
     assert est.factor("a") == 0.5
     assert not est.observe("s", {"a": 100.0}, float("nan"))
     assert not est.observe("s", {}, 100.0)
@@ -71,7 +87,7 @@ def test_state_round_trips_through_json() -> None:
 
 
 def test_malformed_state_names_the_part() -> None:
-    with pytest.raises(InputError, match="observation of 's'"):
-        CapacityCorrection.from_dict({"observations": {"s": [[{"a": 1.0}, "x", 1.0]]}})
-    with pytest.raises(InputError, match="window"):
-        CorrectionSettings(window=0)
+    with pytest.raises(InputError, match="service 's' is malformed"):
+        CapacityCorrection.from_dict({"services": {"s": {"families": ["a"], "gram": "x"}}})
+    with pytest.raises(InputError, match="half_life"):
+        CorrectionSettings(half_life=0)

@@ -1,0 +1,190 @@
+"""The servers' view of a step, and what the capacity correction learns from it.
+
+One code path for the simulator, the replay exporter and the live controller:
+
+- :func:`server_report` — from each model's demand and the capacity that is *truly* ready
+  (tokens/s per phase), what its vLLM servers report over the step (:mod:`atoll.envs.latency`):
+  requests running and waiting, KV-cache use, the TTFT and inter-token latency histograms and
+  their means (``sum / count``, as a Prometheus histogram gives them), and the share of requests
+  that met both budgets (the latency-based SLO attainment). With a generator, the means carry the
+  sampling noise of the step's requests (the simulator passes its seeded one).
+- :func:`implied_capacities` — the inverse: from served tokens/s and the observed mean latency
+  (what the counters and histograms say), the capacity the servers must have had. It inverts the
+  full forward model (late requests included) by bisection on the capacity, so the simulator's
+  observation and the controller's go through the same function; at or above the latency of a
+  saturated server the capacity is what was served.
+- :func:`learn` — feeds one interval of every service with ready instances to a
+  :class:`~atoll.envs.correction.CapacityCorrection`, with the model's predicted capacity per
+  family as the exposure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from atoll.envs.correction import CapacityCorrection
+from atoll.envs.latency import (
+    PhaseSignals,
+    ServiceLatency,
+    capacity_weight,
+    phase_signals,
+    utilization_from_latency,
+)
+from atoll.solvers.types import Phase
+
+PHASES: tuple[str, str] = ("prefill", "decode")
+RHO_MIN = 0.02  # below this utilization latency says nothing about capacity
+RHO_TOP = 0.999  # an unsaturated server is at most this busy
+# Relative standard error of one interval's mean latency as evidence of load: the latency model's
+# own misfit against a discrete-event simulation is 3-8% (atoll.envs.latency), so 5%; the
+# weight of an implied capacity is its elasticity^2 / this^2 (a precision, as the prior's).
+LATENCY_REL_SD = 0.05
+_BISECT_STEPS = 24  # log-capacity bracket ln(50) / 2^24: a relative error below 1e-6
+
+
+@dataclass(frozen=True)
+class ServerReport:
+    """One step of every model's servers ([M] arrays; ``prefill`` and ``decode`` hold the full
+    per-phase signals). ``ttft_mean_s`` / ``itl_mean_s`` are what the histograms' sum / count
+    show (sampled when a generator was given); ``slo_share`` is the share of the step's demanded
+    requests meeting both budgets."""
+
+    prefill: PhaseSignals
+    decode: PhaseSignals
+    ttft_mean_s: np.ndarray
+    itl_mean_s: np.ndarray
+    slo_share: np.ndarray
+    running: np.ndarray
+    waiting: np.ndarray
+    kv_usage: np.ndarray
+
+    @property
+    def latency_ratio(self) -> np.ndarray:
+        """[M] max over phases of the observed mean latency / its budget."""
+        return np.maximum(self.ttft_mean_s / self.prefill.budget_s, self.itl_mean_s / self.decode.budget_s)
+
+    @property
+    def waiting_share(self) -> np.ndarray:
+        total = self.waiting + self.running
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(total > 0, self.waiting / np.where(total > 0, total, 1.0), 0.0)
+
+    def mean_latency(self) -> np.ndarray:
+        """[M, 2] observed mean latency per phase (TTFT, inter-token)."""
+        return np.stack([self.ttft_mean_s, self.itl_mean_s], axis=1)
+
+    def phase_waiting(self) -> np.ndarray:
+        """[M, 2] requests waiting per phase."""
+        return np.stack([self.prefill.waiting, self.decode.waiting], axis=1)
+
+
+def service_latencies(models: Sequence[str], shape: np.ndarray
+                      ) -> tuple[list[ServiceLatency], list[ServiceLatency]]:
+    """(prefill, decode) latency constants per model: budgets from the model's SLO, tokens per
+    request from its request shape ([M, 2] input, output)."""
+    pre = [ServiceLatency.from_model(m, Phase.PREFILL, float(shape[i, 0])) for i, m in enumerate(models)]
+    dec = [ServiceLatency.from_model(m, Phase.DECODE, float(shape[i, 1])) for i, m in enumerate(models)]
+    return pre, dec
+
+
+def _noisy_mean(s: PhaseSignals, n: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
+    """The observed mean latency, with the sampling error of a mean over ``n`` observations."""
+    mean = s.observed_latency_s
+    if rng is None:
+        return mean
+    sd = np.maximum((s.high_s - s.low_s) / math.sqrt(12.0), (s.p90_s - s.p50_s) / 1.2816)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        se = np.where(n >= 1, sd / np.sqrt(np.maximum(n, 1.0)), 0.0)
+    return np.maximum(mean + se * rng.standard_normal(mean.shape), 0.0)
+
+
+def server_report(prefill: Sequence[ServiceLatency], decode: Sequence[ServiceLatency], demand: np.ndarray,
+                  ready: np.ndarray, instances: np.ndarray, step_s: float,
+                  rng: np.random.Generator | None = None) -> ServerReport:
+    """What the servers report over a step: ``demand`` and truly ``ready`` capacity [M, 2]
+    tokens/s, ``instances`` [M, 2] ready (fractional for part of the step)."""
+    n = np.maximum(np.asarray(instances, dtype=float), 1.0)
+    p = phase_signals(demand[:, 0], ready[:, 0], prefill, step_s=step_s, instances=n[:, 0])
+    d = phase_signals(demand[:, 1], ready[:, 1], decode, step_s=step_s, instances=n[:, 1])
+    ttft = _noisy_mean(p, p.served_requests, rng)
+    # vLLM's inter-token histogram gains one observation per generated token
+    itl = _noisy_mean(d, d.served_tps * step_s, rng)
+    busy = demand.sum(axis=1) > 0
+    slo = np.where(busy, np.minimum(p.on_time_share, d.on_time_share), 1.0)
+    return ServerReport(p, d, ttft, itl, slo, p.running + d.running, p.waiting + d.waiting, d.kv_usage)
+
+
+def implied_capacities(services: Sequence[ServiceLatency], served: np.ndarray, observed_mean_s: np.ndarray,
+                       waiting: np.ndarray, instances: np.ndarray, step_s: float
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(capacity tokens/s, informative, weight) per service of one phase, from served tokens/s, the
+    observed mean latency (sum / count) and the requests waiting. **Saturated** — more requests
+    waiting than a server exactly at capacity for what was served would hold — the capacity is
+    what was served (latency alone cannot tell: past capacity the model's mean latency falls
+    again as the excess stays queued). Otherwise the latency is inverted on utilization in
+    [``RHO_MIN``, 1). Uninformative: nothing served, no latency, or a latency at the idle floor;
+    weight = (d ln latency / d ln load)^2 (1 when saturated) / ``LATENCY_REL_SD``^2: the
+    precision of the implied capacity."""
+    served = np.asarray(served, dtype=float)
+    obs = np.asarray(observed_mean_s, dtype=float)
+    n = np.maximum(np.asarray(instances, dtype=float), 1.0)
+    size = len(services)
+    cap = np.full(size, np.nan)
+    weight = np.zeros(size)
+    ok = (served > 0) & np.isfinite(obs) & (obs > 0)
+    if not ok.any():
+        return cap, ok, weight
+    srv = np.where(ok, served, 1.0)
+
+    def latency_at(capacity: np.ndarray) -> np.ndarray:
+        return phase_signals(srv, capacity, services, step_s=step_s, instances=n,
+                             summary_only=True).observed_latency_s
+
+    full = phase_signals(srv, srv, services, step_s=step_s, instances=n, summary_only=True)
+    saturated = ok & (np.asarray(waiting, dtype=float) >= full.waiting * (1.0 - 1e-9))
+    floor = latency_at(srv / RHO_MIN)
+    inside = ok & ~saturated & (obs > floor)
+    lo, hi = np.log(srv / RHO_TOP), np.log(srv / RHO_MIN)  # latency falls as capacity rises
+    for _ in range(_BISECT_STEPS):
+        mid = 0.5 * (lo + hi)
+        above = latency_at(np.exp(mid)) > obs
+        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+    cap = np.where(saturated, served, np.where(inside, np.exp(0.5 * (lo + hi)), np.nan))
+    budgets = np.array([s.budget_s for s in services])
+    shares = np.array([s.fixed_share for s in services])
+    phases = [s.phase for s in services]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = np.where(inside, srv / np.where(inside, cap, 1.0), 1.0)
+    lat_on_curve = np.asarray(phase_signals(srv, srv / np.clip(rho, RHO_MIN, 1.0), services, step_s=step_s,
+                                            instances=n, summary_only=True).mean_latency_s)
+    w = capacity_weight(lat_on_curve, budgets, shares, phases)
+    weight = np.where(saturated, 1.0, np.where(inside, w, 0.0)) / LATENCY_REL_SD**2
+    informative = saturated | (inside & (utilization_from_latency(lat_on_curve, budgets, shares, phases) > 0))
+    return cap, informative, weight
+
+
+def learn(correction: CapacityCorrection, models: Sequence[str],
+          prefill: Sequence[ServiceLatency], decode: Sequence[ServiceLatency],
+          exposure: Mapping[tuple[int, int], Mapping[str, float]], served: np.ndarray,
+          observed_mean_s: np.ndarray, waiting: np.ndarray, instances: np.ndarray,
+          step_s: float) -> dict[str, float]:
+    """Feed one interval to ``correction``: per service with ready capacity (``exposure``: (model
+    index, phase index) -> family -> the model's tokens/s), the capacity implied by ``served``
+    ``observed_mean_s`` and ``waiting`` (requests) [M, 2]. Returns service -> implied capacity of
+    the usable ones."""
+    used: dict[str, float] = {}
+    for ph, services in enumerate((prefill, decode)):
+        cap, informative, weight = implied_capacities(services, served[:, ph], observed_mean_s[:, ph],
+                                                      waiting[:, ph], instances[:, ph], step_s)
+        for i, model in enumerate(models):
+            fams = exposure.get((i, ph))
+            if not fams or not informative[i]:
+                continue
+            name = f"{model}/{PHASES[ph]}"
+            if correction.observe(name, fams, float(cap[i]), float(weight[i])):
+                used[name] = float(cap[i])
+    return used
