@@ -70,12 +70,15 @@ from atoll.control.state import (
     StateError,
     load_state,
     save_state,
+    state_path,
     sweep_temporary,
 )
 from atoll.envs.actions import ActionCodec
+from atoll.envs.correction import CapacityCorrection
 from atoll.envs.fleet import FleetState
-from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observation_space
+from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observation_size
 from atoll.envs.policies import Policy
+from atoll.envs.servers import learn, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
 from atoll.solvers.problem import Allocation
 
@@ -106,8 +109,14 @@ class ControllerSettings:
     growth_factor: float = 2.0
     growth_add: int = 4
     outlier_factor: float = 10.0
+    # online capacity correction (issue 23): learn a factor per template family from the servers'
+    # latency and throughput, and plan with the corrected capacities
+    correction: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.correction, bool):
+            raise ValueError(f"ControllerSettings: field 'correction' must be True or False, "
+                             f"got {self.correction!r}")
         if not (isinstance(self.growth_factor, int | float) and math.isfinite(self.growth_factor)
                 and self.growth_factor >= 1):
             raise ValueError(f"ControllerSettings: field 'growth_factor' must be >= 1, "
@@ -177,13 +186,16 @@ class TickReport:
     seconds: dict[str, float]
     # model -> what drifted, for models whose measured request shape is off the profiled one
     shape_drift: dict[str, str] = field(default_factory=dict)
+    # the capacity correction after this tick: planning factors, estimates, evidence, what it learned
+    correction: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"tick": self.tick, "time_s": self.time_s, "metrics": self.metrics, "forecast": self.forecast,
                 "shape_drift": dict(self.shape_drift),
                 "decision": self.decision.as_dict(), "solve": self.solve, "plan_changed": self.plan_changed,
                 "diff": self.diff, "sink_result": self.sink_result, "earlier_delivery": self.earlier_delivery,
-                "plan_sequence": self.plan_sequence, "pending": self.pending, "seconds": self.seconds}
+                "plan_sequence": self.plan_sequence, "pending": self.pending, "seconds": self.seconds,
+                "correction": dict(self.correction)}
 
 
 def _absolute(bucket: Mapping[str, list[list[float]]], now: float) -> tuple[tuple[str, int, float], ...]:
@@ -202,12 +214,15 @@ class Controller:
         self.settings = s = settings or ControllerSettings()
         self.state_dir = Path(state_dir)
         self.clock, self.sleep = clock, sleep
-        expected = observation_space(len(fleet.models), len(fleet.gpu_types)).shape[0]
+        expected = observation_size(len(fleet.models), len(fleet.gpu_types))
+        closed = observation_size(len(fleet.models), len(fleet.gpu_types), closed_loop=True)
         size = getattr(policy, "observation_size", expected)
-        if size != expected:
+        if size not in (expected, closed):
             raise ValueError(f"policy {policy.name!r} takes observations of {size} values, but this fleet "
                              f"({len(fleet.models)} models, {len(fleet.gpu_types)} GPU types) gives "
-                             f"{expected}; use a policy trained on scenario {fleet.scenario!r}")
+                             f"{expected} (atoll/Fleet-v1) or {closed} (atoll/Fleet-v2); use a policy "
+                             f"trained on scenario {fleet.scenario!r}")
+        self._closed_obs = size == closed  # a policy trained on atoll/Fleet-v2 sees the servers' signals
         loaded = load_state(self.state_dir)  # StateError (names the file and the fix) propagates
         self.resumed = loaded is not None
         if loaded is not None:
@@ -223,6 +238,13 @@ class Controller:
             history={m: p for m, p in self.state.history.items() if m in keep},
             unserved={m: u for m, u in self.state.unserved.items() if m in keep},
             last_reoptimized={m: t for m, t in self.state.last_reoptimized.items() if m in keep})
+        try:
+            self.correction = CapacityCorrection.from_dict(self.state.correction)
+        except ValueError as exc:  # InputError is a ValueError
+            raise StateError(f"{state_path(self.state_dir)}: {exc}") from exc
+        self._latency = service_latencies(fleet.models, fleet.model.shape)
+        self.learned: dict[str, float] = {}
+        self._view = (np.zeros(len(fleet.models)), np.zeros(len(fleet.models)))
         sweep_temporary(self.state_dir)  # left by a controller killed mid-save
         self.tracker = RateTracker(fleet.models, baseline=self.state.last_metrics,
                                    reset_fraction=s.reset_fraction,
@@ -325,12 +347,14 @@ class Controller:
         # the interval since the last tick, as the env's step: served against the capacity that
         # was ready over it, billed for the nodes held over it (before this tick changes either)
         last_cost, last_seconds = self._account(now, fresh)
+        self._view = self._server_view(fresh, rates)
+        self.learned = self._learn(now, fresh, rates)
         earlier = self._deliver_pending()
         forecasts = self.forecaster.forecast(self.state.history, now, self.fleet.models)
         drift = {m: f.shape.message() for m, f in forecasts.items()
                  if f.shape is not None and f.shape.drifted}
         signals = self._signals(now, forecasts, last_cost, last_seconds)
-        obs = build_observation(signals)
+        obs = build_observation(signals, closed_loop=self._closed_obs)
         action = np.asarray(self.policy.act(obs, {"step": tick_no, "seconds": now}))
         decision = self._decide(action, fresh, rates, signals)
         seconds["decide"] = time.perf_counter() - t
@@ -357,7 +381,8 @@ class Controller:
                    "notes": list(snapshot.notes)}
         return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
                           solve, record is not None, self._diff_rows(record), sink_result, earlier,
-                          self.state.plan_sequence, self.state.pending is not None, seconds, drift)
+                          self.state.plan_sequence, self.state.pending is not None, seconds, drift,
+                          self._correction_report())
 
     # ----- the fleet state -----------------------------------------------------------------
     def fleet_state(self, at_s: float) -> FleetState:
@@ -405,6 +430,64 @@ class Controller:
         self.state = replace(self.state, unserved=window)
         return model.cost(before, elapsed), elapsed
 
+    def _factors(self) -> dict[str, float] | None:
+        """The factors the planner solves with (None: correction off, the model's capacities)."""
+        return self.correction.planning_factors() if self.settings.correction else None
+
+    def _correction_report(self) -> dict[str, Any]:
+        return {"enabled": self.settings.correction, "planning_factors": self.correction.planning_factors(),
+                "estimates": self.correction.factors(), "evidence": self.correction.evidence(),
+                "rejected_intervals": self.correction.rejected,
+                "learned_this_tick": dict(self.learned)}
+
+    def _server_view(self, fresh: list[str], rates: RateReport) -> tuple[np.ndarray, np.ndarray]:
+        """([M] max over phases of mean latency / budget, [M] waiting / (waiting + running)) as the
+        env's ``ServerReport`` gives them (0 for models without fresh rates or histograms)."""
+        m = len(self.fleet.models)
+        ratio, share = np.zeros(m), np.zeros(m)
+        pre, dec = self._latency
+        for i, name in enumerate(self.fleet.models):
+            r = rates.models.get(name)
+            if name not in fresh or r is None:
+                continue
+            parts = [v / b for v, b in ((r.ttft_mean_s, pre[i].budget_s), (r.itl_mean_s, dec[i].budget_s))
+                     if v is not None and math.isfinite(v)]
+            ratio[i] = max(parts, default=0.0)
+            total = (r.waiting or 0.0) + (r.running or 0.0)
+            share[i] = (r.waiting or 0.0) / total if total > 0 else 0.0
+        return ratio, share
+
+    def _learn(self, now: float, fresh: list[str], rates: RateReport) -> dict[str, float]:
+        """Feed the interval since the last tick to the capacity correction, as the env feeds a
+        step (:func:`atoll.envs.servers.learn`): per phase the served token rate, the mean TTFT /
+        inter-token latency the histograms gave and the requests waiting, against the model's
+        capacity of each family that was ready over the interval. vLLM's waiting gauge is per
+        model: it is counted against the phase whose latency is nearer its budget (the one a
+        queue builds in). Models without fresh rates or latency histograms teach nothing."""
+        last = self.state.last_tick_s
+        if not self.settings.correction or last is None or now <= last:
+            return {}
+        elapsed = now - last
+        m = len(self.fleet.models)
+        served, latency, waiting = np.zeros((m, 2)), np.full((m, 2), np.nan), np.zeros((m, 2))
+        pre, dec = self._latency
+        for i, name in enumerate(self.fleet.models):
+            r = rates.models.get(name)
+            if name not in fresh or r is None:
+                continue
+            served[i] = (r.prompt_tokens_per_s or 0.0, r.generation_tokens_per_s or 0.0)
+            ttft = r.ttft_mean_s if r.ttft_mean_s is not None else np.nan
+            itl = r.itl_mean_s if r.itl_mean_s is not None else np.nan
+            latency[i] = (ttft, itl)
+            ratios = np.nan_to_num(np.array([ttft / pre[i].budget_s, itl / dec[i].budget_s]), nan=-1.0)
+            waiting[i, int(np.argmax(ratios))] = r.waiting or 0.0
+        model = self.fleet.model
+        before = self.fleet_state(last)
+        used = learn(self.correction, self.fleet.models, pre, dec, model.ready_by_family(before, elapsed),
+                     served, latency, waiting, model.instances_ready(before, elapsed), elapsed)
+        self.state = replace(self.state, correction=self.correction.as_dict())
+        return used
+
     def _last_demand(self) -> np.ndarray:
         """[M, 2] tokens/s of each model's latest history point (0 without one)."""
         out = np.zeros((len(self.fleet.models), 2))
@@ -451,7 +534,9 @@ class Controller:
                              last_seconds=last_seconds, cost_scale_usd_h=state.cost_scale_usd_h,
                              # vLLM exports no preemption: live, none is seen (as a fleet without any)
                              preempted=np.zeros(m), since_preempt=np.full(m, SINCE_CAP),
-                             seconds_of_day=now)
+                             seconds_of_day=now, factors=self._factors(),
+                             latency_ratio=self._view[0] if self._closed_obs else None,
+                             waiting_share=self._view[1] if self._closed_obs else None)
 
     def _decide(self, action: np.ndarray, fresh: list[str], rates: RateReport, s: Signals) -> Decision:
         chosen: dict[str, str] = {}
@@ -532,8 +617,13 @@ class Controller:
         before = fs.planned().as_dict()
         solve: dict[str, Any]
         if solved:
+            factors = self._factors()
+            # tests swap fleet.replanner; with learned factors the corrected library replaces it
+            replanner = model.corrected_replanner(factors) if factors else self.fleet.replanner
+            if replanner is model.replanner:
+                replanner = self.fleet.replanner
             out = model.replan(fs, frozenset(solved), tokens, self.fleet.availability,
-                               replanner=self.fleet.replanner, grow=frozenset(grow))
+                               replanner=replanner, grow=frozenset(grow))
             solve = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
                      "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand}
             allocation = out.allocation
@@ -556,7 +646,7 @@ class Controller:
         reason = "; ".join(f"{m}: {why}" for m, why in decision.chosen.items())
         record = PlanRecord.from_allocation(seq, now, allocation, self.state.running,
                                             self.fleet.templates, demand, reason, shapes,
-                                            owner=self.state.controller_id)
+                                            owner=self.state.controller_id, correction=self._factors())
         return solve, record
 
     # ----- guard rails ---------------------------------------------------------------------

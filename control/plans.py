@@ -100,7 +100,9 @@ class PlanRecord:
     model -> the request shape of each re-optimized model's traffic against the one its
     templates were profiled at (``atoll.control.live_demand.ShapeReport.as_dict``: profiled,
     measured, ratio, mix, source, tolerance, drifted, message), so a plan solved for a drifted
-    shape says so.
+    shape says so. correction: family -> the capacity factor the plan was solved with (learned
+    online from the servers' latency and throughput, :mod:`atoll.envs.correction`; families
+    absent are 1).
     """
 
     sequence: int
@@ -114,9 +116,17 @@ class PlanRecord:
     # the controller that made it (ControllerState.controller_id): sinks label every object and
     # file with it and prune only their own
     owner: str = ""
+    correction: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         owner = f"PlanRecord {self.sequence!r}"
+        correction = {}
+        for family, k in dict(self.correction).items():
+            if isinstance(k, bool) or not isinstance(k, int | float) or not math.isfinite(k) or k <= 0:
+                raise ValueError(f"{owner}: field 'correction' of {family!r} must be a finite factor > 0, "
+                                 f"got {k!r}")
+            correction[str(family)] = float(k)
+        object.__setattr__(self, "correction", dict(sorted(correction.items())))
         if not isinstance(self.owner, str) or len(self.owner) > 40 \
                 or not re.fullmatch(r"[a-z0-9-]*", self.owner):
             raise ValueError(f"{owner}: field 'owner' must be '' or a controller id (<= 40 of a-z 0-9 -), "
@@ -170,7 +180,7 @@ class PlanRecord:
                         previous: Allocation | Mapping[str, int] | None,
                         templates_by_key: Mapping[str, Template], demand: Mapping[str, float],
                         reason: str, shapes: Mapping[str, Mapping[str, Any]] | None = None,
-                        owner: str = "") -> PlanRecord:
+                        owner: str = "", correction: Mapping[str, float] | None = None) -> PlanRecord:
         """The record of ``allocation`` with its diff against ``previous`` (the plan delivered
         before; None = nothing running). Removed keys missing from ``templates_by_key`` (the
         library changed) are kept in the diff without a description."""
@@ -185,7 +195,7 @@ class PlanRecord:
         described = {k: describe_template(templates_by_key[k]) for k in set(new) | set(diff)
                      if k in templates_by_key}
         return cls(sequence, float(created_s), new, described, diff, dict(demand), reason,
-                   {m: dict(r) for m, r in (shapes or {}).items()}, owner)
+                   {m: dict(r) for m, r in (shapes or {}).items()}, owner, dict(correction or {}))
 
     @property
     def changed(self) -> bool:
@@ -205,13 +215,14 @@ class PlanRecord:
                 "demand": dict(self.demand), "reason": self.reason,
                 "shapes": {m: dict(r) for m, r in self.shapes.items()},
                 "shape_drift": {m: r.get("message", "") for m, r in self.shapes.items() if r["drifted"]},
-                "owner": self.owner}
+                "owner": self.owner, "correction": dict(self.correction)}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> PlanRecord:
         return cls(int(doc["sequence"]), float(doc["created_s"]), dict(doc["plan"]), dict(doc["templates"]),
                    dict(doc.get("diff", {})), dict(doc.get("demand", {})), str(doc.get("reason", "")),
-                   dict(doc.get("shapes", {})), str(doc.get("owner", "")))
+                   dict(doc.get("shapes", {})), str(doc.get("owner", "")),
+                   dict(doc.get("correction", {})))
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,8 @@ class ControllerState:
     time_scale: float | None = None
     # who owns what the sinks write: every object and file carries it, pruning touches only its own
     controller_id: str = ""
+    # the online capacity correction (atoll.envs.correction.CapacityCorrection.as_dict)
+    correction: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         owner = "ControllerState"
@@ -291,6 +293,7 @@ class ControllerState:
             "final": self.final.as_dict() if self.final else None,
             "unserved": {m: list(v) for m, v in self.unserved.items()},
             "time_scale": self.time_scale, "controller_id": self.controller_id,
+            "correction": dict(self.correction),
         }
 
     @classmethod
@@ -311,6 +314,7 @@ class ControllerState:
             final=PlanRecord.from_dict(doc["final"]) if doc.get("final") else None,
             unserved={str(m): tuple(v) for m, v in doc.get("unserved", {}).items()},
             time_scale=doc.get("time_scale"), controller_id=doc.get("controller_id", ""),
+            correction=dict(doc.get("correction") or {}),
         )
 
 
