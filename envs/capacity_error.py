@@ -45,7 +45,7 @@ import numpy as np
 from atoll.solvers.errors import InputError
 from atoll.solvers.paths import PERF_FACTORS_PATH
 from atoll.solvers.problem import gpu_type_of
-from atoll.solvers.types import Template
+from atoll.solvers.types import Template, gpus_of
 
 KINDS: tuple[str, ...] = ("exact", "calibration", "sigma", "stress", "scale", "file")
 FACTOR_MIN, FACTOR_MAX = 0.5, 2.0
@@ -56,7 +56,7 @@ def family_of(template: Template) -> str:
     """``model/phase/GPU types/pp<stages>-tp<GPUs per node>``: templates whose true throughput
     errs together (same kernels on the same cards with the same parallel layout)."""
     types = "+".join(sorted({gpu_type_of(c) for c, _ in template.nodes}))
-    tps = "/".join(str(n) for n in sorted({int(c.partition("x")[0]) for c, _ in template.nodes}))
+    tps = "/".join(str(n) for n in sorted({gpus_of(c) for c, _ in template.nodes}))
     return f"{template.service.name}/{types}/pp{len(template.stages)}-tp{tps}"
 
 

@@ -11,6 +11,11 @@ Semantics (DESIGN.md §6):
 - when availability of a (region, config) drops below the nodes held, instances holding that
   config are preempted at once (starting ones first, then running; among templates in an order
   drawn from the caller's generator, so the same seed preempts the same instances);
+- with slices (several instances per node, issue 28) a (region, config) holds ceil(its GPUs
+  used / G) nodes (first-fit decreasing packs them, :mod:`atoll.solvers.packing`), billed whole,
+  and a preemption takes nodes: the held slices are packed, nodes drawn from the generator are
+  withdrawn, and every instance with a slice on one of them is lost (fleets without slices keep
+  the per-instance rule above, draw for draw);
 - every node of a running or starting instance is billed, a draining one until its drain ends.
 """
 
@@ -24,8 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from atoll.solvers.models import get_model
+from atoll.solvers.packing import first_fit_decreasing
 from atoll.solvers.problem import Allocation
-from atoll.solvers.types import ModelSpec, NodeConfig, Template
+from atoll.solvers.types import ModelSpec, NodeConfig, Template, node_config_of, parse_config_name
 
 NODE_BOOT_S = 180.0  # VM boot + container start of a GPU node (3 min)
 WEIGHT_LOAD_GBS = 1.0  # weights pulled from object storage per node, GB/s
@@ -181,18 +187,21 @@ class FleetState:
             del self.running[key]
 
     def nodes_held(self, templates: Mapping[str, Template]) -> dict[Cell, int]:
-        use: dict[Cell, int] = defaultdict(int)
+        use: dict[Cell, float] = defaultdict(float)
         for key in set(self.running) | set(self.starting) | set(self.draining) | set(self.replaced):
             n = self.held(key)
             if n:
                 t = templates[key]
-                for config, k in t.nodes:
+                for config, k in t.node_use:  # slices as shares of a node
                     use[(t.region, config)] += n * k
-        return dict(use)
+        # whole nodes: exact integers; slices: the ceil(use) nodes their packing needs
+        return {cell: math.ceil(u - 1e-9) for cell, u in use.items()}
 
     def preempt(self, capacity: Mapping[Cell, int], templates: Mapping[str, Template],
                 rng: np.random.Generator) -> dict[str, int]:
         """Remove instances at once until every (region, config) is within ``capacity``."""
+        if any(templates[k].has_slices for k in templates if self.held(k)):
+            return self._preempt_nodes(capacity, templates, rng)
         lost: dict[str, int] = defaultdict(int)
         use = self.nodes_held(templates)
         for cell in sorted(use):
@@ -214,6 +223,37 @@ class FleetState:
                     break
         return dict(lost)
 
+    def _preempt_nodes(self, capacity: Mapping[Cell, int], templates: Mapping[str, Template],
+                       rng: np.random.Generator) -> dict[str, int]:
+        """Per node (slices): pack each over-capacity cell's held slices by first-fit decreasing,
+        withdraw as many of its nodes as it is over (drawn from ``rng``), lose every instance
+        with a slice on them. Starting instances of a key go first (as :meth:`_drop_one`)."""
+        lost: dict[str, int] = defaultdict(int)
+        for cell in sorted(self.nodes_held(templates)):
+            excess = self.nodes_held(templates).get(cell, 0) - capacity.get(cell, 0)
+            if excess <= 0:
+                continue
+            items: list[tuple[str, int]] = []  # (template key, instance) per slice on the cell
+            sizes: list[int] = []
+            node_gpus = 0
+            for key in sorted(k for k in templates if self.held(k)):
+                t = templates[key]
+                for i in range(self.held(key)):
+                    for stage in t.stages:
+                        for c in stage.nodes:
+                            g, node_gpus_c, _ = parse_config_name(c)
+                            if (t.region, node_config_of(c)) == cell:
+                                items.append((key, i))
+                                sizes.append(g)
+                                node_gpus = node_gpus_c
+            bins = first_fit_decreasing(sizes, node_gpus)
+            gone = [bins[j] for j in rng.permutation(len(bins))[:excess]]
+            victims = sorted({items[i] for b in gone for i in b})
+            for key, _ in victims:
+                self._drop_one(key)
+                lost[key] += 1
+        return dict(lost)
+
     def _drop_one(self, key: str) -> None:
         # A preempted instance is gone at once: no drain. Starting ones go first.
         for bucket in (self.starting, self.draining, self.replaced):
@@ -231,13 +271,20 @@ def node_hours_cost(state: FleetState, templates: Mapping[str, Template],
     """$ for holding the fleet ``seconds`` from now: running and starting nodes for the whole
     interval, draining nodes until their drain ends (as the env bills them)."""
     total = 0.0
+    shares: dict[Cell, float] = defaultdict(float)
     for key in set(state.running) | set(state.starting) | set(state.draining) | set(state.replaced):
         t = templates[key]
-        per_s = sum(k * prices[(t.region, c)] for c, k in t.nodes) / 3600.0
+        per_s = sum(k * prices[(t.region, c)] for c, k in t.node_use) / 3600.0  # a slice: its share
+        if t.has_slices:
+            for c, k in t.node_use:
+                shares[(t.region, c)] += state.held(key) * k
         whole = state.running.get(key, 0) + state.starting_count(key)
         total += whole * per_s * seconds
         total += sum(c * per_s * min(left, seconds) for c, left in state.draining.get(key, []))
         total += sum(c * per_s * min(left + drain, seconds) for c, left, drain in state.replaced.get(key, []))
+    # the idle GPUs of nodes bought for slices, at what is held now (draining slices leaving
+    # during the interval keep their node's share billed: a slight overestimate)
+    total += sum((math.ceil(u - 1e-9) - u) * prices[cell] / 3600.0 * seconds for cell, u in shares.items())
     return total
 
 

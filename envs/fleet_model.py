@@ -165,7 +165,7 @@ class FleetModel:
         all_spot = self.config.availability != "hedged" and self.config.price_kind == "spot"
         for key, n, span in self._billed(state, seconds):
             t = self.templates[key]
-            hours = n * sum(k for _, k in t.nodes) * span / 3600.0
+            hours = n * sum(k for _, k in t.node_use) * span / 3600.0  # a slice: its node share
             total += hours
             if not all_spot and split_tier(t.region)[1] == "on-demand":
                 on_demand += hours
@@ -241,22 +241,45 @@ class FleetModel:
         for key, n, span in self._billed(state, seconds):
             mi, _, _, per_h = self.info(key)
             cost[mi] += n * per_h * span / 3600.0
+        if self.base.index.sliced_rcs:
+            cost += self._idle_cost(state, seconds)
         return cost
+
+    def _idle_cost(self, state: FleetState, seconds: float) -> np.ndarray:
+        """$ per model of the idle GPUs on nodes bought for slices (a sliced cell holds
+        ceil(use) whole nodes; template costs count a slice's share only), split over the models
+        by their share of the cell, at what is held now for the whole interval."""
+        shares: dict[Cell, np.ndarray] = defaultdict(lambda: np.zeros(len(self.models)))
+        for key in set(state.running) | set(state.starting) | set(state.draining) | set(state.replaced):
+            t = self.templates[key]
+            n = state.held(key)
+            if n and t.has_slices:
+                mi = self.model_index[t.service.model]
+                for c, k in t.node_use:
+                    shares[(t.region, c)][mi] += n * k
+        out = np.zeros(len(self.models))
+        for cell, by_model in shares.items():
+            use = float(by_model.sum())
+            idle = math.ceil(use - 1e-9) - use
+            if idle > 0 and use > 0:
+                out += by_model / use * idle * self.base.prices[cell] * seconds / 3600.0
+        return out
 
     def nodes_held(self, state: FleetState) -> dict[Cell, int]:
         return state.nodes_held(self.templates)
 
     def draining_by_cell(self, state: FleetState) -> dict[Cell, int]:
         """Nodes still held by draining and replaced instances (the solver may not hand them
-        out yet)."""
-        use: dict[Cell, int] = defaultdict(int)
+        out yet); leaving slices count the ceil of their share (their nodes stay until they
+        drain: conservative when they share a node with staying slices)."""
+        use: dict[Cell, float] = defaultdict(float)
         for key, entries in [*state.draining.items(), *state.replaced.items()]:
             n = sum(int(e[0]) for e in entries)
             if n:
                 t = self.templates[key]
-                for cfg, k in t.nodes:
+                for cfg, k in t.node_use:
                     use[(t.region, cfg)] += n * k
-        return dict(use)
+        return {cell: math.ceil(u - 1e-9) for cell, u in use.items()}
 
     def headroom(self, state: FleetState, caps: Mapping[Cell, int]) -> np.ndarray:
         """[GPU types] (nodes offered - nodes held) / nodes offered; 0 where none are offered."""

@@ -73,7 +73,7 @@ def _fixed_and_residual(problem: AllocationProblem) -> tuple[dict[str, int], dic
     fixed = {k: n for k, n in running.counts if problem.template(k).service.model not in problem.free_models}
     residual = {rc: problem.available(rc) for rc in problem.prices}
     for key, n in fixed.items():
-        for c, k in problem.template(key).nodes:
+        for c, k in problem.template(key).node_use:
             residual[(problem.template(key).region, c)] -= k * n
     return fixed, residual
 
@@ -98,7 +98,7 @@ def homo(problem: AllocationProblem) -> MethodResult:
     capacity: dict[str, float] = defaultdict(float)
 
     def fits(t: Template) -> bool:
-        return all(residual[(t.region, c)] >= k for c, k in t.nodes)
+        return all(residual[(t.region, c)] >= k for c, k in t.node_use)
 
     progress = True
     while progress:
@@ -113,7 +113,7 @@ def homo(problem: AllocationProblem) -> MethodResult:
             best = max(cands, key=partial(_useful_per_dollar, problem, left=left))
             counts[best.key] = counts.get(best.key, 0) + 1
             capacity[s] += best.throughput
-            for c, k in best.nodes:
+            for c, k in best.node_use:
                 residual[(best.region, c)] -= k
             progress = True
     allocation = Allocation.of(counts)
@@ -156,7 +156,7 @@ def independent(problem: AllocationProblem) -> MethodResult:
         for key, n in res.allocation.counts:
             counts[key] = n
             t = problem.template(key)
-            for c, k in t.nodes:
+            for c, k in t.node_use:
                 residual[(t.region, c)] -= k * n
     worst = next((s for s in (SolveStatus.ERROR, SolveStatus.INFEASIBLE, SolveStatus.FEASIBLE_TIME_LIMIT)
                   if s in statuses), SolveStatus.OPTIMAL)

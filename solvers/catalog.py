@@ -41,11 +41,13 @@ class Catalog:
     notes: tuple[str, ...]
 
     def config(self, name: str) -> NodeConfig:
-        """Parse "4xL40S" into a NodeConfig; unknown GPU names list the valid ones."""
+        """Parse "4xL40S" (or a slice, "2/8xH100") into a NodeConfig; unknown GPU names list the
+        valid ones."""
         count, sep, gpu = name.partition("x")
-        if not sep or not count.isdigit():
+        used, slash, node = count.partition("/")
+        if not sep or not used.isdigit() or (slash and not node.isdigit()):
             raise InputError(f"node config {name!r} must look like '<count>x<GPU>', e.g. '4xL40S'")
-        return NodeConfig(self.gpus[gpu], int(count))
+        return NodeConfig(self.gpus[gpu], int(used), int(node) if slash else 0)
 
     def configs(self, gpu_types: Iterable[str] = DEFAULT_GPU_TYPES) -> list[NodeConfig]:
         return [NodeConfig(self.gpus[g], n) for g in gpu_types for n in NODE_GPU_COUNTS]

@@ -46,7 +46,7 @@ from atoll.solvers.allocation import solve_allocation
 from atoll.solvers.allocation.evaluate import PlanEvaluation, evaluate_plan
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus, model_of
-from atoll.solvers.types import Template
+from atoll.solvers.types import Template, node_config_of
 
 RUNGS: tuple[str, ...] = ("homo-node", "homo-config", "single-type", "independent", "joint")
 GREEDY = "homo-node-greedy"
@@ -234,11 +234,11 @@ def _solve_rung(name: str, base: AllocationProblem, above: Allocation | None) ->
     return _rung_from(name, base, sub, res, above, time.perf_counter() - t0)
 
 
-def _usage(problem: AllocationProblem, counts: Mapping[str, int]) -> dict[tuple[str, str], int]:
-    use: dict[tuple[str, str], int] = defaultdict(int)
+def _usage(problem: AllocationProblem, counts: Mapping[str, int]) -> dict[tuple[str, str], float]:
+    use: dict[tuple[str, str], float] = defaultdict(float)
     for key, n in counts.items():
         t = problem.template(key)
-        for c, k in t.nodes:
+        for c, k in t.node_use:
             use[(t.region, c)] += k * n
     return use
 
@@ -314,7 +314,7 @@ def homo_node_greedy(problem: AllocationProblem) -> Rung:
         for s in services:
             for t in base.templates_of(s):
                 if _one_node(t):
-                    rc = (t.region, t.nodes[0][0])
+                    rc = (t.region, node_config_of(t.nodes[0][0]))
                     if rc not in best_of or s not in best_of[rc] or t.throughput > best_of[rc][s].throughput:
                         best_of[rc][s] = t
         options = []

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from atoll.solvers.errors import InputError
 from atoll.solvers.paths import PERF_FACTORS_PATH
-from atoll.solvers.types import ModelSpec, NodeConfig, Phase
+from atoll.solvers.types import ModelSpec, NodeConfig, Phase, gpus_of
 
 MEM_UTILIZATION = 0.90  # vLLM's default gpu_memory_utilization
 RESERVE_GB_PER_GPU = 1.0  # CUDA context, activations, fragmentation
@@ -298,4 +298,4 @@ def unvalidated(model: ModelSpec, config: NodeConfig) -> bool:
 
 def template_unvalidated(model: ModelSpec, configs: Iterable[str]) -> bool:
     """:func:`unvalidated` for a template: any of its node configs ("4xH100", ...) has 4+ GPUs."""
-    return model.experts > 1 and any(int(c.partition("x")[0]) >= 4 for c in configs)
+    return model.experts > 1 and any(gpus_of(c) >= 4 for c in configs)

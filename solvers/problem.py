@@ -113,7 +113,7 @@ class TemplateIndex:
         config_kind: list[int] = []
         ptr = [0]
         rc: list[int] = []
-        k: list[int] = []
+        k: list[float] = []  # nodes per instance: a slice is a fraction of its node
         models: dict[str, None] = {}
         for t in templates:
             if not isinstance(t, Template):
@@ -131,7 +131,7 @@ class TemplateIndex:
             kind.append(kind_id.setdefault(gpu_type_of(t.nodes[0][0]), len(kind_id)))
             multi.append(len(types) > 1)
             config_kind.append(config_id.setdefault(t.nodes[0][0], len(config_id)))
-            for c, n in t.nodes:
+            for c, n in t.node_use:  # slices as fractions of the node they are bought as
                 rc.append(self.rc_id.setdefault((t.region, c), len(self.rc_id)))
                 k.append(n)
             ptr.append(len(rc))
@@ -156,6 +156,11 @@ class TemplateIndex:
         self.rc_list, self.k_list = rc, k  # for per-template Python loops (numpy items are slow)
         self.k = np.asarray(k, dtype=np.float64)
         self.entry_template = np.repeat(np.arange(len(templates)), np.diff(self.ptr))
+        # (region, config) pairs some template uses a slice of: the ILP buys their nodes as
+        # integer variables and packs the slices (DESIGN.md §4); none in whole-node libraries
+        frac = self.k != np.round(self.k)
+        self.sliced_rcs = frozenset(self.rcs[i] for i in np.unique(self.rc[frac]).tolist())
+        self.sliced = np.asarray([rc in self.sliced_rcs for rc in self.rcs], dtype=bool)
 
 
 _INDEX_CACHE: dict[int, TemplateIndex] = {}
@@ -324,8 +329,28 @@ class AllocationProblem:
         return float(self._costs[self._index.position[key]])
 
     def objective_constant(self, fixed: Mapping[str, int]) -> float:
-        """Cost of instances held fixed (they add nothing, so no start-up penalty)."""
+        """Cost of instances held fixed (they add nothing, so no start-up penalty); slices at
+        their share of a node (a lower bound on what their nodes cost)."""
         return sum(n * self.template_cost(k) for k, n in fixed.items())
+
+    def node_use(self, allocation: Allocation | Mapping[str, int]) -> dict[RegionConfig, float]:
+        """Nodes of each (region, config) the allocation's instances use, slices as fractions."""
+        counts = allocation.counts if isinstance(allocation, Allocation) else allocation.items()
+        use: dict[RegionConfig, float] = defaultdict(float)
+        for key, n in counts:
+            t = self.template(key)
+            for c, k in t.node_use:
+                use[(t.region, c)] += k * n
+        return dict(use)
+
+    def idle_cost(self, allocation: Allocation | Mapping[str, int]) -> float:
+        """$/h of the GPUs left idle on nodes bought for slices: each sliced (region, config)
+        buys ceil(its use) nodes (exact: power-of-two slices pack by first-fit decreasing,
+        :mod:`atoll.solvers.packing`), and template costs count only the slices' share."""
+        if not self._index.sliced_rcs:
+            return 0.0
+        return sum(self.prices[rc] * (math.ceil(u - 1e-9) - u)
+                   for rc, u in self.node_use(allocation).items() if rc in self._index.sliced_rcs)
 
     def with_changes(self, **changes: Any) -> AllocationProblem:
         if "templates" not in changes:
@@ -352,7 +377,9 @@ def served_shares(demand: Mapping[str, float], capacity: Mapping[str, float],
 class AllocationResult:
     """A solved plan. ``objective`` = cost_per_hour + K x startup_cost_per_hour of the whole plan
     (fixed models included); ``gap`` = proven relative gap of that objective (NaN when unknown:
-    goodput stage 1 only, or CBC); ``allocation`` is None when no plan was found."""
+    goodput stage 1 only, or CBC); ``allocation`` is None when no plan was found. With slices,
+    ``cost_per_hour`` pays whole nodes (ceil of each sliced pool's use) and ``packing`` says which
+    slices share which node."""
 
     status: SolveStatus
     allocation: Allocation | None
@@ -369,6 +396,9 @@ class AllocationResult:
     message: str = ""
     solver: str = "highs"
     warm_start_accepted: bool | None = None
+    # node -> slices (atoll.solvers.packing.Packing) of a plan over a library with slices;
+    # None for whole-node libraries, where each stage node is its own node
+    packing: Any = None
 
     @classmethod
     def from_allocation(cls, problem: AllocationProblem, status: SolveStatus,
@@ -389,6 +419,7 @@ class AllocationResult:
             startup += max(0, n - running[key]) * c
             t = problem.template(key)
             capacity[t.service.name] += n * t.throughput
+        cost += problem.idle_cost(allocation)  # whole nodes bought for slices
         objective = cost + problem.startup_weight * startup
         served, shares, goodput = served_shares(problem.demand, capacity, problem.models)
         if bound is not None:

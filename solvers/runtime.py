@@ -20,6 +20,17 @@ a stage and a different tensor-parallel size (GPUs per node) in each stage.
 Any contiguous layer split is fine (``VLLM_PP_LAYER_PARTITION``), and GPU types may differ
 between stages. A data-parallel copy of a whole model is simply another instance of a
 one-stage template, so nothing is lost by excluding data parallelism inside a template.
+
+**Slices** (issue 28, a library built with ``slices=True``, ``vllm`` only): a stage may use g of
+the G GPUs of one node (g a power of two below G, a pod asking ``nvidia.com/gpu: g``), written
+"g/GxTYPE" (:class:`~atoll.solvers.types.NodeConfig`). Every rule above reads the slice as a
+g-GPU node: one slice per stage, one tensor-parallel size g on every stage (a slice's g, not its
+node's G), KV-head divisibility of g, at most two slice configs with the odd one leading. An
+engine's p stages of g GPUs may share one node (TP x PP inside a node, p x g <= G) or not: which
+slices share which node is the packing (:mod:`atoll.solvers.packing`), not the template. The
+memory-ratio cut (``rho``) judges a slice's memory, so Phi-4 on 8xH100 nodes is served by 1- or
+2-GPU slices instead of being dropped with the whole node. ``any`` never gets slices: it keeps
+Coral's whole-node semantics, so the paper's decomposition stays reproducible.
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from atoll.solvers.errors import UnknownNameError
-from atoll.solvers.types import ModelSpec, NodeConfig, Template
+from atoll.solvers.types import NODE_GPU_COUNTS, ModelSpec, NodeConfig, Template, gpus_of
 
 RUNTIMES: tuple[str, ...] = ("vllm", "any")
 DEFAULT_RUNTIME = "any"  # the bundled research scenarios; fleet files and the controller default to vllm
@@ -71,6 +82,38 @@ def multiset_ok(runtime: str, model: ModelSpec, configs: Sequence[NodeConfig]) -
             and len(kinds) <= 2 and tp_problem(model, next(iter(counts))) is None)
 
 
+def with_slices(configs: Sequence[NodeConfig]) -> tuple[NodeConfig, ...]:
+    """``configs`` (whole nodes) and every slice of them a stage may use: g GPUs of a G-GPU node
+    for each g in NODE_GPU_COUNTS below G (all powers of two, so they pack exactly)."""
+    out = list(configs)
+    for c in configs:
+        if c.node_gpus:
+            raise ValueError(f"with_slices: {c.name} is already a slice")
+        out.extend(NodeConfig(c.gpu, g, c.count) for g in NODE_GPU_COUNTS if g < c.count)
+    return tuple(out)
+
+
+def vllm_multisets(configs: Sequence[NodeConfig], n_max: int) -> list[tuple[int, ...]]:
+    """Sorted index tuples of every multiset of at most ``n_max`` entries of ``configs`` whose
+    shape the vllm rules accept, ignoring the model: one GPU count, and one config or one node of
+    a lead config with the rest of one worker config. Listed directly (O(configs^2 x n_max))
+    instead of filtering all multisets: with slices a region offers ~45 configs, and there are
+    ~1.6e7 multisets of 6 of them."""
+    out: set[tuple[int, ...]] = set()
+    by_gpus: dict[int, list[int]] = {}
+    for i, c in enumerate(configs):
+        by_gpus.setdefault(c.count, []).append(i)
+    for group in by_gpus.values():
+        for w in group:
+            for n in range(1, n_max + 1):
+                out.add((w,) * n)
+                if n >= 2:
+                    for lead in group:
+                        if lead != w:
+                            out.add(tuple(sorted((lead, *(w,) * (n - 1)))))
+    return sorted(out, key=lambda ms: (len(ms), ms))
+
+
 def vllm_last_configs(configs: Sequence[str]) -> frozenset[str] | None:
     """Configs the last stage may have under ``vllm`` for this node multiset (None: any). With
     one node of config L and k >= 2 of W, L leads (first stage) and W ends the pipeline."""
@@ -109,7 +152,7 @@ def template_problem(runtime: str, model: ModelSpec, template: Template) -> str 
     if len(workers) > 1:
         return (f"template {template.key}: stages after the first use {len(workers)} node configs "
                 f"{sorted(workers)}; a LeaderWorkerSet has one worker pod template")
-    gpus = sorted({int(c.split("x", 1)[0]) for c, _ in template.nodes})
+    gpus = sorted({gpus_of(c) for c, _ in template.nodes})
     if len(gpus) != 1:
         return (f"template {template.key}: stages have different GPU counts {gpus}; vLLM uses one "
                 f"tensor-parallel size for every stage")

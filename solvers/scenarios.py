@@ -222,10 +222,10 @@ def scarce_availability(spec: ScenarioSpec, templates: Sequence[Template],
     if res.allocation is None or res.status is not SolveStatus.OPTIMAL:
         raise RuntimeError(f"scenario {spec.name}: the even-mix plan behind 'scarce' availability "
                            f"failed ({res.status.value}: {res.message})")
-    used: dict[tuple[str, str], int] = {}
+    used: dict[tuple[str, str], float] = {}
     for key, n in res.allocation.counts:
         t = problem.template(key)
-        for c, k in t.nodes:
+        for c, k in t.node_use:
             used[(t.region, c)] = used.get((t.region, c), 0) + k * n
     caps = {rc: (math.ceil((1 + spec.scarce_headroom) * used[rc] - 1e-9) if rc in used else 0)
             for rc in problem.prices}

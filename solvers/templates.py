@@ -45,6 +45,8 @@ from atoll.solvers.runtime import (
     multiset_ok,
     runtime_tag,
     vllm_last_configs,
+    vllm_multisets,
+    with_slices,
 )
 from atoll.solvers.template_store import (
     CODE_VERSION,
@@ -62,6 +64,7 @@ __all__ = ["SCENARIO_LIBRARIES", "LibrarySpec", "TemplateJob", "TemplateLibrary"
 
 MAX_N_MAX = 8  # set partitions of 8 nodes are already 4140; beyond, the exact search explodes
 DEFAULT_SHAPE = RequestShape()
+SLICES_VERSION = 1  # bump when what a slice build produces changes (it enters slice jobs' keys)
 
 
 def _names(owner: str, fname: str, values: Iterable[str], resolve: Callable[[str], str]) -> tuple[str, ...]:
@@ -93,7 +96,8 @@ class LibrarySpec:
 
     ``model_shapes`` optionally overrides ``shape`` per model, as (model name, shape) pairs.
     ``runtime``: ``any`` (every pipeline shape) or ``vllm`` (what stock vLLM runs), see
-    :mod:`atoll.solvers.runtime`.
+    :mod:`atoll.solvers.runtime`. ``slices`` (``vllm`` only): stages may also use g of a node's
+    G GPUs (issue 28); the ILP then buys whole nodes and packs the slices.
     """
 
     models: tuple[str, ...]
@@ -104,12 +108,18 @@ class LibrarySpec:
     shape: RequestShape = DEFAULT_SHAPE
     model_shapes: tuple[tuple[str, RequestShape], ...] = field(default=())
     runtime: str = DEFAULT_RUNTIME
+    slices: bool = False
 
     def __post_init__(self) -> None:
         owner = "LibrarySpec"
         if self.runtime not in RUNTIMES:
             raise ValueError(f"{owner}: field 'runtime' must be one of {', '.join(RUNTIMES)}, "
                              f"got {self.runtime!r}")
+        if not isinstance(self.slices, bool):
+            raise TypeError(f"{owner}: field 'slices' must be a bool, got {self.slices!r}")
+        if self.slices and self.runtime != "vllm":
+            # 'any' keeps Coral's whole-node semantics (the paper's decomposition)
+            raise ValueError(f"{owner}: field 'slices' needs runtime 'vllm', got {self.runtime!r}")
         catalog = load_catalog()
         models = _names(owner, "models", self.models, lambda n: get_model(n).name)
         object.__setattr__(self, "models", models)
@@ -145,7 +155,8 @@ class LibrarySpec:
     def to_json(self) -> dict[str, Any]:
         return {"models": list(self.models), "regions": list(self.regions), "gpu_types": list(self.gpu_types),
                 "n_max": self.n_max, "rho": self.rho, "shape": asdict(self.shape),
-                "model_shapes": {m: asdict(s) for m, s in self.model_shapes}, "runtime": self.runtime}
+                "model_shapes": {m: asdict(s) for m, s in self.model_shapes}, "runtime": self.runtime,
+                **({"slices": True} if self.slices else {})}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> LibrarySpec:
@@ -155,7 +166,7 @@ class LibrarySpec:
                 gpu_types=tuple(data["gpu_types"]), n_max=int(data["n_max"]), rho=float(data["rho"]),
                 shape=RequestShape(**data["shape"]),
                 model_shapes=tuple((m, RequestShape(**s)) for m, s in data.get("model_shapes", {}).items()),
-                runtime=str(data.get("runtime", DEFAULT_RUNTIME)))
+                runtime=str(data.get("runtime", DEFAULT_RUNTIME)), slices=bool(data.get("slices", False)))
         except KeyError as exc:
             raise ValueError(f"LibrarySpec JSON: missing field {exc}") from exc
 
@@ -168,8 +179,9 @@ class LibrarySpec:
             model = get_model(m)
             for phase in Phase:
                 for region in self.regions:
-                    configs = tuple(sorted((catalog.config(name) for name in catalog.offers_in(region)
-                                            if catalog.config(name).gpu.name in self.gpu_types),
+                    nodes = [catalog.config(name) for name in catalog.offers_in(region)
+                             if catalog.config(name).gpu.name in self.gpu_types]
+                    configs = tuple(sorted(with_slices(nodes) if self.slices else nodes,
                                            key=lambda c: c.name))
                     out.append(TemplateJob(model, phase, region, configs, self.n_max, self.rho,
                                            self.shape_of(m), factors, self.runtime))
@@ -215,6 +227,8 @@ class TemplateJob:
             "configs": [{"name": c.name, "gpu": asdict(c.gpu)} for c in self.configs],
             "n_max": self.n_max, "rho": self.rho, "shape": asdict(self.shape),
             "factors": self.factors.to_json(), "runtime": runtime_tag(self.runtime),
+            # whole-node libraries keep their keys (and caches); slice configs are in "configs" too
+            **({"slices": SLICES_VERSION} if any(c.node_gpus for c in self.configs) else {}),
         })
 
 
@@ -229,16 +243,21 @@ def enumerate_multisets(model: ModelSpec, configs: Sequence[NodeConfig], n_max: 
     model where only 8xMI300X are sold), the minimal ones — none of whose nodes can be dropped
     with the rest still holding the model — are kept."""
     weights = model.weight_bytes
-    memory = [c.memory_gb * 1e9 for c in configs]
+    memory = [c.memory_gb * 1e9 for c in configs]  # a slice's own GPUs: rho judges the slice
     fit = [max_layers_that_fit(model, c, shape) for c in configs]
     out: list[tuple[int, ...]] = []
     over: list[tuple[int, ...]] = []
-    for n in range(1, n_max + 1):
-        for ms in itertools.combinations_with_replacement(range(len(configs)), n):
-            mem = sum(memory[i] for i in ms)
-            if weights <= mem and sum(fit[i] for i in ms) >= model.layers and (
-                    runtime == "any" or multiset_ok(runtime, model, [configs[i] for i in ms])):
-                (out if mem < rho * weights else over).append(ms)
+    if runtime == "any":
+        candidates: Iterable[tuple[int, ...]] = (
+            ms for n in range(1, n_max + 1)
+            for ms in itertools.combinations_with_replacement(range(len(configs)), n))
+    else:  # the same multisets, in the same order, without visiting the ones vllm cannot run
+        candidates = vllm_multisets(configs, n_max)
+    for ms in candidates:
+        mem = sum(memory[i] for i in ms)
+        if weights <= mem and sum(fit[i] for i in ms) >= model.layers and (
+                runtime == "any" or multiset_ok(runtime, model, [configs[i] for i in ms])):
+            (out if mem < rho * weights else over).append(ms)
     if out or not over:
         return out
     held = set(over)

@@ -68,10 +68,18 @@ class GpuType:
 
 @dataclass(frozen=True)
 class NodeConfig:
-    """A node: ``count`` GPUs of one type, written like "2xH100"."""
+    """A node: ``count`` GPUs of one type, written like "2xH100"; or a *slice* of a node:
+    ``count`` of the ``node_gpus`` GPUs of one node, written like "2/8xH100" (DESIGN.md §2).
+
+    A slice performs as a ``count``-GPU node of the same type (same cards, same intra-node
+    link), so the performance model reads ``count`` and ``gpu`` only; what differs is what is
+    bought: a slice is ``count / node_gpus`` of a node, and several slices share one node.
+    ``node_gpus`` = 0 (or equal to ``count``) is a whole node.
+    """
 
     gpu: GpuType
     count: int
+    node_gpus: int = 0
 
     def __post_init__(self) -> None:
         _integer(f"NodeConfig {self.gpu.name}", "count", self.count)
@@ -80,14 +88,63 @@ class NodeConfig:
                 f"NodeConfig {self.gpu.name}: field 'count' must be one of {NODE_GPU_COUNTS}, "
                 f"got {self.count}"
             )
+        _integer(f"NodeConfig {self.gpu.name}", "node_gpus", self.node_gpus, minimum=0)
+        if self.node_gpus == self.count:
+            object.__setattr__(self, "node_gpus", 0)
+        elif self.node_gpus and (self.node_gpus not in NODE_GPU_COUNTS or self.node_gpus < self.count):
+            # powers of two only: then first-fit decreasing packs any slices whose GPUs sum to at
+            # most k nodes' into k nodes, which makes the ILP's node count exact (solvers/packing)
+            raise ValueError(
+                f"NodeConfig {self.gpu.name}: field 'node_gpus' must be one of {NODE_GPU_COUNTS} and "
+                f">= count ({self.count}), got {self.node_gpus}"
+            )
 
     @property
     def name(self) -> str:
+        if self.node_gpus:
+            return f"{self.count}/{self.node_gpus}x{self.gpu.name}"
         return f"{self.count}x{self.gpu.name}"
+
+    @property
+    def node(self) -> NodeConfig:
+        """The node this config is bought as (itself for a whole node)."""
+        return NodeConfig(self.gpu, self.node_gpus) if self.node_gpus else self
 
     @property
     def memory_gb(self) -> float:
         return self.gpu.memory_gb * self.count
+
+
+_CONFIG_NAME = re.compile(r"(\d+)(?:/(\d+))?x(.+)")
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_config_name(name: str) -> tuple[int, int, str]:
+    """"2/8xH100" -> (2, 8, "H100"); "8xH100" -> (8, 8, "H100"): the GPUs used, the GPUs of the
+    node bought, and the GPU type. Raises ValueError for other text."""
+    m = _CONFIG_NAME.fullmatch(name)
+    if m is None:
+        raise ValueError(f"node config {name!r} must look like '<count>x<GPU>' or "
+                         f"'<count>/<node GPUs>x<GPU>' (a slice), e.g. '4xL40S' or '2/8xH100'")
+    g = int(m.group(1))
+    return g, int(m.group(2) or g), m.group(3)
+
+
+def node_config_of(name: str) -> str:
+    """The node config a config name is bought as: "2/8xH100" -> "8xH100", "4xL4" -> "4xL4"."""
+    g, n, gpu = parse_config_name(name)
+    return name if g == n else f"{n}x{gpu}"
+
+
+def gpus_of(name: str) -> int:
+    """GPUs one stage on this config uses (its tensor-parallel size under vLLM): "2/8xH100" -> 2."""
+    return parse_config_name(name)[0]
+
+
+def node_share(name: str) -> float:
+    """The fraction of a node one stage on this config uses: "2/8xH100" -> 0.25, "4xL4" -> 1."""
+    g, n, _ = parse_config_name(name)
+    return 1.0 if g == n else g / n
 
 
 @dataclass(frozen=True)
@@ -277,7 +334,25 @@ class Template:
 
     @property
     def node_count(self) -> int:
+        """Stages' nodes or slices (a slice counts as one)."""
         return sum(k for _, k in self.nodes)
+
+    @functools.cached_property
+    def node_use(self) -> tuple[tuple[str, float], ...]:
+        """(node config, nodes one instance uses) pairs, sorted: whole nodes count 1 each
+        (integers, exactly ``nodes``), a slice counts its share of a node ("2/8xH100" 0.25 of an
+        "8xH100"). What availability, prices and the ILP's node rows see."""
+        if not any("/" in c for c, _ in self.nodes):
+            return self.nodes
+        use: dict[str, float] = {}
+        for c, k in self.nodes:
+            node = node_config_of(c)
+            use[node] = use.get(node, 0) + k * node_share(c)
+        return tuple(sorted(use.items()))
+
+    @property
+    def has_slices(self) -> bool:
+        return any("/" in c for c, _ in self.nodes)
 
     @functools.cached_property
     def key(self) -> str:

@@ -44,7 +44,7 @@ def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
     for key in inst.free:
         t = p.template(key)
         s = service_of[key] = t.service.name
-        for c, _k in t.nodes:
+        for c, _k in t.node_use:
             rc = (t.region, c)
             if rc in inst.rows:
                 a, b = find(owner.setdefault(rc, s)), find(s)

@@ -3,6 +3,7 @@ availability left to them, or services that can each be met alone but not togeth
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -22,12 +23,15 @@ def max_capacity_alone(problem: AllocationProblem, service: str,
     terms = []
     by_rc: dict[tuple[str, str], list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
     for i, t in enumerate(problem.templates_of(service)):
-        ub = min([int(residual.get((t.region, c), 0) // k) for c, k in t.nodes])
+        room = min(residual.get((t.region, c), 0) / k for c, k in t.node_use)
+        if math.isinf(room):  # unlimited availability (None): this template alone meets any demand
+            return math.inf
+        ub = int(math.floor(room + 1e-9))
         if ub <= 0:
             continue
         v = prob.add_variable(f"x{i:06d}", 0, ub, cat=pulp.LpInteger)
         terms.append((v, t.throughput))
-        for c, k in t.nodes:
+        for c, k in t.node_use:
             by_rc[(t.region, c)].append((v, float(k)))
     if not terms:
         return 0.0

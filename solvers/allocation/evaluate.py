@@ -61,7 +61,7 @@ def evaluate_plan(problem: AllocationProblem,
         if n != round(n):
             violations.append(f"{key}: count {n} is not an integer")
         price = 0.0
-        for c, k in t.nodes:
+        for c, k in t.node_use:  # a slice at its share of the node
             usage[(t.region, c)] += k * n
             price += k * problem.prices[(t.region, c)]
         cost += n * price
@@ -70,7 +70,14 @@ def evaluate_plan(problem: AllocationProblem,
         if n > 0:
             types_by_model[t.service.model].update(gpu_type_of(c) for c, _ in t.nodes)
             configs_by_model[t.service.model].update(c for c, _ in t.nodes)
+    sliced = problem.index.sliced_rcs
     for rc, used in sorted(usage.items()):
+        if rc in sliced:
+            # slices buy whole nodes: ceil(used) of them, all paid (exact for power-of-two
+            # slices, atoll.solvers.packing)
+            nodes = math.ceil(used - 1e-9)
+            cost += (nodes - used) * problem.prices[rc]
+            used = nodes
         if used > problem.available(rc) + _TOL:
             violations.append(f"{rc[0]}/{rc[1]}: uses {used:g} nodes, {problem.available(rc):g} available")
     if problem.mode == "cost":

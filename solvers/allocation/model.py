@@ -11,6 +11,17 @@ d_s demand; A_rc availability; r_t running instances; K start-up weight.
                                                      :mod:`~atoll.solvers.allocation.reduction`)
     minimize    sum_t p_t x_t + K sum_t p_t a_t
 
+Slices (issue 28): for a (region, config) some template uses a slice of ("2/8xH100" is 0.25 of an
+8xH100 node; n_tc fractional), the row above becomes integer nodes y_rc and their idle share
+i_rc >= 0,
+
+    y_rc - i_rc - sum_t n_tc x_t = F_rc,   0 <= y_rc <= A_rc,   objective += price_rc x i_rc
+
+so the objective is what the bought nodes cost (p_t counts a slice's share; the idle GPUs of the
+last node are paid too). ceil(use) nodes suffice because slices and nodes have power-of-two GPU
+counts: first-fit decreasing packs them (:mod:`atoll.solvers.packing`), so the aggregate row is
+exact. Variables ``nodes<j>_<region>_<config>`` and ``idle<j>_...``, row ``pack<j>_...``.
+
 Goodput mode (scarcity) is lexicographic. Stage 1 maximizes sum_m f_m, 0 <= f_m <= 1, with
 f_m d_s <= sum_{t of s} theta_t x_t for both services of model m: f_m is the share of model m's
 requests served, since a request needs both its prefill and its decode. Every model weighs the
@@ -27,6 +38,7 @@ column order the same from one round to the next.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping
@@ -57,6 +69,8 @@ class Model:
     # (model, GPU type or config) -> y_mg, under the one-type / one-config rule
     choice: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)
     kind_of: dict[str, str] = field(default_factory=dict)  # template key -> its g, under the rule
+    # sliced (region, config) -> (nodes y_rc, idle share i_rc)
+    nodes: dict[tuple[str, str], tuple[pulp.LpVariable, pulp.LpVariable]] = field(default_factory=dict)
 
 
 def build_model(inst: RoundInstance, stage: str, floor_share: float | None = None) -> Model:
@@ -77,7 +91,7 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
     objective: list[tuple[pulp.LpVariable, float]] = []
     for i, (key, var) in enumerate(x.items()):
         t = p.template(key)
-        for c, k in t.nodes:
+        for c, k in t.node_use:
             if (t.region, c) in inst.rows:
                 by_rc[(t.region, c)].append((var, float(k)))
         by_service[t.service.name].append((var, t.throughput))
@@ -98,9 +112,21 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
                 objective.append((add, cost * p.startup_weight))
                 prob += (pulp.LpAffineExpression([(add, 1.0), (var, -1.0)]) >= -r,
                          f"startup{i:06d}_{names[key]}")
+    sliced = p.index.sliced_rcs
     for j, (rc, terms) in enumerate(sorted(by_rc.items())):
-        prob += (pulp.LpAffineExpression(terms) <= inst.residual[rc],
-                 f"avail{j:05d}_{label(rc[0])}_{label(rc[1])}")
+        name = f"{j:05d}_{label(rc[0])}_{label(rc[1])}"
+        if rc not in sliced:
+            prob += pulp.LpAffineExpression(terms) <= inst.residual[rc], f"avail{name}"
+            continue
+        cap = p.available(rc)
+        y = prob.add_variable(f"nodes{name}", 0, None if math.isinf(cap) else math.floor(cap + 1e-9),
+                              cat=pulp.LpInteger)
+        idle = prob.add_variable(f"idle{name}", 0)
+        model.nodes[rc] = (y, idle)
+        prob += (pulp.LpAffineExpression([(y, 1.0), (idle, -1.0), *((v, -k) for v, k in terms)])
+                 == inst.fixed_use.get(rc, 0.0), f"pack{name}")
+        if stage != "share":
+            objective.append((idle, p.prices[rc]))
     if rule is not None:
         n_rows = 0
         for j, m in enumerate(inst.models):
@@ -160,6 +186,16 @@ def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[s
     for m, var in model.fraction.items():
         values[var.name] = min([1.0] + [cap[s] / p.demand[s] for s in inst.services
                                         if model_of(s) == m])
+    if model.nodes:
+        use: dict[tuple[str, str], float] = defaultdict(float)
+        for key, var in model.count.items():
+            t = p.template(key)
+            for c, k in t.node_use:
+                use[(t.region, c)] += k * values[var.name]
+        for rc, (y, idle) in model.nodes.items():
+            u = inst.fixed_use.get(rc, 0.0) + use[rc]
+            values[y.name] = float(math.ceil(u - 1e-9))
+            values[idle.name] = values[y.name] - u
     return values
 
 

@@ -41,7 +41,7 @@ class RoundInstance:
         self.fixed: dict[str, int] = {}
         self.floor: dict[str, int] = {}  # grow models' running instances, kept
         self.held: dict[str, float] = defaultdict(float)  # service -> tokens/s of the floor
-        self.fixed_use: dict[tuple[str, str], int] = defaultdict(int)
+        self.fixed_use: dict[tuple[str, str], float] = defaultdict(float)  # slices as fractions
         for key, n in running.counts:
             t = p.template(key)
             if t.service.model not in free_models or t.service.model in problem.grow:
@@ -50,19 +50,25 @@ class RoundInstance:
                     self.held[t.service.name] += n * t.throughput
                 else:
                     self.fixed[key] = n
-                for c, k in t.nodes:
+                for c, k in t.node_use:
                     self.fixed_use[(t.region, c)] += k * n
         self.residual: dict[tuple[str, str], float] = {}
         self.overused: list[str] = []
+        sliced = ix.sliced_rcs
         for rc in problem.prices:
-            cap = problem.available(rc) - self.fixed_use.get(rc, 0)
+            held = self.fixed_use.get(rc, 0)
+            # held slices occupy whole nodes: their packing needs ceil(held) of them
+            cap = problem.available(rc) - (math.ceil(held - 1e-9) if rc in sliced else held)
             if cap < 0:
                 self.overused.append(f"{rc[0]}/{rc[1]} (held instances use {self.fixed_use[rc]}, "
                                      f"available {problem.available(rc):g})")
-            self.residual[rc] = max(cap, 0.0)
-        # rows without room for one node always count: they only remove templates
+            # a sliced row's residual is in node shares: the node variable carries the held use
+            self.residual[rc] = max(cap, 0.0) if rc not in sliced else max(
+                problem.available(rc) - held, 0.0)
+        # rows without room for one node always count: they only remove templates. Rows of
+        # sliced nodes always count too: they carry the node variables that price the packing.
         self.rows = frozenset(rc for rc, v in self.residual.items() if v < 1 or rows is None
-                              or rc in rows)
+                              or rc in rows or rc in sliced)
         # the floor's instances are constants: the grow models' variables start from none running
         self.running = Allocation.of({k: n for k, n in running.counts if k not in self.floor}) \
             if self.floor else running
@@ -112,7 +118,8 @@ class RoundInstance:
         """Drop t when a t' of the same service (and GPU type or config, under the one-type or
         one-config rule) has
         cost <= and throughput >= and uses no node of an enforced row, or the same nodes of
-        enforced rows as t. Moving an instance from t to t' then keeps every enforced row and
+        enforced rows as t (a t on a sliced row only the latter: see the loop).
+        Moving an instance from t to t' then keeps every enforced row and
         demand row and cannot raise the objective (t has no running instance, so its added
         cost (1 + K) p_t is at least t's worst case (1 + K) p_t'). Running and warm-start
         templates are kept. Returns kept template positions in library order."""
@@ -149,8 +156,13 @@ class RoundInstance:
             a, b = ptr[i], ptr[i + 1]
             usage = tuple((r, k) for r, k in zip(rcs[a:b], ks[a:b], strict=True) if on[r])
             groups[(gr[i], usage)].append(i)
-        for (gid, _usage), members in groups.items():
+        sliced = ix.sliced.tolist()
+        for (gid, used), members in groups.items():
             front_cost, front_thr = fronts.get(gid, (np.zeros(0), np.zeros(0)))
+            if any(sliced[r] for r, _ in used):
+                # moving an instance off a sliced row need not save its share: the node it sat on
+                # may stay bought (nodes are integers). Only same-usage templates compare.
+                front_cost, front_thr = np.zeros(0), np.zeros(0)
             members.sort(key=lambda i: (cost[i], -thr[i], i))
             best = -math.inf
             for i in members:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulp
 
@@ -23,6 +23,7 @@ from atoll.solvers.allocation.diagnosis import FEAS_TOL, diagnose_infeasible
 from atoll.solvers.allocation.highs import SolverRun, failure_message, status_of
 from atoll.solvers.allocation.model import Model, build_model, extract, start_values
 from atoll.solvers.allocation.reduction import RoundInstance
+from atoll.solvers.packing import pack_plan
 from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus
 
 SOLVERS = ("highs", "cbc")
@@ -42,10 +43,10 @@ class _Round:
 
 def _violated_rows(inst: RoundInstance, allocation: Allocation) -> set[tuple[str, str]]:
     p = inst.problem
-    use: dict[tuple[str, str], int] = defaultdict(int)
+    use: dict[tuple[str, str], float] = defaultdict(float)
     for key, n in allocation.counts:
         t = p.template(key)
-        for c, k in t.nodes:
+        for c, k in t.node_use:  # a sliced row's node variable keeps ceil(use) within availability
             use[(t.region, c)] += k * n
     return {rc for rc, u in use.items() if u > p.available(rc) + 1e-9}
 
@@ -165,10 +166,13 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
     def result(status: SolveStatus, allocation: Allocation | None, message: str = "",
                bound: float | None = None) -> AllocationResult:
         start = runner.start_status
-        return AllocationResult.from_allocation(
+        out = AllocationResult.from_allocation(
             problem, status, allocation, message=message, bound=bound,
             build_seconds=runner.build, solve_seconds=runner.solve, solver=solver,
             warm_start_accepted=None if start is None else str(start).endswith("kOk"))
+        if allocation is not None and problem.index.sliced_rcs:
+            out = replace(out, packing=pack_plan(problem, allocation))
+        return out
 
     try:
         keep = frozenset(k for k, _ in warm_start.counts) if warm_start is not None else frozenset()

@@ -1,0 +1,139 @@
+"""Issue 28's figures: what GPU slices (several vLLM instances per node, TP x PP inside a node)
+buy, as one JSON document on stdout.
+
+Fleets (the extended scenario's six models, its request shapes and its even-mix demand, ample
+availability, cost mode, ``runtime: vllm``):
+
+- ``h100x8``: only 8xH100 nodes (AWS us-east-2's p5.48xlarge price);
+- ``a100x8_l40sx8``: only 8xA100-80GB (GCP us-central1's price) and 8xL40S (us-east-2's) nodes,
+  a lab fleet offered under us-east-2's name (the library keys hold the configs, not the name);
+- ``aws``: the extended fleet limited to its two AWS regions, every offer as in the catalog.
+
+Per fleet, three plans: ``whole_nodes`` (vllm, each stage a whole node: today's library),
+``slices`` (vllm with slices: stages of g of a node's G GPUs, the ILP buys whole nodes and
+packs them) and ``emulation`` (whole-node vllm on a catalog where every G-GPU offer is also sold
+as 1/2/4-GPU pieces at G-proportional prices, keeping a cheaper existing offer: perfect packing
+for free, a lower bound the slices plan should meet within 1%). The slices plan's packing is
+checked by the packing evaluator.
+
+    .venv/bin/python benchmarks/slices.py [--fleets h100x8,a100x8_l40sx8,aws] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from typing import Any
+
+from atoll.solvers.allocation import evaluate_plan, solve_allocation
+from atoll.solvers.catalog import Catalog, load_catalog
+from atoll.solvers.packing import check_packing
+from atoll.solvers.problem import AllocationProblem
+from atoll.solvers.scenarios import SCENARIOS, library_spec, scenario_demand
+from atoll.solvers.templates import build_library
+from atoll.solvers.types import NODE_GPU_COUNTS, Offer
+
+EAST, SEOUL, GCP = "aws:us-east-2", "aws:ap-northeast-2", "gcp:us-central1"
+
+
+def _offer(catalog: Catalog, region: str, config: str, as_region: str | None = None) -> Offer:
+    o = catalog.offers_in(region)[config]
+    return dataclasses.replace(o, region=as_region or region)
+
+
+def fleets(catalog: Catalog) -> dict[str, tuple[Offer, ...]]:
+    aws = tuple(o for o in catalog.offers if o.region in (EAST, SEOUL))
+    return {
+        "h100x8": (_offer(catalog, EAST, "8xH100"),),
+        "a100x8_l40sx8": (_offer(catalog, GCP, "8xA100-80GB", EAST), _offer(catalog, EAST, "8xL40S")),
+        "aws": aws,
+    }
+
+
+def emulation(offers: tuple[Offer, ...]) -> tuple[Offer, ...]:
+    """Every offer plus its 1/2/4-GPU pieces at proportional prices (a cheaper offer of the
+    same config in the region is kept)."""
+    best: dict[tuple[str, str], Offer] = {(o.region, o.config): o for o in offers}
+    for o in offers:
+        count, _, gpu = o.config.partition("x")
+        for g in NODE_GPU_COUNTS:
+            if g >= int(count):
+                continue
+            share = g / int(count)
+            piece = Offer(o.region, f"{g}x{gpu}", o.on_demand_per_hour * share,
+                          None if o.spot_per_hour is None else o.spot_per_hour * share,
+                          f"EMULATED {g}/{count} of {o.instance}", o.spot_estimated)
+            have = best.get((o.region, piece.config))
+            if have is None or have.on_demand_per_hour > piece.on_demand_per_hour:
+                best[(o.region, piece.config)] = piece
+    return tuple(best.values())
+
+
+def plan(catalog: Catalog, offers: tuple[Offer, ...], *, slices: bool, workers: int) -> dict[str, Any]:
+    cat = dataclasses.replace(catalog, offers=offers)
+    spec = SCENARIOS["extended"]
+    regions = tuple(sorted({o.region for o in offers}))
+    gpus = tuple(sorted({cat.config(o.config).gpu.name for o in offers}))
+    lib_spec = dataclasses.replace(library_spec(spec, "vllm"), regions=regions, gpu_types=gpus, slices=slices)
+    t0 = time.perf_counter()
+    lib = build_library(lib_spec, catalog=cat, workers=workers, progress=False)
+    build_s = time.perf_counter() - t0
+    prices = {(o.region, o.config): o.on_demand_per_hour for o in offers}
+    demand = scenario_demand(spec, "even")
+    problem = AllocationProblem(lib.templates, demand, None, prices)
+    t0 = time.perf_counter()
+    res = solve_allocation(problem)
+    solve_s = time.perf_counter() - t0
+    row: dict[str, Any] = {
+        "templates": len(lib.templates), "library_seconds": round(build_s, 2), "from_cache": lib.from_cache,
+        "slice_templates": sum(t.has_slices for t in lib.templates),
+        "status": res.status.value, "solve_seconds": round(solve_s, 3),
+        "cost_per_hour": None if res.allocation is None else round(res.cost_per_hour, 4),
+        "gap": None if res.allocation is None else res.gap,
+        "models_without_templates": sorted(m for m in spec.models if not lib.for_model(m)),
+    }
+    if res.allocation is None:
+        row["message"] = res.message
+        return row
+    ev = evaluate_plan(problem, res.allocation)
+    row["evaluator_feasible"] = ev.feasible
+    row["evaluator_cost_per_hour"] = round(ev.cost_per_hour, 4)
+    row["instances"] = res.allocation.total_instances
+    row["slice_instances"] = sum(n for k, n in res.allocation.counts if problem.template(k).has_slices)
+    row["tp_x_pp_in_a_node_instances"] = sum(
+        n for k, n in res.allocation.counts
+        if problem.template(k).has_slices and len(problem.template(k).stages) > 1)
+    if res.packing is not None:
+        row["packing_violations"] = check_packing(problem, res.allocation, res.packing)
+        row["nodes_per_pool"] = {f"{r}/{c}": n for (r, c), n in sorted(res.packing.node_counts().items())}
+        row["idle_gpus"] = sum(n.gpus - n.used_gpus for n in res.packing.nodes)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fleets", default="h100x8,a100x8_l40sx8,aws")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    catalog = load_catalog()
+    all_fleets = fleets(catalog)
+    out: dict[str, Any] = {}
+    for name in args.fleets.split(","):
+        offers = all_fleets[name]
+        rows = {"whole_nodes": plan(catalog, offers, slices=False, workers=args.workers),
+                "slices": plan(catalog, offers, slices=True, workers=args.workers),
+                "emulation": plan(catalog, emulation(offers), slices=False, workers=args.workers)}
+        s, e, w = (rows[k]["cost_per_hour"] for k in ("slices", "emulation", "whole_nodes"))
+        rows["slices_over_emulation"] = None if s is None or e is None else round(s / e, 4)
+        rows["slices_over_whole_nodes"] = None if s is None or w is None else round(s / w, 4)
+        out[name] = rows
+        print(f"{name}: whole {w} slices {s} emulation {e}", flush=True, file=__import__("sys").stderr)
+    doc = {"demand": "extended scenario, even mix, ample availability, cost mode, runtime vllm",
+           "fleets": out}
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()
