@@ -7,7 +7,8 @@ availability, cost mode, ``runtime: vllm``):
 - ``h100x8``: only 8xH100 nodes (AWS us-east-2's p5.48xlarge price);
 - ``a100x8_l40sx8``: only 8xA100-80GB (GCP us-central1's price) and 8xL40S (us-east-2's) nodes,
   a lab fleet offered under us-east-2's name (the library keys hold the configs, not the name);
-- ``aws``: the extended fleet limited to its two AWS regions, every offer as in the catalog.
+- ``aws``: the extended fleet (its GPU types) limited to its two AWS regions, offers as in the
+  catalog.
 
 Per fleet, three plans: ``whole_nodes`` (vllm, each stage a whole node: today's library),
 ``slices`` (vllm with slices: stages of g of a node's G GPUs, the ILP buys whole nodes and
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from typing import Any
 
@@ -44,7 +46,9 @@ def _offer(catalog: Catalog, region: str, config: str, as_region: str | None = N
 
 
 def fleets(catalog: Catalog) -> dict[str, tuple[Offer, ...]]:
-    aws = tuple(o for o in catalog.offers if o.region in (EAST, SEOUL))
+    types = set(SCENARIOS["extended"].gpu_types)
+    aws = tuple(o for o in catalog.offers
+                if o.region in (EAST, SEOUL) and catalog.config(o.config).gpu.name in types)
     return {
         "h100x8": (_offer(catalog, EAST, "8xH100"),),
         "a100x8_l40sx8": (_offer(catalog, GCP, "8xA100-80GB", EAST), _offer(catalog, EAST, "8xL40S")),
@@ -129,7 +133,7 @@ def main() -> None:
         rows["slices_over_emulation"] = None if s is None or e is None else round(s / e, 4)
         rows["slices_over_whole_nodes"] = None if s is None or w is None else round(s / w, 4)
         out[name] = rows
-        print(f"{name}: whole {w} slices {s} emulation {e}", flush=True, file=__import__("sys").stderr)
+        print(f"{name}: whole {w} slices {s} emulation {e}", flush=True, file=sys.stderr)
     doc = {"demand": "extended scenario, even mix, ample availability, cost mode, runtime vllm",
            "fleets": out}
     print(json.dumps(doc, indent=2))

@@ -3,7 +3,10 @@
 Per planned template (all its instances):
 
 - **one node** -> a ``Deployment`` (``apps/v1``), ``replicas`` = instances; the pod runs
-  ``vllm serve <model source> --tensor-parallel-size <GPUs per node>``.
+  ``vllm serve <model source> --tensor-parallel-size <GPUs per node>``. A *slice* ("2/8xH100",
+  :mod:`atoll.solvers.packing`) is a pod asking for its g GPUs (``nvidia.com/gpu: 2``,
+  ``--tensor-parallel-size 2``) with the node selector of the G-GPU node (GPU count 8); several
+  such pods share a node, placed by the scheduler (the plan's packing shows one way they fit).
 - **several nodes** (a pipeline, one node per stage; :mod:`atoll.solvers.runtime` ``vllm``) ->
   a ``LeaderWorkerSet`` (``leaderworkerset.x-k8s.io/v1``), ``replicas`` = instances, ``size`` =
   stages: each replica is one gang-scheduled group (``RecreateGroupOnPodRestart``). The leader
@@ -95,7 +98,7 @@ DEFAULT_MODEL_SOURCES: dict[str, str] = {
 }
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
-_CONFIG = re.compile(r"([1-9][0-9]*)x(.+)")
+_CONFIG = re.compile(r"([1-9][0-9]*)(?:/([1-9][0-9]*))?x(.+)")  # "4xL40S" or a slice "2/8xH100"
 
 
 def _dns_label(owner: str, name: str, value: str) -> None:
@@ -185,10 +188,20 @@ def model_label(model: str) -> str:
 
 
 def _parse_config(key: str, config: str) -> tuple[int, str]:
+    """(GPUs a stage's pod requests, GPU type): a slice "2/8xH100" asks for 2 of a node's 8."""
     m = _CONFIG.fullmatch(config)
     if not m:
-        raise SinkError(f"template {key!r}: node config {config!r} is not '<count>x<GPU>' such as '4xL40S'")
-    return int(m.group(1)), m.group(2)
+        raise SinkError(f"template {key!r}: node config {config!r} is not '<count>x<GPU>' such as '4xL40S' "
+                        f"or a slice '<count>/<node GPUs>x<GPU>' such as '2/8xH100'")
+    return int(m.group(1)), m.group(3)
+
+
+def _node_gpus(config: str) -> int:
+    """GPUs of the node a (parsed) config is bought as: the node selector's GPU count."""
+    m = _CONFIG.fullmatch(config)
+    if m is None:
+        raise SinkError(f"node config {config!r} is not '<count>x<GPU>' or '<count>/<node GPUs>x<GPU>'")
+    return int(m.group(2) or m.group(1))
 
 
 def vllm_stages(key: str, t: Mapping[str, Any]) -> list[tuple[int, str]]:
@@ -210,8 +223,10 @@ def vllm_stages(key: str, t: Mapping[str, Any]) -> list[tuple[int, str]]:
 
 
 def _node_selector(options: K8sOptions, config: str, key: str, region: str, tier: str) -> dict[str, str]:
-    gpus, gpu = _parse_config(key, config)
-    return {GPU_PRODUCT_LABEL: options.gpu_products.get(gpu, f"NVIDIA-{gpu}"), GPU_COUNT_LABEL: str(gpus),
+    _, gpu = _parse_config(key, config)
+    # a slice's pod lands on a node of the config it was planned on; several such pods share it
+    return {GPU_PRODUCT_LABEL: options.gpu_products.get(gpu, f"NVIDIA-{gpu}"),
+            GPU_COUNT_LABEL: str(_node_gpus(config)),
             REGION_LABEL: region.rsplit(":", 1)[-1], options.capacity_label: tier}
 
 

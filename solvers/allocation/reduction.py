@@ -100,7 +100,10 @@ class RoundInstance:
         touches = np.add.reduceat(enforced[ix.rc].astype(np.int64), ix.ptr[:-1]) > 0
         pinned = {ix.position[k] for k in keep if k in ix.position}
         pinned |= {ix.position[k] for k, _ in self.running.counts}
-        chosen = self._undominated(cand, touches, enforced, pinned)
+        if ix.sliced_rcs:
+            chosen = self._undominated_sliced(cand, enforced, pinned)
+        else:
+            chosen = self._undominated(cand, touches, enforced, pinned)
         self.free = [ix.keys[i] for i in chosen]
         self.bound = {ix.keys[i]: int(bound[i]) for i in chosen}
 
@@ -112,6 +115,54 @@ class RoundInstance:
     def constants(self) -> dict[str, int]:
         """Instances that are not variables: the fixed models' and the grow models' floors."""
         return {**self.fixed, **self.floor}
+
+    def _undominated_sliced(self, cand: np.ndarray, enforced: np.ndarray, pinned: set[int]) -> list[int]:
+        """Dominance when some rows are sliced (nodes bought as integer variables, idle GPUs
+        paid): drop t when a t' of the same service (and kind, under the per-model rules) has
+        throughput >=, uses no more of any enforced row (sliced rows are always enforced), and
+        costs no more outside the sliced rows (ns). Moving an instance from t to t' keeps every
+        row with the same node variables y; the idle share grows by what t' uses less, so the
+        objective changes by (1 + K)(ns_t' - ns_t) + K price (k_t' - k_t) <= 0 (t has no running
+        instance). Of equal templates the first is kept. Pairwise per service, on numpy: a
+        service has at most a few thousand candidates."""
+        p = self.problem
+        ix = p.index
+        thr = ix.throughput
+        price = np.asarray([p.prices[rc] for rc in ix.rcs], dtype=np.float64)
+        on_sliced = ix.sliced[ix.rc]
+        ns = p.costs - np.bincount(ix.entry_template, weights=np.where(on_sliced, ix.k * price[ix.rc], 0.0),
+                                   minlength=len(ix.keys))
+        rows = np.flatnonzero(enforced)
+        col = np.full(len(ix.rcs), -1, dtype=np.int64)
+        col[rows] = np.arange(len(rows))
+        use = np.zeros((len(ix.keys), max(len(rows), 1)))
+        ent = np.flatnonzero(enforced[ix.rc])
+        np.add.at(use, (ix.entry_template[ent], col[ix.rc[ent]]), ix.k[ent])
+        rule = p.per_model_rule
+        if rule == "config":
+            kind, n_kinds = ix.config_kind, ix.n_configs
+        elif rule == "gpu_type":
+            kind, n_kinds = ix.kind, ix.n_kinds
+        else:
+            kind, n_kinds = np.zeros_like(ix.kind), 1
+        group = ix.service * n_kinds + kind
+        out: list[int] = []
+        eps = 1e-9
+        for gid in np.unique(group[cand]).tolist():
+            mem = cand[group[cand] == gid]
+            t, c, u = thr[mem], ns[mem], use[mem]
+            keep = np.ones(len(mem), dtype=bool)
+            for a in range(len(mem)):
+                # a is beaten by b: thr_b >= thr_a, ns_b <= ns_a, use_b <= use_a, and b strictly
+                # better somewhere or earlier (of equal templates the first stays)
+                geq = (t >= t[a] - eps) & (c <= c[a] + eps) & np.all(u <= u[a] + eps, axis=1)
+                strict = (t > t[a] + eps) | (c < c[a] - eps) | np.any(u < u[a] - eps, axis=1)
+                beats = geq & (strict | (np.arange(len(mem)) < a))
+                beats[a] = False
+                if beats.any():
+                    keep[a] = False
+            out.extend(mem[keep].tolist())
+        return sorted(set(out) | (pinned & set(cand.tolist())))
 
     def _undominated(self, cand: np.ndarray, touches: np.ndarray, enforced: np.ndarray,
                      pinned: set[int]) -> list[int]:

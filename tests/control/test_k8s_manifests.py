@@ -183,3 +183,30 @@ def test_the_lws_schema_catches_a_bad_object() -> None:
         "containerPort"] = "http"
     with pytest.raises(kubernetes_validate.ValidationError):
         k8s_validate(lws)
+
+
+def test_slice_pods_request_their_gpus_on_the_nodes_they_share() -> None:
+    """Issue 28: a one-stage slice is a Deployment whose pod asks for g GPUs (TP g) and selects
+    the G-GPU node; TP x PP inside a node (four 2-GPU stages of an 8xH100) is a LeaderWorkerSet
+    whose four pods ask for 2 GPUs each."""
+    one = Template(Service("Phi-4-14B", Phase.DECODE), "aws:us-east-2", (("2/8xH100", 1),),
+                   (Stage(40, ("2/8xH100",)),), 900.0)
+    four = Template(Service("Phi-4-14B", Phase.PREFILL), "aws:us-east-2", (("2/8xH100", 4),),
+                    tuple(Stage(10, ("2/8xH100",)) for _ in range(4)), 9000.0)
+    docs = render_manifests(plan({one: 3, four: 1}))
+    for doc in docs:
+        k8s_validate(doc)
+    deploy = next(d for d in docs if d["kind"] == "Deployment")
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert pod["nodeSelector"][GPU_COUNT_LABEL] == "8" and deploy["spec"]["replicas"] == 3
+    assert "--tensor-parallel-size 2" in pod["containers"][0]["command"][2]
+    lws = next(d for d in docs if d["kind"] == "LeaderWorkerSet")
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    assert lwt["size"] == 4
+    for side in ("leaderTemplate", "workerTemplate"):
+        spec = lwt[side]["spec"]
+        assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+        assert spec["nodeSelector"][GPU_COUNT_LABEL] == "8"
+    leader_cmd = lwt["leaderTemplate"]["spec"]["containers"][0]["command"][2]
+    assert "--tensor-parallel-size 2" in leader_cmd and "--pipeline-parallel-size 4" in leader_cmd
