@@ -183,25 +183,27 @@ def register_scenario(spec: ScenarioSpec) -> None:
     _SCARCE.clear()
 
 
-def library_spec(spec: ScenarioSpec, runtime: str | None = None) -> Any:
+def library_spec(spec: ScenarioSpec, runtime: str | None = None, slices: bool = False) -> Any:
     """The scenario's ``LibrarySpec`` with each model's own request shape, for ``runtime``
-    (:mod:`atoll.solvers.runtime`; default the scenario's own)."""
+    (:mod:`atoll.solvers.runtime`; default the scenario's own); ``slices``: stages may use g of
+    a node's G GPUs (``vllm`` only, issue 28)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
     runtime = runtime or spec.runtime
     shapes = tuple(request_shapes(spec).items())
     base = lib.SCENARIO_LIBRARIES.get(spec.name)
     if base is not None:
-        return replace(base, model_shapes=shapes, runtime=runtime)
+        return replace(base, model_shapes=shapes, runtime=runtime, slices=slices)
     return lib.LibrarySpec(models=spec.models, regions=spec.regions, gpu_types=spec.gpu_types,
-                           model_shapes=shapes, runtime=runtime, n_max=spec.n_max, rho=spec.rho)
+                           model_shapes=shapes, runtime=runtime, n_max=spec.n_max, rho=spec.rho,
+                           slices=slices)
 
 
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
                        progress: bool | Callable[[int, int], None] = False, runtime: str | None = None,
-                       catalog: Catalog | None = None) -> tuple[Template, ...]:
+                       catalog: Catalog | None = None, slices: bool = False) -> tuple[Template, ...]:
     """The scenario's template library (built once, then read from the on-disk cache)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
-    library = lib.build_library(library_spec(spec, runtime), cache_dir=cache_dir, workers=workers,
+    library = lib.build_library(library_spec(spec, runtime, slices), cache_dir=cache_dir, workers=workers,
                                 progress=progress, catalog=catalog)
     return tuple(library.templates)
 
@@ -244,11 +246,13 @@ def build_problem(scenario: str, availability: str = "ample", mix: str = "even",
                   templates: Sequence[Template] | None = None, mode: str = "cost",
                   time_limit: float | None = None, gap: float = 1e-4,
                   cache_dir: Path | None = None, progress: bool | Callable[[int, int], None] = False,
-                  runtime: str | None = None, what_if_2gpu: bool = False) -> AllocationProblem:
+                  runtime: str | None = None, what_if_2gpu: bool = False,
+                  slices: bool = False) -> AllocationProblem:
     """The allocation problem of a scenario; ``templates`` overrides the library (tests);
     ``runtime`` picks the library of what that serving runtime can run. ``what_if_2gpu``: the
     HYPOTHETICAL catalog with 2-GPU AWS nodes (:func:`atoll.solvers.catalog.what_if_two_gpu_nodes`),
-    for the paper comparison only."""
+    for the paper comparison only. ``slices``: the ``vllm`` library whose stages may use g of a
+    node's G GPUs (the ILP then buys whole nodes, :mod:`atoll.solvers.packing`)."""
     spec = SCENARIOS[scenario]
     _choice("availability", availability, AVAILABILITIES, "availabilities")
     _choice("mix", mix, MIXES, "mixes")
@@ -256,7 +260,7 @@ def build_problem(scenario: str, availability: str = "ample", mix: str = "even",
     if templates is None:
         check_runtime(runtime or spec.runtime)
         templates = scenario_templates(spec, cache_dir=cache_dir, progress=progress, runtime=runtime,
-                                       catalog=catalog)
+                                       catalog=catalog, slices=slices)
     return AllocationProblem(tuple(templates), scenario_demand(spec, mix),
                              AVAILABILITY[availability](spec, templates, catalog),
                              scenario_prices(spec, catalog=catalog),

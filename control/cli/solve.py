@@ -14,6 +14,7 @@ from atoll.control.cli.output import Output, UserError, as_user_error, output_fo
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
 from atoll.solvers.ladder import decompose
 from atoll.solvers.models import get_model
+from atoll.solvers.packing import check_packing, describe_packing, pack_plan
 from atoll.solvers.perf import UNVALIDATED_NOTE, template_unvalidated
 from atoll.solvers.problem import AllocationProblem
 from atoll.solvers.runtime import RUNTIMES
@@ -55,7 +56,19 @@ def solve_document(problem: AllocationProblem, result: MethodResult, **context: 
                       "served": 0.0 if ev is None else ev.served.get(s, 0.0)}
                      for s, d in problem.demand.items()],
         "plan": plan_rows(problem, result),
+        **packing_document(problem, result),
     }
+
+
+def packing_document(problem: AllocationProblem, result: MethodResult) -> dict[str, Any]:
+    """With slices (issue 28): which slices share which node, nodes per pool, and what the
+    packing evaluator finds (empty: every slice placed once, no node over its GPUs, the node
+    counts the ILP paid for). Nothing for whole-node libraries."""
+    if result.allocation is None or not problem.index.sliced_rcs:
+        return {}
+    packing = pack_plan(problem, result.allocation)
+    return {"packing": dict(describe_packing(packing)),
+            "packing_violations": check_packing(problem, result.allocation, packing)}
 
 
 def _print(out: Output, doc: dict[str, Any]) -> None:
@@ -124,12 +137,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
                                     mode="goodput" if args.goodput else "cost",
                                     time_limit=args.time_limit, gap=args.gap,
                                     progress=lambda n, total: advance(n, total=total),
-                                    what_if_2gpu=args.what_if_2gpu, runtime=args.runtime)
+                                    what_if_2gpu=args.what_if_2gpu, runtime=args.runtime,
+                                    slices=args.slices)
     except (KeyError, ValueError, FileNotFoundError) as exc:
         raise as_user_error(exc) from exc
     context = {"scenario": args.scenario, "fleet": args.fleet, "runtime": args.runtime or
                SCENARIOS[args.scenario].runtime, "availability": args.availability, "mix": args.mix,
-               "mode": problem.mode}
+               "mode": problem.mode, **({"slices": True} if args.slices else {})}
     if args.decompose:
         doc = decompose(problem, hypothetical=args.what_if_2gpu, **context)
         _print_ladder(out, doc)
@@ -169,5 +183,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the ladder of baselines (homo-node ... joint) and each rung over the next")
     p.add_argument("--what-if-2gpu", action="store_true",
                    help="HYPOTHETICAL catalog: add 2-GPU AWS nodes at 2x the 1-GPU price (paper comparison)")
+    p.add_argument("--slices", action="store_true",
+                   help="with --runtime vllm: stages may use g of a node's G GPUs (several vLLM pods per "
+                        "node, TP x PP inside a node); the plan buys whole nodes and shows the packing")
     add_json(p)
     p.set_defaults(handler=cmd_solve)

@@ -1,0 +1,46 @@
+"""``atoll solve --slices``: the plan document carries the packing and the evaluator's verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from atoll.control.cli.solve import solve_document
+from atoll.solvers.baselines import run_method
+from atoll.solvers.catalog import load_catalog
+from atoll.solvers.problem import AllocationProblem
+from atoll.solvers.templates import LibrarySpec, build_library
+
+REGION = "aws:us-east-2"
+
+
+def test_plan_document_carries_the_packing(tmp_path: Path) -> None:
+    spec = LibrarySpec(models=("Phi-4-14B", "GPT-OSS-20B"), regions=(REGION,), gpu_types=("H100",),
+                       n_max=4, runtime="vllm", slices=True)
+    lib = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
+    templates = tuple(t for t in lib.templates if all(c == "8xH100" for c, _ in t.node_use))
+    price = load_catalog().offers_in(REGION)["8xH100"].on_demand_per_hour
+    demand = {"Phi-4-14B/prefill": 30000.0, "Phi-4-14B/decode": 3000.0,
+              "GPT-OSS-20B/prefill": 30000.0, "GPT-OSS-20B/decode": 4000.0}
+    problem = AllocationProblem(templates, demand, {(REGION, "8xH100"): 4}, {(REGION, "8xH100"): price})
+    result = run_method(problem, "ilp")
+    doc = solve_document(problem, result, scenario="test")
+    assert doc["status"] == "optimal" and doc["packing_violations"] == []
+    nodes = doc["packing"]["nodes"]
+    assert doc["packing"]["nodes_per_pool"] == {f"{REGION}/8xH100": len(nodes)}
+    assert all(n["used_gpus"] <= n["gpus"] == 8 for n in nodes)
+    placed = sorted((s[0], s[1], s[2]) for n in nodes for s in n["slices"])
+    assert len(placed) == len(set(placed)) == sum(
+        n * len(problem.template(k).stages) for k, n in result.allocation.counts)
+    assert doc["cost_per_hour"] == pytest.approx(len(nodes) * price)
+
+
+def test_whole_node_documents_have_no_packing(tmp_path: Path) -> None:
+    spec = LibrarySpec(models=("GPT-OSS-20B",), regions=(REGION,), gpu_types=("H100",), n_max=2,
+                       runtime="vllm")
+    lib = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
+    prices = {(REGION, c): o.on_demand_per_hour for c, o in load_catalog().offers_in(REGION).items()}
+    problem = AllocationProblem(lib.templates, {"GPT-OSS-20B/decode": 100.0}, None, prices)
+    doc = solve_document(problem, run_method(problem, "ilp"), scenario="test")
+    assert "packing" not in doc and doc["status"] == "optimal"
