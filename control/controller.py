@@ -76,11 +76,14 @@ from atoll.control.state import (
 from atoll.envs.actions import ActionCodec
 from atoll.envs.correction import CapacityCorrection
 from atoll.envs.fleet import FleetState
+from atoll.envs.latency import PREFILL_SCALE
 from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observation_size
 from atoll.envs.policies import Policy
 from atoll.envs.servers import learn, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
 from atoll.solvers.problem import Allocation
+
+SATURATED_RATIO = 0.999  # mean latency / its on-time mean at capacity: a phase this busy queues
 
 
 @dataclass(frozen=True)
@@ -385,10 +388,13 @@ class Controller:
                           self._correction_report())
 
     # ----- the fleet state -----------------------------------------------------------------
-    def fleet_state(self, at_s: float) -> FleetState:
+    def fleet_state(self, at_s: float, *, deployed: bool = False) -> FleetState:
         """The env's :class:`FleetState` of the delivered plan at time ``at_s``: instances still
         starting, replaced ones still serving (make-before-break) and removed ones still
-        draining then, from the persisted absolute times."""
+        draining then, from the persisted absolute times. ``deployed``: what the servers really
+        run — replaced instances whose removal has not been delivered yet still serve (the env's
+        model drains them as their replacements are ready; the capacity correction must compare
+        the servers' signals with what served them)."""
         known = self.fleet.known(self.state.running)
         fs = FleetState(running=dict(known))
         drain_s = self.fleet.config.drain_s
@@ -398,7 +404,7 @@ class Controller:
                 fs.running[key] -= take
                 fs.starting.setdefault(key, []).append([float(take), ready_at - at_s])
         for key, n, until in self.state.replacing:  # in the delivered plan until the removal phase
-            if key in known:
+            if key in known and not (deployed and self.state.final is not None):
                 take = min(n, fs.running[key])
                 fs.running[key] -= take
                 if until > at_s + 1e-9:
@@ -462,15 +468,25 @@ class Controller:
         step (:func:`atoll.envs.servers.learn`): per phase the served token rate, the mean TTFT /
         inter-token latency the histograms gave and the requests waiting, against the model's
         capacity of each family that was ready over the interval. vLLM's waiting gauge is per
-        model: it is counted against the phase whose latency is nearer its budget (the one a
-        queue builds in). Models without fresh rates or latency histograms teach nothing."""
+        model: it is counted against the phase whose mean latency is higher against its mean at
+        capacity (the one a queue builds in; the simulator knows each phase's queue), and
+        against the other too when that one is at its mean at capacity as well. Models
+        without fresh rates or latency histograms teach nothing."""
         last = self.state.last_tick_s
         if not self.settings.correction or last is None or now <= last:
             return {}
         elapsed = now - last
         m = len(self.fleet.models)
         served, latency, waiting = np.zeros((m, 2)), np.full((m, 2), np.nan), np.zeros((m, 2))
-        pre, dec = self._latency
+        # the latency model's tokens per request are the traffic's as measured (the request-length
+        # histograms), the profiled shape only without them: burstiness and a decode request's
+        # duration depend on them
+        shape = np.array(self.fleet.model.shape, dtype=float)
+        for i, name in enumerate(self.fleet.models):
+            r = rates.models.get(name)
+            if r is not None and r.prompt_tokens_per_request and r.generation_tokens_per_request:
+                shape[i] = (r.prompt_tokens_per_request, r.generation_tokens_per_request)
+        pre, dec = service_latencies(self.fleet.models, shape)
         for i, name in enumerate(self.fleet.models):
             r = rates.models.get(name)
             if name not in fresh or r is None:
@@ -479,12 +495,18 @@ class Controller:
             ttft = r.ttft_mean_s if r.ttft_mean_s is not None else np.nan
             itl = r.itl_mean_s if r.itl_mean_s is not None else np.nan
             latency[i] = (ttft, itl)
-            ratios = np.nan_to_num(np.array([ttft / pre[i].budget_s, itl / dec[i].budget_s]), nan=-1.0)
-            waiting[i, int(np.argmax(ratios))] = r.waiting or 0.0
+            # against the on-time mean at capacity (prefill 3/4 of its budget, decode its budget)
+            at_capacity = np.array([PREFILL_SCALE * pre[i].budget_s, dec[i].budget_s])
+            ratios = np.nan_to_num(np.array([ttft, itl]) / at_capacity, nan=-1.0)
+            # a phase at or past its latency at capacity is queueing too (both can be)
+            busy = ratios >= SATURATED_RATIO
+            busy[int(np.argmax(ratios))] = True
+            waiting[i, busy] = r.waiting or 0.0
         model = self.fleet.model
-        before = self.fleet_state(last)
+        before = self.fleet_state(last, deployed=True)
         used = learn(self.correction, self.fleet.models, pre, dec, model.ready_by_family(before, elapsed),
-                     served, latency, waiting, model.instances_ready(before, elapsed), elapsed)
+                     served, latency, waiting, model.instances_ready(before, elapsed), elapsed,
+                     model.changing(before, elapsed))
         self.state = replace(self.state, correction=self.correction.as_dict())
         return used
 

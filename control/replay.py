@@ -20,6 +20,14 @@ counters stop growing and the gauges drop to 0. Counter rates measured against w
 therefore ``speedup`` x the trace's rates: divide by ``speedup``, or, in-process, date reads in
 trace time (``ScrapeSource(url, clock=exporter.trace_time)``).
 
+**Serving a plan** (``served=``, :class:`atoll.control.served.ServedFleet`; ``atoll replay --plans
+DIR``): the servers are those of the plan a controller delivered, and what they export is what
+they could serve — tokens processed at most the plan's *true* capacity (``--capacity-error``: a
+world that differs from the model), running / waiting / KV-cache from the simulator's latency
+model, and the histograms ``vllm:time_to_first_token_seconds``,
+``vllm:inter_token_latency_seconds``, ``vllm:request_prompt_tokens`` and
+``vllm:request_generation_tokens`` (sum, count, buckets), latencies in trace seconds.
+
 Faults for tests: :meth:`ReplayExporter.set_fault` (a model's series missing or NaN),
 :meth:`ReplayExporter.reset` (a counter reset, as when a server restarts) and
 :meth:`ReplayExporter.set_status` (every scrape answers an HTTP error).
@@ -38,8 +46,14 @@ from typing import Literal
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
+from atoll.control.served import Histogram, ServedFleet
 from atoll.forecast.workloads import DemandSeries
 
 Fault = Literal["missing", "nan"]
@@ -116,6 +130,33 @@ class ReplayTrace:
                                      rate * self.queue_s, running, kv)
         return out
 
+    def demand_at(self, trace_s: float, models: Sequence[str], fallback: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """([M] requests/s, [M, 2] tokens per request) of ``models`` at ``trace_s``: 0 requests for a
+        model the trace does not replay (or past its end), ``fallback`` [M, 2] its shape then."""
+        rates = np.zeros(len(models))
+        shape = np.array(fallback, dtype=float).reshape(len(models), 2)
+        index = {m: i for i, m in enumerate(self.models)}
+        for j, model in enumerate(models):
+            i = index.get(model)
+            if i is None:
+                continue
+            s = self.series[i]
+            k = int(max(0.0, float(trace_s)) // s.step_s)
+            if k < len(s):
+                rates[j] = float(s.requests_per_s[k])
+                shape[j] = (float(s.input_tokens[k]), float(s.output_tokens[k]))
+        return rates, shape
+
+
+# (metric name, help) of the histograms a served replay exports, as vLLM names them
+_HISTOGRAMS = (
+    ("ttft", "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+    ("itl", "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+    ("prompt_lengths", "vllm:request_prompt_tokens", "Number of prefill tokens processed."),
+    ("output_lengths", "vllm:request_generation_tokens", "Number of generation tokens processed."),
+)
+
 
 class _Collector:
     def __init__(self, exporter: ReplayExporter) -> None:
@@ -134,13 +175,24 @@ class _Collector:
                                     "Number of requests in model execution batches.", labels=label)
         kv = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
                                labels=label)
-        for model, v in self._exporter.current().items():
+        current = self._exporter.current()
+        for model, v in current.items():
             prompt.add_metric([model], v.prompt_tokens)
             gen.add_metric([model], v.generation_tokens)
             waiting.add_metric([model], v.waiting)
             running.add_metric([model], v.running)
             kv.add_metric([model], v.kv_usage)
         yield from (prompt, gen, waiting, running, kv)
+        served = self._exporter.served
+        if served is None:
+            return
+        for attr, name, doc in _HISTOGRAMS:
+            family = HistogramMetricFamily(name, doc, labels=label)
+            for model, v in current.items():
+                if model in served.served and math.isfinite(v.prompt_tokens):
+                    h: Histogram = getattr(served.served[model], attr)
+                    family.add_metric([model], h.cumulative(), h.total)
+            yield family
 
 
 class ReplayExporter:
@@ -153,8 +205,10 @@ class ReplayExporter:
     def __init__(self, series: Sequence[DemandSeries], models: Sequence[str] | None = None,
                  speedup: float = 1.0, port: int = 0, *, host: str = "127.0.0.1", start_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic, ttft_s: float = 0.5, tpot_s: float = 0.05,
-                 queue_s: float = 0.1, kv_capacity_tokens: float = 1e6) -> None:
+                 queue_s: float = 0.1, kv_capacity_tokens: float = 1e6,
+                 served: ServedFleet | None = None) -> None:
         owner = "ReplayExporter"
+        self.served = served
         self.trace = ReplayTrace(series, models, ttft_s=ttft_s, tpot_s=tpot_s, queue_s=queue_s,
                                  kv_capacity_tokens=kv_capacity_tokens)
         _positive(owner, "speedup", speedup)
@@ -168,7 +222,7 @@ class ReplayExporter:
         self._lock = threading.Lock()
         self._faults: dict[str, Fault] = {}
         # counters start at 0 at start_s, as servers started then would
-        self._offsets: dict[str, tuple[float, float]] = {
+        self._offsets: dict[str, tuple[float, float]] = {} if served is not None else {
             m: (v.prompt_tokens, v.generation_tokens) for m, v in self.trace.values(self.start_s).items()}
         self._status: int | None = None
         self._server: ThreadingHTTPServer | None = None
@@ -199,7 +253,7 @@ class ReplayExporter:
 
     def current(self) -> dict[str, ModelValues]:
         """What a scrape now returns (faults applied; a 'missing' model is left out)."""
-        values = self.trace.values(self.trace_time())
+        values = self._values(self.trace_time())
         out = {}
         with self._lock:
             for model, v in values.items():
@@ -232,9 +286,20 @@ class ReplayExporter:
         """Restart ``model``'s counters from 0 at the current trace time, as a restarted server."""
         if model not in self.models:
             raise ValueError(f"ReplayExporter: unknown model {model!r}; it serves {list(self.models)}")
-        v = self.trace.values(self.trace_time())[model]
+        v = self._values(self.trace_time())[model]
         with self._lock:
             self._offsets[model] = (v.prompt_tokens, v.generation_tokens)
+
+    def _values(self, trace_s: float) -> dict[str, ModelValues]:
+        """The trace's values, or (serving a plan) what the plan's servers did up to ``trace_s``."""
+        values = self.trace.values(trace_s)
+        served = self.served
+        if served is None:
+            return values
+        model = served.model
+        served.advance(trace_s, lambda t: self.trace.demand_at(t, model.models, model.shape))
+        return {m: ModelValues(s.prompt_tokens, s.generation_tokens, s.waiting, s.running, s.kv_usage)
+                for m, s in served.served.items() if m in values}
 
     def set_status(self, status: int | None) -> None:
         """Answer every request with HTTP ``status`` (e.g. 503), or serve normally (None)."""

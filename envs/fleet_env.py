@@ -18,7 +18,7 @@ from atoll.envs.availability import (
 )
 from atoll.envs.config import FleetConfig
 from atoll.envs.correction import CapacityCorrection
-from atoll.envs.demand import DemandBook, build_book, workload_series
+from atoll.envs.demand import DemandBook, build_book, underlying_rates, workload_series
 from atoll.envs.fleet import FleetState
 from atoll.envs.fleet_model import FleetModel
 from atoll.envs.observation import SINCE_CAP, build_observation, observation_space
@@ -35,7 +35,7 @@ __all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
 Cell = tuple[str, str]
 Availability = StaticAvailability | SpotAvailability | HedgedAvailability | PoolTraceAvailability
 INITIAL_PLANS = ("forecast", "peak")
-PLANNING = ("forecast", "oracle")
+PLANNING = ("forecast", "oracle", "oracle-rate")
 
 
 class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -135,7 +135,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     **Start state**: a plan solved for all models (for the forecast at the first step, or with
     ``options={"initial_plan": "peak"}`` for the previous day's peak demand), already
     running. ``options={"planning": "oracle"}`` plans re-optimizations for the true demand over
-    the look-ahead instead of the forecast (the hindsight reference).
+    the look-ahead instead of the forecast (the hindsight reference); ``"oracle-rate"`` for the
+    maximum over the look-ahead of the rate the demand is drawn from, never the sampled counts
+    (:func:`atoll.envs.demand.underlying_rates`; the ``oracle-rate`` reference).
 
     **Termination**: never (the fleet has no terminal state). **Truncation**: after
     ``episode_steps`` steps.
@@ -229,6 +231,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         h = self.book.horizon
         if how == "oracle":
             rates = self.book.rates[:, g: g + h].max(axis=1)
+        elif how == "oracle-rate":
+            rates = self.underlying_rates[:, g: g + h].max(axis=1)
         elif how == "peak":
             rates = self.book.day_peak[:, g // self.book.steps_per_day]
         elif levels is None:
@@ -236,6 +240,16 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         else:
             rates = np.array([self.book.uppers[q][i, g, :].max() for i, q in enumerate(levels)])
         return self.fleet.tokens(np.nan_to_num(rates, nan=0.0))
+
+    @property
+    def underlying_rates(self) -> np.ndarray:
+        """[M, steps] the rate the demand is drawn from (computed on first use)."""
+        if getattr(self, "_underlying", None) is None:
+            c = self.config
+            self._underlying = underlying_rates(
+                c.workload, self.models, SCENARIOS[c.scenario].req_per_s, c.step_s, resample=c.resample,
+                steps=self.book.rates.shape[1], demand=c.demand)
+        return self._underlying
 
     def decode(self, action: Any) -> list[Reopt]:
         """The re-optimization each model gets from ``action`` (either version's encoding)."""
@@ -364,7 +378,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                 exposure = self.fleet.ready_by_family(self.state, dt)
                 self._exposed = sorted({f for fams in exposure.values() for f in fams})
                 learn(self.correction, self.models, *self._latency, exposure,
-                      np.minimum(demand, ready), report.mean_latency(), report.phase_waiting(), instances, dt)
+                      np.minimum(demand, ready), report.mean_latency(), report.phase_waiting(), instances, dt,
+                      self.fleet.changing(self.state, dt))
             self._latency_ratio, self._waiting_share = report.latency_ratio, report.waiting_share
         self.last_report = report
         fluid = served_shares(demand, ready)

@@ -225,6 +225,19 @@ class FleetModel:
                 out[(mi, ph)][self.family(key)] += r * thr
         return {svc: dict(fams) for svc, fams in out.items()}
 
+    def changing(self, state: FleetState, step_s: float) -> set[tuple[int, int]]:
+        """(model index, phase index) of the services whose serving capacity changes during the
+        next ``step_s`` seconds (an instance becomes ready, or a replaced one stops): averages over
+        such an interval mix two fleets, so the capacity correction leaves them out."""
+        out: set[tuple[int, int]] = set()
+        for key, entries in state.starting.items():
+            if any(left < step_s for _, left in entries):
+                out.add(self.info(key)[:2])
+        for key, entries in state.replaced.items():
+            if any(left < step_s for _, left, _ in entries):
+                out.add(self.info(key)[:2])
+        return out
+
     def instances_ready(self, state: FleetState, step_s: float) -> np.ndarray:
         """[M, 2] instances ready over the next ``step_s`` seconds (fractional as in :meth:`capacity`)."""
         out = np.zeros((len(self.models), 2))

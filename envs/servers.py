@@ -171,18 +171,22 @@ def learn(correction: CapacityCorrection, models: Sequence[str],
           prefill: Sequence[ServiceLatency], decode: Sequence[ServiceLatency],
           exposure: Mapping[tuple[int, int], Mapping[str, float]], served: np.ndarray,
           observed_mean_s: np.ndarray, waiting: np.ndarray, instances: np.ndarray,
-          step_s: float) -> dict[str, float]:
+          step_s: float, changing: set[tuple[int, int]] | frozenset[tuple[int, int]] = frozenset()
+          ) -> dict[str, float]:
     """Feed one interval to ``correction``: per service with ready capacity (``exposure``: (model
     index, phase index) -> family -> the model's tokens/s), the capacity implied by ``served``
     ``observed_mean_s`` and ``waiting`` (requests) [M, 2]. Returns service -> implied capacity of
-    the usable ones."""
+    the usable ones. Services in ``changing`` (their capacity changed during the interval,
+    :meth:`atoll.envs.fleet_model.FleetModel.changing`) teach nothing: the interval's averages mix
+    two fleets, and when an instance became ready is where a live controller's bookkeeping and
+    the cluster disagree most."""
     used: dict[str, float] = {}
     for ph, services in enumerate((prefill, decode)):
         cap, informative, weight = implied_capacities(services, served[:, ph], observed_mean_s[:, ph],
                                                       waiting[:, ph], instances[:, ph], step_s)
         for i, model in enumerate(models):
             fams = exposure.get((i, ph))
-            if not fams or not informative[i]:
+            if not fams or not informative[i] or (i, ph) in changing:
                 continue
             name = f"{model}/{PHASES[ph]}"
             if correction.observe(name, fams, float(cap[i]), float(weight[i])):
