@@ -428,7 +428,7 @@ class LiveForecast:
                 # first fit, or the history moved under it (restart, clock jump): fit on the first
                 # WARMUP_DAYS days and absorb the rest bin by bin, as the env's forecast pass does
                 warm = WARMUP_DAYS * self.season
-                f = make_forecaster(self.forecaster, self.season).fit(y[:warm])
+                f = make_forecaster(self.forecaster, self.season, horizon=self.horizon).fit(y[:warm])
                 for v in y[warm:]:
                     f.update(float(v))
                 entry = (f, last_bin)

@@ -27,7 +27,14 @@ import numpy as np
 
 from atoll.envs.arrivals import sample_counts, servegen_windows
 from atoll.envs.config import RESAMPLES
-from atoll.forecast.forecasters import FORECAST_VERSION, QUANTILES, ForecastError, make_forecaster
+from atoll.forecast.forecasters import (
+    FORECAST_VERSION,
+    PLANNING_FORECASTERS,
+    QUANTILES,
+    ForecastError,
+    make_forecaster,
+)
+from atoll.forecast.planning import planning_settings
 from atoll.forecast.scaling import Scale, apply_scale, split_scale, with_scale
 from atoll.forecast.workloads import (
     DemandSeries,
@@ -105,7 +112,7 @@ def _forecast_pass(rates: np.ndarray, steps_per_day: int, forecaster: str, horiz
     for d in range(1, days):
         peak[:, d] = rates[:, (d - 1) * steps_per_day: d * steps_per_day].max(axis=1)
     for m in range(n_models):
-        f = make_forecaster(forecaster, season=steps_per_day)
+        f = make_forecaster(forecaster, season=steps_per_day, horizon=horizon)
         f.fit(rates[m, :warm])
         for g in range(warm, steps):
             fc = f.forecast(horizon)
@@ -141,8 +148,10 @@ def build_book(models: Sequence[str], series: Sequence[DemandSeries], *, forecas
                           f"are needed ({WARMUP_DAYS} to warm the forecaster up, one to simulate)")
     rates = np.stack([np.asarray(s.requests_per_s[:steps], dtype=float) for s in series])
     digest = hashlib.sha256(rates.tobytes())
-    digest.update(repr((FORMAT_VERSION, FORECAST_VERSION, forecaster, horizon, all_levels,
-                        per_day)).encode())
+    key: tuple[object, ...] = (FORMAT_VERSION, FORECAST_VERSION, forecaster, horizon, all_levels, per_day)
+    if forecaster in PLANNING_FORECASTERS:  # only these read the planning settings
+        key = (*key, *planning_settings())
+    digest.update(repr(key).encode())
     path = cache_root() / "forecasts" / f"{digest.hexdigest()[:24]}.npz"
     arrays: tuple[np.ndarray, ...] | None = None
     shapes = ((len(models), steps, horizon), (len(models), steps // per_day),
@@ -275,3 +284,31 @@ def workload_series(workload: str, models: Sequence[str], mean_rate: float, step
         raise DemandError(f"resample must be one of {', '.join(RESAMPLES)}, got {resample!r}")
     return _named_series(with_scale(workload, scale), len(models), float(mean_rate), float(step_s),
                          resample, int(seed))
+
+
+SMOOTH_STEPS = 7  # centered window (35 min at 5-min steps) of the smoothed rate of counts
+
+
+def smoothed_rates(rates: np.ndarray, steps: int = SMOOTH_STEPS) -> np.ndarray:
+    """[M, T] centered moving average of per-step rates over ``steps`` steps (shorter at the
+    ends): the rate a request log's counts were drawn from, as well as counts tell it."""
+    rates = np.asarray(rates, dtype=float)
+    half = steps // 2
+    padded = np.pad(rates, ((0, 0), (half, half)), constant_values=np.nan)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, steps, axis=1)
+    return np.nanmean(windows, axis=2)
+
+
+def underlying_rates(workload: str, models: Sequence[str], mean_rate: float, step_s: float, *,
+                     resample: str, steps: int, demand: Sequence[DemandSeries] | None = None
+                     ) -> np.ndarray:
+    """[M, steps] the rate the demand is drawn from, never the sampled counts (``oracle-rate``
+    plans on it): for ``servegen`` sampled per step, each 600 s window's rate at the scenario's
+    scale (what the arrival processes are sampled at); otherwise — counts already, or a
+    ``demand`` given as series — their :func:`smoothed_rates`."""
+    if demand is None and resample == "sampled" and workload.strip().split("@")[0] == "servegen":
+        held = workload_series(workload, models, mean_rate, step_s, resample="hold")
+        return np.stack([np.asarray(s.requests_per_s[:steps], dtype=float) for s in held])
+    series = demand if demand is not None else workload_series(workload, models, mean_rate, step_s,
+                                                              resample=resample)
+    return smoothed_rates(np.stack([np.asarray(s.requests_per_s[:steps], dtype=float) for s in series]))

@@ -29,6 +29,9 @@ evaluation runs it on an environment configured for that level, so its observati
 - ``never``: one plan for the day's peak (forecast as the previous day's peak), never changed.
 - ``hindsight``: re-plans every model every step for the *true* demand over the look-ahead — a
   reference bound, not a deployable policy.
+- ``oracle-rate``: the same, for the trace's own underlying rate over the look-ahead instead of
+  the sampled demand (a forecaster that knows the rate but not the sampling noise): with
+  ``hindsight`` it splits the gap to the rules into "forecastable" and "noise".
 """
 
 from __future__ import annotations
@@ -155,14 +158,29 @@ class Hindsight:
         return {"planning": "oracle"}
 
 
+@dataclass
+class OracleRate(Hindsight):
+    """Re-plans every model every step for the maximum over the look-ahead of the trace's own
+    rate (ServeGen's window rate; a smoothed rate of a request log's counts), never the sampled
+    counts: what a forecaster that knew the rate but not the sampling noise would plan (a
+    reference, not a policy)."""
+
+    name: str = "oracle-rate"
+
+    def reset_options(self) -> dict[str, Any]:
+        return {"planning": "oracle-rate"}
+
+
 RULES: dict[str, Callable[[int, list[str]], Policy]] = {
     "fixed": lambda n, args: FixedInterval(n, int(args[0])),
     "threshold": lambda n, args: Threshold(n, float(args[0]), float(args[1])) if args else Threshold(n),
     "grow": lambda n, args: GrowEvery(n, int(args[0])),
     "never": lambda n, args: Never(n),
     "hindsight": lambda n, args: Hindsight(n),
+    "oracle-rate": lambda n, args: OracleRate(n),
 }
-_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], grow:K[@q], never, hindsight; "
+_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], grow:K[@q], never, hindsight, "
+          "oracle-rate; "
           "q a planning level "
           f"in {', '.join(f'{q:g}' for q in PLANNING_LEVELS)}")
 
@@ -185,7 +203,7 @@ def parse_level(spec: str) -> tuple[str, float | None]:
 
 def make_policy(spec: str, n_models: int) -> Policy:
     """A rule policy from its name: ``fixed:K``, ``threshold``, ``threshold:LOW:HIGH`` (each with
-    an optional ``@q`` planning level), ``never``, ``hindsight``."""
+    an optional ``@q`` planning level), ``never``, ``hindsight``, ``oracle-rate``."""
     body, level = parse_level(spec)
     kind, *args = body.split(":")
     if kind not in RULES:
@@ -193,9 +211,9 @@ def make_policy(spec: str, n_models: int) -> Policy:
                                f"{', learned:<model uri>' if kind == 'learned' else ''}")
     try:
         if kind in ("fixed", "grow") and len(args) != 1 or kind == "threshold" and len(args) not in (0, 2) \
-                or kind in ("never", "hindsight") and args:
+                or kind in ("never", "hindsight", "oracle-rate") and args:
             raise ValueError("wrong number of arguments")
-        if kind in ("never", "hindsight") and level is not None:
+        if kind in ("never", "hindsight", "oracle-rate") and level is not None:
             raise ValueError(f"{kind} takes no planning level")
         policy = RULES[kind](n_models, args)
     except ValueError as exc:

@@ -516,13 +516,22 @@ FORECASTERS["ses"] = SimpleSmoothing
 FORECASTERS["persistence"] = Persistence
 FORECASTERS["median"] = RollingMedian
 
+# Forecasters of the planning target (atoll.forecast.planning) are made for a look-ahead:
+# name -> factory(season, horizon). They are in FORECASTERS too, at the default look-ahead.
+PLANNING_FORECASTERS: dict[str, Callable[[int, int], Forecaster]] = {}
+
 # ``auto`` chooses among the forecasters above; its module imports this one and registers itself
 # in FORECASTERS (a plain module import here, so either module may be imported first).
 import atoll.forecast.auto  # noqa: E402, F401
+import atoll.forecast.planning  # noqa: E402, F401
 
 
-def make_forecaster(name: str, season: int = DAY) -> Forecaster:
-    """A new forecaster by name; unknown names list the valid ones."""
+def make_forecaster(name: str, season: int = DAY, *, horizon: int | None = None) -> Forecaster:
+    """A new forecaster by name; unknown names list the valid ones. ``horizon`` (steps) is the
+    look-ahead a planning-target forecaster (``peak:*``) is calibrated for; the others forecast
+    every horizon and ignore it."""
     if name not in FORECASTERS:
         raise ForecastError(f"unknown forecaster {name!r}; valid: {', '.join(FORECASTERS)}")
+    if horizon is not None and name in PLANNING_FORECASTERS:
+        return PLANNING_FORECASTERS[name](season, horizon)
     return FORECASTERS[name](season)
