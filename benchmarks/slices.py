@@ -17,7 +17,12 @@ as 1/2/4-GPU pieces at G-proportional prices, keeping a cheaper existing offer: 
 for free, a lower bound the slices plan should meet within 1%). The slices plan's packing is
 checked by the packing evaluator.
 
+``ladder``: the core scenario's decomposition ladder (``atoll solve --decompose``) under vllm
+with whole nodes and with slices, side by side. ``--cache-dir DIR`` builds the libraries there
+(an empty DIR measures cold builds).
+
     .venv/bin/python benchmarks/slices.py [--fleets h100x8,a100x8_l40sx8,aws] [--workers 2]
+                                          [--ladders core] [--cache-dir DIR]
 """
 
 from __future__ import annotations
@@ -27,13 +32,15 @@ import dataclasses
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from atoll.solvers.allocation import evaluate_plan, solve_allocation
 from atoll.solvers.catalog import Catalog, load_catalog
+from atoll.solvers.ladder import decompose
 from atoll.solvers.packing import check_packing
 from atoll.solvers.problem import AllocationProblem
-from atoll.solvers.scenarios import SCENARIOS, library_spec, scenario_demand
+from atoll.solvers.scenarios import SCENARIOS, build_problem, library_spec, scenario_demand
 from atoll.solvers.templates import build_library
 from atoll.solvers.types import NODE_GPU_COUNTS, Offer
 
@@ -75,14 +82,15 @@ def emulation(offers: tuple[Offer, ...]) -> tuple[Offer, ...]:
     return tuple(best.values())
 
 
-def plan(catalog: Catalog, offers: tuple[Offer, ...], *, slices: bool, workers: int) -> dict[str, Any]:
+def plan(catalog: Catalog, offers: tuple[Offer, ...], *, slices: bool, workers: int,
+         cache_dir: Path | None) -> dict[str, Any]:
     cat = dataclasses.replace(catalog, offers=offers)
     spec = SCENARIOS["extended"]
     regions = tuple(sorted({o.region for o in offers}))
     gpus = tuple(sorted({cat.config(o.config).gpu.name for o in offers}))
     lib_spec = dataclasses.replace(library_spec(spec, "vllm"), regions=regions, gpu_types=gpus, slices=slices)
     t0 = time.perf_counter()
-    lib = build_library(lib_spec, catalog=cat, workers=workers, progress=False)
+    lib = build_library(lib_spec, catalog=cat, workers=workers, progress=False, cache_dir=cache_dir)
     build_s = time.perf_counter() - t0
     prices = {(o.region, o.config): o.on_demand_per_hour for o in offers}
     demand = scenario_demand(spec, "even")
@@ -116,26 +124,43 @@ def plan(catalog: Catalog, offers: tuple[Offer, ...], *, slices: bool, workers: 
     return row
 
 
+def ladder(scenario: str, cache_dir: Path | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, slices in (("whole_nodes", False), ("slices", True)):
+        problem = build_problem(scenario, "ample", "even", runtime="vllm", slices=slices, cache_dir=cache_dir)
+        doc = decompose(problem, scenario=scenario, runtime="vllm", slices=slices)
+        out[name] = {"templates": len(problem.templates),
+                     "all_ilp_rungs_optimal": doc["all_ilp_rungs_optimal"],
+                     "cost_per_hour": {r["rung"]: r["cost_per_hour"] for r in doc["rungs"]},
+                     "over_joint": doc["over_joint"]}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fleets", default="h100x8,a100x8_l40sx8,aws")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--ladders", default="core", help="scenarios whose ladder to compare ('' for none)")
+    ap.add_argument("--cache-dir", type=Path, default=None)
     args = ap.parse_args()
+    cache = args.cache_dir
     catalog = load_catalog()
     all_fleets = fleets(catalog)
     out: dict[str, Any] = {}
     for name in args.fleets.split(","):
         offers = all_fleets[name]
-        rows = {"whole_nodes": plan(catalog, offers, slices=False, workers=args.workers),
-                "slices": plan(catalog, offers, slices=True, workers=args.workers),
-                "emulation": plan(catalog, emulation(offers), slices=False, workers=args.workers)}
+        rows = {"whole_nodes": plan(catalog, offers, slices=False, workers=args.workers, cache_dir=cache),
+                "slices": plan(catalog, offers, slices=True, workers=args.workers, cache_dir=cache),
+                "emulation": plan(catalog, emulation(offers), slices=False, workers=args.workers,
+                                  cache_dir=cache)}
         s, e, w = (rows[k]["cost_per_hour"] for k in ("slices", "emulation", "whole_nodes"))
         rows["slices_over_emulation"] = None if s is None or e is None else round(s / e, 4)
         rows["slices_over_whole_nodes"] = None if s is None or w is None else round(s / w, 4)
         out[name] = rows
         print(f"{name}: whole {w} slices {s} emulation {e}", flush=True, file=sys.stderr)
+    ladders = {s: ladder(s, cache) for s in args.ladders.split(",") if s}
     doc = {"demand": "extended scenario, even mix, ample availability, cost mode, runtime vllm",
-           "fleets": out}
+           "fleets": out, "ladders": ladders}
     print(json.dumps(doc, indent=2))
 
 

@@ -45,7 +45,7 @@ def startup_seconds(template: Template, model: ModelSpec, configs: Mapping[str, 
     worst = 0.0
     for stage in template.stages:
         for node in stage.nodes:
-            if node not in configs:
+            if node_config_of(node) not in configs:  # a slice boots with its node
                 raise KeyError(f"unknown node config {node!r} in template {template.key}")
             load = stage.layers * model.layer_weight_bytes / (WEIGHT_LOAD_GBS * 1e9)
             worst = max(worst, load)

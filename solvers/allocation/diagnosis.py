@@ -23,10 +23,11 @@ def max_capacity_alone(problem: AllocationProblem, service: str,
     terms = []
     by_rc: dict[tuple[str, str], list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
     for i, t in enumerate(problem.templates_of(service)):
-        room = min(residual.get((t.region, c), 0) / k for c, k in t.node_use)
-        if math.isinf(room):  # unlimited availability (None): this template alone meets any demand
+        rooms = [residual.get((t.region, c), 0) // k for c, k in t.node_use
+                 if not math.isinf(residual.get((t.region, c), 0))]  # inf // k is nan
+        if not rooms:  # unlimited availability (None): this template alone meets any demand
             return math.inf
-        ub = int(math.floor(room + 1e-9))
+        ub = int(min(rooms))
         if ub <= 0:
             continue
         v = prob.add_variable(f"x{i:06d}", 0, ub, cat=pulp.LpInteger)

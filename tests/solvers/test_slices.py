@@ -254,3 +254,14 @@ def test_check_packing_finds_overfull_nodes_and_lost_slices() -> None:
     assert any("packed 0 times" in v for v in found)
     extra = Packing((*good.nodes, PackedNode(REGION, "8xH100", 8, (PlacedSlice(t.key, 0, 0, 4),))))
     assert any("packed 2 times" in v for v in check_packing(problem, alloc, extra))
+
+
+def test_unlimited_availability_infeasible_names_the_service() -> None:
+    """A service without templates under availability None: infeasible naming it (the diagnosis
+    used to divide infinity and fail with an error status)."""
+    svc = Service("Phi-4-14B", Phase.DECODE)
+    t = Template(svc, REGION, (("2/8xH100", 1),), (Stage(40, ("2/8xH100",)),), 5.0)
+    problem = AllocationProblem((t,), {svc.name: 10.0, "Phi-4-14B/prefill": 5.0}, None,
+                                {(REGION, "8xH100"): 50.0})
+    res = solve_allocation(problem)
+    assert res.status is SolveStatus.INFEASIBLE and "Phi-4-14B/prefill" in res.message
