@@ -91,6 +91,11 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
     limit = getattr(args, "solver_time_limit", None)
     if limit is not None:
         extra = {"solver_time_limit": limit, **extra}
+    # the closed loop (issue 23): a world off the model, the planner's correction, the SLO's model
+    for name in ("capacity_error", "correction", "slo_model"):
+        value = getattr(args, name, None)
+        if value is not None and name not in extra:
+            extra = {name: value, **extra}
     try:
         active = activate_fleet(args)
         if active is not None:
@@ -122,6 +127,15 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", default=None, metavar="SPEC", action=Given,
                    help="scale every workload without its own @spec: mean:R (req/s), factor:F or none; "
                         "csv: workloads are otherwise served as recorded")
+    p.add_argument("--capacity-error", default=None, metavar="SPEC",
+                   help="how the true capacities differ from the performance model: 0 (default, exact), "
+                        "calibration (the calibration's held-out spread), a sigma, stress:S, scale:F or "
+                        "file:PATH (see atoll.envs.capacity_error)")
+    p.add_argument("--correction", action="store_const", const=True, default=None,
+                   help="plan with capacities corrected online from the servers' latency and queues")
+    p.add_argument("--slo-model", default=None, choices=("fluid", "latency"),
+                   help="SLO attainment: fluid (served / demand, default) or latency (the queueing "
+                        "approximation of vLLM's TTFT and inter-token latency)")
     p.add_argument("--solver-time-limit", type=float, default=None, metavar="SECONDS",
                    help="time limit of each re-optimization's solve (default 20 s); a solve that hits it "
                         "keeps its best plan found (counted as time_limited_solves) or holds the fleet")

@@ -9,7 +9,9 @@ from types import FrameType
 
 from atoll.control.cli.common import activate_fleet, add_fleet_option, add_json, split_names
 from atoll.control.cli.output import UserError, as_user_error, output_for
+from atoll.control.live_fleet import LiveFleet, live_fleet
 from atoll.control.replay import ReplayExporter
+from atoll.control.served import ServedFleet, latest_plan
 from atoll.forecast.workloads import DAY_S, DemandSeries, WorkloadError, load_workload
 
 
@@ -61,9 +63,28 @@ def build_exporter(args: argparse.Namespace) -> ReplayExporter:
                         f"days); pick a day from 1 to {longest / DAY_S:.2f}")
     try:
         return ReplayExporter(series, models, speedup=args.speedup, port=args.port, host=args.host,
-                              start_s=start_s)
+                              start_s=start_s, served=_served(args, models))
     except ValueError as exc:
         raise as_user_error(exc) from exc
+
+
+def _served(args: argparse.Namespace, models: list[str]) -> ServedFleet | None:
+    """With ``--plans DIR``: the fleet that runs the plans a controller writes there (its json:DIR
+    sink), in the world ``--capacity-error`` draws with ``--seed``; without it None (the trace's
+    demand is exported as if all served)."""
+    if not args.plans:
+        if args.capacity_error not in (None, "0"):
+            raise UserError("--capacity-error needs --plans DIR: only a replay that serves a plan has "
+                            "capacities to be wrong about")
+        return None
+    active = getattr(args, "active_fleet", None)
+    fleet = live_fleet(active) if active is not None else LiveFleet(args.scenario, models=models)
+    unknown = sorted(set(models) - set(fleet.models))
+    if unknown:
+        raise UserError(f"--models {', '.join(unknown)} are not models of scenario {fleet.scenario!r} "
+                        f"({', '.join(fleet.models)}); a served replay needs the fleet's own names")
+    return ServedFleet(fleet.model, latest_plan(args.plans), capacity_error=args.capacity_error or 0,
+                       seed=args.seed)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -90,7 +111,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   "models": [{"model": m, "workload": w}
                              for m, w in zip(exporter.models, workloads, strict=True)],
                   "speedup": args.speedup, "start_day": args.start_day,
-                  "trace_start_s": exporter.start_s, "trace_duration_s": exporter.trace.duration_s})
+                  "trace_start_s": exporter.start_s, "trace_duration_s": exporter.trace.duration_s,
+                  "served": None if exporter.served is None else {
+                      "plans": args.plans, "capacity_error": exporter.served.spec.label,
+                      "truth": exporter.served.truth}})
         # wait() in slices: a bare wait() would not let Ctrl-C's KeyboardInterrupt through promptly
         while not stop.wait(0.5):
             pass
@@ -115,5 +139,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--start-day", type=float, default=1.0, help="trace day to start at (1-based)")
     p.add_argument("--step", type=float, default=300.0, help="trace resolution in seconds")
+    p.add_argument("--plans", default=None, metavar="DIR",
+                   help="serve the plans a controller writes to DIR (its json:DIR sink): export what that "
+                        "fleet serves, its latency histograms and queues, instead of the demand")
+    p.add_argument("--scenario", default="core",
+                   help="with --plans: the scenario whose templates the plans use")
+    p.add_argument("--capacity-error", default=None, metavar="SPEC",
+                   help="with --plans: true capacities off the model (0, calibration, sigma, stress:S, "
+                        "scale:F, file:PATH)")
+    p.add_argument("--seed", type=int, default=0, help="with --plans: seed of the capacity error's draw")
     add_json(p)
     p.set_defaults(handler=cmd_replay)

@@ -38,6 +38,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from atoll.training.evaluate import env_at_level
 
     episodes: list[Episode] = []
+    learned: dict[str, dict[str, float]] = {}
     levels: dict[float, FleetEnv] = {}
     partial = False
     try:
@@ -45,6 +46,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             with progress(f"simulate {policy.name}", len(day_list) * env.config.episode_steps) as advance:
                 at = env_at_level(env, policy, levels)  # fixed:K@q plans at q
                 episodes.append(run_policy(at, policy, days=day_list, seed=args.seed, tick=advance))
+                if at.config.correction:  # what the planner had learned at the end of the last day
+                    learned[policy.name] = at.correction.planning_factors()
     except KeyboardInterrupt as exc:  # Ctrl-C: the totals of what ran, marked partial
         partial = True
         cut = getattr(exc, "partial_episode", None)
@@ -57,11 +60,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "partial": partial,
         "scenario": args.scenario, "fleet": args.fleet, "workload": workloads_used(args), "days": day_list,
         "availability": env.config.availability, "prices": env.config.price_kind, "seed": args.seed,
+        "closed_loop": {"capacity_error": env.config.capacity_error_spec.label,
+                        "correction": env.config.correction, "slo_model": env.config.slo_model},
         "models": list(env.models),
         "policies": {name: {"totals": {k: t[k] for k in TOTAL_KEYS},
                             "extra": {k: v for k, v in t.items() if k not in TOTAL_KEYS}}
                      for name, t in results.items()},
     }
+    if learned:
+        doc["correction_factors"] = learned
     if len(episodes) == 1:
         doc["policy"] = episodes[0].policy
         doc["totals"] = doc["policies"][episodes[0].policy]["totals"]
