@@ -37,7 +37,8 @@ def test_replay_serves_the_plans_of_a_folder(tmp_path: Path) -> None:
     # no plan yet: the servers serve nothing, and the page says so in vLLM's names
     with exporter:
         page = exporter.render().decode()
-    assert "vllm:time_to_first_token_seconds_bucket" in page and "vllm:inter_token_latency_seconds_sum" in page
+    assert "vllm:time_to_first_token_seconds_bucket" in page
+    assert "vllm:inter_token_latency_seconds_sum" in page
     assert 'vllm:prompt_tokens_total{model_name="Phi-4-14B"} 0.0' in page
     # a plan delivered to the folder is what serves next
     key = next(k for k in exporter.served.model.templates if k.startswith("Phi-4-14B/prefill"))
