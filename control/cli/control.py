@@ -98,7 +98,7 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Co
         settings = ControllerSettings(interval_s=parse_interval(args.interval), forecaster=args.forecaster,
                                       time_scale=args.time_scale,
                                       flat_hold_s=parse_interval(args.flat_hold, "--flat-hold"),
-                                      shape_tolerance=args.shape_tolerance,
+                                      shape_tolerance=args.shape_tolerance, correction=not args.no_correction,
                                       growth_factor=args.max_growth_factor, growth_add=args.max_growth_add,
                                       outlier_factor=args.outlier_factor)
     except ValueError as exc:
@@ -233,6 +233,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flat-hold", default="15m",
                    help="how long counters that stop rising while their server answers hold the model "
                         "(a frozen exporter) before they count as zero demand (trace time)")
+    p.add_argument("--no-correction", action="store_true",
+                   help="plan on the performance model's capacities: do not learn them from the servers' "
+                        "latency and queues (the online capacity correction is on by default)")
     p.add_argument("--shape-tolerance", type=float, default=SHAPE_TOLERANCE, metavar="FRACTION",
                    help="report a request shape drift when the measured tokens per request of either phase "
                         "is more than this fraction off the shape the templates were profiled at")
