@@ -113,6 +113,13 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     12 M + G + 2    ``cost_rate``               last step's $/h / the initial plan's, / 4      0      1
     12 M + G + 3    ``spare_ondemand``          ``hedged``: on-demand quota not held / quota   0      1
                                                 (0 in the other markets)
+    12 M + G + 4    ``<model>/latency_ratio``   ``v2`` only, 3 per model from here: last       0      1
+    + 3 m + 0                                   step's mean latency (TTFT, inter-token) / its
+                                                SLO budget, max over phases, capped at 2, / 2
+    12 M + G + 4    ``waiting_share``           requests waiting / (waiting + running)         0      1
+    + 3 m + 1
+    12 M + G + 4    ``correction``              (planned capacity x learned factors) /         0      1
+    + 3 m + 2                                   planned capacity, min over phases, - 0.5
     ==============  ==========================  =============================================  =====  ====
 
     (``atoll.envs.observation.MODEL_FEATURES`` / ``FLEET_FEATURES`` hold the same table; a test
@@ -127,6 +134,19 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     (starting first; order drawn from ``self.np_random``) — on-demand quotas never drop, so
     under ``hedged`` only spot instances are preempted. ``info["total"]`` has the step's
     node-hours and on-demand node-hours.
+
+    **The world and the servers** (issue 23). ``capacity_error``: each template family's true
+    throughput is the model's x a factor drawn at reset (:mod:`atoll.envs.capacity_error`; the
+    draw and the servers' sampling noise come from two child seeds of ``self.np_random``, taken
+    whatever the spec, so worlds of one seed meet the same availability and preemptions). Served
+    tokens use the true capacity; the planner sees the model's capacity x what it has learned
+    (``correction``: :mod:`atoll.envs.correction` fed by :func:`atoll.envs.servers.learn` from
+    the step's served tokens, mean TTFT / inter-token latency and waiting requests — what vLLM
+    exports, from the queueing approximation of :mod:`atoll.envs.latency`). ``slo_model=
+    "latency"``: a model's SLO share is the share of its requests meeting both budgets in that
+    approximation (at most the fluid served share, reported beside it as ``served_share``).
+    ``info["correction"]`` holds the planner's factors, ``info["exposed_families"]`` the families
+    that served; reset's ``info["capacity_error"]`` the true factors.
 
     **Reward** = -scale x (cost $ + unserved_usd_per_mtok x unserved Mtok + reopt_usd x bits
     set), with goodput tokens = share x (prefill + decode tokens) per model and unserved tokens
@@ -143,6 +163,10 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     ``episode_steps`` steps.
 
     **Version history**
+
+    * ``v2`` (issue 23): the closed loop — ``capacity_error="calibration"``, latency-based SLO,
+      online capacity correction, and the observation's closed-loop block (``latency_ratio``,
+      ``waiting_share``, ``correction`` per model, appended after the ``v1`` features).
 
     * ``v1`` (issue 15): ``MultiDiscrete`` action — per model hold, grow or full at one of the
       planning levels; the observation gains ``forecast_trend``, ``interval_width``,
