@@ -76,6 +76,8 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
         fields["shape"] = shape
     if args.runtime is not None:
         fields["runtime"] = args.runtime
+    if args.slices:
+        fields["slices"] = True  # LibrarySpec refuses it without runtime vllm, naming the field
     kept = set(fields["models"])
     fields["model_shapes"] = tuple((m, s) for m, s in fields.get("model_shapes", ()) if m in kept)
     try:
@@ -127,6 +129,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_fleet_option(b)
     b.add_argument("--runtime", default=None, choices=RUNTIMES,
                    help="keep what this serving runtime can run: vllm or any (default: any; a fleet's own)")
+    b.add_argument("--slices", action="store_true",
+                   help="with --runtime vllm: stages may also use g of a node's G GPUs (issue 28)")
     b.add_argument("--models", help="comma-separated model names (default: the six defaults)")
     b.add_argument("--regions", help=f"comma-separated (default {','.join(DEFAULT_REGIONS)})")
     b.add_argument("--gpus", help=f"GPU types (default {','.join(DEFAULT_GPU_TYPES)})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,18 @@ def test_whole_node_documents_have_no_packing(tmp_path: Path) -> None:
     problem = AllocationProblem(lib.templates, {"GPT-OSS-20B/decode": 100.0}, None, prices)
     doc = solve_document(problem, run_method(problem, "ilp"), scenario="test")
     assert "packing" not in doc and doc["status"] == "optimal"
+
+
+def test_templates_build_slices_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from atoll.control.cli import main
+
+    argv = ["templates", "build", "--models", "Phi-4-14B", "--regions", REGION, "--gpus", "H100",
+            "--n-max", "2", "--workers", "1", "--cache-dir", str(tmp_path), "--json"]
+    assert main([*argv, "--runtime", "vllm"]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--runtime", "vllm", "--slices"]) == 0
+    sliced = json.loads(capsys.readouterr().out)
+    assert sliced["spec"]["slices"] is True and "slices" not in whole["spec"]
+    assert sliced["total_templates"] > whole["total_templates"]
+    assert main([*argv, "--slices"]) == 2  # the research runtime keeps whole nodes
+    assert "needs runtime 'vllm'" in capsys.readouterr().err
