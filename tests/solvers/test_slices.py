@@ -265,3 +265,27 @@ def test_unlimited_availability_infeasible_names_the_service() -> None:
                                 {(REGION, "8xH100"): 50.0})
     res = solve_allocation(problem)
     assert res.status is SolveStatus.INFEASIBLE and "Phi-4-14B/prefill" in res.message
+
+
+def test_goodput_mode_with_slices_stays_within_whole_nodes() -> None:
+    """Scarce nodes (one per pool), goodput mode: the plan's packing fits them, and no plan
+    serves a larger share (brute force over up to 8 instances per template: a node holds at most
+    8 slices)."""
+    rng = random.Random(77)
+    for _ in range(6):
+        templates, demand, prices, _ = _synthetic(rng)
+        demand = {s: d * 3 for s, d in demand.items()}
+        avail = {rc: 1 for rc in prices}
+        problem = AllocationProblem(templates, demand, avail, prices, mode="goodput")
+        res = solve_allocation(problem)
+        assert res.status is SolveStatus.OPTIMAL, res.message
+        assert check_packing(problem, res.allocation, res.packing) == []
+        grid = np.array(list(itertools.product(range(9), repeat=len(templates))), dtype=np.float64)
+        pools = sorted(prices)
+        use = np.array([[dict(t.node_use).get(c, 0.0) for _, c in pools] for t in templates])
+        ok = np.all(np.ceil(grid @ use - 1e-9) <= 1, axis=1)
+        share = np.ones(len(grid))
+        for s, d in demand.items():  # one model: its share is its scarcer phase's
+            thr = np.array([t.throughput if t.service.name == s else 0.0 for t in templates])
+            share = np.minimum(share, np.minimum(grid @ thr / d, 1.0))
+        assert res.goodput_fraction == pytest.approx(float(share[ok].max()), abs=1e-6)
