@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from atoll.solvers.types import Template
+from atoll.solvers.types import Template, node_config_of
 
 MODES = ("cost", "goodput")
 RegionConfig = tuple[str, str]
@@ -158,8 +158,8 @@ class TemplateIndex:
         self.entry_template = np.repeat(np.arange(len(templates)), np.diff(self.ptr))
         # (region, config) pairs some template uses a slice of: the ILP buys their nodes as
         # integer variables and packs the slices (DESIGN.md §4); none in whole-node libraries
-        frac = self.k != np.round(self.k)
-        self.sliced_rcs = frozenset(self.rcs[i] for i in np.unique(self.rc[frac]).tolist())
+        self.sliced_rcs = frozenset((t.region, node_config_of(c)) for t in templates if t.has_slices
+                                    for c, _ in t.nodes if node_config_of(c) != c)
         self.sliced = np.asarray([rc in self.sliced_rcs for rc in self.rcs], dtype=bool)
 
 

@@ -289,3 +289,15 @@ def test_goodput_mode_with_slices_stays_within_whole_nodes() -> None:
             thr = np.array([t.throughput if t.service.name == s else 0.0 for t in templates])
             share = np.minimum(share, np.minimum(grid @ thr / d, 1.0))
         assert res.goodput_fraction == pytest.approx(float(share[ok].max()), abs=1e-6)
+
+
+def test_a_library_of_whole_node_multiples_of_slices_still_packs() -> None:
+    """Four 2-GPU stages fill one 8xH100 exactly: no fractional use, still a sliced pool (its
+    plan shows the packing)."""
+    svc = Service("Phi-4-14B", Phase.DECODE)
+    four = Template(svc, REGION, (("2/8xH100", 4),), tuple(Stage(10, ("2/8xH100",)) for _ in range(4)), 3.0)
+    problem = AllocationProblem((four,), {svc.name: 5.0}, None, {(REGION, "8xH100"): 50.0})
+    res = solve_allocation(problem)
+    assert problem.index.sliced_rcs == {(REGION, "8xH100")}
+    assert res.cost_per_hour == pytest.approx(100.0) and len(res.packing.nodes) == 2
+    assert all(len(n.slices) == 4 and len({s.instance for s in n.slices}) == 1 for n in res.packing.nodes)
