@@ -444,3 +444,52 @@ def _at_default_horizon(make: Callable[[int, int], Forecaster], season: int) -> 
 
 
 _register()
+
+
+# ----- backtest at the planning target ----------------------------------------------------------
+PLANNING_CANDIDATES: tuple[str, ...] = ("ets", *(f"peak:{b}" for b in BASES), "peak:auto")
+
+
+def planning_backtest(y: np.ndarray, *, series: str, forecasters: Sequence[str] = PLANNING_CANDIDATES,
+                      train_steps: int = 3 * DAY, horizon: int = DEFAULT_HORIZON, level: float = SELECT_LEVEL,
+                      season: int = DAY) -> list[dict[str, object]]:
+    """Per forecaster, rolling origin over ``y[train_steps:]`` (fit on the steps before, updated
+    step by step as the env does): at every origin g the ``level`` quantile of the peak over
+    the next ``horizon`` steps (the forecast's maximum over them) against the realized peak —
+    MAPE of the point forecast (the mean path's maximum), pinball loss and coverage of the
+    quantile, the pinball loss relative to ``ets``'s where it ran — and the choice ``auto`` /
+    ``peak:auto`` made (every (test step, model) selection)."""
+    from atoll.forecast.auto import AutoForecaster
+    from atoll.forecast.forecasters import make_forecaster
+
+    y = check_history(y, season, name=f"series {series!r}")
+    if level not in QUANTILES:
+        raise ForecastError(f"level {level} is not forecast; use one of {list(QUANTILES)}")
+    if train_steps < 2 * season or train_steps + horizon > len(y):
+        raise ForecastError(f"train_steps {train_steps} must be >= {2 * season} and leave at least "
+                            f"{horizon} steps of the series' {len(y)}")
+    origins = np.arange(train_steps, len(y) - horizon + 1)
+    peak = np.lib.stride_tricks.sliding_window_view(y, horizon).max(axis=1)[origins]
+    rows: list[dict[str, object]] = []
+    for name in forecasters:
+        f = make_forecaster(name, season, horizon=horizon).fit(y[:train_steps])
+        upper = np.empty(len(origins))
+        point = np.empty(len(origins))
+        for i, g in enumerate(origins):
+            fc = f.forecast(horizon)
+            upper[i], point[i] = fc.quantile(level).max(), fc.mean.max()
+            f.update(y[g])
+        ok = peak > 0
+        row: dict[str, object] = {
+            "series": series, "forecaster": name, "horizon_steps": horizon, "level": level,
+            "mape": float(np.mean(np.abs(point[ok] - peak[ok]) / peak[ok])) if ok.any() else math.nan,
+            "pinball": pinball(peak, upper, level), "coverage": float(np.mean(peak <= upper)),
+            "points": len(origins)}
+        if isinstance(f, PeakAuto | AutoForecaster):
+            row["chosen"] = f.chosen_name
+            row["selections"] = [(int(t) - train_steps, n) for t, n in f.selections]
+        rows.append(row)
+    base = next((r["pinball"] for r in rows if r["forecaster"] == "ets"), None)
+    for r in rows:
+        r["pinball_vs_ets"] = float(r["pinball"]) / float(base) if base else math.nan  # type: ignore[arg-type]
+    return rows

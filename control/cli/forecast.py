@@ -11,8 +11,10 @@ from rich.table import Table
 
 from atoll.control.cli.common import add_json, check_image_path, split_names
 from atoll.control.cli.output import UserError, as_user_error, output_for, progress
+from atoll.envs.demand import WARMUP_DAYS
 from atoll.forecast.backtest import HORIZONS, backtest
 from atoll.forecast.forecasters import DAY, FORECASTERS, ForecastError
+from atoll.forecast.planning import DEFAULT_HORIZON, PLANNING_CANDIDATES, planning_backtest
 from atoll.forecast.plot import plot_forecast
 from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
 from atoll.solvers.errors import UnknownNameError
@@ -34,10 +36,13 @@ def _forecasters(text: str) -> list[str]:
 
 
 def cmd_backtest(args: argparse.Namespace) -> int:
+    if args.target == "planning":
+        return _backtest_planning(args)
     out = output_for(args)
     logging.basicConfig(level=logging.WARNING)
     names = split_names(args.workload, "--workload")
-    forecasters = _forecasters(args.forecaster)
+    forecasters = _forecasters(args.forecaster or "auto")
+    args.train_days = 7 if args.train_days is None else args.train_days
     if args.train_days < 1:
         raise UserError(f"--train-days must be >= 1, got {args.train_days}")
     results = []
@@ -69,6 +74,41 @@ def cmd_backtest(args: argparse.Namespace) -> int:
     out.result(table)
     out.json({"results": [r.as_dict() for r in results], "train_days": args.train_days,
               "update_forecast_seconds": timings})
+    return 0
+
+
+def _backtest_planning(args: argparse.Namespace) -> int:
+    """``--target planning``: the peak over the look-ahead (see atoll.forecast.planning)."""
+    out = output_for(args)
+    logging.basicConfig(level=logging.WARNING)
+    names = split_names(args.workload, "--workload")
+    forecasters = _forecasters(args.forecaster or ",".join(PLANNING_CANDIDATES))
+    train_days = WARMUP_DAYS if args.train_days is None else args.train_days
+    if args.look_ahead < 1:
+        raise UserError(f"--look-ahead must be >= 1 step, got {args.look_ahead}")
+    if train_days < 2:
+        raise UserError(f"--train-days must be >= 2 for --target planning, got {train_days}")
+    rows: list[dict[str, object]] = []
+    for name in names:
+        y = _series(name, 300.0).requests_per_s
+        if len(y) < (train_days + 1) * DAY:
+            raise UserError(f"workload {name!r} has {len(y) // DAY} days; the backtest needs "
+                            f"{train_days} training days plus at least one test day")
+        try:
+            rows += planning_backtest(y, series=name, forecasters=forecasters, train_steps=train_days * DAY,
+                                      horizon=args.look_ahead)
+        except ForecastError as exc:
+            raise UserError(f"{name}: {exc}") from exc
+    table = Table(title=f"Planning target: the 0.9 quantile of the peak over {args.look_ahead} steps "
+                        f"(fit on {train_days} days, rolling origin after)")
+    for col in ("series", "forecaster", "MAPE", "pinball", "vs ets", "cov 0.9", "chosen"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["series"]), str(r["forecaster"]), f"{r['mape']:.3f}", f"{r['pinball']:.4g}",
+                      f"{r['pinball_vs_ets']:.3f}", f"{r['coverage']:.3f}", str(r.get("chosen", "")))
+    out.result(table)
+    out.json({"target": "planning", "train_days": train_days, "look_ahead_steps": args.look_ahead,
+              "results": rows})
     return 0
 
 
@@ -106,8 +146,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b = fsub.add_parser("backtest", help="rolling-origin backtest over the test days")
     b.add_argument("--workload", default="servegen:m-large",
                    help="servegen:<model>, azure:<trace> or csv:<path>#<model>; comma-separated")
-    b.add_argument("--forecaster", default="auto", help=f"one or more of {', '.join(FORECASTERS)}")
-    b.add_argument("--train-days", type=int, default=7)
+    b.add_argument("--forecaster", default=None,
+                   help=f"one or more of {', '.join(FORECASTERS)} (default: auto; with --target "
+                        f"planning: {', '.join(PLANNING_CANDIDATES)})")
+    b.add_argument("--train-days", type=int, default=None,
+                   help=f"days to fit on (default 7; with --target planning {WARMUP_DAYS}, the env's "
+                        "warm-up)")
+    b.add_argument("--target", choices=("step", "planning"), default="step",
+                   help="step: each future step (MASE, intervals); planning: the peak over the "
+                        "look-ahead a re-plan sizes for (MAPE, pinball loss, 0.9 coverage, auto's choice)")
+    b.add_argument("--look-ahead", type=int, default=DEFAULT_HORIZON,
+                   help=f"--target planning: look-ahead in 5-min steps (default {DEFAULT_HORIZON})")
     add_json(b)
     b.set_defaults(handler=cmd_backtest, horizons=HORIZONS)
     pl = fsub.add_parser("plot", help="plot history, forecast and intervals to a PNG")
