@@ -16,12 +16,19 @@ Parts (``--parts``, comma-separated; default all):
 - ``robustness``: the same target on the forecasting robustness suite's series
   (``benchmarks/forecast.py``: the seeded synthetic shapes, ServeGen m-large/m-mid/m-small and
   the six client groups; the 1-day short-history traces are left out, their 1-hour season has
-  no 3-day warm-up). Fit on days 1-3; validation days 4-6, test days 7-10 (synthetic, 10 days)
+  no 3-day warm-up) with today's ``ets``, the trivial candidates and ``peak:auto`` (the other
+  candidates run inside ``peak:auto``; today's ``auto`` is left out, its SARIMAX and UC fits take
+  minutes per series). Fit on days 1-3;
+  validation days 4-6, test days 7-10 (synthetic, 10 days)
   or validation days 4-10, test days 11-14 (14 days).
-- ``loop``: ``fixed:1`` at levels 0.8/0.9/0.95 on core/spot, test days 11-14, the same seeds,
+- ``loop``: ``fixed:1`` at levels 0.8/0.9/0.95 on core/spot, test days 11-14 (``--loop-days``),
+  the same seeds,
   with today's ``ets`` and with the forecaster chosen above; ``oracle-rate`` and ``hindsight``.
   Cost at matched SLO: the chosen forecaster's cost interpolated (linearly in SLO attainment
   between its levels) at ``ets``'s SLO at each level.
+
+- ``speed``: CPU seconds (``time.process_time``, so a busy machine does not inflate them) of
+  one uncached causal forecast pass on core (seed 0, 3 models, days 4-14) per forecaster.
 
 ``--seeds`` and ``--jobs`` shrink or spread the run; the document records what ran.
 """
@@ -57,6 +64,7 @@ LEVEL = 0.9
 TODAY = ("ets", "auto")
 NEW = ("peak:persistence", "peak:ewma", "peak:naive", "peak:ets", "peak:llt", "peak:blend", "peak:auto")
 FORECASTERS = (*TODAY, *NEW)
+ROBUST = ("ets", "peak:persistence", "peak:naive", "peak:auto")
 SERVEGEN = ("m-large", "m-mid", "m-small")
 
 
@@ -147,25 +155,40 @@ def series_pass(args: tuple[str, str, np.ndarray, str]) -> dict[str, Any]:
         out[split] = metrics(upper[g], point[g], target(y, g))
     if isinstance(f, PeakAuto):
         out["selections"] = [(int(s) // DAY + 1, n) for s, n in f.selections]
+    log(f"robustness {name} {forecaster}: {out['seconds']:.1f} s, "
+        f"test pinball {out['test']['pinball_0.9']:.4g}")
     return out
 
 
 # ----- closed loop ----------------------------------------------------------------------------
-def loop_run(args: tuple[int, str, str, float]) -> dict[str, Any]:
+def loop_run(args: tuple[int, str, str, float, tuple[int, ...]]) -> dict[str, Any]:
     from atoll.envs.fleet_env import FleetEnv
     from atoll.envs.policies import make_policy
     from atoll.envs.rollout import run_policy
 
-    seed, forecaster, policy, level = args
-    config = FleetConfig(scenario="core", availability="spot", days=(11, 14), demand_seed=seed,
+    seed, forecaster, policy, level, days = args
+    config = FleetConfig(scenario="core", availability="spot", days=(min(days), max(days)), demand_seed=seed,
                          forecaster=forecaster)
     env = FleetEnv(dataclasses.replace(config, planning_quantile=level))
     t = time.perf_counter()
-    totals = run_policy(env, make_policy(policy, len(env.models)), days=[11, 12, 13, 14], seed=seed).totals()
+    totals = run_policy(env, make_policy(policy, len(env.models)), days=list(days), seed=seed).totals()
     row = {"seed": seed, "forecaster": forecaster, "policy": policy, "level": level,
            "cost_usd": float(totals["cost_usd"]), "slo_attainment": float(totals["slo_attainment"]),
            "seconds": time.perf_counter() - t}
     log(f"loop {row}")
+    return row
+
+
+def speed_pass(forecaster: str) -> dict[str, Any]:
+    from atoll.envs.demand import _forecast_pass
+
+    spec = SCENARIOS["core"]
+    series = workload_series("servegen", spec.models, spec.req_per_s, 300.0, resample="sampled", seed=0)
+    rates = np.stack([np.asarray(s.requests_per_s[: 14 * DAY], dtype=float) for s in series])
+    t = time.process_time()
+    _forecast_pass(rates, DAY, forecaster, H, core_levels(), None)
+    row = {"forecaster": forecaster, "cpu_seconds": time.process_time() - t}
+    log(f"speed {row}")
     return row
 
 
@@ -186,9 +209,11 @@ def mean_ratio(rows: list[dict[str, Any]], split: str, base: dict[tuple[int, str
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--parts", default="core,robustness,loop")
+    parser.add_argument("--parts", default="core,robustness,loop,speed")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--loop-days", type=lambda t: tuple(map(int, t.split("-"))), default=(11, 14),
+                        help="test days of the closed loop, FIRST-LAST (default 11-14)")
     parser.add_argument("--chosen", default="peak:auto",
                         help="the loop's new forecaster when the core part (which chooses it) does not run")
     args = parser.parse_args()
@@ -225,7 +250,7 @@ def main() -> None:
                             f"test {s['test']['pinball_vs_ets']:.3f} cov {s['test']['coverage_0.9']:.3f}"
                             for f, s in summary.items()))
         if "robustness" in parts:
-            jobs = [(n, k, y, f) for n, k, y in suite() for f in FORECASTERS]
+            jobs = [(n, k, y, f) for n, k, y in suite() for f in ROBUST]
             rows = list(pool.map(series_pass, jobs))
             table: dict[str, Any] = {}
             for n, _, _ in suite():
@@ -247,8 +272,10 @@ def main() -> None:
                 f"cov {t['peak:auto']['test_coverage_0.9']:.2f}"
                 for n, t in table.items()))
         if "loop" in parts:
-            jobs = [(s, f, "fixed:1", q) for f in ("ets", chosen) for q in (0.8, 0.9, 0.95) for s in seeds]
-            jobs += [(s, "ets", p, LEVEL) for p in ("oracle-rate", "hindsight") for s in seeds]
+            days = tuple(range(args.loop_days[0], args.loop_days[1] + 1))
+            jobs = [(s, f, "fixed:1", q, days) for f in ("ets", chosen) for q in (0.8, 0.9, 0.95)
+                    for s in seeds]
+            jobs += [(s, "ets", p, LEVEL, days) for p in ("oracle-rate", "hindsight") for s in seeds]
             rows = list(pool.map(loop_run, jobs))
 
             def mean_of(f: str, p: str, q: float) -> tuple[float, float]:
@@ -264,11 +291,14 @@ def main() -> None:
                                      "ratio": None if new is None else new / cost}
             refs = {p: dict(zip(("slo_attainment", "cost_usd"), mean_of("ets", p, LEVEL), strict=True))
                     for p in ("oracle-rate", "hindsight")}
-            doc["loop"] = {"scenario": "core", "market": "spot", "days": "11-14 (test)", "chosen": chosen,
+            doc["loop"] = {"scenario": "core", "market": "spot", "days": f"{days[0]}-{days[-1]} (test)",
+                           "chosen": chosen,
                            "curves": {f: {f"{q:g}": {"slo_attainment": s, "cost_usd": c}
                                           for q, (s, c) in v.items()} for f, v in curves.items()},
                            "matched_slo": matched, "references": refs, "rows": rows}
             log(f"loop: {json.dumps({k: doc['loop'][k] for k in ('curves', 'matched_slo', 'references')})}")
+        if "speed" in parts:
+            doc["speed"] = list(pool.map(speed_pass, ("ets", *NEW)))
     doc["wall_seconds"] = time.perf_counter() - started
     print(json.dumps(doc, indent=1))
 
