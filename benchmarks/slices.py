@@ -17,6 +17,9 @@ as 1/2/4-GPU pieces at G-proportional prices, keeping a cheaper existing offer: 
 for free, a lower bound the slices plan should meet within 1%). The slices plan's packing is
 checked by the packing evaluator.
 
+``scenarios``: the bundled scenario (default extended: three regions, GCP selling 1/2/4/8-GPU
+nodes) with whole nodes and with slices: templates, cold library seconds, ILP cost and seconds.
+
 ``ladder``: the core scenario's decomposition ladder (``atoll solve --decompose``) under vllm
 with whole nodes and with slices, side by side. ``--cache-dir DIR`` builds the libraries there
 (an empty DIR measures cold builds).
@@ -124,6 +127,23 @@ def plan(catalog: Catalog, offers: tuple[Offer, ...], *, slices: bool, workers: 
     return row
 
 
+def scenario_row(scenario: str, cache_dir: Path | None, workers: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, slices in (("whole_nodes", False), ("slices", True)):
+        t0 = time.perf_counter()
+        lib = build_library(library_spec(SCENARIOS[scenario], "vllm", slices), cache_dir=cache_dir,
+                            workers=workers, progress=False)
+        build_s = time.perf_counter() - t0
+        problem = build_problem(scenario, "ample", "even", runtime="vllm", slices=slices, cache_dir=cache_dir)
+        t0 = time.perf_counter()
+        res = solve_allocation(problem)
+        out[name] = {"templates": len(lib.templates), "library_seconds": round(build_s, 2),
+                     "from_cache": lib.from_cache, "status": res.status.value,
+                     "cost_per_hour": None if res.allocation is None else round(res.cost_per_hour, 4),
+                     "gap": res.gap, "solve_seconds": round(time.perf_counter() - t0, 2)}
+    return out
+
+
 def ladder(scenario: str, cache_dir: Path | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, slices in (("whole_nodes", False), ("slices", True)):
@@ -141,6 +161,7 @@ def main() -> None:
     ap.add_argument("--fleets", default="h100x8,a100x8_l40sx8,aws")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--ladders", default="core", help="scenarios whose ladder to compare ('' for none)")
+    ap.add_argument("--scenarios", default="extended", help="bundled scenarios to plan whole vs sliced")
     ap.add_argument("--cache-dir", type=Path, default=None)
     args = ap.parse_args()
     cache = args.cache_dir
@@ -159,8 +180,9 @@ def main() -> None:
         out[name] = rows
         print(f"{name}: whole {w} slices {s} emulation {e}", flush=True, file=sys.stderr)
     ladders = {s: ladder(s, cache) for s in args.ladders.split(",") if s}
+    scenarios = {s: scenario_row(s, cache, args.workers) for s in args.scenarios.split(",") if s}
     doc = {"demand": "extended scenario, even mix, ample availability, cost mode, runtime vllm",
-           "fleets": out, "ladders": ladders}
+           "fleets": out, "scenarios": scenarios, "ladders": ladders}
     print(json.dumps(doc, indent=2))
 
 
