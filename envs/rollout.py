@@ -43,6 +43,9 @@ class Episode:
     days: list[int] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     sums: dict[str, float] = field(default_factory=dict)
+    # the planner's learned capacity factors after each day (family -> factor; empty without
+    # the online correction)
+    correction: list[dict[str, float]] = field(default_factory=list)
 
     def add(self, info: dict[str, Any], reward: float) -> None:
         total = info["total"]
@@ -121,3 +124,5 @@ def _run_days(env: FleetEnv, policy: Policy, days: Sequence[int], seed: int,
             done = terminated or truncated
             if tick is not None:
                 tick(1)
+        if env.config.correction:
+            episode.correction.append(env.correction.planning_factors())

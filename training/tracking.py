@@ -80,6 +80,19 @@ def find_logged_policy(tag: str, value: str) -> tuple[str, str] | None:
     return runs[0].data.tags["atoll.model_uri"], runs[0].info.run_id
 
 
+def _log_correction(episodes: Sequence[Any]) -> None:
+    """The learned capacity factors of each seed's days (online correction), as an artifact, and
+    their spread as metrics; nothing without the correction."""
+    learned = {f"seed_{e.seed}": e.correction for e in episodes if getattr(e, "correction", None)}
+    if not learned:
+        return
+    mlflow.log_dict(learned, "correction_factors.json")
+    last = [k for days in learned.values() for k in days[-1].values()]
+    if last:
+        mlflow.log_metrics({"correction_families": float(len(last)), "correction_factor_min": min(last),
+                            "correction_factor_max": max(last)})
+
+
 def config_params(config: FleetConfig) -> dict[str, str]:
     skip = {"templates", "demand", "reward"}
     params = {f"env.{k}": str(v) for k, v in dataclasses.asdict(config).items() if k not in skip}
@@ -214,6 +227,7 @@ def evaluate_run(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int], se
                 metrics = _step_metrics(r)
                 for i in range(0, len(metrics), 1000):
                     client.log_batch(child.info.run_id, metrics=metrics[i:i + 1000])
+                _log_correction(r.episodes)
         table = markdown_table(results)
         rows = comparison_rows(results)
         buf = io.StringIO()

@@ -150,3 +150,18 @@ def test_train_or_reuse_finds_the_run_with_the_same_settings() -> None:
     assert not other_seed["reused"] and not forced["reused"]
     assert len({first["run_id"], other_seed["run_id"], forced["run_id"]}) == 3
     assert train_or_reuse(tiny_config(), SETTINGS)["run_id"] == forced["run_id"]  # the newest one
+
+
+def test_evaluate_run_logs_the_learned_capacity_factors() -> None:
+    env = FleetEnv(tiny_config(days=(6, 6), capacity_error="scale:0.7", correction=True, slo_model="latency"))
+    out = evaluate_run(env, ["fixed:1"], days=[6], seeds=1)
+    client = MlflowClient()
+    parent = client.get_run(out["parent_run_id"])
+    assert parent.data.params["env.capacity_error"] == "scale:0.7"
+    (child,) = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{out['parent_run_id']}'")
+    assert child.data.metrics["correction_families"] >= 1
+    # every learned factor moved from the prior toward the world's 0.7
+    assert child.data.metrics["correction_factor_max"] < 1.0
+    assert child.data.metrics["correction_factor_min"] == pytest.approx(0.7, rel=0.05)
+    assert "correction_factors.json" in {f.path for f in client.list_artifacts(child.info.run_id)}
