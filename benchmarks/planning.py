@@ -208,6 +208,30 @@ def mean_ratio(rows: list[dict[str, Any]], split: str, base: dict[tuple[int, str
     return float(np.mean(ratios))
 
 
+def loop_summary(rows: list[dict[str, Any]], chosen: str, days: tuple[int, ...]) -> dict[str, Any]:
+    """Curves (mean SLO attainment and cost per level, over the seeds that ran), cost at matched
+    SLO and the references; ``seeds`` per entry says how many seeds each mean is over."""
+    def mean_of(f: str, p: str, q: float) -> dict[str, Any] | None:
+        mine = [r for r in rows if r["forecaster"] == f and r["policy"] == p and r["level"] == q]
+        if not mine:
+            return None
+        return {"slo_attainment": float(np.mean([r["slo_attainment"] for r in mine])),
+                "cost_usd": float(np.mean([r["cost_usd"] for r in mine])),
+                "seeds": sorted(int(r["seed"]) for r in mine)}
+
+    curves = {f: {f"{q:g}": c for q in (0.8, 0.9, 0.95) if (c := mean_of(f, "fixed:1", q))}
+              for f in ("ets", chosen)}
+    matched = {}
+    for q, c in curves["ets"].items():
+        new = matched_cost([(v["slo_attainment"], v["cost_usd"]) for v in curves[chosen].values()],
+                           c["slo_attainment"])
+        matched[q] = {"ets_slo": c["slo_attainment"], "ets_cost": c["cost_usd"],
+                      "chosen_cost_at_that_slo": new, "ratio": None if new is None else new / c["cost_usd"]}
+    refs = {p: mean_of("ets", p, LEVEL) for p in ("oracle-rate", "hindsight")}
+    return {"scenario": "core", "market": "spot", "days": f"{days[0]}-{days[-1]} (test)", "chosen": chosen,
+            "curves": curves, "matched_slo": matched, "references": refs, "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--parts", default="core,robustness,loop,speed")
@@ -215,6 +239,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--loop-days", type=lambda t: tuple(map(int, t.split("-"))), default=(11, 14),
                         help="test days of the closed loop, FIRST-LAST (default 11-14)")
+    parser.add_argument("--loop-runs", default="",
+                        help="only these closed-loop runs: SEED/FORECASTER/POLICY/LEVEL, comma-separated")
+    parser.add_argument("--loop-rows", nargs="*", type=Path,
+                        help="files of earlier closed-loop rows (one JSON object a line) to summarize with")
     parser.add_argument("--speed-forecasters", default="ets,peak:blend,peak:auto")
     parser.add_argument("--chosen", default="peak:auto",
                         help="the loop's new forecaster when the core part (which chooses it) does not run")
@@ -275,29 +303,17 @@ def main() -> None:
                 for n, t in table.items()))
         if "loop" in parts:
             days = tuple(range(args.loop_days[0], args.loop_days[1] + 1))
-            jobs = [(s, f, "fixed:1", q, days) for f in ("ets", chosen) for q in (0.8, 0.9, 0.95)
-                    for s in seeds]
-            jobs += [(s, "ets", p, LEVEL, days) for p in ("oracle-rate", "hindsight") for s in seeds]
+            if args.loop_runs:  # SEED/FORECASTER/POLICY/LEVEL,...: only these (a shorter run)
+                jobs = [(int(a), f, p, float(q), days)
+                        for a, f, p, q in (r.split("/") for r in args.loop_runs.split(","))]
+            else:
+                jobs = [(s, f, "fixed:1", q, days) for f in ("ets", chosen) for q in (0.8, 0.9, 0.95)
+                        for s in seeds]
+                jobs += [(s, "ets", p, LEVEL, days) for p in ("oracle-rate", "hindsight") for s in seeds]
             rows = list(pool.map(loop_run, jobs))
-
-            def mean_of(f: str, p: str, q: float) -> tuple[float, float]:
-                mine = [r for r in rows if r["forecaster"] == f and r["policy"] == p and r["level"] == q]
-                return (float(np.mean([r["slo_attainment"] for r in mine])),
-                        float(np.mean([r["cost_usd"] for r in mine])))
-
-            curves = {f: {q: mean_of(f, "fixed:1", q) for q in (0.8, 0.9, 0.95)} for f in ("ets", chosen)}
-            matched = {}
-            for q, (slo, cost) in curves["ets"].items():
-                new = matched_cost(list(curves[chosen].values()), slo)
-                matched[f"{q:g}"] = {"ets_slo": slo, "ets_cost": cost, "chosen_cost_at_that_slo": new,
-                                     "ratio": None if new is None else new / cost}
-            refs = {p: dict(zip(("slo_attainment", "cost_usd"), mean_of("ets", p, LEVEL), strict=True))
-                    for p in ("oracle-rate", "hindsight")}
-            doc["loop"] = {"scenario": "core", "market": "spot", "days": f"{days[0]}-{days[-1]} (test)",
-                           "chosen": chosen,
-                           "curves": {f: {f"{q:g}": {"slo_attainment": s, "cost_usd": c}
-                                          for q, (s, c) in v.items()} for f, v in curves.items()},
-                           "matched_slo": matched, "references": refs, "rows": rows}
+            for path in args.loop_rows or ():  # rows of earlier runs (one JSON object a line)
+                rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            doc["loop"] = loop_summary(rows, chosen, days)
             log(f"loop: {json.dumps({k: doc['loop'][k] for k in ('curves', 'matched_slo', 'references')})}")
         if "speed" in parts:
             doc["speed"] = list(pool.map(speed_pass, args.speed_forecasters.split(",")))
