@@ -123,7 +123,9 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
                    help="node availability (default: spot; with --fleet: ample, i.e. its static caps)")
     p.add_argument("--prices", default=None, choices=PRICE_KINDS,
                    help="node prices (default: spot with spot availability, else on-demand)")
-    p.add_argument("--forecaster", default="ets", help="naive, ets, sarimax, uc or auto")
+    p.add_argument("--forecaster", default="ets",
+                   help="naive, ets, sarimax, uc, auto, or a planning-target forecaster "
+                        "peak:persistence|ewma|naive|ets|llt|blend|auto")
     p.add_argument("--scale", default=None, metavar="SPEC", action=Given,
                    help="scale every workload without its own @spec: mean:R (req/s), factor:F or none; "
                         "csv: workloads are otherwise served as recorded")
