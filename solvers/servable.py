@@ -79,7 +79,8 @@ def unservable_message(reasons: dict[str, str]) -> str:
     return "; ".join(f"{m} cannot be served: {why}" for m, why in reasons.items())
 
 
-def require_servable(scenario: ScenarioSpec, templates: Sequence[Template], runtime: str | None = None) -> None:
+def require_servable(scenario: ScenarioSpec, templates: Sequence[Template],
+                     runtime: str | None = None) -> None:
     """An :class:`UnservableError` naming every model the fleet cannot serve, and why."""
     reasons = unservable(scenario, templates, runtime)
     if reasons:
