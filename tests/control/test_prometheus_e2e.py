@@ -72,8 +72,16 @@ def test_the_controller_reads_prometheus_and_writes_plans(start_prometheus: Call
                                 tmp_path / "state", settings=settings, clock=lambda: time.time() * SPEEDUP,
                                 sleep=time.sleep)
         deadline = time.monotonic() + 30
+
+        def planned_from_demand(report: object) -> bool:
+            # before Prometheus has the series, a tick may already raise every model to its floor
+            # (min_instances, issue 29): wait for a plan made from measured rates
+            rates = report.metrics["rates"]  # type: ignore[attr-defined]
+            return bool(report.plan_changed) and all(  # type: ignore[attr-defined]
+                rates.get(m, {}).get("status") == "ok" for m in models)
+
         report = controller.tick()
-        while not report.plan_changed:
+        while not planned_from_demand(report):
             assert time.monotonic() < deadline, f"no plan within 30 s; last tick {report.as_dict()}"
             time.sleep(1.0)
             report = controller.tick()
