@@ -63,6 +63,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from atoll.control.k8s_vllm import (
+    HEALTH_PATH,
+    MULTI_NODE_SCRIPT,
+    NIXL_SIDE_CHANNEL_PORT,
+    VLLM_IMAGE,
+    kv_transfer_config,
+    unknown_serve_args,
+)
 from atoll.control.plans import PlanRecord, SinkError
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -80,8 +88,7 @@ SERVING_LABEL = "atoll.io/serving"  # "true" on pods that serve HTTP (not Leader
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
-NIXL_PORT = 5600
+NIXL_PORT = NIXL_SIDE_CHANNEL_PORT
 PD_MODES = ("disaggregated", "aggregated")
 CAPACITY_TYPES = ("on-demand", "spot")
 # GPU Feature Discovery's product names on the clouds atoll's catalog covers; override per cluster.
@@ -112,7 +119,7 @@ class K8sOptions:
     """Cluster-specific parts of the rendering (a fleet file's ``kubernetes`` section)."""
 
     namespace: str = "default"
-    image: str = "vllm/vllm-openai:v0.11.0"
+    image: str = VLLM_IMAGE
     gpu_products: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_GPU_PRODUCTS))
     model_sources: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_SOURCES))
     token_secret: str = "hf-token"
@@ -259,7 +266,7 @@ def _container(options: K8sOptions, name: str, gpus: int, command: str, env: dic
     }
     if serving:
         ports.insert(0, {"name": "http", "containerPort": options.port, "protocol": "TCP"})
-        health = {"httpGet": {"path": "/health", "port": "http"}}
+        health = {"httpGet": {"path": HEALTH_PATH, "port": "http"}}
         c["startupProbe"] = {**health, "periodSeconds": 10,
                              "failureThreshold": max(1, options.startup_timeout_s // 10)}
         c["readinessProbe"] = {**health, "periodSeconds": 10, "failureThreshold": 3}
@@ -275,8 +282,18 @@ def _pod(options: K8sOptions, selector: dict[str, str], container: dict[str, Any
             "terminationGracePeriodSeconds": 60, "containers": [container], "volumes": _volumes(options)}
 
 
-def serve_command(options: K8sOptions, model: str, tp: int, layers: list[int]) -> str:
-    """The ``vllm serve`` command line of one instance (shell-quoted)."""
+def kv_role(phase: str, stages: int) -> str:
+    """The NIXL role of an engine serving ``phase`` (vLLM 0.33.0, :mod:`atoll.control.k8s_vllm`):
+    prefill produces KV, decode consumes it. A decode engine with a pipeline (PP > 1) keeps the
+    deprecated ``kv_both``: 0.33.0 refuses ``kv_consumer`` with PP > 1 and only that role."""
+    if phase == "prefill":
+        return "kv_producer"
+    return "kv_consumer" if stages == 1 else "kv_both"
+
+
+def serve_command(options: K8sOptions, model: str, tp: int, layers: list[int], phase: str = "decode") -> str:
+    """The ``vllm serve`` command line of one instance (shell-quoted), checked against the
+    pinned vLLM version's options (:func:`atoll.control.k8s_vllm.unknown_serve_args`)."""
     source = options.model_sources.get(model)
     if not source:
         raise SinkError(f"no model source for {model!r}: name its Hugging Face repository or path in the "
@@ -287,9 +304,13 @@ def serve_command(options: K8sOptions, model: str, tp: int, layers: list[int]) -
     if len(layers) > 1:
         args += ["--pipeline-parallel-size", str(len(layers)), "--distributed-executor-backend", "ray"]
     if options.pd == "disaggregated":
-        args += ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"},
-                                                    separators=(",", ":"))]
-    return shlex.join(args)
+        args += ["--kv-transfer-config", kv_transfer_config(kv_role(phase, len(layers)))]
+    command = shlex.join(args)
+    problems = unknown_serve_args(command)
+    if problems:  # a renderer bug, not a user's: say which flag the pinned version lacks
+        raise SinkError(f"the vllm serve command of {model!r} does not fit the pinned vLLM: "
+                        f"{'; '.join(problems)}")
+    return command
 
 
 def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> list[dict[str, Any]]:
@@ -316,8 +337,12 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
         annotations = {"atoll.io/template-key": key, MODEL_NAME_ANNOTATION: model,
                        "atoll.io/stages": json.dumps(t["stages"], separators=(",", ":")),
                        "atoll.io/instances": str(instances), "atoll.io/plan-sequence": str(record.sequence)}
+        if options.pd == "disaggregated" and kv_role(phase, len(stages)) == "kv_both":
+            annotations["atoll.io/vllm-caveat"] = (
+                "decode with pipeline parallelism: vLLM 0.33.0's NixlConnector refuses kv_consumer with "
+                "PP > 1, so this engine runs the deprecated kv_both role")
         meta = {"name": name, "namespace": options.namespace, "labels": labels, "annotations": annotations}
-        serve = serve_command(options, model, tp, layers)
+        serve = serve_command(options, model, tp, layers, phase)
         nixl = options.pd == "disaggregated"
         if len(stages) == 1:
             pod = _pod(options, _node_selector(options, stages[0][1], key, region, tier),

@@ -5,6 +5,8 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
 
     name: acme                      # DNS-style name; becomes the scenario name
     runtime: vllm                   # vllm (default) or any, see atoll.solvers.runtime
+    slices: true                    # optional (vllm only): several vLLM pods per node, each on g of
+                                    # its G GPUs, TP x PP inside a node; plans buy whole nodes
     models:
       - Phi-4-14B                   # a catalog model, by name or alias
       - name: Acme-8B               # or a full definition (fields of ModelSpec) with its SLO
@@ -34,7 +36,7 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
     workloads:                      # one per model, mapped by name
       Phi-4-14B: {source: "csv:requests.csv#phi-4", scale: 1.0}
       Acme-8B: {source: "servegen:m-small", mean_rate: 5.0}
-    kubernetes: {namespace: llm, image: vllm/vllm-openai:v0.11.0, model_sources: {Acme-8B: acme/8b}}
+    kubernetes: {namespace: llm, image: vllm/vllm-openai:v0.33.0, model_sources: {Acme-8B: acme/8b}}
     min_instances: {default: 1, Acme-8B: {prefill: 1, decode: 2}}   # the live controller's floor
 
 Workload scaling is explicit: ``scale: X`` multiplies the request rate, ``mean_rate: R`` scales
@@ -63,8 +65,8 @@ from atoll.solvers.models import get_model
 from atoll.solvers.runtime import DEPLOY_RUNTIME, RUNTIMES
 from atoll.solvers.types import NODE_GPU_COUNTS, GpuType, ModelSpec, Offer, Slo
 
-TOP_KEYS = ("name", "runtime", "models", "gpus", "regions", "availability", "workloads", "kubernetes",
-            "n_max", "rho", "min_instances")
+TOP_KEYS = ("name", "runtime", "slices", "models", "gpus", "regions", "availability", "workloads",
+            "kubernetes", "n_max", "rho", "min_instances")
 PHASE_NAMES = ("prefill", "decode")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _CONFIG = re.compile(r"([1-9][0-9]*)x(.+)")
@@ -165,6 +167,9 @@ class FleetSpec:
     pool_traces: tuple[tuple[tuple[str, str], PoolTrace], ...] = ()
     # model -> the live controller's floor of (prefill, decode) instances (``min_instances``)
     min_instances: Mapping[str, tuple[int, int]] | None = None
+    # stages may use g of a node's G GPUs (vllm only, issue 28): the library holds slices, plans
+    # buy whole nodes and carry their packing
+    slices: bool = False
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -453,6 +458,13 @@ def load_fleet(path: Path | str) -> FleetSpec:
     runtime = doc.get("runtime", DEPLOY_RUNTIME)
     if runtime not in RUNTIMES:
         raise _fail(path, "runtime", f"must be one of {', '.join(RUNTIMES)}, got {_show(runtime)}")
+    slices = doc.get("slices", False)
+    if not isinstance(slices, bool):
+        raise _fail(path, "slices", f"must be true or false, got {_show(slices)}")
+    if slices and runtime != "vllm":
+        # slices are vLLM pods on g of a node's GPUs; the research runtime keeps Coral's whole nodes
+        raise _fail(path, "slices", f"field 'slices: true' needs 'runtime: vllm', got runtime {runtime!r}; "
+                                    f"set runtime: vllm or drop slices")
     gpus = dict(load_catalog().gpus)
     user_gpus: list[GpuType] = []
     for i, entry in enumerate(_list(path, "gpus", doc.get("gpus"), "GPU types the catalog lacks")):
@@ -532,7 +544,8 @@ def load_fleet(path: Path | str) -> FleetSpec:
     rho = _number(path, "rho", "rho", doc.get("rho", 12.0), strict=True)
     floors = _min_instances(path, doc.get("min_instances", 1), names, by_name)
     return FleetSpec(path, name, runtime, tuple(models), tuple(user_models), tuple(user_gpus), tuple(offers),
-                     availability, tuple(workloads), dict(kube), n_max, rho, tuple(pool_traces), floors)
+                     availability, tuple(workloads), dict(kube), n_max, rho, tuple(pool_traces), floors,
+                     slices)
 
 
 def _min_instances(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]

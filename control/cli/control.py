@@ -23,6 +23,7 @@ from atoll.control.cli.common import add_json
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for
 from atoll.control.controller import Controller, ControllerSettings, TickReport
 from atoll.control.k8s_render import PD_MODES, K8sOptions, k8s_options
+from atoll.control.k8s_vllm import VLLM_IMAGE
 from atoll.control.live_demand import SHAPE_TOLERANCE
 from atoll.control.live_fleet import LiveFleet, load_fleet_file
 from atoll.control.loop import run_loop
@@ -86,7 +87,9 @@ def _k8s_options(args: argparse.Namespace) -> K8sOptions:
         section = dict(load_fleet(args.fleet).kubernetes)
     if args.pd:
         section["pd"] = args.pd
-    return k8s_options(section, f"{args.fleet}: kubernetes" if args.fleet else "--pd")
+    if args.image:
+        section["image"] = args.image
+    return k8s_options(section, f"{args.fleet}: kubernetes" if args.fleet else "--pd/--image")
 
 
 def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Controller:
@@ -212,6 +215,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "--scenario")
     p.add_argument("--pd", default=None, choices=PD_MODES,
                    help="k8s sinks: prefill/decode disaggregated (KV transfer, default) or aggregated")
+    p.add_argument("--image", default=None, metavar="IMAGE",
+                   help=f"k8s sinks: the vLLM serving image (default {VLLM_IMAGE}, the version whose flags "
+                        f"atoll's table holds; overrides the fleet file's kubernetes.image)")
     p.add_argument("--prices", default="on-demand", choices=PRICE_KINDS)
     p.add_argument("--state", required=True, metavar="DIR", help="where the controller persists its state")
     p.add_argument("--sink", required=True, help=f"where plans go: {SINK_SPECS}")
