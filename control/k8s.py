@@ -68,9 +68,9 @@ def _labels_ok(where: str, labels: Mapping[str, Any]) -> None:
 def _pod_ok(where: str, template: Any, serving: bool) -> None:
     _labels_ok(where, _get(template, "metadata.labels"))
     selectors = _get(template, "spec.nodeSelector")
-    for k in (GPU_PRODUCT_LABEL, GPU_COUNT_LABEL, REGION_LABEL):
-        if not selectors.get(k):
-            raise SinkError(f"{where}: spec.nodeSelector lacks {k}")
+    if not isinstance(selectors, Mapping) or not selectors:
+        # a GPU pod without a node selector would land on any node the scheduler likes
+        raise SinkError(f"{where}: spec.nodeSelector is empty; a GPU pod must select its node type")
     _labels_ok(f"{where} nodeSelector", selectors)
     containers = _get(template, "spec.containers")
     if not containers:

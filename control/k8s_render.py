@@ -60,9 +60,10 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from atoll.control.k8s_nodes import GFD, NodeLabels, node_labels_for, parse_node_labels
 from atoll.control.k8s_vllm import (
     HEALTH_PATH,
     MULTI_NODE_SCRIPT,
@@ -91,12 +92,8 @@ LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 NIXL_PORT = NIXL_SIDE_CHANNEL_PORT
 PD_MODES = ("disaggregated", "aggregated")
 CAPACITY_TYPES = ("on-demand", "spot")
-# GPU Feature Discovery's product names on the clouds atoll's catalog covers; override per cluster.
-DEFAULT_GPU_PRODUCTS: dict[str, str] = {
-    "T4": "Tesla-T4", "L4": "NVIDIA-L4", "A10G": "NVIDIA-A10G", "L40S": "NVIDIA-L40S",
-    "V100": "Tesla-V100-SXM2-16GB", "A100-40GB": "NVIDIA-A100-SXM4-40GB",
-    "A100-80GB": "NVIDIA-A100-SXM4-80GB", "H100": "NVIDIA-H100-80GB-HBM3", "H200": "NVIDIA-H200",
-}
+# GPU Feature Discovery's product names (the ``gfd`` node-label preset, atoll.control.k8s_nodes).
+DEFAULT_GPU_PRODUCTS: dict[str, str] = dict(GFD.gpu_values)
 # Hugging Face repositories of the catalog's serving models; a fleet file names its own.
 DEFAULT_MODEL_SOURCES: dict[str, str] = {
     "Phi-4-14B": "microsoft/phi-4", "GPT-OSS-20B": "openai/gpt-oss-20b", "Qwen3-32B": "Qwen/Qwen3-32B",
@@ -120,14 +117,19 @@ class K8sOptions:
 
     namespace: str = "default"
     image: str = VLLM_IMAGE
-    gpu_products: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_GPU_PRODUCTS))
+    # GPU type -> the value of the GPU label on every cloud (a cluster whose nodes name a GPU
+    # otherwise); per-cloud labels are ``node_labels``
+    gpu_products: Mapping[str, str] = field(default_factory=dict)
     model_sources: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_MODEL_SOURCES))
     token_secret: str = "hf-token"
     token_key: str = "token"
     model_cache_claim: str | None = None
     pd: str = "disaggregated"
     capacity_type: str = "on-demand"
-    capacity_label: str = CAPACITY_LABEL
+    # the tier's label key on every cloud instead of the preset's (None: the preset's)
+    capacity_label: str | None = None
+    # cloud prefix (aws, gcp, lab, '*') -> NodeLabels or a preset name or a mapping of its fields
+    node_labels: Mapping[str, Any] = field(default_factory=dict)
     port: int = 8000
     shm_gi: int = 16
     cpu_per_gpu: float = 3.0
@@ -151,6 +153,11 @@ class K8sOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SinkError(f"{owner}: field '{name}' must be an integer >= 1, got {v!r}")
+        object.__setattr__(self, "node_labels", parse_node_labels(self.node_labels, "node_labels"))
+        if self.capacity_label is not None:
+            if not isinstance(self.capacity_label, str) or not self.capacity_label:
+                raise SinkError(f"{owner}: field 'capacity_label' must be a label key, "
+                                f"got {self.capacity_label!r}")
         if not (isinstance(self.cpu_per_gpu, int | float) and self.cpu_per_gpu > 0):
             raise SinkError(f"{owner}: field 'cpu_per_gpu' must be > 0, got {self.cpu_per_gpu!r}")
 
@@ -229,12 +236,16 @@ def vllm_stages(key: str, t: Mapping[str, Any]) -> list[tuple[int, str]]:
     return out
 
 
-def _node_selector(options: K8sOptions, config: str, key: str, region: str, tier: str) -> dict[str, str]:
+def _node_selector(options: K8sOptions, config: str, key: str, region: str, tier: str
+                   ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """(nodeSelector, required node-affinity expressions) of a pod of ``config`` in ``region``
+    at ``tier``, in the labels of the region's cloud (:mod:`atoll.control.k8s_nodes`)."""
     _, gpu = _parse_config(key, config)
+    labels: NodeLabels = node_labels_for(region, options.node_labels)
+    if options.capacity_label is not None and labels.capacity_key is not None:
+        labels = replace(labels, capacity_key=options.capacity_label)
     # a slice's pod lands on a node of the config it was planned on; several such pods share it
-    return {GPU_PRODUCT_LABEL: options.gpu_products.get(gpu, f"NVIDIA-{gpu}"),
-            GPU_COUNT_LABEL: str(_node_gpus(config)),
-            REGION_LABEL: region.rsplit(":", 1)[-1], options.capacity_label: tier}
+    return labels.select(gpu, _node_gpus(config), region.rsplit(":", 1)[-1], tier, options.gpu_products)
 
 
 def _volumes(options: K8sOptions) -> list[dict[str, Any]]:
@@ -276,10 +287,17 @@ def _container(options: K8sOptions, name: str, gpus: int, command: str, env: dic
     return c
 
 
-def _pod(options: K8sOptions, selector: dict[str, str], container: dict[str, Any]) -> dict[str, Any]:
-    return {"nodeSelector": selector,
-            "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
-            "terminationGracePeriodSeconds": 60, "containers": [container], "volumes": _volumes(options)}
+def _pod(options: K8sOptions, selection: tuple[dict[str, str], list[dict[str, Any]]],
+         container: dict[str, Any]) -> dict[str, Any]:
+    selector, expressions = selection
+    pod: dict[str, Any] = {
+        "nodeSelector": selector,
+        "tolerations": [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": 60, "containers": [container], "volumes": _volumes(options)}
+    if expressions:  # a tier that is the absence of a label (GKE on-demand: not gke-spot)
+        pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": expressions}]}}}
+    return pod
 
 
 def kv_role(phase: str, stages: int) -> str:

@@ -16,8 +16,6 @@ import yaml
 
 from atoll.control.k8s import (
     CAPACITY_LABEL,
-    GPU_COUNT_LABEL,
-    GPU_PRODUCT_LABEL,
     REGION_LABEL,
     K8sOptions,
     render_manifests,
@@ -34,6 +32,7 @@ from atoll.solvers.scenarios import build_problem
 from atoll.solvers.types import Phase, Service, Stage, Template
 
 K8S_VERSION = kubernetes_validate.latest_version()
+EKS_GPU, EKS_COUNT = "karpenter.k8s.aws/instance-gpu-name", "karpenter.k8s.aws/instance-gpu-count"
 LWS_SCHEMA = json.loads((Path(__file__).parent / "data" / "lws-v1.schema.json").read_text())
 
 PIPE = Template(Service("Llama-3-70B", Phase.DECODE), "aws:us-east-2", (("4xL4", 1), ("4xL40S", 2)),
@@ -83,9 +82,10 @@ def test_pipeline_renders_as_a_leaderworkerset_that_starts_vllm() -> None:
     assert spec["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
     leader = spec["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
     worker = spec["leaderWorkerTemplate"]["workerTemplate"]["spec"]
-    assert leader["nodeSelector"] == {GPU_PRODUCT_LABEL: "NVIDIA-L4", GPU_COUNT_LABEL: "4",
-                                      REGION_LABEL: "us-east-2", CAPACITY_LABEL: "spot"}
-    assert worker["nodeSelector"][GPU_PRODUCT_LABEL] == "NVIDIA-L40S"
+    # aws: Karpenter's well-known labels (known before the node exists, so Karpenter provisions)
+    assert leader["nodeSelector"] == {EKS_GPU: "l4", EKS_COUNT: "4", REGION_LABEL: "us-east-2",
+                                      CAPACITY_LABEL: "spot"}
+    assert worker["nodeSelector"][EKS_GPU] == "l40s"
     lc, wc = leader["containers"][0], worker["containers"][0]
     script = lc["command"][2]
     assert "multi-node-serving.sh leader --ray_cluster_size=$(LWS_GROUP_SIZE)" in script
@@ -199,7 +199,7 @@ def test_slice_pods_request_their_gpus_on_the_nodes_they_share() -> None:
     deploy = next(d for d in docs if d["kind"] == "Deployment")
     pod = deploy["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
-    assert pod["nodeSelector"][GPU_COUNT_LABEL] == "8" and deploy["spec"]["replicas"] == 3
+    assert pod["nodeSelector"][EKS_COUNT] == "8" and deploy["spec"]["replicas"] == 3
     assert "--tensor-parallel-size 2" in pod["containers"][0]["command"][2]
     lws = next(d for d in docs if d["kind"] == "LeaderWorkerSet")
     lwt = lws["spec"]["leaderWorkerTemplate"]
@@ -207,6 +207,6 @@ def test_slice_pods_request_their_gpus_on_the_nodes_they_share() -> None:
     for side in ("leaderTemplate", "workerTemplate"):
         spec = lwt[side]["spec"]
         assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
-        assert spec["nodeSelector"][GPU_COUNT_LABEL] == "8"
+        assert spec["nodeSelector"][EKS_COUNT] == "8"
     leader_cmd = lwt["leaderTemplate"]["spec"]["containers"][0]["command"][2]
     assert "--tensor-parallel-size 2" in leader_cmd and "--pipeline-parallel-size 4" in leader_cmd

@@ -11,8 +11,6 @@ import yaml
 from control_helpers import closed_port
 
 from atoll.control.k8s import (
-    GPU_COUNT_LABEL,
-    GPU_PRODUCT_LABEL,
     REGION_LABEL,
     K8sOptions,
     render_manifests,
@@ -82,8 +80,14 @@ def test_k8s_manifests_and_long_names(tmp_path: Path) -> None:
         validate_object(doc)
     (small,) = [d for d in docs if d["kind"] == "Deployment" and "prefill" in d["metadata"]["name"]]
     pod = small["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3", GPU_COUNT_LABEL: "1",
-                                   REGION_LABEL: "us-central1", "karpenter.sh/capacity-type": "on-demand"}
+    # a gcp: region selects GKE's labels; on-demand is "not a spot node" (an affinity)
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb",
+                                   "cloud.google.com/machine-family": "a3",
+                                   "node.kubernetes.io/instance-type": "a3-highgpu-1g",
+                                   REGION_LABEL: "us-central1"}
+    spot_not_in = {"key": "cloud.google.com/gke-spot", "operator": "NotIn", "values": ["true"]}
+    assert pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"] == [{"matchExpressions": [spot_not_in]}]
     long = Template(Service("Some_Org/Very.Long-Model-Name-That-Goes-On-And-On-Forever-v2.5", Phase.DECODE),
                     "aws:us-east-2", (("8xH200", 1),), (Stage(10, ("8xH200",)),), 10.0)
     r = PlanRecord(1, 0.0, {long.key: 1}, {long.key: {
@@ -101,8 +105,8 @@ def test_k8s_manifests_and_long_names(tmp_path: Path) -> None:
     with pytest.raises(SinkError, match="spec.replicas"):
         validate_object(bad, "x.yaml")
     bad = json.loads(json.dumps(dep))
-    del bad["spec"]["template"]["spec"]["nodeSelector"][GPU_PRODUCT_LABEL]
-    with pytest.raises(SinkError, match="nodeSelector lacks nvidia.com/gpu.product"):
+    bad["spec"]["template"]["spec"]["nodeSelector"] = {}
+    with pytest.raises(SinkError, match="nodeSelector is empty"):
         validate_object(bad)
 
 
