@@ -73,6 +73,9 @@ from atoll.control.k8s_vllm import (
     unknown_serve_args,
 )
 from atoll.control.plans import PlanRecord, SinkError
+from atoll.solvers.packing import first_fit_decreasing
+from atoll.solvers.tiers import tiered_region
+from atoll.solvers.types import node_config_of, parse_config_name
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -85,6 +88,7 @@ MODEL_LABEL = "atoll.io/model"
 PHASE_LABEL = "atoll.io/phase"
 CONTROLLER_LABEL = "atoll.io/controller"  # the controller that owns the object (PlanRecord.owner)
 MODEL_NAME_ANNOTATION = "atoll.io/model-name"  # the exact model name (labels are cut and hashed)
+POOL_NODES_ANNOTATION = "atoll.io/pool-nodes"  # {"<region>[~spot]/<config>": nodes the plan pays for}
 SERVING_LABEL = "atoll.io/serving"  # "true" on pods that serve HTTP (not LeaderWorkerSet workers)
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -331,11 +335,37 @@ def serve_command(options: K8sOptions, model: str, tp: int, layers: list[int], p
     return command
 
 
+def _pool(d: Mapping[str, Any], config: str) -> str:
+    """A pool's name as plans write it: "<region>[~spot]/<node config>" (slices: the node's)."""
+    tier = d.get("tier")
+    region = tiered_region(str(d["region"]), str(tier)) if tier else str(d["region"])
+    return f"{region}/{node_config_of(config)}"
+
+
+def node_pools(record: PlanRecord) -> dict[str, int]:
+    """Nodes per pool the plan pays for: the record's packing when it carries one (issue 28; a
+    repacked plan may hold more than the fewest), else first-fit decreasing of each pool's stage
+    slices (for power-of-two slices exactly ceil(GPUs used / G), the count the ILP bought;
+    :mod:`atoll.solvers.packing`). Whole-node stages are one node each."""
+    packing = getattr(record, "packing", None)
+    if isinstance(packing, Mapping) and isinstance(packing.get("nodes_per_pool"), Mapping):
+        return {str(k): int(v) for k, v in packing["nodes_per_pool"].items()}
+    sizes: dict[str, tuple[int, list[int]]] = {}
+    for key, n in record.plan.items():
+        d = record.templates[key]
+        for _, configs in d["stages"]:
+            for c in configs:
+                g, node_gpus, _ = parse_config_name(c)
+                sizes.setdefault(_pool(d, c), (node_gpus, []))[1].extend([g] * n)
+    return {pool: len(first_fit_decreasing(items, g)) for pool, (g, items) in sorted(sizes.items())}
+
+
 def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> list[dict[str, Any]]:
     """Deployments, LeaderWorkerSets and Services of a plan, sorted by (kind, name)."""
     options = options or K8sOptions()
     out: list[dict[str, Any]] = []
     services: dict[tuple[str, str], None] = {}
+    pools = node_pools(record)
     for key, instances in sorted(record.plan.items()):
         t = record.templates[key]
         model, phase, region = str(t["model"]), str(t["phase"]), str(t["region"])
@@ -354,7 +384,13 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
                   TEMPLATE_LABEL: _digest(_owned(owner, key)), **({CONTROLLER_LABEL: owner} if owner else {})}
         annotations = {"atoll.io/template-key": key, MODEL_NAME_ANNOTATION: model,
                        "atoll.io/stages": json.dumps(t["stages"], separators=(",", ":")),
-                       "atoll.io/instances": str(instances), "atoll.io/plan-sequence": str(record.sequence)}
+                       "atoll.io/instances": str(instances), "atoll.io/plan-sequence": str(record.sequence),
+                       # the nodes the plan pays for in each pool this workload uses (several
+                       # workloads and their slices share a pool): what a cluster autoscaler's
+                       # limit for the pool should allow
+                       POOL_NODES_ANNOTATION: json.dumps(
+                           {p: pools[p] for p in sorted({_pool(t, c) for _, cs in t["stages"] for c in cs})
+                            if p in pools}, separators=(",", ":"))}
         if options.pd == "disaggregated" and kv_role(phase, len(stages)) == "kv_both":
             annotations["atoll.io/vllm-caveat"] = (
                 "decode with pipeline parallelism: vLLM 0.33.0's NixlConnector refuses kv_consumer with "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -22,6 +23,7 @@ from atoll.control.k8s import (
     service_name,
     validate_object,
 )
+from atoll.control.k8s_render import POOL_NODES_ANNOTATION, node_pools
 from atoll.control.plans import PlanRecord, SinkError
 from atoll.control.sinks import K8sManifestSink
 from atoll.solvers.allocation import solve_allocation
@@ -210,3 +212,27 @@ def test_slice_pods_request_their_gpus_on_the_nodes_they_share() -> None:
         assert spec["nodeSelector"][EKS_COUNT] == "8"
     leader_cmd = lwt["leaderTemplate"]["spec"]["containers"][0]["command"][2]
     assert "--tensor-parallel-size 2" in leader_cmd and "--pipeline-parallel-size 4" in leader_cmd
+
+
+def test_packed_plans_state_the_nodes_each_pool_pays_for() -> None:
+    """Issue 28: 3 TP-2 slices and one PP-4 engine of 2-GPU slices use 14 of the 8-GPU H100s'
+    GPUs: 2 nodes (ceil(14 / 8), what the ILP buys); a 2-instance pipeline of whole 4xL40S
+    nodes: 4 nodes; a spot pool is its own. Every workload names the pools it uses."""
+    tp2 = Template(Service("Phi-4-14B", Phase.DECODE), "aws:us-east-2", (("2/8xH100", 1),),
+                   (Stage(40, ("2/8xH100",)),), 900.0)
+    pp4 = Template(Service("Phi-4-14B", Phase.PREFILL), "aws:us-east-2", (("2/8xH100", 4),),
+                   tuple(Stage(10, ("2/8xH100",)) for _ in range(4)), 9000.0)
+    whole = Template(Service("Llama-3-70B", Phase.PREFILL), "aws:us-east-2~spot", (("4xL40S", 2),),
+                     (Stage(40, ("4xL40S",)), Stage(40, ("4xL40S",))), 900.0)
+    record = plan({tp2: 3, pp4: 1, whole: 2})
+    assert node_pools(record) == {"aws:us-east-2/8xH100": 2, "aws:us-east-2~spot/4xL40S": 4}
+    docs = render_manifests(record)
+    pools = {d["metadata"]["annotations"]["atoll.io/template-key"]:
+             json.loads(d["metadata"]["annotations"][POOL_NODES_ANNOTATION])
+             for d in docs if d["kind"] != "Service"}
+    assert pools == {tp2.key: {"aws:us-east-2/8xH100": 2}, pp4.key: {"aws:us-east-2/8xH100": 2},
+                     whole.key: {"aws:us-east-2~spot/4xL40S": 4}}
+    # a record that carries its packing (a repacked plan may hold more nodes) is taken at its word
+    packed = SimpleNamespace(plan=record.plan, templates=record.templates,
+                             packing={"nodes_per_pool": {"aws:us-east-2/8xH100": 3}})
+    assert node_pools(packed) == {"aws:us-east-2/8xH100": 3}  # type: ignore[arg-type]
