@@ -1,6 +1,8 @@
 """Kubernetes plan sinks: rendered manifests in a directory (``k8s:DIR``), or server-side apply
 through the API (``k8s-apply``). What the objects are — Deployments and LeaderWorkerSets that
-start vLLM, one Service per (model, phase) — is :mod:`atoll.control.k8s_render`.
+start vLLM, one Service per (model, phase), and for disaggregated serving each model's
+prefill/decode router (a Deployment, its script's ConfigMap) behind the model's entry Service —
+is :mod:`atoll.control.k8s_render`.
 
 Before anything is written or applied every object passes :func:`validate_object`, a
 structural check of the fields atoll relies on (names, selectors matching pod labels, node
@@ -24,6 +26,7 @@ import yaml
 
 from atoll.control.k8s_render import (
     CAPACITY_LABEL,
+    COMPONENT_LABEL,
     CONTROLLER_LABEL,
     DEFAULT_GPU_PRODUCTS,
     DEFAULT_MODEL_SOURCES,
@@ -44,7 +47,10 @@ __all__ = ["CAPACITY_LABEL", "DEFAULT_GPU_PRODUCTS", "DEFAULT_MODEL_SOURCES", "G
            "GPU_PRODUCT_LABEL", "REGION_LABEL", "K8sApplySink", "K8sManifestSink", "K8sOptions",
            "render_manifests", "service_name", "validate_object", "workload_name"]
 
-_KINDS = {"Deployment": "apps/v1", "LeaderWorkerSet": LWS_API, "Service": "v1"}
+_KINDS = {"ConfigMap": "v1", "Deployment": "apps/v1", "LeaderWorkerSet": LWS_API, "Service": "v1"}
+# the order objects are applied in: the router's script before the pods that mount it, workloads
+# before the Services that route to them
+_APPLY_ORDER = {"ConfigMap": 0, "Deployment": 1, "LeaderWorkerSet": 1, "Service": 2}
 _DNS = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
@@ -86,6 +92,21 @@ def _pod_ok(where: str, template: Any, serving: bool) -> None:
             raise SinkError(f"{where}: serving container {c['name']!r} needs readiness and liveness probes")
 
 
+def _router_ok(template: Any) -> None:
+    """The prefill/decode router: a CPU pod that runs its script, ready when both sides are."""
+    (c,) = _get(template, "spec.containers")
+    if not c.get("command") or not c.get("image"):
+        raise SinkError("spec.template: the router container needs an image and a command")
+    if GPU_RESOURCE in (c.get("resources", {}).get("limits") or {}):
+        raise SinkError("spec.template: the router needs no GPU")
+    if _get(c, "readinessProbe.httpGet.path") != "/health" or not c.get("livenessProbe"):
+        raise SinkError("spec.template: the router needs readiness on /health (both sides ready) "
+                        "and liveness")
+    env = {e["name"] for e in c.get("env", [])}
+    if not {"PREFILL_URL", "DECODE_URL"} <= env:
+        raise SinkError("spec.template: the router needs PREFILL_URL and DECODE_URL")
+
+
 def validate_object(doc: Any, where: str = "object") -> None:
     """Check the fields atoll relies on; SinkError names the object and the field."""
     try:
@@ -100,6 +121,10 @@ def validate_object(doc: Any, where: str = "object") -> None:
             if not _get(doc, "spec.selector") or not _get(doc, "spec.ports"):
                 raise SinkError("spec.selector and spec.ports must be non-empty")
             return
+        if kind == "ConfigMap":
+            if not _get(doc, "data"):
+                raise SinkError("data must be non-empty")
+            return
         replicas = _get(doc, "spec.replicas")
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise SinkError(f"spec.replicas must be an integer >= 0, got {replicas!r}")
@@ -109,7 +134,10 @@ def validate_object(doc: Any, where: str = "object") -> None:
             if not match or any(pod_labels.get(k) != v for k, v in match.items()):
                 raise SinkError("spec.selector.matchLabels must be non-empty and match the pod "
                                 "template's labels")
-            _pod_ok("spec.template", _get(doc, "spec.template"), True)
+            if pod_labels.get(COMPONENT_LABEL) == "router":
+                _router_ok(_get(doc, "spec.template"))
+            else:
+                _pod_ok("spec.template", _get(doc, "spec.template"), True)
         else:
             size = _get(doc, "spec.leaderWorkerTemplate.size")
             if isinstance(size, bool) or not isinstance(size, int) or size < 2:
@@ -267,6 +295,8 @@ class KubeObjects:
                               "_content_type": "application/apply-patch+yaml", "_request_timeout": timeout}
         if doc["kind"] == "Deployment":
             self.apps.patch_namespaced_deployment(name, namespace, doc, **kw)
+        elif doc["kind"] == "ConfigMap":
+            self.core.patch_namespaced_config_map(name, namespace, doc, **kw)
         elif doc["kind"] == "Service":
             self.core.patch_namespaced_service(name, namespace, doc, **kw)
         else:
@@ -281,6 +311,10 @@ class KubeObjects:
             items = self.core.list_namespaced_service(namespace, label_selector=selector,
                                                       _request_timeout=timeout).items
             return [i.metadata.name for i in items]
+        if kind == "ConfigMap":
+            items = self.core.list_namespaced_config_map(namespace, label_selector=selector,
+                                                         _request_timeout=timeout).items
+            return [i.metadata.name for i in items]
         got = self.custom.list_namespaced_custom_object(*self.LWS[:2], namespace, self.LWS[2],
                                                         label_selector=selector, _request_timeout=timeout)
         return [i["metadata"]["name"] for i in got.get("items", [])]
@@ -290,6 +324,8 @@ class KubeObjects:
             self.apps.delete_namespaced_deployment(name, namespace, dry_run=dry_run, _request_timeout=timeout)
         elif kind == "Service":
             self.core.delete_namespaced_service(name, namespace, dry_run=dry_run, _request_timeout=timeout)
+        elif kind == "ConfigMap":
+            self.core.delete_namespaced_config_map(name, namespace, dry_run=dry_run, _request_timeout=timeout)
         else:
             self.custom.delete_namespaced_custom_object(*self.LWS[:2], namespace, self.LWS[2], name,
                                                         dry_run=dry_run, _request_timeout=timeout)
@@ -359,11 +395,11 @@ class K8sApplySink:
         selector = f"{MANAGED_BY[0]}={MANAGED_BY[1]},{owned}"
         try:
             # workloads before the Services that route to them
-            for doc in sorted(docs, key=lambda d: d["kind"] == "Service"):
+            for doc in sorted(docs, key=lambda d: _APPLY_ORDER[d["kind"]]):
                 what = f"{doc['kind']} {doc['metadata']['name']}"
                 api.apply(doc, ns, dry, self.timeout)
                 written.append(f"{doc['kind'].lower()}/{doc['metadata']['name']}")
-            for kind in ("Deployment", "LeaderWorkerSet", "Service"):
+            for kind in ("Deployment", "LeaderWorkerSet", "Service", "ConfigMap"):
                 what = f"the {kind} list"
                 wanted = {d["metadata"]["name"] for d in docs if d["kind"] == kind}
                 for name in api.list_names(kind, ns, selector, self.timeout):

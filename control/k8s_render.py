@@ -20,30 +20,36 @@ Per planned template (all its instances):
   ``vllm`` runtime allows.
 - **one Service per (model, phase)** selecting the serving pods of that service (label
   ``atoll.io/serving: "true"``: single-node pods and LeaderWorkerSet leaders; workers only run
-  Ray).
+  Ray), and **one entry Service per model** (label ``atoll.io/entry: "true"``), the model's one
+  endpoint for clients.
 
 Every serving pod: container port ``http`` (8000) with readiness and liveness probes on vLLM's
 ``/health`` (a start-up probe allows ``startup_timeout_s`` for weights to load), ``/dev/shm`` as
 a memory-backed ``emptyDir``, a model cache volume (a PersistentVolumeClaim when
 ``model_cache_claim`` is set, else an ``emptyDir``) mounted at ``/root/.cache/huggingface``, the
 Hugging Face token from Secret ``token_secret`` (key ``token_key``, optional so public models
-start without it), CPU and memory requests per GPU and ``nvidia.com/gpu`` limits, node selectors
-on GPU product (GPU Feature Discovery's ``nvidia.com/gpu.product``), GPU count, region
-(``topology.kubernetes.io/region``) and capacity type (``karpenter.sh/capacity-type`` by
-default: ``on-demand`` or ``spot``; a template description's ``tier`` overrides the default).
-``--served-model-name`` is atoll's model name, so vLLM's metrics carry the ``model_name`` the
-controller reads.
+start without it), CPU and memory requests per GPU and ``nvidia.com/gpu`` limits, and node
+selection in the labels of the region's cloud (:mod:`atoll.control.k8s_nodes`: Karpenter's on
+aws, GKE's on gcp, GPU Feature Discovery's elsewhere, or the fleet's own; the tier is a
+template description's ``tier``, else ``capacity_type``). ``--served-model-name`` is atoll's
+model name, so vLLM's metrics carry the ``model_name`` the controller reads. Every flag and
+variable is checked against the pinned vLLM's table (:mod:`atoll.control.k8s_vllm`; image
+``vllm/vllm-openai:v0.33.0`` unless ``image`` says otherwise). Every workload carries
+``atoll.io/pool-nodes``: the nodes the plan pays for in each pool it uses.
 
 **Prefill/decode.** ``pd="disaggregated"`` (default, what the planner plans): both sides run
-vLLM's ``NixlConnector`` (``--kv-transfer-config {"kv_connector":"NixlConnector",
-"kv_role":"kv_both"}``; side channel on the pod IP, port 5600). Requests then go through a
-PD-aware router that sends each request to a prefill server first and its decode to a decode
-server: we document the **vLLM Router** (github.com/vllm-project/router) in its
-prefill/decode mode, pointed at the two Services of a model (``atoll-<model>-prefill`` and
-``atoll-<model>-decode``); atoll renders the engines and Services, not the router.
-``pd="aggregated"``: no KV transfer; every pod serves whole requests and the Services of both
-phases of a model select the same pods (the planner still sizes prefill and decode separately,
-so aggregated serving holds at least the capacity planned for each phase).
+vLLM's ``NixlConnector``, prefill as ``kv_producer`` and decode as ``kv_consumer`` (a decode
+engine with pipeline parallelism keeps ``kv_both``: vLLM 0.33.0 refuses a PP consumer), the NIXL
+side channel on the pod IP, port 5600. For each model with both phases planned, a **router**
+(:mod:`atoll.control.k8s_pd_router`, a standard-library script in a ConfigMap, run by
+``router_image``) takes each request to the prefill Service (one token, ``kv_transfer_params``
+asking to keep the KV for a remote decode) and then to the decode Service with the prefill
+side's ``kv_transfer_params`` (the decode pod pulls the KV from that prefill pod over NIXL); its
+readiness ``/health`` is 200 only when both sides answer theirs, and its Service is the model's
+entry Service. A model with only one phase planned gets no router (no request could be served
+whole). ``pd="aggregated"``: no KV transfer; every pod serves whole requests and the model's one
+Service selects all of them (the planner still sizes prefill and decode separately, so
+aggregated serving holds at least the capacity planned for each phase).
 
 Names are DNS-1123 labels: ``atoll-<model>-<phase>-<hash>``, the hash of the exact model name
 (Services) or template key (workloads) and the controller's identity, so ``org/Acme-8B`` and
@@ -61,6 +67,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from atoll.control.k8s_nodes import GFD, NodeLabels, node_labels_for, parse_node_labels
@@ -90,6 +97,12 @@ CONTROLLER_LABEL = "atoll.io/controller"  # the controller that owns the object 
 MODEL_NAME_ANNOTATION = "atoll.io/model-name"  # the exact model name (labels are cut and hashed)
 POOL_NODES_ANNOTATION = "atoll.io/pool-nodes"  # {"<region>[~spot]/<config>": nodes the plan pays for}
 SERVING_LABEL = "atoll.io/serving"  # "true" on pods that serve HTTP (not LeaderWorkerSet workers)
+COMPONENT_LABEL = "atoll.io/component"  # "router" on the prefill/decode router's objects
+ENTRY_LABEL = "atoll.io/entry"  # "true" on the one Service per model that clients use
+REQUEST_PATH_ANNOTATION = "atoll.io/request-path"
+ROUTER_SCRIPT = "pd_router.py"
+# the router's source, shipped in a ConfigMap so that any image with Python runs it
+ROUTER_SOURCE = (Path(__file__).with_name("k8s_pd_router.py")).read_text(encoding="utf-8")
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -139,6 +152,9 @@ class K8sOptions:
     cpu_per_gpu: float = 3.0
     memory_gi_per_gpu: int = 12
     startup_timeout_s: int = 1800
+    # the prefill/decode router (disaggregated): any image with Python 3.9+ runs its script
+    router_image: str = "python:3.12-slim"
+    router_replicas: int = 2
 
     def __post_init__(self) -> None:
         owner = "K8sOptions"
@@ -153,7 +169,9 @@ class K8sOptions:
         if self.capacity_type not in CAPACITY_TYPES:
             raise SinkError(f"{owner}: field 'capacity_type' must be one of {', '.join(CAPACITY_TYPES)}, "
                             f"got {self.capacity_type!r}")
-        for name in ("port", "shm_gi", "memory_gi_per_gpu", "startup_timeout_s"):
+        if not isinstance(self.router_image, str) or not self.router_image.strip():
+            raise SinkError(f"{owner}: field 'router_image' must name a container image with Python 3.9+")
+        for name in ("port", "shm_gi", "memory_gi_per_gpu", "startup_timeout_s", "router_replicas"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SinkError(f"{owner}: field '{name}' must be an integer >= 1, got {v!r}")
@@ -192,6 +210,12 @@ def _owned(owner: str, text: str) -> str:
 def workload_name(model: str, phase: str, key: str, owner: str = "") -> str:
     """The Deployment or LeaderWorkerSet of a template: its key's hash with the owner's."""
     return _name(model, phase, tail=_digest(_owned(owner, key)))
+
+
+def entry_service_name(model: str, owner: str = "") -> str:
+    """The model's one endpoint: the router's Service (disaggregated) or the Service of all its
+    pods (aggregated)."""
+    return _name(model, tail=_digest(_owned(owner, model)))
 
 
 def service_name(model: str, phase: str, owner: str = "") -> str:
@@ -423,22 +447,99 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
                 "workerTemplate": {"metadata": {"labels": {**labels, SERVING_LABEL: "false"}},
                                    "spec": worker},
             }}})
+    owned = {CONTROLLER_LABEL: record.owner} if record.owner else {}
+    models = dict.fromkeys(m for m, _ in services)
+    if options.pd == "aggregated":
+        # every pod serves whole requests: one Service per model selects all its serving pods
+        for model in models:
+            selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), SERVING_LABEL: "true",
+                        **owned}
+            path = {REQUEST_PATH_ANNOTATION: "client -> this Service -> any vLLM pod of the model"}
+            out.append(_service(options, entry_service_name(model, record.owner), model, None, selector,
+                                owned, {ENTRY_LABEL: "true"}, path))
+        return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
     for model, phase in services:
-        phases = [phase] if options.pd == "disaggregated" else None
-        owned = {CONTROLLER_LABEL: record.owner} if record.owner else {}
         selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), SERVING_LABEL: "true",
-                    **owned}
-        if phases:
-            selector[PHASE_LABEL] = _label_value(phase)
-        out.append({"apiVersion": "v1", "kind": "Service", "metadata": {
-            "name": service_name(model, phase, record.owner), "namespace": options.namespace,
-            "labels": {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model),
-                       PHASE_LABEL: _label_value(phase), **owned},
-            "annotations": {MODEL_NAME_ANNOTATION: model}},
-            "spec": {"type": "ClusterIP", "selector": selector,
-                     "ports": [{"name": "http", "port": options.port, "targetPort": "http",
-                                "protocol": "TCP"}]}})
+                    PHASE_LABEL: _label_value(phase), **owned}
+        out.append(_service(options, service_name(model, phase, record.owner), model, phase, selector, owned))
+    routed = [m for m in models if (m, "prefill") in services and (m, "decode") in services]
+    if routed:
+        # a model with only one phase planned gets no router: it could not serve a request whole
+        out.append(_router_script(options, record.owner))
+    for model in routed:
+        out.extend(_router(options, model, record.owner, record.sequence))
     return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
+
+
+def _service(options: K8sOptions, name: str, model: str, phase: str | None, selector: dict[str, str],
+             owned: dict[str, str], labels: dict[str, str] | None = None,
+             annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {
+        "name": name, "namespace": options.namespace,
+        "labels": {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model),
+                   **({PHASE_LABEL: _label_value(phase)} if phase else {}), **owned, **(labels or {})},
+        "annotations": {MODEL_NAME_ANNOTATION: model, **(annotations or {})}},
+        "spec": {"type": "ClusterIP", "selector": selector,
+                 "ports": [{"name": "http", "port": options.port, "targetPort": "http", "protocol": "TCP"}]}}
+
+
+def router_script_name(owner: str = "") -> str:
+    """The ConfigMap holding the router's source (one per controller)."""
+    return _name("pd-router", tail=_digest(_owned(owner, "pd-router")))
+
+
+def router_name(model: str, owner: str = "") -> str:
+    """The Deployment of a model's prefill/decode router."""
+    return _name(model, "router", tail=_digest(_owned(owner, model)))
+
+
+def _router_script(options: K8sOptions, owner: str) -> dict[str, Any]:
+    owned = {CONTROLLER_LABEL: owner} if owner else {}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": router_script_name(owner), "namespace": options.namespace,
+        "labels": {MANAGED_BY[0]: MANAGED_BY[1], COMPONENT_LABEL: "router", **owned}},
+        "data": {ROUTER_SCRIPT: ROUTER_SOURCE}}
+
+
+def _router(options: K8sOptions, model: str, owner: str, sequence: int) -> list[dict[str, Any]]:
+    """A model's router Deployment (CPU only) and its entry Service, the model's one endpoint."""
+    owned = {CONTROLLER_LABEL: owner} if owner else {}
+    labels = {MANAGED_BY[0]: MANAGED_BY[1], "app.kubernetes.io/name": "atoll-pd-router",
+              MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router", **owned}
+    prefill, decode = (service_name(model, p, owner) for p in ("prefill", "decode"))
+    url = f"http://{{}}.{options.namespace}.svc:{options.port}"
+    entry = entry_service_name(model, owner)
+    path = (f"client -> Service {entry} -> router -> Service {prefill} (max_tokens 1, kv_transfer_params "
+            f"do_remote_decode) -> Service {decode} (kv_transfer_params from the prefill pod; the decode pod "
+            f"pulls the KV over NIXL from that pod's side channel, port {NIXL_PORT})")
+    probe = {"periodSeconds": 10, "timeoutSeconds": 8}
+    container = {
+        "name": "router", "image": options.router_image, "command": ["python3", f"/atoll/{ROUTER_SCRIPT}"],
+        "env": [{"name": "PREFILL_URL", "value": url.format(prefill)},
+                {"name": "DECODE_URL", "value": url.format(decode)},
+                {"name": "PORT", "value": str(options.port)},
+                {"name": "UPSTREAM_TIMEOUT_S", "value": str(options.startup_timeout_s)}],
+        "ports": [{"name": "http", "containerPort": options.port, "protocol": "TCP"}],
+        # ready only when both sides answer /health: the pair works, not just the proxy
+        "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, **probe, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/live", "port": "http"}, **probe, "failureThreshold": 6},
+        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "volumeMounts": [{"name": "router", "mountPath": "/atoll", "readOnly": True}]}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
+        "name": router_name(model, owner), "namespace": options.namespace, "labels": labels,
+        "annotations": {MODEL_NAME_ANNOTATION: model, REQUEST_PATH_ANNOTATION: path,
+                        "atoll.io/plan-sequence": str(sequence)}},
+        "spec": {"replicas": options.router_replicas,
+                 "selector": {"matchLabels": {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model),
+                                              COMPONENT_LABEL: "router", **owned}},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                     "containers": [container], "terminationGracePeriodSeconds": 30,
+                     "volumes": [{"name": "router", "configMap": {"name": router_script_name(owner)}}]}}}}
+    selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router",
+                **owned}
+    service = _service(options, entry, model, None, selector, owned, {ENTRY_LABEL: "true"},
+                       {REQUEST_PATH_ANNOTATION: path})
+    return [deployment, service]
 
 
 def k8s_options(section: Mapping[str, Any], where: str = "kubernetes") -> K8sOptions:

@@ -168,8 +168,9 @@ def test_a_core_plan_under_runtime_vllm_renders_objects_that_all_validate() -> N
         assert template_problem("vllm", get_model(t.service.model), t) is None
     record = PlanRecord.from_allocation(1, 0.0, result.allocation, None, library, {}, "core")
     docs = render_manifests(record)
-    assert len(by_kind(docs, "Service")) == 6  # 3 models x 2 phases
-    assert len(docs) == len(record.plan) + 6
+    # 3 models x (2 phase Services + 1 entry Service), a router Deployment each, its script
+    assert len(by_kind(docs, "Service")) == 9 and len(by_kind(docs, "ConfigMap")) == 1
+    assert len(docs) == len(record.plan) + 9 + 3 + 1
     for doc in docs:
         k8s_validate(doc)
         validate_object(doc)
@@ -229,7 +230,7 @@ def test_packed_plans_state_the_nodes_each_pool_pays_for() -> None:
     docs = render_manifests(record)
     pools = {d["metadata"]["annotations"]["atoll.io/template-key"]:
              json.loads(d["metadata"]["annotations"][POOL_NODES_ANNOTATION])
-             for d in docs if d["kind"] != "Service"}
+             for d in docs if "atoll.io/template-key" in d["metadata"].get("annotations", {})}
     assert pools == {tp2.key: {"aws:us-east-2/8xH100": 2}, pp4.key: {"aws:us-east-2/8xH100": 2},
                      whole.key: {"aws:us-east-2~spot/4xL40S": 4}}
     # a record that carries its packing (a repacked plan may hold more nodes) is taken at its word

@@ -43,8 +43,11 @@ def plan(templates: tuple[Template, ...]) -> PlanRecord:
 
 
 def containers(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The vLLM containers (of the workloads of planned templates; not the router's)."""
     out = []
     for d in docs:
+        if "atoll.io/template-key" not in d["metadata"].get("annotations", {}):
+            continue
         spec = d.get("spec", {})
         pods = [spec["template"]["spec"]] if d["kind"] == "Deployment" else []
         if d["kind"] == "LeaderWorkerSet":
@@ -93,7 +96,7 @@ def test_kv_roles_follow_the_phase_as_the_pinned_version_asks() -> None:
     docs = render_manifests(plan(ALL))
     roles: dict[tuple[str, int], str] = {}
     for d in docs:
-        if d["kind"] not in ("Deployment", "LeaderWorkerSet"):
+        if "atoll.io/template-key" not in d["metadata"].get("annotations", {}):
             continue
         phase = d["metadata"]["labels"]["atoll.io/phase"]
         stages = d["spec"]["leaderWorkerTemplate"]["size"] if d["kind"] == "LeaderWorkerSet" else 1
