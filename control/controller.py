@@ -81,6 +81,7 @@ from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observ
 from atoll.envs.policies import Policy
 from atoll.envs.servers import learn, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
+from atoll.solvers.packing import Packing, describe_packing, repack
 from atoll.solvers.problem import Allocation
 
 SATURATED_RATIO = 0.999  # mean latency / its on-time mean at capacity: a phase this busy queues
@@ -253,6 +254,9 @@ class Controller:
                                    reset_fraction=s.reset_fraction,
                                    flat_hold_s=s.flat_hold_s / s.time_scale,  # samples: the metrics' clock
                                    only_expected=True)
+        # a fleet with slices (several instances per node): each plan carries its packing, and
+        # running slices stay on their nodes from one plan to the next
+        self._sliced = any(t.has_slices for t in fleet.templates.values())
         self._guard_tables()
         # the env's action encoding: level 0 is the configured planning level (code 1 = full there)
         self.codec = ActionCodec.for_config(s.planning_quantile, fleet.config.action_levels)
@@ -291,7 +295,7 @@ class Controller:
         priced: dict[tuple[int, int], list[tuple[float, str]]] = {}
         for key, t in self.fleet.templates.items():
             mi, ph, thr, per_h = model.info(key)
-            nodes = sum(k for _, k in t.nodes) or 1
+            nodes = sum(k for _, k in t.node_use) or 1  # a slice: its share of a node
             best_instance[mi, ph] = max(best_instance[mi, ph], thr)
             best_node[mi, ph] = max(best_node[mi, ph], thr / nodes)
             priced.setdefault((mi, ph), []).append((per_h, key))
@@ -723,11 +727,13 @@ class Controller:
         nodes left (reported per service; ``short`` when the nodes ran out)."""
         plan = dict(plan)
         counts = self._service_counts(plan)
-        used: dict[tuple[str, str], int] = dict(self.fleet.model.draining_by_cell(fs))
+        # nodes per (region, node config): slices count their share of a node (node_use), and a
+        # pool holds the ceil of its use (as the env bills and the ILP buys)
+        used: dict[tuple[str, str], float] = dict(self.fleet.model.draining_by_cell(fs))
         for key, n in plan.items():
             t = self.fleet.templates.get(key)
             if t is not None:
-                for cfg, k in t.nodes:
+                for cfg, k in t.node_use:
                     used[(t.region, cfg)] = used.get((t.region, cfg), 0) + n * k
         caps = self.fleet.availability
         report: dict[str, dict[str, int]] = {}
@@ -740,10 +746,11 @@ class Controller:
                 added = 0
                 for key in self._by_price.get((i, ph), []):
                     t = self.fleet.templates[key]
-                    while added < need and all(used.get((t.region, c), 0) + k <= caps.get((t.region, c), 0)
-                                               for c, k in t.nodes):
+                    while added < need and all(
+                            math.ceil(used.get((t.region, c), 0) + k - 1e-9) <= caps.get((t.region, c), 0)
+                            for c, k in t.node_use):
                         plan[key] = plan.get(key, 0) + 1
-                        for c, k in t.nodes:
+                        for c, k in t.node_use:
                             used[(t.region, c)] = used.get((t.region, c), 0) + k
                         added += 1
                     if added >= need:
@@ -761,25 +768,39 @@ class Controller:
         self.fleet.model.apply(fs, Allocation.of(self.fleet.known(record.plan)))
         kept = {k: sum(int(e[0]) for e in entries) for k, entries in fs.replaced.items()}
         kept = {k: n for k, n in kept.items() if n}
+        templates = self.fleet.templates
+        running = self._running_packing()
         if not kept:
+            if self._sliced:
+                record = replace(record, packing=describe_packing(repack(templates, record.plan, running)))
             self.state = replace(self.state, pending=record, final=None, plan_sequence=record.sequence)
         else:
             interim_plan = dict(record.plan)
             for key, n in kept.items():
                 interim_plan[key] = interim_plan.get(key, 0) + n
-            templates, demand = self.fleet.templates, record.demand
+            # make-before-break counts nodes: the interim keeps every replaced slice on its node
+            # and adds the new ones; the removal phase releases a node only once none of its
+            # slices is left
+            interim_nodes = repack(templates, interim_plan, running) if self._sliced else None
+            final_nodes = repack(templates, record.plan, interim_nodes) if self._sliced else None
+            demand = record.demand
             interim = PlanRecord.from_allocation(
                 record.sequence, now, Allocation.of(interim_plan), self.state.running, templates, demand,
                 f"{record.reason} [make-before-break 1/2: additions; the replaced instances keep serving]",
-                record.shapes, owner=record.owner)
+                record.shapes, owner=record.owner, packing=interim_nodes)
             final = PlanRecord.from_allocation(
                 record.sequence + 1, now, Allocation.of(record.plan), interim_plan, templates, demand,
                 f"{record.reason} [make-before-break 2/2: removals, once the additions are ready]",
-                record.shapes, owner=record.owner)
+                record.shapes, owner=record.owner, packing=final_nodes)
             self.state = replace(self.state, pending=interim, final=final, plan_sequence=final.sequence)
         save_state(self.state_dir, self.state)
         assert self.state.pending is not None
         return self._deliver(self.state.pending, now).as_dict()
+
+    def _running_packing(self) -> Packing | None:
+        """The delivered plan's packing (None: whole-node fleet, or nothing delivered yet)."""
+        doc = self.state.packing
+        return None if not self._sliced or doc is None else Packing.from_json(doc["nodes"])
 
     def _deliver(self, record: PlanRecord, now: float) -> SinkResult:
         result = deliver(self.sink, record, self.settings.sink_attempts, self.settings.sink_backoff_s,
@@ -794,7 +815,7 @@ class Controller:
                         *[(k, n, until + drain_s) for k, n, until in state.replacing
                           if until + drain_s > now])
             self.state = replace(state, running=dict(record.plan), final=None, replacing=(),
-                                 draining=draining)
+                                 draining=draining, packing=record.packing)
         else:
             # the env's transition: added instances start, removed ones are cancelled, drain, or
             # (make-before-break) keep serving until their replacements are ready
@@ -809,7 +830,7 @@ class Controller:
                               for e in entries if e[0] > 0)
             self.state = replace(state, running=dict(record.plan), pending=None,
                                  starting=_absolute(fs.starting, now), draining=_absolute(fs.draining, now),
-                                 replacing=replacing, cost_scale_usd_h=scale)
+                                 replacing=replacing, cost_scale_usd_h=scale, packing=record.packing)
         save_state(self.state_dir, self.state)
         return result
 

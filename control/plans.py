@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from atoll.solvers.errors import AtollError
+from atoll.solvers.packing import Packing, PackingError, PlacedSlice, check_slices, describe_packing
 from atoll.solvers.problem import Allocation
-from atoll.solvers.tiers import split_tier
-from atoll.solvers.types import Template
+from atoll.solvers.tiers import split_tier, tiered_region
+from atoll.solvers.types import Template, node_config_of, parse_config_name
 
 TEMPLATE_FIELDS: tuple[str, ...] = ("service", "model", "phase", "region", "nodes", "stages", "throughput")
 
@@ -87,6 +88,22 @@ def _check_description(owner: str, key: str, d: Any) -> None:
                          f"got {nodes!r}")
 
 
+def _packing_violations(plan: Mapping[str, int], templates: Mapping[str, Mapping[str, Any]],
+                        packing: Packing) -> list[str]:
+    """:func:`atoll.solvers.packing.check_slices` of ``packing`` against the plan's stages, read
+    from the templates' descriptions (a record needs no library)."""
+    want: dict[tuple[str, str], list[tuple[PlacedSlice, int]]] = {}
+    for key, n in plan.items():
+        d = templates[key]
+        region = tiered_region(d["region"], d["tier"]) if d.get("tier") else d["region"]
+        for j, (_, configs) in enumerate(d["stages"]):
+            for c in configs:
+                g, node_gpus, _ = parse_config_name(c)
+                want.setdefault((region, node_config_of(c)), []).extend(
+                    (PlacedSlice(key, i, j, g), node_gpus) for i in range(n))
+    return check_slices(want, packing)
+
+
 @dataclass(frozen=True)
 class PlanRecord:
     """One plan as delivered to sinks.
@@ -102,7 +119,12 @@ class PlanRecord:
     measured, ratio, mix, source, tolerance, drifted, message), so a plan solved for a drifted
     shape says so. correction: family -> the capacity factor the plan was solved with (learned
     online from the servers' latency and throughput, :mod:`atoll.envs.correction`; families
-    absent are 1).
+    absent are 1). packing: for a fleet with slices (several instances per node, issue 28), the
+    nodes the plan holds (:func:`atoll.solvers.packing.describe_packing`: ``nodes_per_pool``
+    "region/config" -> nodes, ``nodes`` [{region, config, gpus, used_gpus, slices [[template,
+    instance, stage, GPUs]]}], ``extra_nodes`` when a pool holds more than ceil(use)); running
+    slices stay on their nodes from one plan to the next (:func:`atoll.solvers.packing.repack`);
+    None for whole-node fleets.
     """
 
     sequence: int
@@ -117,6 +139,7 @@ class PlanRecord:
     # file with it and prune only their own
     owner: str = ""
     correction: dict[str, float] = field(default_factory=dict)
+    packing: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         owner = f"PlanRecord {self.sequence!r}"
@@ -170,20 +193,51 @@ class PlanRecord:
                                  f"boolean 'drifted', got {report!r:.120}")
             shapes[str(model)] = dict(report)
         object.__setattr__(self, "shapes", dict(sorted(shapes.items())))
+        if self.packing is not None:
+            object.__setattr__(self, "packing", self._checked_packing(owner, plan, templates))
         object.__setattr__(self, "plan", dict(sorted(plan.items())))
         object.__setattr__(self, "templates", dict(sorted(templates.items())))
         object.__setattr__(self, "diff", dict(sorted(diff.items())))
         object.__setattr__(self, "demand", dict(sorted(demand.items())))
+
+    def _checked_packing(self, owner: str, plan: Mapping[str, int],
+                         templates: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """The packing, checked against the plan: every stage of every instance on one node of
+        its pool, no node over its GPUs, ``nodes_per_pool`` what the nodes say."""
+        doc = self.packing
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("nodes"), list):
+            raise ValueError(f"{owner}: field 'packing' must be a mapping with a 'nodes' list "
+                             f"(atoll.solvers.packing.describe_packing), got {doc!r:.120}")
+        try:
+            packing = Packing.from_json(doc["nodes"])
+        except PackingError as exc:
+            raise ValueError(f"{owner}: field 'packing': {exc}") from exc
+        described = describe_packing(packing)
+        if doc.get("nodes_per_pool", described["nodes_per_pool"]) != described["nodes_per_pool"]:
+            raise ValueError(f"{owner}: field 'packing' says nodes_per_pool {doc['nodes_per_pool']!r}, its "
+                             f"nodes hold {described['nodes_per_pool']!r}")
+        bad = _packing_violations(plan, templates, packing)
+        if bad:
+            raise ValueError(f"{owner}: field 'packing' does not hold the plan ({len(bad)} finding(s)): "
+                             f"{'; '.join(bad[:3])}")
+        return described
+
+    @property
+    def nodes_per_pool(self) -> dict[str, int] | None:
+        """"region/config" -> nodes the plan holds, for a fleet with slices (None otherwise)."""
+        return None if self.packing is None else dict(self.packing["nodes_per_pool"])
 
     @classmethod
     def from_allocation(cls, sequence: int, created_s: float, allocation: Allocation,
                         previous: Allocation | Mapping[str, int] | None,
                         templates_by_key: Mapping[str, Template], demand: Mapping[str, float],
                         reason: str, shapes: Mapping[str, Mapping[str, Any]] | None = None,
-                        owner: str = "", correction: Mapping[str, float] | None = None) -> PlanRecord:
+                        owner: str = "", correction: Mapping[str, float] | None = None,
+                        packing: Packing | None = None) -> PlanRecord:
         """The record of ``allocation`` with its diff against ``previous`` (the plan delivered
         before; None = nothing running). Removed keys missing from ``templates_by_key`` (the
-        library changed) are kept in the diff without a description."""
+        library changed) are kept in the diff without a description. ``packing``: the nodes it
+        holds, for a fleet with slices."""
         old = previous.as_dict() if isinstance(previous, Allocation) else dict(previous or {})
         new = allocation.as_dict()
         diff = {k: new.get(k, 0) - old.get(k, 0) for k in set(old) | set(new)}
@@ -195,7 +249,12 @@ class PlanRecord:
         described = {k: describe_template(templates_by_key[k]) for k in set(new) | set(diff)
                      if k in templates_by_key}
         return cls(sequence, float(created_s), new, described, diff, dict(demand), reason,
-                   {m: dict(r) for m, r in (shapes or {}).items()}, owner, dict(correction or {}))
+                   {m: dict(r) for m, r in (shapes or {}).items()}, owner, dict(correction or {}),
+                   None if packing is None else describe_packing(packing))
+
+    def packed(self) -> Packing | None:
+        """The record's packing as a :class:`~atoll.solvers.packing.Packing` (None without one)."""
+        return None if self.packing is None else Packing.from_json(self.packing["nodes"])
 
     @property
     def changed(self) -> bool:
@@ -215,14 +274,15 @@ class PlanRecord:
                 "demand": dict(self.demand), "reason": self.reason,
                 "shapes": {m: dict(r) for m, r in self.shapes.items()},
                 "shape_drift": {m: r.get("message", "") for m, r in self.shapes.items() if r["drifted"]},
-                "owner": self.owner, "correction": dict(self.correction)}
+                "owner": self.owner, "correction": dict(self.correction),
+                **({"packing": dict(self.packing)} if self.packing is not None else {})}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> PlanRecord:
         return cls(int(doc["sequence"]), float(doc["created_s"]), dict(doc["plan"]), dict(doc["templates"]),
                    dict(doc.get("diff", {})), dict(doc.get("demand", {})), str(doc.get("reason", "")),
                    dict(doc.get("shapes", {})), str(doc.get("owner", "")),
-                   dict(doc.get("correction", {})))
+                   dict(doc.get("correction", {})), doc.get("packing"))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from typing import Any
 from atoll.control.metrics import MetricsSnapshot
 from atoll.control.plans import PlanRecord, atomic_write_text
 from atoll.solvers.errors import AtollError
+from atoll.solvers.packing import Packing, PackingError
 
 STATE_VERSION = 1
 STATE_FILE = "controller-state.json"
@@ -189,7 +190,9 @@ class ControllerState:
     instances, until when they serve) of instances a make-before-break change replaces, kept in
     the delivered plan until ``final`` — the change's removal phase — is delivered once their
     replacements are ready; unserved: model -> its unserved
-    shares of the last steps, newest first (the observation's window)."""
+    shares of the last steps, newest first (the observation's window); packing: for a fleet with
+    slices, the delivered plan's nodes and the slices on each (``PlanRecord.packing``), where the
+    next plan keeps its running slices (:func:`atoll.solvers.packing.repack`)."""
 
     version: int = STATE_VERSION
     tick: int = 0
@@ -214,9 +217,18 @@ class ControllerState:
     controller_id: str = ""
     # the online capacity correction (atoll.envs.correction.CapacityCorrection.as_dict)
     correction: dict[str, Any] = field(default_factory=dict)
+    packing: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         owner = "ControllerState"
+        if self.packing is not None:
+            nodes = self.packing.get("nodes") if isinstance(self.packing, Mapping) else None
+            try:
+                Packing.from_json(nodes)
+            except PackingError as exc:
+                raise ValueError(f"{owner}: field 'packing' must be a plan's packing "
+                                 f"(atoll.solvers.packing.describe_packing): {exc}") from exc
+            object.__setattr__(self, "packing", dict(self.packing))
         if self.time_scale is not None and (isinstance(self.time_scale, bool)
                                             or not isinstance(self.time_scale, int | float)
                                             or not math.isfinite(self.time_scale) or self.time_scale <= 0):
@@ -294,6 +306,7 @@ class ControllerState:
             "unserved": {m: list(v) for m, v in self.unserved.items()},
             "time_scale": self.time_scale, "controller_id": self.controller_id,
             "correction": dict(self.correction),
+            **({"packing": dict(self.packing)} if self.packing is not None else {}),
         }
 
     @classmethod
@@ -314,7 +327,7 @@ class ControllerState:
             final=PlanRecord.from_dict(doc["final"]) if doc.get("final") else None,
             unserved={str(m): tuple(v) for m, v in doc.get("unserved", {}).items()},
             time_scale=doc.get("time_scale"), controller_id=doc.get("controller_id", ""),
-            correction=dict(doc.get("correction") or {}),
+            correction=dict(doc.get("correction") or {}), packing=doc.get("packing"),
         )
 
 

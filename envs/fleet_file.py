@@ -197,7 +197,7 @@ def activate(path: Path | str, *, step_s: float = STEP_S) -> ActiveFleet:
         shapes=shapes, rates=rates,
         static_availability=None if spec.availability is None else tuple(sorted(spec.availability.items())),
         pool_traces=spec.pool_traces,
-        runtime=spec.runtime, n_max=spec.n_max, rho=spec.rho)
+        runtime=spec.runtime, n_max=spec.n_max, rho=spec.rho, slices=spec.slices)
     register_scenario(scenario)
     return ActiveFleet(spec, scenario, series, loaded.checks, loaded.model_checks, loaded.mean_rates,
                        loaded.scalings)

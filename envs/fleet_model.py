@@ -43,13 +43,19 @@ CORRECTION_GRID = 0.02  # learned factors are rounded to a 2% geometric grid bef
 _REPLANNERS: OrderedDict[tuple[object, ...], Replanner] = OrderedDict()
 
 
-@lru_cache(maxsize=4)
 def scenario_library(scenario: str, runtime: str = DEFAULT_RUNTIME) -> tuple[Template, ...]:
-    """The scenario's template library for ``runtime`` (built or read from the template cache once
-    per process)."""
+    """The scenario's template library for ``runtime``, with slices when the scenario has them (a
+    fleet file's ``slices: true``); built or read from the template cache once per process."""
     if scenario not in SCENARIOS:
         raise InputError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
-    return scenario_templates(SCENARIOS[scenario], runtime=runtime)
+    # the scenario's slices are part of the memo key: a fleet re-registered under the same name
+    # with slices switched must not get the other library
+    return _scenario_library(scenario, runtime, SCENARIOS[scenario].slices)
+
+
+@lru_cache(maxsize=4)
+def _scenario_library(scenario: str, runtime: str, slices: bool) -> tuple[Template, ...]:
+    return scenario_templates(SCENARIOS[scenario], runtime=runtime, slices=slices)
 
 
 def shared_replanner(base: AllocationProblem, prices: Mapping[Cell, float], config: FleetConfig

@@ -19,14 +19,14 @@ node count per (region, config) the ILP paid for (ceil of the use).
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from atoll.solvers.errors import AtollError
 from atoll.solvers.problem import Allocation, AllocationProblem
-from atoll.solvers.types import gpus_of, node_config_of, parse_config_name
+from atoll.solvers.types import Template, gpus_of, node_config_of, parse_config_name
 
 
 class PackingError(AtollError):
@@ -130,9 +130,14 @@ class Packing:
 def _stage_slices(problem: AllocationProblem, allocation: Allocation,
                   ) -> dict[tuple[str, str], list[tuple[PlacedSlice, int]]]:
     """Per (region, node config): every stage node of every instance, with the node's GPUs."""
+    return _plan_slices(problem.template, allocation.counts)
+
+
+def _plan_slices(template_of: Callable[[str], Template], counts: Iterable[tuple[str, int]],
+                 ) -> dict[tuple[str, str], list[tuple[PlacedSlice, int]]]:
     items: dict[tuple[str, str], list[tuple[PlacedSlice, int]]] = defaultdict(list)
-    for key, n in allocation.counts:
-        t = problem.template(key)
+    for key, n in counts:
+        t = template_of(key)
         for i in range(n):
             for j, stage in enumerate(t.stages):
                 for c in stage.nodes:  # data-parallel nodes of a stage (runtime 'any') are nodes too
@@ -153,12 +158,97 @@ def pack_plan(problem: AllocationProblem, allocation: Allocation) -> Packing:
     return Packing(tuple(nodes))
 
 
+def repack(templates: Mapping[str, Template], plan: Mapping[str, int], previous: Packing | None = None,
+           ) -> Packing:
+    """The nodes of ``plan`` when ``previous`` is the packing running now (the controller's
+    plans, one after another). A running vLLM pod is not moved: every slice of an instance the
+    plan keeps (instance numbers below its new count) stays on its node; slices of instances the
+    plan drops leave, and a node is released only when none of its slices is left (make-before-
+    break counts nodes: a plan that still holds a replaced instance keeps its node). New slices go
+    first-fit decreasing into the room left on the kept nodes, in their order, then onto new nodes
+    packed as :func:`pack_plan` packs. Without ``previous`` this is :func:`pack_plan`'s packing,
+    ceil(use) nodes per pool; after removals a pool may hold more (its nodes' free room too
+    fragmented for the new slices), which :func:`describe_packing` reports as ``extra_nodes``."""
+    unknown = sorted(k for k, n in plan.items() if n and k not in templates)
+    if unknown:
+        raise PackingError(f"repack: the plan names {len(unknown)} template(s) not in 'templates', first "
+                           f"{unknown[0]!r}; pass the library the plan was solved with")
+    want = _plan_slices(templates.__getitem__, sorted((k, n) for k, n in plan.items() if n))
+    kept: dict[tuple[str, str], list[list[PlacedSlice]]] = defaultdict(list)
+    # a multiset: the research runtime's data-parallel nodes of one stage are equal slices
+    left = Counter((r, c, s) for (r, c), items in want.items() for s, _ in items)
+    for node in (previous.nodes if previous is not None else ()):
+        stay = []
+        for s in node.slices:
+            if left[(node.region, node.config, s)] > 0:
+                left[(node.region, node.config, s)] -= 1
+                stay.append(s)
+        if stay:  # a node none of whose slices is still needed is released
+            kept[(node.region, node.config)].append(stay)
+    nodes: list[PackedNode] = []
+    for cell in sorted(set(want) | set(kept)):
+        region, config = cell
+        items = want.get(cell, [])
+        node_gpus = gpus_of(config)
+        bins = kept.get(cell, [])
+        room = [node_gpus - sum(s.gpus for s in b) for b in bins]
+        new = []
+        for s, _ in items:
+            if left[(region, config, s)] > 0:
+                left[(region, config, s)] -= 1
+                new.append(s)
+        fresh: list[PlacedSlice] = []
+        # decreasing size (ties in plan order), as first_fit_decreasing orders them
+        for s in sorted(new, key=lambda s: -s.gpus):
+            at = next((b for b, r in enumerate(room) if r >= s.gpus), None)
+            if at is None:
+                fresh.append(s)
+            else:
+                bins[at].append(s)
+                room[at] -= s.gpus
+        for positions in first_fit_decreasing([s.gpus for s in fresh], node_gpus) if fresh else []:
+            bins.append([fresh[i] for i in positions])
+        nodes.extend(PackedNode(region, config, node_gpus, tuple(b)) for b in bins)
+    return Packing(tuple(nodes))
+
+
 def check_packing(problem: AllocationProblem, allocation: Allocation, packing: Packing) -> list[str]:
     """Violations of ``packing`` as the packing of ``allocation`` (empty when it is one): each
     stage of each instance on exactly one node of its (region, config) with its GPUs, no node
     over its GPUs, node counts within availability and equal to ceil(use) (what the ILP paid)."""
+    out = check_slices(_stage_slices(problem, allocation), packing)
+    counts = packing.node_counts()
+    use = problem.node_use(allocation)
+    for rc in sorted(set(counts) | set(use)):
+        n = counts.get(rc, 0)
+        need = math.ceil(use.get(rc, 0.0) - 1e-9)
+        if n != need:
+            out.append(f"{rc[0]}/{rc[1]}: {n} nodes packed, the plan pays for {need}")
+        if n > problem.available(rc):
+            out.append(f"{rc[0]}/{rc[1]}: {n} nodes packed, {problem.available(rc):g} available")
+    return out
+
+
+def check_plan_packing(templates: Mapping[str, Template], plan: Mapping[str, int], packing: Packing,
+                       ) -> list[str]:
+    """Violations of ``packing`` as a packing of ``plan`` (template key -> instances) whatever
+    its node counts (a controller's packing may hold more than ceil(use) nodes, see
+    :func:`repack`): each stage of each instance on exactly one node of its (region, config)
+    with its GPUs, no node over its GPUs, no empty node."""
+    unknown = sorted(k for k, n in plan.items() if n and k not in templates)
+    if unknown:
+        return [f"the plan names template {unknown[0]!r}, not in the library"]
+    out = check_slices(_plan_slices(templates.__getitem__, ((k, n) for k, n in plan.items() if n)), packing)
+    out += [f"node {i} ({n.region}/{n.config}) holds no slice: it should have been released"
+            for i, n in enumerate(packing.nodes) if not n.slices]
+    return out
+
+
+def check_slices(want: Mapping[tuple[str, str], list[tuple[PlacedSlice, int]]], packing: Packing,
+                 ) -> list[str]:
+    """Each slice of ``want`` (per (region, node config)) on exactly one node of its pool, no
+    node over its GPUs."""
     out: list[str] = []
-    want: dict[tuple[str, str], list[tuple[PlacedSlice, int]]] = _stage_slices(problem, allocation)
     expected: dict[tuple[PlacedSlice, str, str], int] = defaultdict(int)
     for (region, config), items in want.items():
         for s, _ in items:
@@ -177,19 +267,18 @@ def check_packing(problem: AllocationProblem, allocation: Allocation, packing: P
             out.append(f"{s.template} instance {s.instance} stage {s.stage} ({s.gpus} GPUs of "
                        f"{region}/{config}): in the plan {expected.get(k, 0)} times, packed "
                        f"{got.get(k, 0)} times")
-    counts = packing.node_counts()
-    use = problem.node_use(allocation)
-    for rc in sorted(set(counts) | set(use)):
-        n = counts.get(rc, 0)
-        need = math.ceil(use.get(rc, 0.0) - 1e-9)
-        if n != need:
-            out.append(f"{rc[0]}/{rc[1]}: {n} nodes packed, the plan pays for {need}")
-        if n > problem.available(rc):
-            out.append(f"{rc[0]}/{rc[1]}: {n} nodes packed, {problem.available(rc):g} available")
     return out
 
 
-def describe_packing(packing: Packing) -> Mapping[str, Any]:
-    """Nodes per pool and the node list, as a plan's JSON carries them."""
-    return {"nodes_per_pool": {f"{r}/{c}": n for (r, c), n in sorted(packing.node_counts().items())},
-            "nodes": packing.to_json()}
+def describe_packing(packing: Packing) -> dict[str, Any]:
+    """Nodes per pool and the node list, as a plan's JSON carries them; ``extra_nodes``: pools
+    holding more nodes than ceil(their slices' GPUs / G) (a controller's packing after removals,
+    :func:`repack`), by how many."""
+    gpus: dict[tuple[str, str], int] = defaultdict(int)
+    for n in packing.nodes:
+        gpus[(n.region, n.config)] += n.used_gpus
+    counts = packing.node_counts()
+    extra = {f"{r}/{c}": counts[(r, c)] - math.ceil(g / gpus_of(c)) for (r, c), g in sorted(gpus.items())
+             if counts[(r, c)] > math.ceil(g / gpus_of(c))}
+    return {"nodes_per_pool": {f"{r}/{c}": n for (r, c), n in sorted(counts.items())},
+            "nodes": packing.to_json(), **({"extra_nodes": extra} if extra else {})}

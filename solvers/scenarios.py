@@ -68,10 +68,16 @@ class ScenarioSpec:
     runtime: str = DEFAULT_RUNTIME
     n_max: int = 6
     rho: float = 12.0
+    # a fleet file's ``slices: true``: its library's stages may use g of a node's G GPUs (vllm)
+    slices: bool = False
 
     def __post_init__(self) -> None:
         owner = f"ScenarioSpec {self.name!r}"
         check_runtime(self.runtime)
+        if not isinstance(self.slices, bool):
+            raise ValueError(f"{owner}: field 'slices' must be a bool, got {self.slices!r}")
+        if self.slices and self.runtime != "vllm":
+            raise ValueError(f"{owner}: field 'slices' needs runtime 'vllm', got {self.runtime!r}")
         if not self.models:
             raise ValueError(f"{owner}: field 'models' must name at least one model")
         if not (self.req_per_s > 0 and math.isfinite(self.req_per_s)):
@@ -183,12 +189,24 @@ def register_scenario(spec: ScenarioSpec) -> None:
     _SCARCE.clear()
 
 
-def library_spec(spec: ScenarioSpec, runtime: str | None = None, slices: bool = False) -> Any:
+def _slices(spec: ScenarioSpec, runtime: str, slices: bool | None) -> bool:
+    """``slices``, or the scenario's own when None; refused (InputError) unless ``runtime`` is vllm."""
+    want = spec.slices if slices is None else slices
+    if want and runtime != "vllm":
+        said = "the fleet file's 'slices: true'" if slices is None else "slices"
+        raise InputError(f"scenario {spec.name!r}: {said} needs runtime 'vllm', got runtime {runtime!r}; "
+                         f"plan with runtime vllm or without slices")
+    return want
+
+
+def library_spec(spec: ScenarioSpec, runtime: str | None = None, slices: bool | None = None) -> Any:
     """The scenario's ``LibrarySpec`` with each model's own request shape, for ``runtime``
     (:mod:`atoll.solvers.runtime`; default the scenario's own); ``slices``: stages may use g of
-    a node's G GPUs (``vllm`` only, issue 28)."""
+    a node's G GPUs (``vllm`` only, issue 28; None: the scenario's own, a fleet file's
+    ``slices``)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
     runtime = runtime or spec.runtime
+    slices = _slices(spec, runtime, slices)
     shapes = tuple(request_shapes(spec).items())
     base = lib.SCENARIO_LIBRARIES.get(spec.name)
     if base is not None:
@@ -200,7 +218,7 @@ def library_spec(spec: ScenarioSpec, runtime: str | None = None, slices: bool = 
 
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
                        progress: bool | Callable[[int, int], None] = False, runtime: str | None = None,
-                       catalog: Catalog | None = None, slices: bool = False) -> tuple[Template, ...]:
+                       catalog: Catalog | None = None, slices: bool | None = None) -> tuple[Template, ...]:
     """The scenario's template library (built once, then read from the on-disk cache)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
     library = lib.build_library(library_spec(spec, runtime, slices), cache_dir=cache_dir, workers=workers,
@@ -247,12 +265,13 @@ def build_problem(scenario: str, availability: str = "ample", mix: str = "even",
                   time_limit: float | None = None, gap: float = 1e-4,
                   cache_dir: Path | None = None, progress: bool | Callable[[int, int], None] = False,
                   runtime: str | None = None, what_if_2gpu: bool = False,
-                  slices: bool = False) -> AllocationProblem:
+                  slices: bool | None = None) -> AllocationProblem:
     """The allocation problem of a scenario; ``templates`` overrides the library (tests);
     ``runtime`` picks the library of what that serving runtime can run. ``what_if_2gpu``: the
     HYPOTHETICAL catalog with 2-GPU AWS nodes (:func:`atoll.solvers.catalog.what_if_two_gpu_nodes`),
     for the paper comparison only. ``slices``: the ``vllm`` library whose stages may use g of a
-    node's G GPUs (the ILP then buys whole nodes, :mod:`atoll.solvers.packing`)."""
+    node's G GPUs (the ILP then buys whole nodes, :mod:`atoll.solvers.packing`); None: the
+    scenario's own (a fleet file's ``slices``)."""
     spec = SCENARIOS[scenario]
     _choice("availability", availability, AVAILABILITIES, "availabilities")
     _choice("mix", mix, MIXES, "mixes")

@@ -138,12 +138,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
                                     time_limit=args.time_limit, gap=args.gap,
                                     progress=lambda n, total: advance(n, total=total),
                                     what_if_2gpu=args.what_if_2gpu, runtime=args.runtime,
-                                    slices=args.slices)
+                                    slices=True if args.slices else None)  # None: the fleet's own
     except (KeyError, ValueError, FileNotFoundError) as exc:
         raise as_user_error(exc) from exc
+    sliced = args.slices or SCENARIOS[args.scenario].slices
     context = {"scenario": args.scenario, "fleet": args.fleet, "runtime": args.runtime or
                SCENARIOS[args.scenario].runtime, "availability": args.availability, "mix": args.mix,
-               "mode": problem.mode, **({"slices": True} if args.slices else {})}
+               "mode": problem.mode, **({"slices": True} if sliced else {})}
     if args.decompose:
         doc = decompose(problem, hypothetical=args.what_if_2gpu, **context)
         _print_ladder(out, doc)

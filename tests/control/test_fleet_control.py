@@ -59,3 +59,37 @@ def test_a_tick_on_a_fleet_file(fleet_file: Path, tmp_path: Path, capsys: pytest
         k8s_validate(d)
         validate_object(d)
     assert get_model("Acme-8B").layers == 32 and template_problem is not None
+
+
+def test_a_fleet_file_with_slices_plans_and_controls_packed_nodes(fleet_file: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    doc = yaml.safe_load(fleet_file.read_text())
+    fleet_file.write_text(yaml.safe_dump({**doc, "slices": True}, sort_keys=False))
+    assert main(["solve", "--fleet", str(fleet_file), "--json"]) == 0
+    solved = json.loads(capsys.readouterr().out)
+    assert solved["slices"] is True and solved["packing_violations"] == []
+    assert sum(solved["packing"]["nodes_per_pool"].values()) == len(solved["packing"]["nodes"]) > 0
+    fleet = activate(fleet_file)
+    assert fleet.scenario.slices
+    with ReplayExporter(fleet.series, fleet.spec.model_names, speedup=60.0, start_s=4 * DAY_S) as replay:
+        argv = ["control", "--fleet", str(fleet_file), "--scrape", replay.url, "--policy", "fixed:1",
+                "--state", str(tmp_path / "state"), "--sink", f"json:{tmp_path / 'plans'}",
+                "--time-scale", "60", "--once", "--json"]
+        assert main(argv) == 0
+        capsys.readouterr()
+        time.sleep(1.5)
+        code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["plan_changed"]
+    record = PlanRecord.from_dict(json.loads((tmp_path / "plans" / "latest.json").read_text()))
+    # the record holds its nodes: every planned slice on one node, pools as many nodes as listed
+    assert record.packing is not None and record.nodes_per_pool
+    assert sum(record.nodes_per_pool.values()) == len(record.packing["nodes"])
+    assert all(n["used_gpus"] <= n["gpus"] for n in record.packing["nodes"])
+    # a fleet whose runtime cannot run slices is refused, naming the field
+    fleet_file.write_text(yaml.safe_dump({**doc, "slices": True, "runtime": "any"}, sort_keys=False))
+    assert main(["solve", "--fleet", str(fleet_file), "--json"]) != 0
+    assert "slices" in capsys.readouterr().err

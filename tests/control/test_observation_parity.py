@@ -20,6 +20,7 @@ from atoll.envs.fleet import FleetState
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
 from atoll.forecast.workloads import DemandSeries
+from atoll.solvers.packing import Packing, check_plan_packing
 from atoll.solvers.types import Phase, Service, Stage, Template
 
 STEP = 300.0
@@ -34,6 +35,31 @@ def library() -> tuple[Template, ...]:
             for m in MODELS
             for phase, cfg, thr in ((Phase.PREFILL, "1xL4", 300.0), (Phase.DECODE, "1xL40S", 700.0))]
     return (*templates(), *more)
+
+
+def sliced_library() -> tuple[Template, ...]:
+    """The same services on slices of 4-GPU nodes (several instances per node, issue 28): the
+    env bills whole nodes (ceil of each pool's use) and the controller's plans carry a packing."""
+    out = []
+    for m in MODELS:
+        for phase, cfg, thr in ((Phase.PREFILL, "1/4xL40S", 800.0), (Phase.DECODE, "1/4xL4", 200.0),
+                                (Phase.PREFILL, "2/4xL4", 700.0), (Phase.DECODE, "2/4xL40S", 900.0)):
+            out.append(Template(Service(m, phase), USE2, ((cfg, 1),), (Stage(LAYERS[m], (cfg,)),), thr))
+    return tuple(out)
+
+
+LIBRARIES = {"whole": library, "sliced": sliced_library}
+
+
+def nodes_stay(before: Packing, after: Packing) -> bool:
+    """Every node of ``after`` holding slices that ran before holds them all from one node of
+    ``before`` (running slices are not moved, nodes are not merged)."""
+    was = {(s.template, s.instance, s.stage): i for i, n in enumerate(before.nodes) for s in n.slices}
+    for n in after.nodes:
+        origins = {was[k] for s in n.slices if (k := (s.template, s.instance, s.stage)) in was}
+        if len(origins) > 1:
+            return False
+    return True
 
 
 def trace() -> np.ndarray:
@@ -80,15 +106,18 @@ def norm(fs: FleetState) -> tuple[object, ...]:
             bucket(fs.replaced))
 
 
-@pytest.mark.parametrize("policy", ["threshold", "fixed:3", "grow:3"])
-def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_path: Path,
+@pytest.mark.parametrize(("lib", "policy"), [("whole", "threshold"), ("whole", "fixed:3"),
+                                           ("whole", "grow:3"), ("sliced", "fixed:3")])
+def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_path: Path, lib: str,
                                                                            policy: str) -> None:
     replaced = 0
+    make_library = LIBRARIES[lib]
+    packings: list[Packing] = []
     rates = trace()
     shapes = ((INPUT, OUTPUT),) * len(MODELS)
     demand = tuple(DemandSeries(f"s{i}", STEP, rates[i], np.full(rates.shape[1], INPUT),
                                 np.full(rates.shape[1], OUTPUT)) for i in range(len(MODELS)))
-    env = FleetEnv(FleetConfig(scenario="core", models=MODELS, templates=library(), demand=demand,
+    env = FleetEnv(FleetConfig(scenario="core", models=MODELS, templates=make_library(), demand=demand,
                                request_shapes=shapes, forecaster="ets", availability="ample",
                                prices="on-demand", days=(4, 6)))
     obs, _ = env.reset(seed=0, options={"day": DAY})
@@ -96,7 +125,7 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
 
     # the controller starts where the env starts: the env's initial plan running, the trace
     # before the episode as its history, the counters of the step before as its rate baseline
-    fleet = LiveFleet("core", models=MODELS, templates=library(), request_shapes=shapes,
+    fleet = LiveFleet("core", models=MODELS, templates=make_library(), request_shapes=shapes,
                       solver_time_limit=env.config.solver_time_limit)
     clock = FakeClock(g0 * STEP)
     source = TraceSource(clock, rates)
@@ -128,8 +157,22 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
         obs, *_ = env.step(action)
         assert norm(controller.fleet_state(clock() + STEP)) == norm(env.state), f"fleet, step {k}"
         replans += int(report.plan_changed)
+        if lib == "sliced" and controller.state.plan_sequence == 0:
+            assert controller.state.packing is None  # the env's initial plan: nothing delivered yet
+        elif lib == "sliced":
+            # the delivered plan's packing holds it; it needs at least the nodes the env bills
+            packed = Packing.from_json(controller.state.packing["nodes"])  # type: ignore[index]
+            assert check_plan_packing(fleet.templates, controller.state.running, packed) == [], f"step {k}"
+            held = FleetState(running=dict(controller.state.running)).nodes_held(fleet.templates)
+            assert all(packed.node_counts().get(cell, 0) >= n for cell, n in held.items()), f"step {k}"
+            if not packings or packed != packings[-1]:
+                assert not packings or nodes_stay(packings[-1], packed), f"a running slice moved at step {k}"
+                packings.append(packed)
+        else:
+            assert controller.state.packing is None
         clock.advance(STEP)
     # the comparison covered start-ups and drains; make-before-break swaps on fixed:3 (the
     # threshold policy's re-plans on this trace only grow or shrink the running templates, and
     # grow:3's full re-plans every 15 minutes find nothing to swap); grow:3 covers Fleet-v1's grow
     assert replans >= 2 and (replaced >= 1 or policy in ("threshold", "grow:3"))
+    assert lib == "whole" or len(packings) >= 2

@@ -275,3 +275,37 @@ def test_workload_gaps_mode_is_validated(tmp_path: Path) -> None:
         load_fleet(path)
     spec = load_fleet(write(tmp_path, changed("workloads.Acme-8B.gaps", "zero")))
     assert {w.model: w.gaps for w in spec.workloads} == {"Acme-8B": "zero", "Phi-4-14B": "exclude"}
+
+
+def test_slices_are_read_and_need_the_vllm_runtime(tmp_path: Path) -> None:
+    assert load_fleet(write(tmp_path, BASE)).slices is False
+    assert load_fleet(write(tmp_path, changed("slices", True))).slices is True
+    with pytest.raises(FleetFileError, match=r"slices: field 'slices: true' needs 'runtime: vllm', got "
+                                             r"runtime 'any'"):
+        load_fleet(write(tmp_path, {**changed("slices", True), "runtime": "any"}))
+    with pytest.raises(FleetFileError, match=r"slices: must be true or false, got 'yes'"):
+        load_fleet(write(tmp_path, changed("slices", "yes")))
+
+
+def test_a_sliced_fleet_threads_slices_to_its_library(tmp_path: Path) -> None:
+    from atoll.envs.fleet_file import activate
+    from atoll.solvers.catalog import register_fleet_catalog
+    from atoll.solvers.errors import InputError
+    from atoll.solvers.models import register_fleet_models
+    from atoll.solvers.scenarios import SCENARIOS, library_spec
+
+    (tmp_path / "log.csv").write_text("timestamp,model,input_tokens,output_tokens\n"
+                                      + "".join(f"{1714521600 + 60 * i},acme,500,100\n" for i in range(600)))
+    doc = {**changed("slices", True), "workloads": {"Phi-4-14B": {"source": "csv:log.csv#acme"},
+                                                    "Acme-8B": {"source": "csv:log.csv#acme"}}}
+    try:
+        fleet = activate(write(tmp_path, doc))
+        assert fleet.scenario.slices and library_spec(fleet.scenario).slices
+        assert not library_spec(fleet.scenario, slices=False).slices
+        with pytest.raises(InputError, match=r"the fleet file's 'slices: true' needs runtime 'vllm', got "
+                                             r"runtime 'any'"):
+            library_spec(fleet.scenario, runtime="any")
+    finally:
+        register_fleet_models(())
+        register_fleet_catalog((), ())
+        SCENARIOS.pop("acme", None)
