@@ -6,7 +6,11 @@
 - ``k8s:DIR``: rendered Kubernetes objects that start vLLM (Deployments, LeaderWorkerSets,
   Services; see ``atoll.control.k8s_render``), validated, stale ones deleted;
 - ``k8s-apply[:NAMESPACE]``: server-side apply through the kubernetes client; a server-side
-  dry run unless ``apply=True``.
+  dry run unless ``apply=True``;
+- ``metrics:PORT`` (or ``metrics:HOST:PORT``): owns no workload; serves the delivered plan's
+  desired replicas per template on ``/metrics`` for HPA's external metrics or KEDA's Prometheus
+  scaler, and an example KEDA ScaledObject per workload on ``/scaledobjects.yaml``
+  (:mod:`atoll.control.k8s_scale`).
 
 Every sink writes the *whole* plan (not just the diff), so delivering a record is idempotent
 and a newer record supersedes an older undelivered one. :func:`deliver` retries; see it for
@@ -17,19 +21,29 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+import yaml
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from atoll.control.k8s import K8sApplySink, K8sManifestSink, K8sOptions
+from atoll.control.k8s_scale import DESIRED, NODES, SEQUENCE, desired_rows, pool_rows, scaled_objects
 from atoll.control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
 
-__all__ = ["JsonDirSink", "K8sApplySink", "K8sManifestSink", "K8sOptions", "PlanRecord", "PlanSink",
-           "SinkError", "SinkResult", "deliver", "make_sink"]
+__all__ = ["JsonDirSink", "K8sApplySink", "K8sManifestSink", "K8sOptions", "MetricsSink", "PlanRecord",
+           "PlanSink", "SinkError", "SinkResult", "deliver", "make_sink"]
 
-SINK_SPECS = "json:DIR, k8s:DIR or k8s-apply[:NAMESPACE]"
+SINK_SPECS = "json:DIR, k8s:DIR, k8s-apply[:NAMESPACE] or metrics:[HOST:]PORT"
+DESIRED_LABELS = ("model", "phase", "template", "region", "tier", "workload")
 
 
 class PlanSink(Protocol):
@@ -85,6 +99,124 @@ class JsonDirSink:
                           f"{len(record.diff)} changed")
 
 
+class _PlanCollector(Collector):
+    """The delivered plan as gauges, read under the sink's lock at each scrape."""
+
+    def __init__(self, sink: MetricsSink) -> None:
+        self.sink = sink
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self.sink.lock:
+            rows, pools, record = list(self.sink.rows), list(self.sink.pools), self.sink.record
+        desired = GaugeMetricFamily(DESIRED, "Instances of each template in the plan atoll delivered last "
+                                             "(0: a template the plan dropped)", labels=list(DESIRED_LABELS))
+        for labels, n in rows:
+            desired.add_metric([labels[k] for k in DESIRED_LABELS], float(n))
+        yield desired
+        sequence = GaugeMetricFamily(SEQUENCE, "The sequence number of the plan atoll delivered last "
+                                               "(absent before the first)")
+        if record is not None:
+            sequence.add_metric([], float(record.sequence))
+        yield sequence
+        nodes = GaugeMetricFamily(NODES, "Nodes the delivered plan pays for per pool "
+                                         "(<region>[~spot]/<node config>)", labels=["pool"])
+        for labels, n in pools:
+            nodes.add_metric([labels["pool"]], float(n))
+        yield nodes
+
+
+class MetricsSink:
+    """``metrics:[HOST:]PORT``: a sink that owns no workload. It serves the delivered plan on
+    ``/metrics`` (Prometheus text format: ``atoll_desired_replicas``, ``atoll_plan_sequence``,
+    ``atoll_desired_nodes``) and an example KEDA ScaledObject per planned workload on
+    ``/scaledobjects.yaml`` (``prometheus_url``: where KEDA finds the Prometheus that scrapes this
+    sink). The port is bound when the sink is made, so a port in use fails at start-up; port 0
+    takes a free one (``self.port``). Delivery replaces the exported plan in one step (a scrape
+    sees the previous plan or the new one); make-before-break is the controller's: it delivers
+    the additions first and the removals once the additions are ready."""
+
+    def __init__(self, port: int, host: str = "0.0.0.0", options: K8sOptions | None = None,
+                 prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090") -> None:
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise SinkError(f"metrics sink: field 'port' must be an integer 0..65535, got {port!r}")
+        self.options = options or K8sOptions()
+        self.prometheus_url = prometheus_url
+        self.lock = threading.Lock()
+        self.record: PlanRecord | None = None
+        self.rows: list[tuple[dict[str, str], int]] = []
+        self.pools: list[tuple[dict[str, str], int]] = []
+        self._seen: dict[str, dict[str, str]] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_PlanCollector(self))
+        try:
+            self._server = ThreadingHTTPServer((host, port), _handler(self))
+        except OSError as exc:
+            raise SinkError(f"metrics sink: cannot listen on {host}:{port} ({exc}); pick a free port "
+                            f"(metrics:PORT)") from exc
+        self._server.daemon_threads = True
+        self.host, self.port = host, int(self._server.server_address[1])
+        self.name = f"metrics:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name=self.name, daemon=True)
+        self._thread.start()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def scaled_objects_yaml(self) -> str:
+        with self.lock:
+            record = self.record
+        if record is None:
+            return ""
+        return yaml.safe_dump_all(scaled_objects(record, self.options, self.prometheus_url), sort_keys=False)
+
+    def write(self, record: PlanRecord) -> SinkResult:
+        with self.lock:
+            rows = desired_rows(record, self.options, self._seen)
+            pools = pool_rows(record)
+            self.record, self.rows, self.pools = record, rows, pools
+        zero = [labels["template"] for labels, n in rows if n == 0]
+        return SinkResult(self.name, True, (f"http://{self.host}:{self.port}/metrics",), tuple(zero),
+                          f"plan {record.sequence}: {sum(1 for _, n in rows if n)} template(s) desired, "
+                          f"{len(zero)} at 0")
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(sink: MetricsSink) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # scrapes every 15 s: not logged
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                body, ctype = sink.exposition(), CONTENT_TYPE_LATEST
+            elif path == "/scaledobjects.yaml":
+                body, ctype = sink.scaled_objects_yaml().encode(), "application/yaml"
+            elif path in ("/", "/health"):
+                body, ctype = b"ok\n", "text/plain"
+            else:
+                self.send_error(404, "use /metrics or /scaledobjects.yaml")
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+def _metrics_address(arg: str) -> tuple[str, int]:
+    host, sep, port = arg.rpartition(":")
+    if not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
+        raise SinkError(f"metrics sink: 'metrics:{arg}' needs a port 0..65535 (metrics:PORT or "
+                        f"metrics:HOST:PORT)")
+    return (host if sep else "0.0.0.0"), int(port)
+
+
 def make_sink(spec: str, *, apply: bool = False, image: str | None = None,
               options: K8sOptions | None = None) -> PlanSink:
     """The sink a spec names; ``apply`` (only for k8s-apply) turns the dry run into a real
@@ -103,6 +235,9 @@ def make_sink(spec: str, *, apply: bool = False, image: str | None = None,
         return K8sManifestSink(Path(arg), base)
     if kind == "k8s-apply" and (arg or not sep):
         return K8sApplySink(replace(base, namespace=arg) if arg else base, apply=apply)
+    if kind == "metrics" and arg:
+        host, port = _metrics_address(arg)
+        return MetricsSink(port, host, base)
     raise SinkError(f"unknown plan sink {spec!r}; use {SINK_SPECS}")
 
 

@@ -176,7 +176,7 @@ def test_k8s_apply_objects_and_calls_without_a_cluster(apply: bool) -> None:
 
 def test_make_sink_rejects_bad_specs() -> None:
     for spec in ("json:", "k8s", "s3:bucket", "k8s-apply:Bad_NS"):
-        with pytest.raises(SinkError, match="json:DIR, k8s:DIR or k8s-apply|DNS-1123"):
+        with pytest.raises(SinkError, match="json:DIR, k8s:DIR, k8s-apply|DNS-1123"):
             make_sink(spec)
     with pytest.raises(SinkError, match="--apply only applies to the k8s-apply sink"):
         make_sink("json:/tmp/x", apply=True)
