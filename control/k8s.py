@@ -41,6 +41,7 @@ from atoll.control.k8s_render import (
     service_name,
     workload_name,
 )
+from atoll.control.k8s_validate import check_api
 from atoll.control.plans import PlanRecord, SinkError, SinkResult
 
 __all__ = ["CAPACITY_LABEL", "DEFAULT_GPU_PRODUCTS", "DEFAULT_MODEL_SOURCES", "GPU_COUNT_LABEL",
@@ -207,6 +208,8 @@ class K8sManifestSink:
                                 f"not written")
             text = yaml.safe_dump(doc, sort_keys=False)
             validate_object(yaml.safe_load(text), name)
+            if self.options.kube_version:
+                check_api(yaml.safe_load(text), self.options.kube_version, f"{self.name}: {name}")
             texts[name] = text
         files = sorted(texts)
         texts["kustomization.yaml"] = yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -382,6 +385,9 @@ class K8sApplySink:
         docs = render_manifests(record, self.options)
         for doc in docs:
             validate_object(doc, f"{doc['kind']} {doc['metadata']['name']}")
+            if self.options.kube_version:
+                where = f"{self.name}: {doc['kind']} {doc['metadata']['name']}"
+                check_api(doc, self.options.kube_version, where)
         return docs
 
     def write(self, record: PlanRecord) -> SinkResult:

@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from atoll.control.k8s_nodes import GFD, NodeLabels, node_labels_for, parse_node_labels
+from atoll.control.k8s_validate import kube_version
 from atoll.control.k8s_vllm import (
     HEALTH_PATH,
     MULTI_NODE_SCRIPT,
@@ -155,6 +156,9 @@ class K8sOptions:
     # the prefill/decode router (disaggregated): any image with Python 3.9+ runs its script
     router_image: str = "python:3.12-slim"
     router_replicas: int = 2
+    # the API server version objects are checked against before any is written or applied
+    # (atoll.control.k8s_validate); None: atoll's structural checks only
+    kube_version: str | None = None
 
     def __post_init__(self) -> None:
         owner = "K8sOptions"
@@ -171,11 +175,16 @@ class K8sOptions:
                             f"got {self.capacity_type!r}")
         if not isinstance(self.router_image, str) or not self.router_image.strip():
             raise SinkError(f"{owner}: field 'router_image' must name a container image with Python 3.9+")
-        for name in ("port", "shm_gi", "memory_gi_per_gpu", "startup_timeout_s", "router_replicas"):
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 1 <= self.port <= 65535:
+            raise SinkError(f"{owner}: field 'port' must be an integer 1..65535, got {self.port!r}")
+        for name in ("shm_gi", "memory_gi_per_gpu", "startup_timeout_s", "router_replicas"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SinkError(f"{owner}: field '{name}' must be an integer >= 1, got {v!r}")
         object.__setattr__(self, "node_labels", parse_node_labels(self.node_labels, "node_labels"))
+        if self.kube_version is not None:
+            object.__setattr__(self, "kube_version",
+                               kube_version(self.kube_version, f"{owner}: field 'kube_version'"))
         if self.capacity_label is not None:
             if not isinstance(self.capacity_label, str) or not self.capacity_label:
                 raise SinkError(f"{owner}: field 'capacity_label' must be a label key, "

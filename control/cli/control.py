@@ -89,7 +89,9 @@ def _k8s_options(args: argparse.Namespace) -> K8sOptions:
         section["pd"] = args.pd
     if args.image:
         section["image"] = args.image
-    return k8s_options(section, f"{args.fleet}: kubernetes" if args.fleet else "--pd/--image")
+    if args.kube_version:
+        section["kube_version"] = args.kube_version
+    return k8s_options(section, f"{args.fleet}: kubernetes" if args.fleet else "--pd/--image/--kube-version")
 
 
 def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Controller:
@@ -110,8 +112,10 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Co
         from atoll.training.tracking import configure
 
         configure()  # the store every command uses: $MLFLOW_TRACKING_URI or sqlite:///mlruns/mlflow.db
-    try:
-        policy = resolve_policy(args.policy, len(fleet.models))  # an unloadable URI is an InputError
+    from atoll.training.registry import FleetSpaces
+
+    try:  # an unloadable URI, or one that does not fit this fleet, is an InputError
+        policy = resolve_policy(args.policy, len(fleet.models), fleet=FleetSpaces.of_live_fleet(fleet))
     except (KeyError, ValueError, OSError) as exc:
         raise UserError(f"--policy {args.policy!r}: {as_user_error(exc)}") from exc
     try:
@@ -207,7 +211,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prometheus", default=None, metavar="URL", help="Prometheus server (HTTP API)")
     p.add_argument("--scrape", default=None, metavar="URL[,URL...]", help="vLLM /metrics endpoints")
     p.add_argument("--policy", default="threshold",
-                   help="learned:<model uri> or learned:atoll-trigger@champion, fixed:K (every K ticks), "
+                   help="learned:<model uri> or learned:champion (this fleet's, atoll-trigger-<fleet>), "
+                        "fixed:K (every K ticks), "
                         "threshold[:LOW:HIGH], grow:K or never")
     p.add_argument("--scenario", default="core", help="solver scenario the fleet is planned from")
     p.add_argument("--fleet", default=None, metavar="FILE",
@@ -218,6 +223,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image", default=None, metavar="IMAGE",
                    help=f"k8s sinks: the vLLM serving image (default {VLLM_IMAGE}, the version whose flags "
                         f"atoll's table holds; overrides the fleet file's kubernetes.image)")
+    p.add_argument("--kube-version", default=None, metavar="1.N",
+                   help="k8s sinks: check every object against this Kubernetes version's OpenAPI schemas "
+                        "and the LeaderWorkerSet CRD's structural schema before writing or applying "
+                        "(1.25-1.37; overrides the fleet file's kubernetes.kube_version)")
     p.add_argument("--prices", default="on-demand", choices=PRICE_KINDS)
     p.add_argument("--state", required=True, metavar="DIR", help="where the controller persists its state")
     p.add_argument("--sink", required=True, help=f"where plans go: {SINK_SPECS}")
