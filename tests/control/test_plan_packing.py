@@ -4,6 +4,7 @@ checked against the plan; the controller's state keeps the delivered one across 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,24 @@ def test_the_state_keeps_the_delivered_packing() -> None:
     assert "packing" not in ControllerState().as_dict()
     with pytest.raises(ValueError, match=r"ControllerState: field 'packing' must be a plan's packing"):
         ControllerState(packing={"nodes": "none"})
+
+
+def test_floors_on_a_sliced_fleet_fill_the_nodes_it_can_have(tmp_path: Path) -> None:
+    """min_instances on slices: four 1-GPU slices fit the one 4xL4 node the fleet may have (the
+    floor counts a slice as its share of a node, not as a node of config '1/4xL4'); the record
+    carries the node."""
+    from test_live_faults import LAYERS, MODELS, Harness
+
+    from atoll.control.live_fleet import LiveFleet
+
+    lib = tuple(Template(Service(m, phase), R, (("1/4xL4", 1),), (Stage(LAYERS[m], ("1/4xL4",)),), thr)
+                for m in MODELS for phase, thr in ((Phase.PREFILL, 800.0), (Phase.DECODE, 200.0)))
+    fleet = LiveFleet("core", models=MODELS, templates=lib, request_shapes=[(100.0, 10.0)] * 2,
+                      availability={(R, "4xL4"): 1})
+    h = Harness(fleet, tmp_path, rates=dict.fromkeys(MODELS, 0.0))
+    h.source.instances = {}
+    reports = [h.tick() for _ in range(2)]
+    added = reports[1].solve["guard_rails"]["floor_added"]  # type: ignore[index]
+    assert all(v == {"floor": 1, "added": 1} for v in added.values()) and len(added) == 4
+    assert h.controller.state.packing is not None
+    assert h.controller.state.packing["nodes_per_pool"] == {f"{R}/4xL4": 1}
