@@ -36,7 +36,14 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
     workloads:                      # one per model, mapped by name
       Phi-4-14B: {source: "csv:requests.csv#phi-4", scale: 1.0}
       Acme-8B: {source: "servegen:m-small", mean_rate: 5.0}
-    kubernetes: {namespace: llm, image: vllm/vllm-openai:v0.33.0, model_sources: {Acme-8B: acme/8b}}
+    kubernetes:                     # the Kubernetes sinks (atoll.control.k8s_render.K8sOptions)
+      namespace: llm
+      image: vllm/vllm-openai:v0.33.0   # the vLLM whose flags atoll checks (default)
+      model_sources: {Acme-8B: acme/8b}
+      kube_version: "1.33"          # check objects against this API server version's schemas
+      node_labels:                  # per cloud prefix: eks (aws default), gke (gcp), gfd, or your labels
+        lab: {gpu_key: example.com/gpu, capacity_key: example.com/tier,
+              capacity_values: {on-demand: reserved, spot: preemptible}}
     min_instances: {default: 1, Acme-8B: {prefill: 1, decode: 2}}   # the live controller's floor
 
 Workload scaling is explicit: ``scale: X`` multiplies the request rate, ``mean_rate: R`` scales
