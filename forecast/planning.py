@@ -192,10 +192,14 @@ class PeakForecaster(Forecaster):
             m.t += 1
 
     def _mean(self, h: int) -> np.ndarray:
+        if len(self._members) == 1:  # the same values as the mean of one, without its overhead
+            return np.maximum(self._members[0]._mean(h), 0.0)
         return np.mean([np.maximum(m._mean(h), 0.0) for m in self._members], axis=0)
 
     def _point_peaks(self, h: int) -> np.ndarray:
         """Point forecast of max(y[t .. t + k - 1]) for k = 1..h."""
+        if len(self._members) == 1:
+            return np.maximum.accumulate(np.maximum(self._members[0]._mean(h), 0.0))
         return np.mean([np.maximum.accumulate(np.maximum(m._mean(h), 0.0)) for m in self._members],
                        axis=0)
 
@@ -218,6 +222,9 @@ class PeakForecaster(Forecaster):
         # per pending origin: (point peaks [H], score scale, issued quantiles [H, L], running max)
         self._pending: deque[list] = deque(maxlen=self.horizon)
         self._sorted: np.ndarray | None = None
+        # _paths(h) of the current state: update() issues the same quantiles forecast(h) gave
+        # (the env calls both every step), so they are computed once per state
+        self._path_cache: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
         self.cap_binds = 0
         # validation record: (target, issued SELECT_LEVEL quantile) of matured look-ahead-H targets
         self.validation: list[tuple[float, float]] = []
@@ -235,6 +242,7 @@ class PeakForecaster(Forecaster):
         # The point models are re-fitted on the whole history; scores, working levels and the
         # volatility (which has run through the whole history by now) stay.
         self._reset(y)
+        self._path_cache.clear()
         self._pending.clear()
         return self
 
@@ -277,6 +285,7 @@ class PeakForecaster(Forecaster):
                 if k == self.horizon - 1 and self._calibrating:
                     self.validation.append((runmax, float(issued[k, sel])))
             self._sorted = None
+            self._path_cache.clear()
             self._step_point(v)
 
     @property
@@ -313,7 +322,13 @@ class PeakForecaster(Forecaster):
         return pinball(t, q, SELECT_LEVEL)
 
     def _paths(self, h: int) -> tuple[np.ndarray, np.ndarray, float]:
-        """([h, len(QUANTILES)] quantiles of the running peak, where the cap bound, the cap)."""
+        """([h, len(QUANTILES)] quantiles of the running peak, where the cap bound, the cap);
+        read-only arrays, cached until the state changes."""
+        if h not in self._path_cache:
+            self._path_cache[h] = self._compute_paths(h)
+        return self._path_cache[h]
+
+    def _compute_paths(self, h: int) -> tuple[np.ndarray, np.ndarray, float]:
         point = self._point_peaks(h)
         thr = self._thresholds()[np.minimum(np.arange(h), self.horizon - 1)]
         thr = np.sort(thr, axis=1)  # rearrangement: quantiles never cross
@@ -322,7 +337,10 @@ class PeakForecaster(Forecaster):
         vals = np.maximum.accumulate(vals, axis=0)
         cap = PEAK_CAP * (float(self._recent.max()) or self._fit_peak or math.inf)
         capped = np.asarray((vals > cap).any(axis=1))
-        return np.minimum(vals, cap), capped, cap
+        vals = np.minimum(vals, cap)
+        vals.setflags(write=False)
+        capped.setflags(write=False)
+        return vals, capped, cap
 
     def forecast(self, h: int) -> Forecast:
         if not 1 <= h:
@@ -330,8 +348,8 @@ class PeakForecaster(Forecaster):
         vals, capped, cap = self._paths(h)
         if capped.any():
             self.cap_binds += 1
-        qs = {q: vals[:, j] for j, q in enumerate(QUANTILES)}
-        return Forecast(mean=np.minimum(self._mean(h), cap), quantiles=qs, cap=cap, capped=capped)
+        qs = {q: vals[:, j].copy() for j, q in enumerate(QUANTILES)}  # callers own what they get
+        return Forecast(mean=np.minimum(self._mean(h), cap), quantiles=qs, cap=cap, capped=capped.copy())
 
 
 class PeakAuto(Forecaster):
