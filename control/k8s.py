@@ -6,9 +6,11 @@ is :mod:`atoll.control.k8s_render`.
 
 Before anything is written or applied every object passes :func:`validate_object`, a
 structural check of the fields atoll relies on (names, selectors matching pod labels, node
-selectors, GPU limits, the serving container's command and probes); the tests additionally
-validate every rendered object against the Kubernetes OpenAPI schemas (kubernetes-validate) and
-the LeaderWorkerSet CRD schema.
+selectors, GPU limits, the serving container's command and probes, the router's readiness);
+with ``K8sOptions.kube_version`` set (``--kube-version``) also the checks an API server of that
+version would make (:mod:`atoll.control.k8s_validate`: Kubernetes' OpenAPI schemas, the
+LeaderWorkerSet CRD's structural schema). ``k8s-apply`` needs RBAC to patch, list and delete
+Deployments, Services, ConfigMaps and LeaderWorkerSets in its namespace.
 """
 
 from __future__ import annotations
