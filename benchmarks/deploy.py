@@ -13,7 +13,7 @@
 3. ``scrape``: ``atoll control --sink metrics:PORT`` (a real controller process ticking every 5
    trace-minutes against the same replay) scraped over HTTP as Prometheus or KEDA would, parsed
    with prometheus_client's text parser: the desired replicas per template and the plan sequence,
-   checked against the plan the controller reports; and ``/scaledobjects.yaml``.
+   and ``/scaledobjects.yaml`` (each checked against KEDA v2.20.2's ScaledObject CRD).
 
     python benchmarks/deploy.py [--kube-version 1.33] > benchmarks/results/deploy.json
 """
@@ -185,7 +185,7 @@ def extended_plan(version: str) -> dict[str, Any]:
     return out
 
 
-def scrape_metrics(work: Path, port: int) -> dict[str, Any]:
+def scrape_metrics(work: Path, port: int, version: str) -> dict[str, Any]:
     metrics_port = free_port()
     cmd = [ATOLL, "control", "--scrape", f"http://127.0.0.1:{port}", "--scenario", "core", "--policy",
            "threshold", "--state", str(work / "state-metrics"), "--sink", f"metrics:127.0.0.1:{metrics_port}",
@@ -233,6 +233,7 @@ def scrape_metrics(work: Path, port: int) -> dict[str, Any]:
             "replicas_desired": sum(nonzero.values()), "label_names": sorted(next(iter(labels.values()), {})),
             "example": next(iter(sorted(labels.items())), (None, None))[1],
             "scaled_objects": len(scaled),
+            "scaled_objects_valid_keda_2_20_crd": sum(1 for o in scaled if not api_problems(o, version)),
             "every_scaled_object_reads_a_desired_series": queries == {
                 f'max(atoll_desired_replicas{{workload="{w}"}})' for w in workloads},
             "controller_ticks": (final.get("summary") or {}).get("ticks"),
@@ -254,7 +255,7 @@ def main() -> None:
         try:
             wait_http(f"http://127.0.0.1:{port}/metrics", 180)
             readme, _ = readme_example(work, port, version)
-            scrape = scrape_metrics(work, port)
+            scrape = scrape_metrics(work, port, version)
         finally:
             replay.send_signal(signal.SIGTERM)
             replay.wait(timeout=60)

@@ -11,10 +11,12 @@ ScaledObject that reads it scales its workload to zero rather than losing its me
 each pool pays for.
 
 The ScaledObject's Prometheus trigger uses ``metricType: AverageValue`` with ``threshold: 1``:
-the HPA KEDA drives then wants ceil(value / 1) = the desired replicas. Make-before-break is the
-controller's (``atoll.control.controller``): it delivers a plan with the additions first (old
-and new templates both desired) and the removals only once the additions are ready, so the
-metric never asks to remove before the replacement serves.
+the HPA KEDA drives then wants ceil(value / 1) = the desired replicas; ``ignoreNullValues:
+"false"`` turns an empty answer (atoll's target lost) into an error that holds the replicas
+instead of KEDA's default reading of 0 (``pkg/scalers/prometheus_scaler.go``, KEDA v2.20.2).
+Make-before-break is the controller's (``atoll.control.controller``): it delivers a plan with
+the additions first (old and new templates both desired) and the removals only once the
+additions are ready, so the metric never asks to remove before the replacement serves.
 """
 
 from __future__ import annotations
@@ -85,7 +87,11 @@ def scaled_object(record: PlanRecord, key: str, options: K8sOptions, prometheus_
             "triggers": [{"type": "prometheus", "metricType": "AverageValue", "metadata": {
                 "serverAddress": prometheus_url,
                 "query": f'max({DESIRED}{{workload="{name}"}})',
-                "threshold": "1", "activationThreshold": "0.5"}}]}}
+                "threshold": "1", "activationThreshold": "0.5",
+                # KEDA's default (true) reads an empty answer as 0: a Prometheus that lost atoll's
+                # target would scale every workload to zero. False makes it an error, and the HPA
+                # keeps the replicas it has (missing data never scales a model to zero)
+                "ignoreNullValues": "false"}}]}}
 
 
 def scaled_objects(record: PlanRecord, options: K8sOptions, prometheus_url: str) -> list[dict[str, Any]]:

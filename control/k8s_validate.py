@@ -4,6 +4,7 @@ sink writes or applies any (``kube_version``, ``atoll control --kube-version 1.3
 - Core kinds (Deployment, Service, ConfigMap, the LeaderWorkerSets' pod templates) against that
   version's OpenAPI schemas, strictly (an unknown field fails), with kubernetes-validate (it
   ships the schemas of Kubernetes 1.25 to 1.37: :func:`kube_versions`).
+- KEDA ScaledObjects (the metrics sink's examples) against KEDA v2.20.2's CRD, likewise.
 - LeaderWorkerSets against the structural schema of the LWS CRD (``leaderworkerset.x-k8s.io/v1``,
   ``data/lws-v1.schema.json``: the CRD's openAPIV3Schema from kubernetes-sigs/lws, Apache-2.0, at
   commit 060ab4da17eea1f0865fcbd3236bb1075e2cea32, descriptions and status dropped): types, enums
@@ -28,6 +29,10 @@ from typing import Any
 from atoll.control.plans import SinkError
 
 LWS_SCHEMA_PATH = Path(__file__).with_name("data") / "lws-v1.schema.json"
+# KEDA's ScaledObject CRD (kedacore/keda v2.20.2, Apache-2.0; see the file's $comment): the
+# example ScaledObjects the metrics sink serves are checked against it
+KEDA_SCHEMA_PATH = Path(__file__).with_name("data") / "keda-scaledobject-v1alpha1.schema.json"
+CRD_SCHEMAS = {"LeaderWorkerSet": LWS_SCHEMA_PATH, "ScaledObject": KEDA_SCHEMA_PATH}
 
 
 @cache
@@ -50,9 +55,13 @@ def kube_version(text: str, where: str = "kube_version") -> str:
 
 
 @cache
-def lws_schema() -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(LWS_SCHEMA_PATH.read_text(encoding="utf-8"))
+def crd_schema(kind: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(CRD_SCHEMAS[kind].read_text(encoding="utf-8"))
     return doc
+
+
+def lws_schema() -> dict[str, Any]:
+    return crd_schema("LeaderWorkerSet")
 
 
 def pruned_fields(node: Any, schema: dict[str, Any], path: str = "") -> list[str]:
@@ -92,12 +101,13 @@ def api_problems(doc: dict[str, Any], version: str) -> list[str]:
             return [f"{what}: no schema for it in Kubernetes {version} ({exc})"]
         return []
 
-    if doc.get("kind") != "LeaderWorkerSet":
-        return core(doc, f"{doc.get('kind')} (Kubernetes {version})")
-    schema = lws_schema()
-    out = [f"LeaderWorkerSet CRD schema: {e.message} at {'.'.join(str(p) for p in e.path) or '(top)'}"
+    kind = str(doc.get("kind"))
+    if kind not in CRD_SCHEMAS:
+        return core(doc, f"{kind} (Kubernetes {version})")
+    schema = crd_schema(kind)
+    out = [f"{kind} CRD schema: {e.message} at {'.'.join(str(p) for p in e.path) or '(top)'}"
            for e in jsonschema.Draft7Validator(schema).iter_errors(doc)]
-    out += [f"LeaderWorkerSet CRD schema: field {p} is not in the schema (the API server would prune it)"
+    out += [f"{kind} CRD schema: field {p} is not in the schema (the API server would prune it)"
             for p in pruned_fields(doc, schema)]
     lwt = doc.get("spec", {}).get("leaderWorkerTemplate", {})
     for role in ("leaderTemplate", "workerTemplate"):

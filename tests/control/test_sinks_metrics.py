@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from atoll.control.controller import Controller, ControllerSettings
 from atoll.control.k8s_render import K8sOptions, workload_name
 from atoll.control.k8s_scale import scaled_object
+from atoll.control.k8s_validate import api_problems, kube_version
 from atoll.control.live_fleet import LiveFleet
 from atoll.control.plans import PlanRecord, SinkError
 from atoll.control.sinks import MetricsSink, make_sink
@@ -97,6 +98,13 @@ def test_keda_scaled_objects_read_the_desired_replicas(sink: MetricsSink) -> Non
     (trigger,) = lws["spec"]["triggers"]
     assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
     assert trigger["metadata"]["threshold"] == "1"  # replicas = ceil(desired / 1)
+    assert trigger["metadata"]["ignoreNullValues"] == "false"  # a lost target holds, never scales to 0
+    for o in objects:  # KEDA v2.20.2's CRD takes them (types, and no field it would prune)
+        assert api_problems(o, kube_version("1.33")) == []
+    bad = {**lws, "spec": {**lws["spec"], "minReplicas": 0}}
+    assert api_problems(bad, kube_version("1.33")) == [
+        "ScaledObject CRD schema: field spec.minReplicas is not in the schema "
+        "(the API server would prune it)"]
     name = lws["spec"]["scaleTargetRef"]["name"]
     assert trigger["metadata"]["query"] == f'max(atoll_desired_replicas{{workload="{name}"}})'
     # the query's series exists in the exposition, with the desired count
