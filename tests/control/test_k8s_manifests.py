@@ -237,3 +237,17 @@ def test_packed_plans_state_the_nodes_each_pool_pays_for() -> None:
     packed = SimpleNamespace(plan=record.plan, templates=record.templates,
                              packing={"nodes_per_pool": {"aws:us-east-2/8xH100": 3}})
     assert node_pools(packed) == {"aws:us-east-2/8xH100": 3}  # type: ignore[arg-type]
+
+
+def test_a_record_carrying_its_packing_states_those_nodes() -> None:
+    from atoll.solvers.packing import repack
+
+    tp2 = Template(Service("Phi-4-14B", Phase.DECODE), "aws:us-east-2", (("2/8xH100", 1),),
+                   (Stage(40, ("2/8xH100",)),), 500.0)
+    lib = {tp2.key: tp2}
+    record = PlanRecord.from_allocation(1, 0.0, Allocation.of({tp2.key: 5}), None, lib, {}, "t",
+                                        packing=repack(lib, {tp2.key: 5}))
+    # 10 GPUs of 8-GPU nodes: 2 nodes, the record's own count
+    assert record.nodes_per_pool == node_pools(record) == {"aws:us-east-2/8xH100": 2}
+    (dep,) = by_kind(render_manifests(record), "Deployment")
+    assert json.loads(dep["metadata"]["annotations"][POOL_NODES_ANNOTATION]) == {"aws:us-east-2/8xH100": 2}
