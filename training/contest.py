@@ -26,10 +26,10 @@ import math
 import multiprocessing
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -48,6 +48,15 @@ from atoll.training.frontier import (
     seed_point,
     select_frontier,
 )
+from atoll.training.per_model import (
+    MODEL_KEYS,
+    PER_MODEL_PREFIX,
+    PerModelReference,
+    model_key,
+    model_table,
+    per_model_reference,
+)
+from atoll.training.registry import FleetSpaces
 
 HEADLINE_KEYS: tuple[str, ...] = ("frontier_cost_ratio", "effective_cost_ratio", "usd_per_mtok",
                                   "slo_attainment", "reoptimizations", "solver_seconds", "cost_usd")
@@ -59,7 +68,12 @@ class ContestSettings:
     ``seeds`` evaluation seeds on the test days, ``validation_seeds`` on the validation days
     (None: as many); ``levels``/``intervals``/``bands`` the rule grid; ``lost_usd_per_mtok`` the
     price of a million tokens not served within SLO in the effective cost (None: the reward's
-    ``unserved_usd_per_mtok``); ``workers`` rule processes (1: run in this process)."""
+    ``unserved_usd_per_mtok``); ``workers`` rule processes (1: run in this process);
+    ``hindsight`` runs the hindsight bound on the test days too (it re-solves every step: the
+    costliest policy on a large fleet); ``per_model_targets`` SLO targets of the per-model
+    reference (:mod:`atoll.training.per_model`; 0: only its least-effective-cost assignment),
+    ``per_model_passes`` its coordinate-descent passes; ``ray_address`` runs the rules as Ray
+    tasks on that cluster (``auto``, ``ray://host:10001``; None: the process pool)."""
 
     validation_days: tuple[int, int] = (8, 10)
     test_days: tuple[int, int] = (11, 14)
@@ -70,6 +84,10 @@ class ContestSettings:
     bands: tuple[tuple[float, float], ...] = THRESHOLD_BANDS
     lost_usd_per_mtok: float | None = None
     workers: int = 2
+    hindsight: bool = True
+    per_model_targets: int = 3
+    per_model_passes: int = 3
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         owner = "ContestSettings"
@@ -87,6 +105,15 @@ class ContestSettings:
                              f"got {self.seeds!r} and {self.validation_seeds!r}")
         if self.workers < 1:
             raise InputError(f"{owner}: field 'workers' must be >= 1, got {self.workers!r}")
+        if not (isinstance(self.per_model_targets, int) and self.per_model_targets >= 0):
+            raise InputError(f"{owner}: field 'per_model_targets' must be an int >= 0, "
+                             f"got {self.per_model_targets!r}")
+        if not (isinstance(self.per_model_passes, int) and self.per_model_passes >= 1):
+            raise InputError(f"{owner}: field 'per_model_passes' must be an int >= 1, "
+                             f"got {self.per_model_passes!r}")
+        if self.ray_address is not None and not self.ray_address.strip():
+            raise InputError(f"{owner}: field 'ray_address' must be 'auto', a cluster address or None, "
+                             f"got {self.ray_address!r}")
         if self.lost_usd_per_mtok is not None and not (math.isfinite(self.lost_usd_per_mtok)
                                                        and self.lost_usd_per_mtok >= 0):
             raise InputError(f"{owner}: field 'lost_usd_per_mtok' must be finite and >= 0 or None, "
@@ -117,6 +144,13 @@ class ContestResult:
     test_seconds: float = 0.0
     # learned spec -> its validation-day score (validation_scorer) and figures: what may crown it
     learned_validation: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the per-model reference (atoll.training.per_model), chosen on the validation days: its
+    # frontier (one-rule frontier rules and per-model assignments, by SLO) and its best (least
+    # effective cost); None without fixed rules in the grid
+    per_model: PerModelReference | None = None
+    per_model_frontier: list[str] = field(default_factory=list)
+    per_model_best: str | None = None
+    per_model_points: dict[str, Point] = field(default_factory=dict)  # their validation points
 
     def result(self, name: str) -> PolicyResult:
         return next(r for r in self.test if r.name == name)
@@ -126,10 +160,10 @@ class ContestResult:
 
 
 # ----- worker side ------------------------------------------------------------------------------
-_ENVS: dict[str, tuple[FleetEnv, dict[float, FleetEnv]]] = {}
+_ENVS: dict[str, tuple[FleetEnv, dict[Any, FleetEnv]]] = {}
 
 
-def _env(config: FleetConfig) -> tuple[FleetEnv, dict[float, FleetEnv]]:
+def _env(config: FleetConfig) -> tuple[FleetEnv, dict[Any, FleetEnv]]:
     key = hashlib.sha256(pickle.dumps(config)).hexdigest()
     if key not in _ENVS:
         _ENVS.clear()
@@ -137,25 +171,76 @@ def _env(config: FleetConfig) -> tuple[FleetEnv, dict[float, FleetEnv]]:
     return _ENVS[key]
 
 
+class _ModelSums:
+    """The env, stepped as usual, with each model's sums (:data:`atoll.training.per_model.MODEL_KEYS`)
+    added up from the steps' ``info["models"]`` (what the per-model reference is built from)."""
+
+    def __init__(self, env: FleetEnv) -> None:
+        self.env = env
+        self.sums = np.zeros((len(env.models), len(MODEL_KEYS)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.env, name)
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, term, trunc, info = self.env.step(action)
+        for i, name in enumerate(self.env.models):
+            m = info["models"][name]
+            self.sums[i] += (m["cost_usd"], m["requests"], m["slo_attainment"] * m["requests"],
+                             m["unserved_tokens"])
+        return obs, reward, term, trunc, info
+
+    def totals(self) -> dict[str, float]:
+        return {model_key(i, k): float(self.sums[i, j]) for i in range(len(self.sums))
+                for j, k in enumerate(MODEL_KEYS)}
+
+
 def run_rule(config: FleetConfig, spec: str, days: tuple[int, ...], seed: int, keep_steps: bool
              ) -> Episode | dict[str, float]:
-    """One rule over ``days`` for evaluation seed ``seed``: the Episode, or only its totals."""
+    """One rule over ``days`` for evaluation seed ``seed``: the Episode, or only its totals (with
+    each model's sums, ``model/<i>/<key>``, for the per-model reference)."""
     env, levels = _env(config)
     policy = resolve_policy(spec, len(env.models))
-    episode = run_policy(env_at_level(env, policy, levels), policy, days=days, seed=seed_value(seed))
-    episode.policy = spec
-    return episode if keep_steps else episode.totals()
+    at = env_at_level(env, policy, levels)
+    if keep_steps:
+        episode = run_policy(at, policy, days=days, seed=seed_value(seed))
+        episode.policy = spec
+        return episode
+    recorder = _ModelSums(at)
+    episode = run_policy(cast(FleetEnv, recorder), policy, days=days, seed=seed_value(seed))
+    return {**episode.totals(), **recorder.totals()}
+
+
+def _level(spec: str, default: float) -> float:
+    """The level a rule's env plans at (the order jobs are given to workers in)."""
+    if spec.startswith(PER_MODEL_PREFIX):
+        body = spec.removeprefix(PER_MODEL_PREFIX)
+        levels = [float(p.partition("@")[2] or default) for p in body.split(",")]
+        counts = {q: levels.count(q) for q in levels}
+        return max(counts, key=lambda q: (counts[q], q))
+    return resolve_policy(spec, 1).planning_quantile or default
 
 
 def _run_rules(config: FleetConfig, specs: Sequence[str], days: Sequence[int], seeds: int,
                workers: int, keep_steps: bool, tick: Callable[[int], None] | None,
-               meanwhile: Callable[[], None] | None = None) -> dict[str, list[Any]]:
-    """Every (rule, seed) pair, in worker processes; ``meanwhile`` runs here while they work."""
+               meanwhile: Callable[[], None] | None = None,
+               ray_address: str | None = None) -> dict[str, list[Any]]:
+    """Every (rule, seed) pair, in worker processes (or as Ray tasks on ``ray_address``);
+    ``meanwhile`` runs here while they work."""
     days_t = tuple(int(d) for d in days)
     steps = len(days_t) * config.episode_steps
-    level = {s: resolve_policy(s, 1).planning_quantile or config.planning_quantile for s in specs}
+    level = {s: _level(s, config.planning_quantile) for s in specs}
     jobs = sorted(((s, k) for s in specs for k in range(seeds)), key=lambda j: (level[j[0]], j[1]))
     out: dict[str, list[Any]] = {s: [None] * seeds for s in specs}
+    if ray_address is not None:
+        for (s, k), value in _ray_jobs(config, jobs, days_t, keep_steps, ray_address, meanwhile):
+            out[s][k] = value
+            if tick is not None:
+                tick(steps)
+        return out
     if workers == 1:
         if meanwhile is not None:
             meanwhile()
@@ -175,6 +260,39 @@ def _run_rules(config: FleetConfig, specs: Sequence[str], days: Sequence[int], s
             if tick is not None:
                 tick(steps)
     return out
+
+
+def _ray_jobs(config: FleetConfig, jobs: Sequence[tuple[str, int]], days: tuple[int, ...], keep_steps: bool,
+              address: str, meanwhile: Callable[[], None] | None) -> Iterator[tuple[tuple[str, int], Any]]:
+    """The (rule, seed) jobs as Ray tasks on the cluster at ``address`` (``auto``: the running
+    local or configured one; Ray is initialized here when it is not yet, and shut down after).
+    Each Ray worker keeps its envs between tasks as a pool worker does. The cluster's workers
+    need atoll installed (``atoll[ray]``)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise InputError(f"ray_address {address!r} needs Ray, an optional extra: pip install 'atoll[ray]' "
+                         f"(or run without --ray: the process pool)") from exc
+    started = not ray.is_initialized()
+    if started:
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise InputError(f"ray_address {address!r}: no Ray cluster there ({exc}); start one with "
+                             f"`ray start --head`, give its address, or run without --ray") from exc
+    try:
+        remote = ray.remote(run_rule)
+        ref = ray.put(config)
+        pending = {remote.remote(ref, s, days, k, keep_steps): (s, k) for s, k in jobs}
+        if meanwhile is not None:
+            meanwhile()
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for done in ready:
+                yield pending.pop(done), ray.get(done)
+    finally:
+        if started:
+            ray.shutdown()
 
 
 # ----- the contest ------------------------------------------------------------------------------
@@ -200,11 +318,22 @@ def validation_grid(config: FleetConfig, settings: ContestSettings | None = None
     config, _ = _contest_env(config, st)
     vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
     t0 = time.perf_counter()
-    validation = _run_rules(config, st.grid, vdays, st.validation_seeds or st.seeds, st.workers, False, tick)
+    validation = _run_rules(config, st.grid, vdays, st.validation_seeds or st.seeds, st.workers, False, tick,
+                            ray_address=st.ray_address)
     return validation, time.perf_counter() - t0
 
 
 REFERENCE_RULE = "fixed:1@0.9"  # SLO attainment the learned policy must not fall below (issue 15)
+
+
+def reference_rule(grid: Sequence[str]) -> str | None:
+    """The rule whose validation SLO a learned policy must not fall below: ``fixed:1@0.9``, or
+    when a smaller grid lacks it the grid's ``fixed:K@0.9`` with the least K (None: neither)."""
+    if REFERENCE_RULE in grid:
+        return REFERENCE_RULE
+    at = [(int(r.split(":")[1].split("@")[0]), r) for r in grid
+          if r.startswith("fixed:") and r.endswith("@0.9")]
+    return min(at)[1] if at else None
 
 
 class ValidationScorer:
@@ -223,7 +352,8 @@ class ValidationScorer:
         best = best_rule(points, self.lost).name
         self.days = list(range(st.validation_days[0], st.validation_days[1] + 1))
         self.env = FleetEnv(dataclasses.replace(config, days=(min(self.days), max(self.days))))
-        self.reference = validation.get(REFERENCE_RULE, [{}])[0].get("slo_attainment", 0.0)
+        ref = reference_rule(list(validation))
+        self.reference = validation[ref][0]["slo_attainment"] if ref is not None else 0.0
         self.line = [seed_point(p.name, validation[p.name][0]) for p in select_frontier(points)]
         self.best_point = seed_point(best, validation[best][0])
         self.last: dict[str, float] = {}
@@ -250,6 +380,31 @@ def validation_scorer(config: FleetConfig, validation: Totals,
     return ValidationScorer(config, validation, settings)
 
 
+def choose_per_model(validation: Totals, n_models: int, frontier: Sequence[str], best: str,
+                     st: ContestSettings, lost: float) -> tuple[PerModelReference, list[str], str,
+                                                                 dict[str, Point]] | None:
+    """The per-model reference from the validation totals (nothing of the test days): the
+    assignments of :func:`atoll.training.per_model.per_model_reference`; the per-model frontier =
+    the non-dominated points among the one-rule frontier and those assignments (their points read
+    off the table); the per-model best = the least effective cost among them, the best rule and
+    the effective-cost descent's answer. None when the grid has no fixed rule with per-model sums."""
+    table = model_table(validation, n_models)
+    if not table:
+        return None
+    points = {p.name: p for p in mean_points(validation)}
+    ref = per_model_reference(table, n_models, [(n, points[n].slo_attainment) for n in frontier], best, lost,
+                              targets=st.per_model_targets, passes=st.per_model_passes)
+    candidates = {n: points[n] for n in frontier}
+    for a in (*ref.frontier, ref.best):
+        if a.spec not in candidates:  # a uniform assignment is its rule: its measured point
+            candidates[a.spec] = points.get(a.spec) or Point(a.spec, a.cost_usd, a.slo_attainment,
+                                                             a.unserved_tokens)
+    chosen = [p.name for p in select_frontier(list(candidates.values()))]
+    pool = [*candidates.values(), points[best]]
+    best_pm = min(pool, key=lambda p: p.effective_cost(lost)).name
+    return ref, chosen, best_pm, {n: candidates.get(n) or points[n] for n in (*chosen, best_pm)}
+
+
 def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSettings | None = None, *,
                 tick: Callable[[int], None] | None = None,
                 validation: dict[str, list[dict[str, float]]] | None = None,
@@ -259,7 +414,9 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
     learned policy is also scored on the validation days (``learned_validation``).
     ``validation``: the grid's validation totals when already run (:func:`validation_grid`);
     ``references``: rules outside the family (e.g. a learned policy's bootstrap rule) also run
-    on the test days and reported, never part of the frontier."""
+    on the test days and reported, never part of the frontier. Beside the one-rule frontier, the
+    per-model reference (:func:`choose_per_model`) runs on the test days, and each headline has
+    its ratios against it too (``per_model_frontier_cost_ratio``, ``per_model_effective_cost_ratio``)."""
     st = settings or ContestSettings()
     config, base = _contest_env(config, st)
     tdays = list(range(st.test_days[0], st.test_days[1] + 1))
@@ -270,15 +427,18 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
     frontier = [p.name for p in select_frontier(points)]
     lost = st.lost_price(config)
     best = best_rule(points, lost).name
-    rules = [*frontier, *([best] if best not in frontier else []), "hindsight",
-             *[r for r in references if r not in frontier and r != best]]
+    per_model = choose_per_model(validation, len(base.models), frontier, best, st, lost)
+    pm_rules = [] if per_model is None else [*per_model[1], per_model[2]]
+    rules = list(dict.fromkeys([*frontier, best, *(["hindsight"] if st.hindsight else []), *pm_rules]))
+    rules += [r for r in dict.fromkeys(references) if r not in rules]
     learned_results: list[PolicyResult] = []
     learned_validation: dict[str, dict[str, float]] = {}
     scorer = validation_scorer(config, validation, st) if learned else None
+    spaces = FleetSpaces.of_env(base)
 
     def run_learned() -> None:
         for spec in learned:
-            policy = resolve_policy(spec, len(base.models))
+            policy = resolve_policy(spec, len(base.models), fleet=spaces)
             assert scorer is not None
             value = scorer(policy)
             learned_validation[spec] = {"score": value, **scorer.last}
@@ -289,27 +449,40 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
             learned_results.append(PolicyResult(spec, eps))
 
     t0 = time.perf_counter()
-    test_eps = _run_rules(config, rules, tdays, st.seeds, st.workers, True, tick, meanwhile=run_learned)
+    test_eps = _run_rules(config, rules, tdays, st.seeds, st.workers, True, tick, meanwhile=run_learned,
+                          ray_address=st.ray_address)
     test_seconds = time.perf_counter() - t0
     test = [PolicyResult(s, test_eps[s]) for s in rules] + learned_results
     result = ContestResult(config, st, validation, frontier, best, test, list(learned),
                            grid_seconds=grid_seconds, test_seconds=test_seconds,
                            learned_validation=learned_validation)
+    if per_model is not None:
+        result.per_model, result.per_model_frontier, result.per_model_best, pm_points = per_model
+        result.per_model_points = pm_points
     result.headlines = {spec: learned_headline(result, spec) for spec in learned}
     return result
 
 
-def learned_headline(result: ContestResult, spec: str) -> dict[str, Any]:
-    """The headline of one learned policy: per seed (against that seed's rule points) and the mean
-    and std over seeds of each figure; where its SLO lies against the frontier, per seed."""
+def _ratios(result: ContestResult, spec: str, frontier: Sequence[str], best: str) -> list[Headline]:
+    """Per seed: ``spec``'s headline against ``frontier`` and ``best``'s test-day points (that seed's)."""
     lost = result.settings.lost_price(result.config)
     mine = result.result(spec).per_seed()
-    front = [result.result(r).per_seed() for r in result.frontier]
-    best = result.result(result.best_rule).per_seed()
-    per_seed: list[Headline] = []
+    front = [result.result(r).per_seed() for r in frontier]
+    best_rows = result.result(best).per_seed()
+    out: list[Headline] = []
     for k, totals in enumerate(mine):
-        line = [seed_point(name, rows[k]) for name, rows in zip(result.frontier, front, strict=True)]
-        per_seed.append(headline(seed_point(spec, totals), line, seed_point(result.best_rule, best[k]), lost))
+        line = [seed_point(name, rows[k]) for name, rows in zip(frontier, front, strict=True)]
+        out.append(headline(seed_point(spec, totals), line, seed_point(best, best_rows[k]), lost))
+    return out
+
+
+def learned_headline(result: ContestResult, spec: str) -> dict[str, Any]:
+    """The headline of one learned policy: per seed (against that seed's rule points) and the mean
+    and std over seeds of each figure; where its SLO lies against the frontier, per seed; the
+    same two ratios against the per-model reference (``per_model_*``) when there is one."""
+    lost = result.settings.lost_price(result.config)
+    mine = result.result(spec).per_seed()
+    per_seed = _ratios(result, spec, result.frontier, result.best_rule)
     figures: dict[str, Any] = {}
     for key in HEADLINE_KEYS:
         values = np.array([getattr(h, key) if key.endswith("_ratio") else t[key]
@@ -319,6 +492,13 @@ def learned_headline(result: ContestResult, spec: str) -> dict[str, Any]:
     figures["frontier_between"] = [list(h.frontier_between) for h in per_seed]
     figures["best_rule"] = result.best_rule
     figures["lost_usd_per_mtok"] = lost
+    if result.per_model_frontier and result.per_model_best is not None:
+        pm = _ratios(result, spec, result.per_model_frontier, result.per_model_best)
+        for key in ("frontier_cost_ratio", "effective_cost_ratio"):
+            values = np.array([getattr(h, key) for h in pm], dtype=float)
+            figures[f"per_model_{key}"] = {"mean": float(values.mean()), "std": float(values.std())}
+        figures["per_model_frontier_position"] = [h.frontier_position for h in pm]
+        figures["per_model_best"] = result.per_model_best
     return figures
 
 

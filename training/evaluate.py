@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +19,8 @@ from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
 from atoll.envs.rollout import RESULT_COLUMNS, TOTAL_KEYS, Episode, result_cells, run_policy
 from atoll.solvers.errors import InputError
+from atoll.training.per_model import PER_MODEL_PREFIX, PerModelRule
+from atoll.training.registry import FleetSpaces, check_fits, fleet_policy_uri
 
 SUMMARY_KEYS: tuple[str, ...] = (*TOTAL_KEYS, "solves", "preemptions", "goodput_tokens", "demand_tokens")
 
@@ -27,40 +30,61 @@ def seed_value(seed: int) -> int:
     return 1000 * seed
 
 
-def resolve_policy(spec: str, n_models: int) -> Policy:
-    """``learned:<model uri>`` loads a logged policy (``learned:atoll-trigger@champion`` and
-    ``learned:atoll-trigger/3`` name registered versions: ``models:/...``); anything else is a
-    rule (atoll.envs.policies)."""
+def resolve_policy(spec: str, n_models: int, *, fleet: FleetSpaces | None = None) -> Policy:
+    """``learned:<model uri>`` loads a logged policy (``learned:atoll-trigger-core@champion`` and
+    ``learned:atoll-trigger-core/3`` name registered versions: ``models:/...``); anything else is a
+    rule (atoll.envs.policies) or a per-model rule assignment (``per-model:K@q,...``,
+    :mod:`atoll.training.per_model`).
+
+    ``fleet``: the spaces of the fleet the policy will act on. With it, ``learned:champion`` and
+    the one-name ``learned:atoll-trigger@ALIAS`` resolve to the fleet's own registered model
+    (``atoll-trigger-<fleet>``), and a policy whose observation or action space does not fit the
+    fleet is an InputError naming both."""
     if spec.startswith("learned:"):
         from atoll.training.policy_model import load_policy
 
         uri = spec.split(":", 1)[1]
         if not uri:
             raise InputError("learned:<uri> needs the MLflow model URI that 'atoll train' printed, or a "
-                             "registered name such as atoll-trigger@champion")
+                             "registered name such as atoll-trigger-core@champion")
         if ":/" not in uri:  # a registered model: name@alias or name/version
             uri = f"models:/{uri}"
+        uri = fleet_policy_uri(uri, fleet.fleet if fleet is not None else None)
         policy = load_policy(uri, name=spec)
+        if fleet is not None:
+            check_fits(uri, policy.metadata, fleet)
         expected = int(policy.metadata.get("n_models", n_models))
         if expected != n_models:
             raise InputError(f"policy {spec!r} was trained for {expected} models; "
                              f"this scenario has {n_models}")
         return policy
+    if spec.startswith(PER_MODEL_PREFIX):
+        return PerModelRule.parse(spec, n_models)
     return make_policy(spec, n_models)
 
 
-def env_at_level(env: FleetEnv, policy: Policy, cache: dict[float, FleetEnv] | None = None) -> FleetEnv:
+def env_at_level(env: FleetEnv, policy: Policy, cache: dict[Any, FleetEnv] | None = None) -> FleetEnv:
     """The env a policy runs on: ``env`` itself, or (a rule with its own planning level ``@q``)
     the same configuration planning at q — same demand, availability and seeds, and the same
-    shared re-planner memo (atoll.envs.fleet_model.shared_replanner)."""
+    shared re-planner memo (atoll.envs.fleet_model.shared_replanner). A per-model rule
+    (:class:`~atoll.training.per_model.PerModelRule`) gets the configuration at its most common
+    level with every level it uses among the action levels."""
     q = getattr(policy, "planning_quantile", None)
-    if q is None or q == env.config.planning_quantile:
-        return env
-    if cache is not None and q in cache:
-        return cache[q]
-    other = FleetEnv(dataclasses.replace(env.config, planning_quantile=q))
+    levels = getattr(policy, "action_levels", None)
+    if levels is not None and q is not None:
+        key: Any = (q, tuple(levels))
+        if tuple(levels) == tuple(env.config.action_levels) and q == env.config.planning_quantile:
+            return env
+        changes: dict[str, Any] = {"planning_quantile": q, "action_levels": tuple(levels)}
+    else:
+        if q is None or q == env.config.planning_quantile:
+            return env
+        key, changes = q, {"planning_quantile": q}
+    if cache is not None and key in cache:
+        return cache[key]
+    other = FleetEnv(dataclasses.replace(env.config, **changes))
     if cache is not None:
-        cache[q] = other
+        cache[key] = other
     return other
 
 

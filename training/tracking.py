@@ -25,7 +25,7 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from atoll.envs import ENV_ID, ENV_ID_V0
+from atoll.envs import ENV_ID, ENV_ID_V0, ENV_ID_V2
 from atoll.envs.actions import ActionCodec
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
@@ -34,6 +34,7 @@ from atoll.solvers.scenarios import SCENARIOS
 from atoll.training.evaluate import PolicyResult, comparison_rows, evaluate_policies, markdown_table
 from atoll.training.mlflow_output import make_logger
 from atoll.training.policy_model import log_policy
+from atoll.training.registry import CHAMPION, PREFIX, fleet_name, registered_name
 from atoll.training.train import TrainSettings, train_policy
 
 EXPERIMENT = "atoll"
@@ -93,6 +94,14 @@ def _log_correction(episodes: Sequence[Any]) -> None:
                             "correction_factor_max": max(last)})
 
 
+def env_id(config: FleetConfig) -> str:
+    """The registered env a config is: ``atoll/Fleet-v2`` (the reopt action with the closed-loop
+    observation), ``atoll/Fleet-v1`` or ``atoll/Fleet-v0`` (MultiBinary)."""
+    if config.action != "reopt":
+        return ENV_ID_V0
+    return ENV_ID_V2 if config.observation == "v2" else ENV_ID
+
+
 def config_params(config: FleetConfig) -> dict[str, str]:
     skip = {"templates", "demand", "reward"}
     params = {f"env.{k}": str(v) for k, v in dataclasses.asdict(config).items() if k not in skip}
@@ -106,47 +115,49 @@ def _train_params(config: FleetConfig, settings: TrainSettings) -> dict[str, str
     return {**config_params(config), **{f"ppo.{k}": str(v) for k, v in dataclasses.asdict(settings).items()}}
 
 
-REGISTERED_MODEL = "atoll-trigger"
-CHAMPION = "champion"
+def register_policy(model_uri: str, tags: Mapping[str, str], fleet: str) -> str:
+    """Register a logged policy as a new version of its fleet's model, ``atoll-trigger-<fleet>``
+    (:mod:`atoll.training.registry`); returns ``models:/atoll-trigger-<fleet>/<version>``."""
+    name = registered_name(fleet)
+    version = mlflow.register_model(model_uri, name, tags={**dict(tags), "fleet": fleet})
+    return f"models:/{name}/{version.version}"
 
 
-def register_policy(model_uri: str, tags: Mapping[str, str]) -> str:
-    """Register a logged policy as a new version of ``atoll-trigger``; returns the version."""
-    version = mlflow.register_model(model_uri, REGISTERED_MODEL, tags=dict(tags))
-    return str(version.version)
-
-
-def version_of(model_uri: str) -> str | None:
-    """The ``atoll-trigger`` version of a policy URI (``models:/atoll-trigger/3``,
-    ``models:/atoll-trigger@champion`` or the logged model's own ``models:/m-...``), if any."""
+def registered_version(model_uri: str) -> tuple[str, str] | None:
+    """(registered name, version) of a policy URI: ``models:/atoll-trigger-core/3``,
+    ``models:/atoll-trigger-core@champion``, or the logged model's own ``models:/m-...`` (found
+    among the versions of every ``atoll-trigger-*`` model); None when it is not registered."""
     client = MlflowClient()
     body = model_uri.removeprefix("models:/")
     name, sep, alias = body.partition("@")
     try:
-        if name == REGISTERED_MODEL and sep:
-            return str(client.get_model_version_by_alias(REGISTERED_MODEL, alias).version)
+        if sep and name.startswith(PREFIX):
+            return name, str(client.get_model_version_by_alias(name, alias).version)
         head, _, number = body.partition("/")
-        if head == REGISTERED_MODEL and number.isdigit():
-            return number
-        for mv in client.search_model_versions(f"name='{REGISTERED_MODEL}'"):
+        if head.startswith(PREFIX) and number.isdigit():
+            return head, number
+        for mv in client.search_model_versions(f"name LIKE '{PREFIX}-%'"):
             if mv.source == model_uri or getattr(mv, "model_id", None) == body:
-                return str(mv.version)
+                return str(mv.name), str(mv.version)
     except MlflowException:
         return None
     return None
 
 
 def crown(spec: str, validation: Mapping[str, float]) -> str | None:
-    """Set the ``champion`` alias on the registered version of learned policy ``spec`` when its
-    validation-day score beats the rule frontier (score < 1: cheaper than the frontier at its SLO
-    attainment and no less reliable than fixed:1@0.9); returns the version crowned."""
+    """Set the ``champion`` alias of the policy's own fleet model (``atoll-trigger-<fleet>``) on
+    the registered version of learned policy ``spec`` when its validation-day score beats the rule
+    frontier (score < 1: cheaper than the frontier at its SLO attainment and no less reliable than
+    fixed:1@0.9); returns the version crowned as ``atoll-trigger-<fleet>/<version>``."""
     if not spec.startswith("learned:") or validation.get("score", float("inf")) >= 1.0:
         return None
-    version = version_of(spec.split(":", 1)[1])
-    if version is None:
+    uri = spec.split(":", 1)[1]
+    found = registered_version(uri if ":/" in uri else f"models:/{uri}")
+    if found is None:
         return None
-    MlflowClient().set_registered_model_alias(REGISTERED_MODEL, CHAMPION, version)
-    return version
+    name, version = found
+    MlflowClient().set_registered_model_alias(name, CHAMPION, version)
+    return f"{name}/{version}"
 
 
 def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, str] | None = None,
@@ -169,19 +180,23 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
         size = int(np.prod(vec.observation_space.shape or (0,)))
         models = list(config.models or SCENARIOS[config.scenario].models)
         codec = ActionCodec.for_config(config.planning_quantile, config.action_levels)
+        fleet = fleet_name(config.scenario, config.models)
         uri = log_policy(model, vec, run_id=run_id, observation_size=size,
                          n_models=len(models),
-                         metadata={"scenario": config.scenario, "models": models,
+                         metadata={"scenario": config.scenario, "fleet": fleet, "models": models,
                                    "train_days": list(config.days), "availability": config.availability,
-                                   "env_id": ENV_ID if config.action == "reopt" else ENV_ID_V0,
+                                   "env_id": env_id(config),
+                                   "world": {"capacity_error": str(config.capacity_error),
+                                             "correction": config.correction, "slo_model": config.slo_model,
+                                             "observation": config.observation},
+                                   "demand_seeds": settings.demand_seeds,
                                    "action_codes": (codec.names() if config.action == "reopt"
                                                     else ["hold", "full"])})
         mlflow.set_tag("atoll.model_uri", uri)
-        version = register_policy(uri, {"scenario": config.scenario, "availability": config.availability,
-                                        "run_id": run_id})
-        mlflow.set_tag("atoll.registered", f"{REGISTERED_MODEL}/{version}")
-    registered = f"models:/{REGISTERED_MODEL}/{version}"
-    return {"run_id": run_id, "model_uri": uri, "registered": registered, **stats}
+        registered = register_policy(uri, {"scenario": config.scenario, "availability": config.availability,
+                                           "run_id": run_id}, fleet)
+        mlflow.set_tag("atoll.registered", registered.removeprefix("models:/"))
+    return {"run_id": run_id, "model_uri": uri, "registered": registered, "fleet": fleet, **stats}
 
 
 def train_or_reuse(config: FleetConfig, settings: TrainSettings, *, retrain: bool = False,
@@ -191,7 +206,12 @@ def train_or_reuse(config: FleetConfig, settings: TrainSettings, *, retrain: boo
     ``model_uri``, ``run_id`` (of the run that trained it) and ``reused``."""
     found = None if retrain else find_logged_policy(REUSE_TAG, settings_key(_train_params(config, settings)))
     if found is not None:
-        return {"model_uri": found[0], "run_id": found[1], "reused": True}
+        fleet = fleet_name(config.scenario, config.models)
+        known = registered_version(found[0])
+        if known is None or known[0] != registered_name(fleet):  # logged before per-fleet names
+            register_policy(found[0], {"scenario": config.scenario, "availability": config.availability,
+                                       "run_id": found[1]}, fleet)
+        return {"model_uri": found[0], "run_id": found[1], "reused": True, "fleet": fleet}
     return {**train_run(config, settings, tick=tick), "reused": False}
 
 
@@ -301,6 +321,10 @@ def _log_workload(env: FleetEnv, days: Sequence[int]) -> None:
 
 def _rule_params(spec: str) -> dict[str, str]:
     from atoll.envs.policies import parse_level
+    from atoll.training.per_model import PER_MODEL_PREFIX
+
+    if spec.startswith(PER_MODEL_PREFIX):
+        return {"policy": spec, "policy.kind": "per-model"}
 
     body, level = parse_level(spec)
     kind, *args = body.split(":")
@@ -344,7 +368,12 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
             "grid.intervals": ",".join(map(str, st.intervals)),
             "grid.bands": ",".join(f"{lo:g}:{hi:g}" for lo, hi in st.bands), "grid.size": str(len(st.grid)),
             "lost_usd_per_mtok": f"{st.lost_price(cfg):g}", "frontier": ",".join(result.frontier),
-            "best_rule": result.best_rule, "learned": ",".join(learned), "workers": str(st.workers)})
+            "best_rule": result.best_rule, "learned": ",".join(learned), "workers": str(st.workers),
+            "ray_address": str(st.ray_address), "hindsight": str(st.hindsight),
+            "per_model_targets": str(st.per_model_targets), "per_model_passes": str(st.per_model_passes),
+            "per_model_best": str(result.per_model_best)})
+        if result.per_model_frontier:
+            mlflow.log_text("\n".join(result.per_model_frontier) + "\n", "contest/per_model_frontier.txt")
         _log_workload(FleetEnv(cfg), tdays)
         metrics = {"grid_seconds": result.grid_seconds, "test_seconds": result.test_seconds,
                    "frontier_size": float(len(result.frontier))}
@@ -376,6 +405,7 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
                           else _rule_params(r.name))
                 params.update({"days": f"{st.test_days[0]}-{st.test_days[1]}",
                                "on_frontier": str(r.name in result.frontier),
+                               "on_per_model_frontier": str(r.name in result.per_model_frontier),
                                "best_rule": str(r.name == result.best_rule)})
                 mlflow.log_params(params)
                 summary = r.summary()
@@ -383,8 +413,9 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
                                    | {f"{k}_std": v["std"] for k, v in summary.items()})
                 if r.name in result.headlines:
                     fig = result.headlines[r.name]
-                    mlflow.log_metrics({f"{k}_{s}": fig[k][s] for k in ("frontier_cost_ratio",
-                                        "effective_cost_ratio") for s in ("mean", "std")})
+                    mlflow.log_metrics({f"{k}_{s}": fig[k][s] for k in (
+                        "frontier_cost_ratio", "effective_cost_ratio", "per_model_frontier_cost_ratio",
+                        "per_model_effective_cost_ratio") if k in fig for s in ("mean", "std")})
                 steps = _step_metrics(r)
                 for i in range(0, len(steps), 1000):
                     client.log_batch(child.info.run_id, metrics=steps[i:i + 1000])
@@ -440,7 +471,7 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
             version = crown(spec, val)  # only validation days decide
             if version is not None:
                 champions[spec] = version
-                mlflow.set_tag(f"atoll.champion.{key}", f"{REGISTERED_MODEL}/{version}")
+                mlflow.set_tag(f"atoll.champion.{key}", version)
         parent_id = parent.info.run_id
     doc = contest_document(result)
     return {"parent_run_id": parent_id, "table": table, "champion": champions,
@@ -459,9 +490,22 @@ def contest_document(result: Any) -> dict[str, Any]:
         "validation": {p.name: {"cost_usd": p.cost_usd, "slo_attainment": p.slo_attainment,
                                 "unserved_tokens": p.unserved_tokens} for p in result.validation_points()},
         "frontier": result.frontier, "best_rule": result.best_rule,
+        "per_model": per_model_document(result),
         "policies": {r.name: r.summary() for r in result.test},
         "headline": result.headlines,
     }
+
+
+def per_model_document(result: Any) -> dict[str, Any] | None:
+    """The per-model reference as JSON: its frontier and best (chosen on the validation days),
+    their validation points (table estimates for per-model assignments) and the descents."""
+    if result.per_model is None:
+        return None
+    return {"frontier": result.per_model_frontier, "best": result.per_model_best,
+            "validation": {n: {"cost_usd": p.cost_usd, "slo_attainment": p.slo_attainment,
+                               "unserved_tokens": p.unserved_tokens}
+                           for n, p in result.per_model_points.items()},
+            "descent": result.per_model.document()}
 
 
 def contest_table(result: Any) -> str:
@@ -469,17 +513,24 @@ def contest_table(result: Any) -> str:
     from atoll.training.contest import frontier_note
 
     table = markdown_table(result.test)
-    lines = ["", "| learned policy | frontier_cost_ratio | effective_cost_ratio | $/M goodput tok | SLO att. "
-             "| re-opts | solver s |", "|---|---|---|---|---|---|---|"]
+    lines = ["", "| learned policy | frontier_cost_ratio | effective_cost_ratio "
+             "| per-model frontier_cost_ratio | per-model effective_cost_ratio | $/M goodput tok "
+             "| SLO att. | re-opts | solver s |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for spec, f in result.headlines.items():
-        cells = [f"{f[k]['mean']:{fmt}} ± {f[k]['std']:{fmt}}" for k, fmt in (
-            ("frontier_cost_ratio", ".3f"), ("effective_cost_ratio", ".3f"), ("usd_per_mtok", ".4f"),
-            ("slo_attainment", ".1%"), ("reoptimizations", ".0f"), ("solver_seconds", ".1f"))]
+        cells = [f"{f[k]['mean']:{fmt}} ± {f[k]['std']:{fmt}}" if k in f else "-" for k, fmt in (
+            ("frontier_cost_ratio", ".3f"), ("effective_cost_ratio", ".3f"),
+            ("per_model_frontier_cost_ratio", ".3f"), ("per_model_effective_cost_ratio", ".3f"),
+            ("usd_per_mtok", ".4f"), ("slo_attainment", ".1%"), ("reoptimizations", ".0f"),
+            ("solver_seconds", ".1f"))]
         lines.append(f"| {short_name(spec)} | " + " | ".join(cells) + " |")
     notes = [f"- {short_name(s)}: {frontier_note(f)}" for s, f in result.headlines.items()
              if frontier_note(f)]
     footer = ["", f"frontier (chosen on days {result.settings.validation_days[0]}-"
               f"{result.settings.validation_days[1]}): {', '.join(result.frontier)}; best rule (effective "
               f"cost there): {result.best_rule}; lost demand priced at "
-              f"{result.settings.lost_price(result.config):g} $/M tokens", *notes]
+              f"{result.settings.lost_price(result.config):g} $/M tokens",
+              *([f"per-model frontier (coordinate descent on the same days): "
+                 f"{', '.join(result.per_model_frontier)}; per-model best: {result.per_model_best}"]
+                if result.per_model is not None else []), *notes]
     return table + ("\n".join(lines) + "\n" if result.headlines else "") + "\n".join(footer) + "\n"

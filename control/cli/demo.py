@@ -25,6 +25,7 @@ DEMO_BANDS = ((0.5, 1.0),)
 def cmd_demo(args: argparse.Namespace) -> int:
     import mlflow
 
+    from atoll.training.registry import champion_uri, registered_name
     from atoll.training.tracking import train_or_reuse
 
     out = output_for(args)
@@ -49,13 +50,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     spec = f"learned:{trained['model_uri']}"
     result = contest(out, args, [spec], grid, run_name="demo")
     for name, version in result.get("champion", {}).items():
-        out.note(f"{name} beat the rule frontier on the validation days: atoll-trigger version {version} is "
-                 f"now 'champion' (use --policy learned:atoll-trigger@champion)")
+        model = version.rpartition("/")[0]
+        out.note(f"{name} beat the rule frontier on the validation days: {version} is now 'champion' of "
+                 f"fleet {trained['fleet']!r} (use --policy learned:{model}@champion, or learned:champion "
+                 f"where the fleet is known: atoll control, atoll evaluate)")
     if not result.get("champion"):
-        out.note("the policy did not beat the rule frontier on the validation days: no champion alias set")
+        out.note(f"the policy did not beat the rule frontier on the validation days: fleet "
+                 f"{trained['fleet']!r}'s champion alias ({champion_uri(trained['fleet'])}) is unchanged")
     out.note(f"MLflow parent run {result['parent_run_id']}; open the UI with:\n"
              f"  .venv/bin/mlflow ui --backend-store-uri {mlflow.get_tracking_uri()}")
     out.json({"parent_run_id": result["parent_run_id"], "model_uri": trained["model_uri"],
+              "fleet": trained["fleet"], "registered_model": registered_name(trained["fleet"]),
               "champion": result.get("champion", {}),
               "validation": result.get("learned_validation", {}).get(spec),
               "reused_policy": trained["reused"], "headline": result["headline"][spec],

@@ -1,6 +1,6 @@
-"""A tiny training run registers ``atoll-trigger``; the contest's crowning sets ``champion`` only
+"""A tiny training run registers ``atoll-trigger-<fleet>``; the contest's crowning sets ``champion`` only
 for a validation score that beats the frontier; the controller loads the policy by that alias
-(``learned:atoll-trigger@champion``, as ``atoll control --policy`` does) and acts with it."""
+(``learned:champion``, the fleet's own, as ``atoll control --policy`` does) and acts with it."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from atoll.envs.config import FleetConfig
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError
 from atoll.training.evaluate import resolve_policy
-from atoll.training.tracking import CHAMPION, REGISTERED_MODEL, crown, train_run
+from atoll.training.registry import CHAMPION, FleetSpaces, fleet_name, registered_name
+from atoll.training.tracking import crown, train_run
 from atoll.training.train import TrainSettings
 
 
@@ -39,19 +40,20 @@ def config() -> FleetConfig:
 def test_registered_policy_is_crowned_on_validation_and_drives_the_controller(tmp_path: Path) -> None:
     out = train_run(config(), TrainSettings(timesteps=128, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,
                                             bootstrap_steps=48, bootstrap_epochs=2))
-    assert out["registered"] == f"models:/{REGISTERED_MODEL}/1"
+    name = registered_name(fleet_name("core", MODELS))
+    assert out["registered"] == f"models:/{name}/1"
     client = MlflowClient()
-    version = client.get_model_version(REGISTERED_MODEL, "1")
+    version = client.get_model_version(name, "1")
     assert version.tags["scenario"] == "core"
     spec = f"learned:{out['model_uri']}"
     with pytest.raises(InputError, match="cannot be loaded"):
-        resolve_policy(f"learned:{REGISTERED_MODEL}@{CHAMPION}", 2)  # no champion yet
+        resolve_policy(f"learned:{name}@{CHAMPION}", 2)  # no champion yet
     assert crown(spec, {"score": 1.02}) is None  # does not beat the frontier on validation days
-    assert crown(spec, {"score": 0.93}) == "1"
-    assert str(client.get_model_version_by_alias(REGISTERED_MODEL, CHAMPION).version) == "1"
+    assert crown(spec, {"score": 0.93}) == f"{name}/1"
+    assert str(client.get_model_version_by_alias(name, CHAMPION).version) == "1"
 
-    policy = resolve_policy(f"learned:{REGISTERED_MODEL}@{CHAMPION}", 2)
     fleet = LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(INPUT, OUTPUT)] * 2)
+    policy = resolve_policy(f"learned:{CHAMPION}", 2, fleet=FleetSpaces.of_live_fleet(fleet))
     clock = FakeClock(10 * 86400.0)
     source = ScriptedSource(clock, {m: 10.0 for m in MODELS})
     controller = Controller(fleet, source, policy, JsonDirSink(tmp_path / "plans"), tmp_path / "state",

@@ -1,0 +1,333 @@
+"""The contest's second reference: a rule per model, found by coordinate descent (DESIGN §7).
+
+One ``fixed:K@q`` for every model is a poor fit when the models differ (extended, 20 models): a
+model with a flat day wants a long interval, a spiky one a short interval and a high level. The
+per-model reference gives each model its own ``(K, q)``, so a learned policy's win over "one
+rule" can be told apart from a win over "the right rule per model".
+
+**The table.** Every rule of the grid runs on the validation days with each model's own sums
+recorded (:func:`atoll.training.contest.run_rule`): cost, requests, requests that met the SLO
+and tokens lost. For the fixed rules that is a table *option (K, q) -> one cell per model*. An
+assignment's point is read off it by summing its models' cells — the models are assumed not to
+interact (they share GPU pools and the spot market, so the point is an estimate; a uniform
+assignment's estimate is exactly that rule's measured point).
+
+**Coordinate descent** (:func:`coordinate_descent`): from a start assignment, each model's option
+in turn is replaced by the one that minimizes the objective with the other models held, a few
+passes, until a pass changes nothing. Two objectives:
+
+- at an SLO target: least cost with the aggregate SLO attainment >= target (lexicographic:
+  shortfall first, then cost) — not separable across models, hence the passes. One target per
+  one-rule frontier rule kept (:func:`frontier_targets`), each started from that rule, so every
+  per-model point is at least as good as its rule on the table; together with the one-rule
+  frontier they make the *per-model frontier*, chosen on the validation days only.
+- effective cost (node $ + lost tokens x a price): the *best per-model assignment*, the second
+  reference of ``effective_cost_ratio``.
+
+**The policy.** :class:`PerModelRule` (spec ``per-model:K1@q1,K2@q2,...``, one entry per model in
+the fleet's order) re-plans model i fully at level q_i every K_i steps; it runs on the env
+configured at the assignment's most common level with every level of the assignment among its
+action levels, so a uniform assignment is exactly ``fixed:K@q``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from atoll.envs.actions import ActionCodec
+from atoll.solvers.errors import InputError
+
+PER_MODEL_PREFIX = "per-model:"
+Option = tuple[int, float]  # (K steps, planning level q) of a fixed:K@q rule
+MODEL_KEYS: tuple[str, ...] = ("cost_usd", "requests", "met_requests", "unserved_tokens")
+
+
+def model_key(i: int, key: str) -> str:
+    """The totals key of model ``i``'s sum ``key`` (``model/<i>/<key>``)."""
+    return f"model/{i}/{key}"
+
+
+def fixed_option(spec: str) -> Option | None:
+    """(K, q) of ``fixed:K@q``; None for any other spec (a threshold rule, no level)."""
+    body, sep, level = spec.partition("@")
+    kind, _, k = body.partition(":")
+    if kind != "fixed" or not sep or not k.isdigit():
+        return None
+    return int(k), float(level)
+
+
+def option_name(option: Option) -> str:
+    return f"fixed:{option[0]}@{option[1]:g}"
+
+
+@dataclass(frozen=True)
+class ModelCell:
+    """One model's sums under one option on the validation days (means over seeds)."""
+
+    cost_usd: float
+    requests: float
+    met_requests: float
+    unserved_tokens: float
+
+    def __post_init__(self) -> None:
+        for name in MODEL_KEYS:
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+                raise InputError(f"ModelCell: field {name!r} must be finite and >= 0, got {v!r}")
+        if self.met_requests > self.requests * (1 + 1e-9) + 1e-9:
+            raise InputError(f"ModelCell: field 'met_requests' ({self.met_requests!r}) exceeds 'requests' "
+                             f"({self.requests!r}); the SLO share of a model is at most 1")
+
+
+Table = Mapping[Option, Sequence[ModelCell]]
+
+
+def model_table(validation: Mapping[str, Sequence[Mapping[str, float]]], n_models: int
+                ) -> dict[Option, list[ModelCell]]:
+    """The per-model table of the grid's fixed rules from their per-seed validation totals (which
+    :func:`atoll.training.contest.run_rule` gives ``model/<i>/...`` sums): means over seeds.
+    Rules without per-model sums (e.g. a cached grid from before) are an InputError."""
+    table: dict[Option, list[ModelCell]] = {}
+    for spec, rows in validation.items():
+        option = fixed_option(spec)
+        if option is None:
+            continue
+        missing = [model_key(i, k) for i in range(n_models) for k in MODEL_KEYS
+                   if model_key(i, k) not in rows[0]]
+        if missing:
+            raise InputError(f"validation totals of {spec!r} have no per-model sums ({missing[0]} ...): run "
+                             f"the grid again with this version (atoll.training.contest.validation_grid)")
+        table[option] = [ModelCell(*(float(np.mean([r[model_key(i, k)] for r in rows])) for k in MODEL_KEYS))
+                         for i in range(n_models)]
+    return table
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One option per model and its point on the table."""
+
+    options: tuple[Option, ...]
+    cost_usd: float
+    slo_attainment: float
+    unserved_tokens: float
+
+    @property
+    def uniform(self) -> bool:
+        return len(set(self.options)) == 1
+
+    @property
+    def spec(self) -> str:
+        """``fixed:K@q`` when every model has the same option (that rule), else ``per-model:...``."""
+        if self.uniform:
+            return option_name(self.options[0])
+        return assignment_spec(self.options)
+
+    def effective_cost(self, lost_usd_per_mtok: float) -> float:
+        return self.cost_usd + lost_usd_per_mtok * self.unserved_tokens / 1e6
+
+
+def assignment_spec(options: Sequence[Option]) -> str:
+    return PER_MODEL_PREFIX + ",".join(f"{k}@{q:g}" for k, q in options)
+
+
+def evaluate(table: Table, options: Sequence[Option]) -> Assignment:
+    """An assignment's point: its models' cells summed (SLO = met / requested)."""
+    n = len(options)
+    cells = []
+    for i, option in enumerate(options):
+        if option not in table:
+            raise InputError(f"option {option_name(option)} of model {i} is not in the table; options: "
+                             f"{', '.join(option_name(o) for o in table)}")
+        row = table[option]
+        if len(row) != n:
+            raise InputError(f"table row {option_name(option)} has {len(row)} models, the assignment {n}")
+        cells.append(row[i])
+    requests = sum(c.requests for c in cells)
+    met = sum(c.met_requests for c in cells)
+    return Assignment(tuple(options), sum(c.cost_usd for c in cells), met / requests if requests > 0 else 1.0,
+                      sum(c.unserved_tokens for c in cells))
+
+
+Objective = Callable[[Assignment], tuple[float, ...]]
+
+
+def slo_objective(target: float) -> Objective:
+    """Least cost at SLO attainment >= ``target`` (shortfall first, then cost)."""
+    return lambda a: (max(0.0, target - a.slo_attainment), a.cost_usd)
+
+
+def effective_objective(lost_usd_per_mtok: float) -> Objective:
+    """Least node $ + lost tokens x ``lost_usd_per_mtok`` per million."""
+    return lambda a: (a.effective_cost(lost_usd_per_mtok),)
+
+
+@dataclass(frozen=True)
+class Descent:
+    """A coordinate descent's answer and how it got there (``passes`` run, ``moves`` made)."""
+
+    assignment: Assignment
+    passes: int
+    moves: int
+    history: tuple[tuple[float, ...], ...] = field(default=())
+
+
+def coordinate_descent(table: Table, start: Sequence[Option], objective: Objective, *, passes: int = 3
+                       ) -> Descent:
+    """Each model's option in turn replaced by the table's best with the others held (ties keep
+    the current option), for at most ``passes`` passes, stopping after a pass without a move."""
+    if passes < 1:
+        raise InputError(f"coordinate_descent: field 'passes' must be >= 1, got {passes!r}")
+    if not table:
+        raise InputError("coordinate_descent: the table is empty; run fixed:K@q rules on the validation days")
+    current = list(start)
+    best = evaluate(table, current)
+    history = [objective(best)]
+    moves = done = 0
+    options = sorted(table)
+    for pass_no in range(1, passes + 1):
+        done = pass_no
+        moved = False
+        for i in range(len(current)):
+            for option in options:
+                if option == current[i]:
+                    continue
+                trial = evaluate(table, [*current[:i], option, *current[i + 1:]])
+                if objective(trial) < objective(best):
+                    best, current[i], moved = trial, option, True
+                    moves += 1
+            history.append(objective(best))
+        if not moved:
+            break
+    return Descent(best, done, moves, tuple(history))
+
+
+def frontier_targets(frontier: Sequence[tuple[str, float]], count: int) -> list[tuple[str, float]]:
+    """Up to ``count`` of the one-rule frontier's (fixed rule, SLO attainment), evenly spread over
+    it by SLO (its ends included): where the per-model frontier is sought."""
+    fixed = sorted(((n, s) for n, s in frontier if fixed_option(n) is not None), key=lambda p: p[1])
+    if count < 1 or not fixed:
+        return []
+    if len(fixed) <= count:
+        return fixed
+    picks = sorted({round(j * (len(fixed) - 1) / (count - 1)) for j in range(count)}) if count > 1 else [
+        len(fixed) - 1]
+    return [fixed[j] for j in picks]
+
+
+@dataclass(frozen=True)
+class PerModelReference:
+    """The per-model reference chosen on the validation days: ``frontier`` assignments (one per
+    SLO target, each from its frontier rule), ``best`` (least effective cost) and the descents'
+    statistics."""
+
+    frontier: tuple[Assignment, ...]
+    best: Assignment
+    targets: tuple[tuple[str, float], ...]
+    passes: int
+    moves: int
+
+    def document(self) -> dict[str, Any]:
+        def point(a: Assignment) -> dict[str, Any]:
+            return {"spec": a.spec, "cost_usd": a.cost_usd, "slo_attainment": a.slo_attainment,
+                    "unserved_tokens": a.unserved_tokens}
+
+        return {"frontier": [point(a) for a in self.frontier], "best": point(self.best),
+                "targets": [{"rule": n, "slo_attainment": s} for n, s in self.targets],
+                "passes": self.passes, "moves": self.moves}
+
+
+def per_model_reference(table: Table, n_models: int, frontier: Sequence[tuple[str, float]], best_rule: str,
+                        lost_usd_per_mtok: float, *, targets: int = 3, passes: int = 3) -> PerModelReference:
+    """Coordinate descent at up to ``targets`` SLO targets of the one-rule ``frontier`` ((rule, SLO)
+    on the validation days), each started from that rule, and on effective cost started from the
+    best rule (or the table's cheapest uniform option on effective cost when the best rule is not
+    a fixed rule)."""
+    if not table:
+        raise InputError("per_model_reference: the table is empty; the grid needs fixed:K@q rules")
+    chosen = frontier_targets(frontier, targets)
+    found: list[Assignment] = []
+    total_passes = total_moves = 0
+    for name, slo in chosen:
+        option = fixed_option(name)
+        assert option is not None  # frontier_targets keeps fixed rules only
+        d = coordinate_descent(table, [option] * n_models, slo_objective(slo), passes=passes)
+        found.append(d.assignment)
+        total_passes, total_moves = total_passes + d.passes, total_moves + d.moves
+    start = fixed_option(best_rule)
+    if start is None or start not in table:
+        start = min(table, key=lambda o: evaluate(table, [o] * n_models).effective_cost(lost_usd_per_mtok))
+    d = coordinate_descent(table, [start] * n_models, effective_objective(lost_usd_per_mtok), passes=passes)
+    unique: dict[str, Assignment] = {}
+    for a in found:
+        unique.setdefault(a.spec, a)
+    return PerModelReference(tuple(unique.values()), d.assignment, tuple(chosen),
+                             total_passes + d.passes, total_moves + d.moves)
+
+
+@dataclass
+class PerModelRule:
+    """Re-plan model i fully at level ``levels[i]`` every ``every[i]`` steps (step 0 holds, as
+    ``fixed:K`` does). ``planning_quantile`` is the assignment's most common level (ties: the
+    highest), the level its env is configured at; ``action_levels`` every level it uses."""
+
+    every: tuple[int, ...]
+    levels: tuple[float, ...]
+    name: str = ""
+    planning_quantile: float | None = None
+    _codes: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        from atoll.envs.policies import PLANNING_LEVELS
+
+        if not self.every or len(self.every) != len(self.levels):
+            raise InputError(f"PerModelRule: fields 'every' ({len(self.every)}) and 'levels' "
+                             f"({len(self.levels)}) must give one entry per model")
+        bad = [k for k in self.every if not (isinstance(k, int) and k >= 1)]
+        if bad:
+            raise InputError(f"PerModelRule: field 'every' must hold intervals >= 1 step, got {bad[0]!r}")
+        wrong = [q for q in self.levels if q not in PLANNING_LEVELS]
+        if wrong:
+            raise InputError(f"PerModelRule: field 'levels': {wrong[0]!r} is not a planning level; use "
+                             f"{', '.join(f'{q:g}' for q in PLANNING_LEVELS)}")
+        counts = Counter(self.levels)
+        self.planning_quantile = max(counts, key=lambda q: (counts[q], q))
+        self.name = self.name or assignment_spec(list(zip(self.every, self.levels, strict=True)))
+        codec = ActionCodec.for_config(self.planning_quantile, self.action_levels)
+        self._codes = np.array([codec.encode("full", q) for q in self.levels], dtype=np.int8)
+
+    @property
+    def action_levels(self) -> tuple[float, ...]:
+        return tuple(sorted(set(self.levels)))
+
+    @classmethod
+    def parse(cls, spec: str, n_models: int) -> PerModelRule:
+        """``per-model:K1@q1,K2@q2,...`` with one entry per model."""
+        usage = "per-model:K1@q1,K2@q2,... (one K@q per model, in the fleet's order)"
+        body = spec.strip().removeprefix(PER_MODEL_PREFIX)
+        parts = [p.strip() for p in body.split(",") if p.strip()]
+        if len(parts) != n_models:
+            raise InputError(f"policy {spec!r} gives {len(parts)} K@q entries for {n_models} models; "
+                             f"use {usage}")
+        every, levels = [], []
+        for part in parts:
+            k, sep, q = part.partition("@")
+            try:
+                every.append(int(k))
+                levels.append(float(q) if sep else math.nan)
+            except ValueError:
+                raise InputError(f"policy {spec!r}: entry {part!r} is not K@q; use {usage}") from None
+        return cls(tuple(every), tuple(levels), name=spec.strip())
+
+    def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
+        step = int(info.get("step", 0))
+        due = np.array([step > 0 and step % k == 0 for k in self.every])
+        return np.where(due, self._codes, 0).astype(np.int8)
+
+    def reset_options(self) -> dict[str, Any]:
+        return {}

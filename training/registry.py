@@ -1,0 +1,153 @@
+"""Registry names per fleet, and whether a logged policy fits a fleet (DESIGN §7).
+
+A policy acts on one fleet's observation (its models' features, its GPU types, with or without
+the closed-loop block of ``atoll/Fleet-v2``) and answers one code per model of that fleet: it
+never crosses fleets. Each fleet therefore has its own registered model,
+``atoll-trigger-<fleet>``, and its own ``champion`` alias; ``<fleet>`` is the scenario's name
+(``core``, ``extended``, a fleet file's ``name``), or the scenario with a digest of the models
+when a config narrows the scenario to other models.
+
+``learned:champion`` and the one-name spelling of issue 15 (``learned:atoll-trigger@ALIAS``)
+resolve to the fleet's own registered model where the fleet is known (the contest, the demo, the
+controller). Loading a policy whose observation size or action space does not fit the fleet is an
+:class:`InputError` naming both (:func:`check_fits`).
+
+No MLflow here: the names are plain strings, the checks read the loaded policy's metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from atoll.solvers.errors import InputError
+
+PREFIX = "atoll-trigger"
+CHAMPION = "champion"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def fleet_name(scenario: str, models: Sequence[str] | None = None) -> str:
+    """The fleet a policy belongs to: the scenario's name, or ``<scenario>-m<digest>`` when
+    ``models`` narrows it to models other than the scenario's own (in their order)."""
+    from atoll.solvers.scenarios import SCENARIOS
+
+    if not scenario:
+        raise InputError("fleet_name: field 'scenario' is empty; give the scenario or fleet file name")
+    own = tuple(SCENARIOS[scenario].models) if scenario in SCENARIOS else None
+    if models is None or tuple(models) == own:
+        return scenario
+    digest = hashlib.sha256("\n".join(models).encode()).hexdigest()[:8]
+    return f"{scenario}-m{digest}"
+
+
+def registered_name(fleet: str) -> str:
+    """``atoll-trigger-<fleet>`` (characters MLflow's registry may refuse become ``-``)."""
+    if not fleet:
+        raise InputError("registered_name: field 'fleet' is empty; give the fleet's name (e.g. core)")
+    return f"{PREFIX}-{_UNSAFE.sub('-', fleet)}"
+
+
+def champion_uri(fleet: str) -> str:
+    """``models:/atoll-trigger-<fleet>@champion``."""
+    return f"models:/{registered_name(fleet)}@{CHAMPION}"
+
+
+def fleet_policy_uri(uri: str, fleet: str | None) -> str:
+    """A policy URI with the fleet made explicit: ``champion`` (or ``@ALIAS``) and the one-name
+    ``atoll-trigger@ALIAS`` / ``atoll-trigger/N`` become ``atoll-trigger-<fleet>@ALIAS`` /
+    ``.../N`` when ``fleet`` is known; any other URI is returned as given."""
+    body = uri.removeprefix("models:/")
+    if fleet is None:
+        return uri
+    if body == CHAMPION:
+        return champion_uri(fleet)
+    if body.startswith("@"):
+        return f"models:/{registered_name(fleet)}{body}"
+    for sep in ("@", "/"):
+        if body.startswith(PREFIX + sep):
+            return f"models:/{registered_name(fleet)}{body[len(PREFIX):]}"
+    return uri
+
+
+@dataclass(frozen=True)
+class FleetSpaces:
+    """What a policy must fit to act on a fleet: ``fleet`` its name (:func:`fleet_name`),
+    ``n_models`` codes per action, ``observation_sizes`` the observation sizes the fleet can give
+    (the env: its own; the controller: the ``Fleet-v1`` and ``Fleet-v2`` sizes), ``n_codes`` the
+    codes per model (None: not checked, e.g. a controller that decodes any level)."""
+
+    fleet: str
+    n_models: int
+    observation_sizes: tuple[int, ...]
+    n_codes: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.fleet:
+            raise InputError("FleetSpaces: field 'fleet' is empty; give the fleet's name")
+        if not (isinstance(self.n_models, int) and self.n_models >= 1):
+            raise InputError(f"FleetSpaces: field 'n_models' must be an int >= 1, got {self.n_models!r}")
+        sizes = self.observation_sizes
+        if not sizes or not all(isinstance(n, int) and n >= 1 for n in sizes):
+            raise InputError(f"FleetSpaces: field 'observation_sizes' must be sizes >= 1, "
+                             f"got {self.observation_sizes!r}")
+        if self.n_codes is not None and not (isinstance(self.n_codes, int) and self.n_codes >= 2):
+            raise InputError(f"FleetSpaces: field 'n_codes' must be an int >= 2 or None, "
+                             f"got {self.n_codes!r}")
+
+    @classmethod
+    def of_env(cls, env: Any) -> FleetSpaces:
+        """The spaces of a :class:`~atoll.envs.fleet_env.FleetEnv`."""
+        shape = env.observation_space.shape
+        nvec = getattr(env.action_space, "nvec", None)
+        return cls(fleet_name(env.config.scenario, env.config.models), len(env.models), (int(shape[0]),),
+                   int(nvec[0]) if nvec is not None else 2)
+
+    @classmethod
+    def of_live_fleet(cls, fleet: Any) -> FleetSpaces:
+        """The spaces of a controller's :class:`~atoll.control.live_fleet.LiveFleet`: either
+        observation (``Fleet-v1`` or ``Fleet-v2``, the controller builds both); codes per model
+        not checked (the controller decodes any level)."""
+        from atoll.envs.observation import observation_size
+
+        m, g = len(fleet.models), len(fleet.gpu_types)
+        return cls(fleet_name(fleet.scenario, fleet.models), m,
+                   (observation_size(m, g), observation_size(m, g, closed_loop=True)))
+
+    def describe(self) -> str:
+        sizes = " or ".join(str(n) for n in self.observation_sizes)
+        codes = f", {self.n_codes} action codes per model" if self.n_codes is not None else ""
+        return f"fleet {self.fleet!r} ({self.n_models} models, observations of {sizes} features{codes})"
+
+
+def describe_policy(uri: str, metadata: Mapping[str, Any]) -> str:
+    """A loaded policy's fleet and spaces as its metadata records them."""
+    codes = metadata.get("action_codes")
+    fleet = metadata.get("fleet") or metadata.get("scenario", "?")
+    return (f"policy {uri!r} (fleet {fleet!r}, {metadata.get('env_id', 'an unknown env')}: "
+            f"{metadata.get('n_models', '?')} models, observations of "
+            f"{metadata.get('observation_size', '?')} features"
+            + (f", {len(codes)} action codes per model" if codes else "") + ")")
+
+
+def check_fits(uri: str, metadata: Mapping[str, Any], spaces: FleetSpaces) -> None:
+    """Raise an :class:`InputError` naming the policy and the fleet when the policy's observation
+    size, number of models or codes per model (from its metadata) does not fit ``spaces``."""
+    size = metadata.get("observation_size")
+    n_models = metadata.get("n_models")
+    codes = metadata.get("action_codes")
+    wrong = []
+    if n_models is not None and int(n_models) != spaces.n_models:
+        wrong.append("models")
+    if size is not None and int(size) not in spaces.observation_sizes:
+        wrong.append("observation size")
+    if codes and spaces.n_codes is not None and len(codes) != spaces.n_codes:
+        wrong.append("action codes per model")
+    if wrong:
+        raise InputError(f"{describe_policy(uri, metadata)} does not fit {spaces.describe()}: "
+                         f"{', '.join(wrong)} differ; use the fleet's own policy "
+                         f"(learned:{registered_name(spaces.fleet)}@{CHAMPION}, or one trained on "
+                         f"this fleet with the same env version and action levels)")
