@@ -9,6 +9,7 @@ from rich.table import Table
 
 from atoll.control.cli.common import add_env_options, make_env, parse_days, split_names
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress, results_table
+from atoll.control.cli.train import add_env_id_option
 
 DEFAULT_POLICIES = "fixed:1,fixed:3,fixed:6,fixed:12,threshold,never,hindsight"
 
@@ -46,10 +47,17 @@ def contest_config(args: argparse.Namespace) -> Any:
         raise UserError(f"--rules grid runs on --scenario and --workload; it does not take --fleet "
                         f"{args.fleet} yet: run the rules on the fleet with `atoll simulate --fleet` "
                         f"or `atoll evaluate --fleet` without --rules grid")
-    limit = {"solver_time_limit": args.solver_time_limit} if args.solver_time_limit is not None else {}
+    from atoll.control.cli.train import world_options
+
+    extra: dict[str, Any] = {"solver_time_limit": args.solver_time_limit} \
+        if args.solver_time_limit is not None else {}
+    for name in ("capacity_error", "correction", "slo_model"):
+        if getattr(args, name, None) is not None:
+            extra[name] = getattr(args, name)
+    extra.update(world_options(args))
     return FleetConfig(scenario=args.scenario, workload=with_scale(args.workload, args.scale),
                        availability=args.availability or "spot", prices=args.prices,
-                       forecaster=args.forecaster, **limit)
+                       forecaster=args.forecaster, **extra)
 
 
 def contest(out: Output, args: argparse.Namespace, learned: list[str], settings: Any,
@@ -76,18 +84,29 @@ def contest(out: Output, args: argparse.Namespace, learned: list[str], settings:
         raise
     except (KeyError, ValueError, OSError) as exc:
         raise as_user_error(exc) from exc
-    out.result(results_table(f"{args.scenario} / {args.availability} / test days {t[0]}-{t[1]} / "
+    out.result(results_table(f"{contest_title(config)} / test days {t[0]}-{t[1]} / "
                              f"{st.seeds} seed(s) (mean ± std); frontier chosen on days {v[0]}-{v[1]}",
                              result["policies"]))
     out.result(headline_table(result))
+    engine = f"Ray at {st.ray_address}" if st.ray_address else f"{st.workers} worker process(es)"
     out.note(f"rule grid: {result['grid_size']} rules x {result['validation_seeds']} seed(s) on days "
-             f"{v[0]}-{v[1]} in {result['grid_seconds']:.0f} s ({st.workers} worker process(es)); "
+             f"{v[0]}-{v[1]} in {result['grid_seconds']:.0f} s ({engine}); "
              f"test days {result['test_seconds']:.0f} s")
+    pm = result.get("per_model")
+    if pm:
+        out.note(f"per-model reference (coordinate descent on days {v[0]}-{v[1]}): frontier "
+                 f"{', '.join(pm['frontier'])}; best {pm['best']}")
     for spec, fig in result["headline"].items():
         note = frontier_note(fig)
         if note:
             out.note(f"{short_name(spec)}: {note}")
     return result
+
+
+def contest_title(config: Any) -> str:
+    """``scenario / market`` of the contest's table: the config's own availability (the option's
+    default is None and make_env's is spot, so the option itself may not say)."""
+    return f"{config.scenario} / {config.availability}"
 
 
 def headline_table(result: dict[str, Any]) -> Table:
@@ -98,6 +117,8 @@ def headline_table(result: dict[str, Any]) -> Table:
                         f"{result['best_rule']}; lost demand at {result['lost_usd_per_mtok']:g} $/M tokens)")
     cols = (("frontier_cost_ratio", "frontier cost ratio", ".3f"),
             ("effective_cost_ratio", "effective cost ratio", ".3f"),
+            ("per_model_frontier_cost_ratio", "vs per-model frontier", ".3f"),
+            ("per_model_effective_cost_ratio", "vs per-model best", ".3f"),
             ("usd_per_mtok", "$/M goodput tok", ".4f"),
             ("slo_attainment", "SLO att.", ".1%"), ("reoptimizations", "re-opts", ".0f"),
             ("solver_seconds", "solver s", ".1f"))
@@ -105,7 +126,8 @@ def headline_table(result: dict[str, Any]) -> Table:
     for _, header, _ in cols:
         table.add_column(header, justify="right")
     for spec, fig in result["headline"].items():
-        table.add_row(short_name(spec), *(f"{fig[k]['mean']:{f}} ± {fig[k]['std']:{f}}" for k, _, f in cols))
+        table.add_row(short_name(spec), *(f"{fig[k]['mean']:{f}} ± {fig[k]['std']:{f}}" if k in fig else "-"
+                                          for k, _, f in cols))
     return table
 
 
@@ -122,7 +144,9 @@ def contest_settings(args: argparse.Namespace) -> Any:
     return ContestSettings(validation_days=parse_days(args.validation_days),
                            test_days=parse_days(args.eval_days), seeds=args.seeds,
                            validation_seeds=args.validation_seeds, levels=levels,
-                           lost_usd_per_mtok=args.lost_usd_per_mtok, workers=args.workers)
+                           lost_usd_per_mtok=args.lost_usd_per_mtok, workers=args.workers,
+                           hindsight=not args.no_hindsight, per_model_targets=args.per_model_targets,
+                           per_model_passes=args.per_model_passes, ray_address=args.ray)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -161,4 +185,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="price of a million tokens not served within SLO in the effective cost "
                         "(default: the reward's unserved_usd_per_mtok)")
     e.add_argument("--workers", type=int, default=2, help="worker processes running the rules")
+    e.add_argument("--ray", default=None, metavar="auto|ADDRESS",
+                   help="--rules grid: run the rules and seeds as Ray tasks on this cluster (auto: the local "
+                        "or configured one; needs the ray extra) instead of the process pool")
+    e.add_argument("--per-model-targets", type=int, default=3,
+                   help="--rules grid: SLO targets (from the rule frontier) of the per-model reference's "
+                        "coordinate descent (0: only its least-effective-cost assignment)")
+    e.add_argument("--per-model-passes", type=int, default=3,
+                   help="--rules grid: coordinate-descent passes over the models")
+    e.add_argument("--no-hindsight", action="store_true",
+                   help="--rules grid: skip the hindsight bound on the test days (it re-solves every step)")
+    add_env_id_option(e)
     e.set_defaults(handler=cmd_evaluate)

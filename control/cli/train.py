@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from atoll.control.cli.common import add_env_options, make_env, parse_days
 from atoll.control.cli.output import output_for, progress
+from atoll.envs import CLOSED_LOOP, ENV_ID, ENV_ID_V2
 from atoll.envs.config import FleetConfig, RewardWeights
 from atoll.training.train import TrainSettings
 
 BOOTSTRAP_RULE = "fixed:1"
+
+
+def world_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The FleetConfig fields ``--env`` implies: ``atoll/Fleet-v2`` is the closed loop
+    (``atoll.envs.CLOSED_LOOP``: capacity_error calibration, correction, latency SLO, the v2
+    observation); ``--capacity-error``, ``--correction`` and ``--slo-model`` given with it win."""
+    if getattr(args, "env", ENV_ID) != ENV_ID_V2:
+        return {}
+    given = {name: getattr(args, name) for name in ("capacity_error", "correction", "slo_model")
+             if getattr(args, name, None) is not None}
+    return {**CLOSED_LOOP, **given}
 
 
 def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int, seed: int
@@ -20,7 +33,7 @@ def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int
     settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps,
                              bootstrap_rule=args.bootstrap_rule, n_envs=args.n_envs,
                              demand_seeds=args.demand_seeds)
-    return make_env(args, days, reward=reward).config, settings
+    return make_env(args, days, reward=reward, **world_options(args)).config, settings
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -35,6 +48,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_env_id_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", default=ENV_ID, choices=(ENV_ID, ENV_ID_V2),
+                   help=f"{ENV_ID}: the world as modelled; {ENV_ID_V2}: the closed loop (capacities off the "
+                        "model by the calibration's spread, drawn at every reset; online correction; latency "
+                        "SLO; the policy observes latency, queues and the correction)")
+
+
 def add_train_options(p: argparse.ArgumentParser, *, bootstrap_steps: int) -> None:
     """Bootstrapping and reward options shared by ``atoll train`` and ``atoll demo``."""
     p.add_argument("--bootstrap-steps", type=int, default=bootstrap_steps,
@@ -46,6 +66,7 @@ def add_train_options(p: argparse.ArgumentParser, *, bootstrap_steps: int) -> No
                    help="training envs, one process each (both cores; a fleet file's envs step in-process)")
     p.add_argument("--demand-seeds", type=int, default=2,
                    help="demand realizations trained on (env i uses demand seed i mod this)")
+    add_env_id_option(p)
     p.add_argument("--unserved-usd-per-mtok", type=float, default=RewardWeights.unserved_usd_per_mtok,
                    help="reward: value of a million tokens not served within SLO ($)")
     p.add_argument("--reopt-usd", type=float, default=RewardWeights.reopt_usd,

@@ -1,0 +1,37 @@
+"""``atoll demo`` / ``evaluate --rules grid``: the table's title names the market the contest ran in
+(it printed ``core / None`` when --availability was not given)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from atoll.control.cli import build_parser
+from atoll.control.cli.evaluate import contest
+from atoll.control.cli.output import Output
+
+
+def canned(config: Any, learned: Any, settings: Any, **_: Any) -> dict[str, Any]:
+    row = {k: {"mean": 1.0, "std": 0.0} for k in ("cost_usd", "goodput_share", "slo_attainment",
+                                                  "usd_per_mtok", "reoptimizations", "solver_seconds")}
+    return {"policies": {"fixed:1@0.9": row}, "headline": {}, "frontier": ["fixed:1@0.9"],
+            "best_rule": "fixed:1@0.9", "lost_usd_per_mtok": 2.0, "grid_size": 1, "validation_seeds": 1,
+            "grid_seconds": 0.0, "test_seconds": 0.0, "per_model": None, "config": config}
+
+
+@pytest.mark.parametrize(("argv", "title"), [
+    (["demo"], "core / spot / test days 11-12"),
+    (["demo", "--availability", "hedged"], "core / hedged / test days 11-12"),
+    (["evaluate", "--rules", "grid", "--scenario", "extended"], "extended / spot / test days 11-14"),
+])
+def test_the_contest_title_names_the_market(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                            argv: list[str], title: str) -> None:
+    monkeypatch.setattr("atoll.training.tracking.contest_run", canned)
+    from atoll.training.contest import ContestSettings
+
+    args = build_parser().parse_args(argv)
+    days = (11, 12) if argv[0] == "demo" else (11, 14)
+    contest(Output(json_mode=False), args, [], ContestSettings(test_days=days, seeds=1))
+    out = capsys.readouterr().out
+    assert title in out and "None" not in out
