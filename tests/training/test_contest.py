@@ -71,7 +71,8 @@ def test_frontier_is_the_non_dominated_validation_rules(contest) -> None:  # typ
         assert any(q.cost_usd <= points[name].cost_usd and q.slo_attainment >= points[name].slo_attainment
                    for n, q in points.items() if n != name)
     assert contest.best_rule in points
-    assert {r.name for r in contest.test} == {*contest.frontier, contest.best_rule, "hindsight"}
+    assert {r.name for r in contest.test} == {*contest.frontier, contest.best_rule, "hindsight",
+                                              *contest.per_model_frontier, contest.per_model_best}
 
 
 def test_no_test_day_data_reaches_the_selection(contest) -> None:  # type: ignore[no-untyped-def]
