@@ -4,7 +4,15 @@ The loop is SB3's own: ``PPO("MlpPolicy")`` on a ``SubprocVecEnv`` of FleetEnvs 
 per env: both cores of the target machine; ``DummyVecEnv`` with one env) wrapped in
 ``VecNormalize`` (observations and rewards), on CPU with one torch thread. Env ``i`` meets demand
 realization ``demand_seed + i mod demand_seeds`` and days drawn from the training days, so the
-policy cannot memorize one day's demand. Metrics leave through the SB3 logger the caller passes
+policy cannot memorize one day's demand.
+
+Any FleetEnv config trains, ``atoll/Fleet-v2`` included (``atoll.envs.CLOSED_LOOP``: the world's
+capacities off the model, online correction, latency SLO and the observation's closed-loop block
+— latency, queue and correction per model — which a forecast-based rule never reads). There
+the world is drawn anew at every reset from the env's generator (seed ``seed + i`` for env ``i``,
+then its own stream), so a run meets ``n_envs`` + one per finished episode capacity-error draws
+(``capacity_error_draws`` in the stats) as well as ``demand_seeds`` demand realizations: the
+policy cannot memorize one world either. Metrics leave through the SB3 logger the caller passes
 (``atoll.training.mlflow_output`` makes one that writes to MLflow), so this module never imports
 MLflow.
 
@@ -293,8 +301,8 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
                  validate: Callable[[Policy], float] | None = None,
                  note: Callable[[str], None] | None = None) -> tuple[PPO, VecNormalize, dict[str, float]]:
     """Train PPO on ``config``'s training days; returns the model, its VecNormalize and stats
-    (``bootstrap_loss``; with early stopping ``validation_best``, ``validation_scores`` and
-    ``stopped_at``)."""
+    (``bootstrap_loss``, ``episodes``, in a world off the model ``capacity_error_draws``; with early
+    stopping ``validation_best``, ``validation_evaluations`` and ``stopped_at``)."""
     torch.set_num_threads(1)
     vec = make_vec_env(config, settings.n_envs, settings.seed, settings.gamma, settings.demand_seeds)
     model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
@@ -326,6 +334,10 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
                 note(f"validation score {stop.best:.4f} after bootstrapping")
     model.learn(total_timesteps=settings.timesteps, callback=callbacks or None, progress_bar=False)
     vec.training = False  # frozen statistics from here on (evaluation, logging)
+    episodes = sum(len(r) for r in vec.env_method("get_episode_rewards"))
+    stats["episodes"] = float(episodes)
+    if not config.capacity_error_spec.exact:  # every reset draws the world anew
+        stats["capacity_error_draws"] = float(episodes + settings.n_envs)
     if stop is not None:
         stop.restore_best()
         stats["validation_best"] = stop.best
