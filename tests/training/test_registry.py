@@ -57,7 +57,7 @@ def test_two_fleets_two_champions_each_loads_its_own() -> None:
     for fleet, run in ((a_fleet, a), (b_fleet, b)):
         assert client.get_model_version_by_alias(registered_name(fleet), CHAMPION).run_id == run["run_id"]
     # each fleet's env resolves "champion" (and the one-name spelling) to its own policy
-    for config, fleet, run in ((a_config, a_fleet, a), (b_config, b_fleet, b)):
+    for config, fleet in ((a_config, a_fleet), (b_config, b_fleet)):
         spaces = FleetSpaces.of_env(FleetEnv(config))
         assert spaces.fleet == fleet
         for spec in ("learned:champion", "learned:atoll-trigger@champion"):
@@ -80,3 +80,17 @@ def test_a_policy_that_does_not_fit_the_fleet_is_an_input_error_naming_both() ->
     levels = FleetSpaces.of_env(FleetEnv(dataclasses.replace(config, action_levels=(0.7, 0.9))))
     with pytest.raises(InputError, match="action codes per model differ"):
         resolve_policy(f"learned:{run['model_uri']}", 2, fleet=levels)
+
+
+def test_training_on_fleet_v2_sees_the_signals_and_several_worlds() -> None:
+    from atoll.envs import CLOSED_LOOP
+
+    config = tiny_config(**{**CLOSED_LOOP, "capacity_error": 0.15})
+    settings = dataclasses.replace(TINY, n_envs=2, demand_seeds=2, timesteps=128, n_steps=48, batch_size=48)
+    run = train_run(config, settings)
+    assert run["episodes"] >= 2 and run["capacity_error_draws"] == run["episodes"] + 2
+    policy = resolve_policy(f"learned:{run['model_uri']}", 2, fleet=FleetSpaces.of_env(FleetEnv(config)))
+    assert policy.metadata["env_id"] == "atoll/Fleet-v2"  # type: ignore[attr-defined]
+    assert policy.metadata["world"]["observation"] == "v2"  # type: ignore[attr-defined]
+    with pytest.raises(InputError, match="observation size"):  # not on the v1 observation
+        resolve_policy(f"learned:{run['model_uri']}", 2, fleet=FleetSpaces.of_env(FleetEnv(tiny_config())))

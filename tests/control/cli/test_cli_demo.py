@@ -25,8 +25,9 @@ def canned(config: Any, learned: Any, settings: Any, **_: Any) -> dict[str, Any]
     (["demo", "--availability", "hedged"], "core / hedged / test days 11-12"),
     (["evaluate", "--rules", "grid", "--scenario", "extended"], "extended / spot / test days 11-14"),
 ])
-def test_the_contest_title_names_the_market(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                            argv: list[str], title: str) -> None:
+def test_the_contest_title_names_the_market(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str], argv: list[str],
+                                            title: str) -> None:
     monkeypatch.setattr("atoll.training.tracking.contest_run", canned)
     from atoll.training.contest import ContestSettings
 
@@ -35,3 +36,15 @@ def test_the_contest_title_names_the_market(monkeypatch: pytest.MonkeyPatch, cap
     contest(Output(json_mode=False), args, [], ContestSettings(test_days=days, seeds=1))
     out = capsys.readouterr().out
     assert title in out and "None" not in out
+
+
+def test_env_fleet_v2_is_the_closed_loop_and_explicit_flags_win() -> None:
+    from atoll.control.cli.evaluate import contest_config
+
+    config = contest_config(build_parser().parse_args(["demo", "--env", "atoll/Fleet-v2"]))
+    assert (config.capacity_error, config.correction, config.slo_model, config.observation) == \
+        ("calibration", True, "latency", "v2")
+    argv = ["evaluate", "--rules", "grid", "--env", "atoll/Fleet-v2", "--capacity-error", "stress:0.2"]
+    config = contest_config(build_parser().parse_args(argv))
+    assert config.capacity_error == "stress:0.2" and config.observation == "v2"
+    assert contest_config(build_parser().parse_args(["demo"])).observation == "v1"
