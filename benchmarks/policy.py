@@ -19,6 +19,14 @@ Per scenario and availability:
 
 Reports the frontier, its test-day points, both headline ratios (mean and std over seeds),
 re-optimizations per day against fixed:1@0.9's, and the wall times.
+
+Issue 25 (``--worlds``): a cell is scenario x availability x world — ``exact`` (``atoll/Fleet-v1``)
+or ``calibration`` (``atoll/Fleet-v2``: capacities off the model by the calibration's spread,
+drawn at every reset, online correction, latency SLO; the policy trains on its observation with
+the closed-loop signals). Beside the one-rule frontier the contest reports the per-model
+reference (coordinate descent on the validation days, :mod:`atoll.training.per_model`) and both
+ratios against it. Every cell records ``os.getloadavg()`` before and after each phase; the
+document is rewritten after every cell (``--out``), so an interrupted run keeps what it measured.
 """
 
 from __future__ import annotations
@@ -27,19 +35,21 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import pickle
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from atoll.envs import CLOSED_LOOP  # noqa: E402
 from atoll.envs.config import FleetConfig, RewardWeights  # noqa: E402
 from atoll.envs.policies import FIXED_INTERVALS, PLANNING_LEVELS, THRESHOLD_BANDS  # noqa: E402
 from atoll.solvers.paths import cache_root  # noqa: E402
 from atoll.training.contest import ContestSettings, validation_grid, validation_scorer  # noqa: E402
-from atoll.training.evaluate import resolve_policy  # noqa: E402
 from atoll.training.tracking import contest_run, train_run  # noqa: E402
 from atoll.training.train import TrainSettings  # noqa: E402
 
@@ -75,82 +85,148 @@ def main() -> None:
     parser.add_argument("--out-suffix", default="", help="label of this attempt in the JSON keys")
     parser.add_argument("--unserved-usd-per-mtok", type=float, default=RewardWeights.unserved_usd_per_mtok)
     parser.add_argument("--reopt-usd", type=float, default=RewardWeights.reopt_usd)
+    parser.add_argument("--worlds", default="exact",
+                        help="exact (Fleet-v1) and/or calibration (Fleet-v2, the closed loop), "
+                             "comma-separated")
+    parser.add_argument("--references", default=None,
+                        help="rules outside the grid also run on the test days, comma-separated "
+                             "(default: the bootstrap rule and fixed:1@0.9; '' for none)")
+    parser.add_argument("--no-hindsight", action="store_true", help="skip hindsight on the test days")
+    parser.add_argument("--per-model-targets", type=int, default=3)
+    parser.add_argument("--per-model-passes", type=int, default=3)
+    parser.add_argument("--ray", default=None, help="run the rules as Ray tasks (auto or an address)")
+    parser.add_argument("--n-steps", type=int, default=TrainSettings.n_steps)
+    parser.add_argument("--batch-size", type=int, default=TrainSettings.batch_size)
+    parser.add_argument("--out", default=None, help="rewrite this JSON file after every cell")
+    parser.add_argument("--learned-run", default=None, metavar="RUN_ID",
+                        help="contest the policy this finished training run registered instead of training "
+                             "one (one cell only; its training time is the run's wall time)")
     args = parser.parse_args()
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = ContestSettings(
         validation_days=_days(args.validation_days), test_days=_days(args.test_days), seeds=args.seeds,
         validation_seeds=args.validation_seeds, levels=tuple(float(q) for q in args.levels.split(",")),
         intervals=tuple(int(k) for k in args.intervals.split(",")),
-        bands=tuple((float(b.split(":")[0]), float(b.split(":")[1])) for b in args.bands.split(",")),
-        workers=args.workers)
+        bands=tuple((float(b.split(":")[0]), float(b.split(":")[1])) for b in args.bands.split(",") if b),
+        workers=args.workers, hindsight=not args.no_hindsight, per_model_targets=args.per_model_targets,
+        per_model_passes=args.per_model_passes, ray_address=args.ray)
     out: dict[str, object] = {"settings": {**vars(args), "grid": settings.grid}}
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
     for scenario in args.scenarios.split(","):
         for availability in args.availabilities.split(","):
-            key = f"{scenario}/{availability}{args.out_suffix}"
-            config = FleetConfig(scenario=scenario, availability=availability, reward=reward)
-            grid_key = (config, settings.grid, settings.validation_days,
-                        settings.validation_seeds or settings.seeds)
-            digest = hashlib.sha256(pickle.dumps(grid_key)).hexdigest()[:20]
-            cached = cache_root() / "contest" / f"validation-{digest}.pkl"
-            if cached.exists():
-                validation, grid_s = pickle.loads(cached.read_bytes())
-                log(f"{key}: validation grid read from {cached} (it took {grid_s:.0f} s)")
-            else:
-                validation, grid_s = validation_grid(config, settings)
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                cached.write_bytes(pickle.dumps((validation, grid_s)))
-                log(f"{key}: validation grid of {len(validation)} rules in {grid_s:.0f} s")
-            scorer = validation_scorer(config, validation, settings)
-            t = time.perf_counter()
-            train = train_run(dataclasses.replace(config, days=_days(args.train_days)),
-                              TrainSettings(timesteps=args.timesteps, seed=0, n_envs=args.n_envs,
-                                            demand_seeds=args.demand_seeds,
-                                            bootstrap_rule=args.bootstrap_rule,
-                                            bootstrap_steps=args.bootstrap_steps,
-                                            eval_every=args.eval_every, patience=args.patience,
-                                            ent_coef=args.ent_coef, bootstrap_epochs=args.bootstrap_epochs,
-                                            learning_rate=args.learning_rate),
-                              validate=scorer, note=lambda text, k=key: log(f"{k}: {text}"))
-            train_s = time.perf_counter() - t
-            log(f"{key}: trained in {train_s:.0f} s: {train['model_uri']} ({train['registered']})")
-            learned = f"learned:{train['registered'].removeprefix('models:/')}"
-            t = time.perf_counter()
-            doc = contest_run(config, [learned], settings, run_name=f"benchmark-{scenario}-{availability}",
-                              validation=validation, references=[args.bootstrap_rule, "fixed:1@0.9"])
-            contest_s = time.perf_counter() - t
-            log(doc["table"])
-            pol = doc["policies"]
-            days = settings.test_days[1] - settings.test_days[0] + 1
-            bootstrap_val = scorer.run(resolve_policy(args.bootstrap_rule, len(scorer.env.models)))
-            out[key] = {
-                "train_seconds": train_s, "contest_seconds": contest_s, "grid_seconds": grid_s,
-                "test_seconds": doc["test_seconds"], "train_run_id": train["run_id"],
-                "model_uri": train["model_uri"], "registered": train["registered"],
-                "training": {k: train[k] for k in ("bootstrap_loss", "validation_best", "stopped_at",
-                                                   "validation_evaluations") if k in train},
-                "parent_run_id": doc["parent_run_id"],
-                "frontier": doc["frontier"], "best_rule": doc["best_rule"],
-                "frontier_validation_points": {r: doc["validation"][r] for r in doc["frontier"]},
-                "frontier_test_points": {
-                    r: {k: pol[r][k]
-                        for k in ("cost_usd", "slo_attainment", "usd_per_mtok", "reoptimizations")}
-                    for r in doc["frontier"]},
-                "headline": doc["headline"][learned],
-                "learned_validation": doc["learned_validation"].get(learned),
-                "champion": doc["champion"],
-                "reoptimizations_per_day": {
-                    "learned": _mean(pol[learned]["reoptimizations"]) / days,
-                    "fixed:1@0.9": _mean(pol["fixed:1@0.9"]["reoptimizations"]) / days},
-                "bootstrap_rule": {"name": args.bootstrap_rule, "validation": bootstrap_val,
-                                   "test": pol.get(args.bootstrap_rule)},
-                "hindsight": {k: pol["hindsight"][k] for k in ("cost_usd", "slo_attainment", "usd_per_mtok")},
-                "validation": doc["validation"], "policies": pol,
-            }
-            print(json.dumps({key: out[key]["headline"]}, default=str), file=sys.stderr, flush=True)
-    print(json.dumps(out, indent=2))
+            for world in args.worlds.split(","):
+                key = f"{scenario}/{availability}/{world}{args.out_suffix}"
+                out[key] = cell(args, settings, scenario, availability, world, reward, key, log)
+                print(json.dumps({key: out[key]["headline"]}, default=str), file=sys.stderr, flush=True)
+                if args.out:
+                    Path(args.out).write_text(json.dumps(out, indent=2, default=str))
+    print(json.dumps(out, indent=2, default=str))
+
+
+def _load() -> list[float]:
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, availability: str, world: str,
+         reward: RewardWeights, key: str, log: Any) -> dict[str, Any]:
+    """One cell: the validation grid (cached), PPO early-stopped on it, the contest on the test days."""
+    if world not in ("exact", "calibration"):
+        raise SystemExit(f"--worlds: {world!r} is not exact or calibration")
+    closed = CLOSED_LOOP if world == "calibration" else {}
+    config = FleetConfig(scenario=scenario, availability=availability, reward=reward, **closed)
+    loads: dict[str, list[float]] = {"start": _load()}
+    grid_key = (config, settings.grid, settings.validation_days, settings.validation_seeds or settings.seeds)
+    digest = hashlib.sha256(pickle.dumps(grid_key)).hexdigest()[:20]
+    cached = cache_root() / "contest" / f"validation-{digest}.pkl"
+    if cached.exists():
+        validation, grid_s = pickle.loads(cached.read_bytes())
+        log(f"{key}: validation grid read from {cached} (it took {grid_s:.0f} s)")
+    else:
+        validation, grid_s = validation_grid(config, settings)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_bytes(pickle.dumps((validation, grid_s)))
+        log(f"{key}: validation grid of {len(validation)} rules in {grid_s:.0f} s")
+    loads["after_grid"] = _load()
+    scorer = validation_scorer(config, validation, settings)
+    if args.learned_run:
+        train, train_s = _finished_run(args.learned_run)
+    else:
+        train, train_s = _train(args, config, scorer, key, log)
+    loads["after_training"] = _load()
+    log(f"{key}: trained in {train_s:.0f} s: {train['model_uri']} ({train['registered']})")
+    learned = f"learned:{train['registered'].removeprefix('models:/')}"
+    t = time.perf_counter()
+    given = args.references if args.references is not None else f"{args.bootstrap_rule},fixed:1@0.9"
+    refs = [r for r in given.split(",") if r]
+    doc = contest_run(config, [learned], settings, run_name=f"benchmark-{key}",
+                      validation=validation, references=refs)
+    contest_s = time.perf_counter() - t
+    loads["after_contest"] = _load()
+    log(doc["table"])
+    pol = doc["policies"]
+    days = settings.test_days[1] - settings.test_days[0] + 1
+    pm = doc.get("per_model") or {}
+    per_day = {name: _mean(pol[name]["reoptimizations"]) / days for name in pol}
+    return {
+        "world": world, "env_id": "atoll/Fleet-v2" if closed else "atoll/Fleet-v1",
+        "train_seconds": train_s, "contest_seconds": contest_s, "grid_seconds": grid_s,
+        "test_seconds": doc["test_seconds"], "train_run_id": train["run_id"],
+        "model_uri": train["model_uri"], "registered": train["registered"], "fleet": train["fleet"],
+        "training": {k: train[k] for k in ("bootstrap_loss", "validation_best", "stopped_at",
+                                           "validation_evaluations", "episodes", "capacity_error_draws")
+                     if k in train},
+        "parent_run_id": doc["parent_run_id"], "loadavg": loads,
+        "frontier": doc["frontier"], "best_rule": doc["best_rule"],
+        "per_model": pm,
+        "frontier_validation_points": {r: doc["validation"][r] for r in doc["frontier"]},
+        "frontier_test_points": {
+            r: {k: pol[r][k] for k in ("cost_usd", "slo_attainment", "usd_per_mtok", "reoptimizations")}
+            for r in doc["frontier"]},
+        "per_model_test_points": {
+            r: {k: pol[r][k] for k in ("cost_usd", "slo_attainment", "usd_per_mtok", "reoptimizations")}
+            for r in dict.fromkeys([*pm.get("frontier", []), *([pm["best"]] if pm.get("best") else [])])},
+        "headline": doc["headline"][learned],
+        "learned_validation": doc["learned_validation"].get(learned),
+        "champion": doc["champion"],
+        "reoptimizations_per_day": per_day,
+        "hindsight": ({k: pol["hindsight"][k] for k in ("cost_usd", "slo_attainment", "usd_per_mtok")}
+                      if "hindsight" in pol else None),
+        "validation": doc["validation"], "policies": pol,
+    }
+
+
+def _train(args: argparse.Namespace, config: FleetConfig, scorer: Any, key: str, log: Any
+           ) -> tuple[dict[str, Any], float]:
+    t = time.perf_counter()
+    train = train_run(dataclasses.replace(config, days=_days(args.train_days)),
+                      TrainSettings(timesteps=args.timesteps, seed=0, n_envs=args.n_envs,
+                                    demand_seeds=args.demand_seeds, n_steps=args.n_steps,
+                                    batch_size=args.batch_size,
+                                    bootstrap_rule=args.bootstrap_rule,
+                                    bootstrap_steps=args.bootstrap_steps,
+                                    eval_every=args.eval_every, patience=args.patience,
+                                    ent_coef=args.ent_coef, bootstrap_epochs=args.bootstrap_epochs,
+                                    learning_rate=args.learning_rate),
+                      validate=scorer, note=lambda text, k=key: log(f"{k}: {text}"))
+    return train, time.perf_counter() - t
+
+
+def _finished_run(run_id: str) -> tuple[dict[str, Any], float]:
+    """A finished training run's policy (as train_run returns it) and its wall seconds."""
+    from mlflow.tracking import MlflowClient
+
+    from atoll.training.tracking import configure
+
+    configure()
+    run = MlflowClient().get_run(run_id)
+    tags, metrics = run.data.tags, run.data.metrics
+    train: dict[str, Any] = {"run_id": run_id, "model_uri": tags["atoll.model_uri"],
+                             "registered": "models:/" + tags["atoll.registered"],
+                             "fleet": tags["atoll.registered"].split("/")[0].removeprefix("atoll-trigger-"),
+                             **metrics}
+    return train, (run.info.end_time - run.info.start_time) / 1000.0
 
 
 def _mean(value: object) -> float:
