@@ -301,3 +301,27 @@ def test_a_library_of_whole_node_multiples_of_slices_still_packs() -> None:
     assert problem.index.sliced_rcs == {(REGION, "8xH100")}
     assert res.cost_per_hour == pytest.approx(100.0) and len(res.packing.nodes) == 2
     assert all(len(n.slices) == 4 and len({s.instance for s in n.slices}) == 1 for n in res.packing.nodes)
+
+
+def test_a_cold_sliced_solve_starts_from_the_whole_node_plan() -> None:
+    """Cold solves of a sliced library hand HiGHS the whole-node plan: accepted, and the sliced
+    optimum is never above it (and still the brute-force optimum)."""
+    rng = random.Random(77)
+    started = 0
+    for _ in range(20):
+        templates, demand, prices, avail = _synthetic(rng)
+        problem = AllocationProblem(templates, demand, avail, prices)
+        whole = tuple(t for t in templates if not t.has_slices)
+        res = solve_allocation(problem)
+        if not whole or len(whole) == len(templates):
+            assert res.warm_start_accepted is None
+            continue
+        sub = solve_allocation(problem.with_changes(templates=whole))
+        if sub.allocation is None or not sub.allocation.counts:
+            continue
+        started += 1
+        assert res.warm_start_accepted is True, res.message
+        assert res.status is SolveStatus.OPTIMAL
+        assert res.cost_per_hour <= sub.cost_per_hour + 1e-6
+        assert res.cost_per_hour == pytest.approx(_brute_cost(problem, 5), rel=1e-6)
+    assert started >= 3  # the path was exercised
