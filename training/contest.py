@@ -387,7 +387,10 @@ def choose_per_model(validation: Totals, n_models: int, frontier: Sequence[str],
     assignments of :func:`atoll.training.per_model.per_model_reference`; the per-model frontier =
     the non-dominated points among the one-rule frontier and those assignments (their points read
     off the table); the per-model best = the least effective cost among them, the best rule and
-    the effective-cost descent's answer. None when the grid has no fixed rule with per-model sums."""
+    the effective-cost descent's answer. None when the grid has no fixed rule, or its totals have no
+    per-model sums (a grid cached before they were recorded)."""
+    if not any(model_key(0, "cost_usd") in rows[0] for rows in validation.values()):
+        return None  # totals of a grid run before the per-model sums (a cache): no per-model reference
     table = model_table(validation, n_models)
     if not table:
         return None
