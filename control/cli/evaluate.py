@@ -21,7 +21,9 @@ def evaluate(out: Output, args: argparse.Namespace, days: tuple[int, int], specs
 
     if seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {seeds}")
-    env = make_env(args, days)
+    from atoll.control.cli.train import world_options
+
+    env = make_env(args, days, **world_options(args))
     day_list = list(range(days[0], days[1] + 1))
     total = len(specs) * seeds * len(day_list) * env.config.episode_steps
     with progress("evaluating", total) as advance:
