@@ -39,9 +39,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,49 @@ def core_pass(args: tuple[int, str]) -> dict[str, Any]:
     return out
 
 
+def core_peak_pass(seed: int) -> list[dict[str, Any]]:
+    """Rows as :func:`core_pass`'s for every ``peak:*`` forecaster of ``NEW`` from one causal
+    ``peak:auto`` pass per model: its candidates are the standalone ``peak:<base>`` forecasters,
+    fitted on the same warm-up and updated with the same steps, so their forecasts are theirs
+    (one pass instead of seven; ``pass_seconds_or_cache`` is that pass's time for all)."""
+    spec = SCENARIOS["core"]
+    series = workload_series("servegen", spec.models, spec.req_per_s, 300.0, resample="sampled", seed=seed)
+    rates = np.stack([np.asarray(s.requests_per_s, dtype=float) for s in series])
+    rates = rates[:, : (rates.shape[1] // DAY) * DAY]
+    steps, warm = rates.shape[1], WARMUP_DAYS * DAY
+    t = time.perf_counter()
+    upper = {f: np.full(rates.shape, np.nan) for f in NEW}
+    point = {f: np.full(rates.shape, np.nan) for f in NEW}
+    choices: dict[str, list[tuple[int, str]]] = {}
+    for i, m in enumerate(spec.models):
+        auto = make_forecaster("peak:auto", DAY, horizon=H)
+        assert isinstance(auto, PeakAuto)
+        auto.fit(rates[i, :warm])
+        if set(auto._live) != {f.split(":")[1] for f in NEW if f != "peak:auto"}:
+            raise RuntimeError(f"seed {seed} {m}: peak:auto fitted {sorted(auto._live)}, not every base")
+        for g in range(warm, steps):
+            for name, f in (*((f"peak:{b}", c) for b, c in auto._live.items()), ("peak:auto", auto)):
+                fc = f.forecast(H)
+                upper[name][i, g], point[name][i, g] = fc.quantile(LEVEL).max(), fc.mean.max()
+            auto.update(rates[i, g])
+        choices[m] = [(int(s) // DAY + 1, n) for s, n in auto.selections]
+    seconds = time.perf_counter() - t
+    rows = []
+    for f in NEW:
+        out: dict[str, Any] = {"seed": seed, "forecaster": f, "pass_seconds_or_cache": seconds,
+                               "pass": "one peak:auto pass (its candidates)"}
+        for split, (a, b) in (("validation", (4, 10)), ("test", (11, 14))):
+            g = day_origins(a, b, steps)
+            peak = target(rates, g)
+            out[split] = {m: metrics(upper[f][i, g], point[f][i, g], peak[i])
+                          for i, m in enumerate(spec.models)}
+        if f == "peak:auto":
+            out["choices"] = choices
+        rows.append(out)
+    log(f"core seed {seed} peak:*: {seconds:.1f} s")
+    return rows
+
+
 # ----- robustness suite -----------------------------------------------------------------------
 def suite() -> list[tuple[str, str, np.ndarray]]:
     out = [(name, "synthetic", synthetic_series(name, days=10, seed=0)) for name in SYNTHETIC]
@@ -162,20 +206,26 @@ def series_pass(args: tuple[str, str, np.ndarray, str]) -> dict[str, Any]:
 
 
 # ----- closed loop ----------------------------------------------------------------------------
-def loop_run(args: tuple[int, str, str, float, tuple[int, ...]]) -> dict[str, Any]:
+LoopJob = tuple[int, str, str, float, tuple[int, ...], str, str]  # seed, forecaster, policy, level, days,
+# scenario, market
+
+
+def loop_run(args: LoopJob) -> dict[str, Any]:
     from atoll.envs.fleet_env import FleetEnv
     from atoll.envs.policies import make_policy
     from atoll.envs.rollout import run_policy
 
-    seed, forecaster, policy, level, days = args
-    config = FleetConfig(scenario="core", availability="spot", days=(min(days), max(days)), demand_seed=seed,
-                         forecaster=forecaster)
-    env = FleetEnv(dataclasses.replace(config, planning_quantile=level))
+    seed, forecaster, policy, level, days, scenario, market = args
+    config = FleetConfig(scenario=scenario, availability=market, days=(min(days), max(days)),
+                         demand_seed=seed, forecaster=forecaster)
+    load_before = os.getloadavg()[0]
     t = time.perf_counter()
+    env = FleetEnv(dataclasses.replace(config, planning_quantile=level))
     totals = run_policy(env, make_policy(policy, len(env.models)), days=list(days), seed=seed).totals()
-    row = {"seed": seed, "forecaster": forecaster, "policy": policy, "level": level,
-           "cost_usd": float(totals["cost_usd"]), "slo_attainment": float(totals["slo_attainment"]),
-           "seconds": time.perf_counter() - t}
+    row = {"scenario": scenario, "market": market, "days": list(days), "seed": seed, "forecaster": forecaster,
+           "policy": policy, "level": level, "cost_usd": float(totals["cost_usd"]),
+           "slo_attainment": float(totals["slo_attainment"]), "seconds": time.perf_counter() - t,
+           "load_1min": [load_before, os.getloadavg()[0]]}
     log(f"loop {row}")
     return row
 
@@ -208,28 +258,78 @@ def mean_ratio(rows: list[dict[str, Any]], split: str, base: dict[tuple[int, str
     return float(np.mean(ratios))
 
 
-def loop_summary(rows: list[dict[str, Any]], chosen: str, days: tuple[int, ...]) -> dict[str, Any]:
-    """Curves (mean SLO attainment and cost per level, over the seeds that ran), cost at matched
-    SLO and the references; ``seeds`` per entry says how many seeds each mean is over."""
-    def mean_of(f: str, p: str, q: float) -> dict[str, Any] | None:
-        mine = [r for r in rows if r["forecaster"] == f and r["policy"] == p and r["level"] == q]
-        if not mine:
-            return None
-        return {"slo_attainment": float(np.mean([r["slo_attainment"] for r in mine])),
-                "cost_usd": float(np.mean([r["cost_usd"] for r in mine])),
-                "seeds": sorted(int(r["seed"]) for r in mine)}
+LOOP_LEVELS = (0.8, 0.9, 0.95)
 
-    curves = {f: {f"{q:g}": c for q in (0.8, 0.9, 0.95) if (c := mean_of(f, "fixed:1", q))}
-              for f in ("ets", chosen)}
-    matched = {}
-    for q, c in curves["ets"].items():
-        new = matched_cost([(v["slo_attainment"], v["cost_usd"]) for v in curves[chosen].values()],
-                           c["slo_attainment"])
-        matched[q] = {"ets_slo": c["slo_attainment"], "ets_cost": c["cost_usd"],
-                      "chosen_cost_at_that_slo": new, "ratio": None if new is None else new / c["cost_usd"]}
-    refs = {p: mean_of("ets", p, LEVEL) for p in ("oracle-rate", "hindsight")}
-    return {"scenario": "core", "market": "spot", "days": f"{days[0]}-{days[-1]} (test)", "chosen": chosen,
-            "curves": curves, "matched_slo": matched, "references": refs, "rows": rows}
+
+def loop_summary(rows: list[dict[str, Any]], chosen: str) -> dict[str, Any]:
+    """Per cell (scenario, market, days): each forecaster's ``fixed:1`` curve over the planning
+    levels (means over the seeds on which *both* forecasters ran that level, so the two curves
+    are over the same demand), the frontier cost ratio and the references.
+
+    - ``matched_slo``: at each of ``ets``'s points, the new forecaster's cost interpolated (in
+      SLO attainment, between its levels) at ``ets``'s SLO attainment, over ``ets``'s cost; None
+      where that SLO lies outside the new curve.
+    - ``at_new_points``: at each of the new forecaster's points, its cost over ``ets``'s
+      frontier cost at its SLO attainment (:func:`atoll.training.frontier.frontier_cost_at`;
+      ``position`` says whether the point lay inside ``ets``'s range or above / below it).
+    - ``frontier_cost_ratio``: the mean of the ``matched_slo`` ratios that exist, else of the
+      ``at_new_points`` ones ``inside``, else None (the curves do not overlap).
+    - ``references``: ``oracle-rate`` and ``hindsight`` at 0.9 over ``ets``'s frontier cost at
+      their SLO attainment (same seeds as the ratio where they ran)."""
+    from atoll.training.frontier import Point, frontier_cost_at, select_frontier
+
+    rows = [{"scenario": "core", "market": "spot", "days": [11, 12, 13, 14], **r} for r in rows]
+    cells: dict[str, Any] = {}
+    for key in sorted({(r["scenario"], r["market"], tuple(r["days"])) for r in rows}):
+        scenario, market, days = key
+        mine = [r for r in rows if (r["scenario"], r["market"], tuple(r["days"])) == key]
+
+        def runs(f: str, p: str, q: float, rows_: list[dict[str, Any]] = mine) -> dict[int, dict[str, Any]]:
+            return {int(r["seed"]): r for r in rows_ if r["forecaster"] == f and r["policy"] == p
+                    and r["level"] == q}
+
+        curves: dict[str, dict[str, Any]] = {"ets": {}, chosen: {}}
+        for q in LOOP_LEVELS:
+            a, b = runs("ets", "fixed:1", q), runs(chosen, "fixed:1", q)
+            common = sorted(set(a) & set(b))
+            for f, rs in (("ets", a), (chosen, b)):
+                if common:
+                    curves[f][f"{q:g}"] = {
+                        "slo_attainment": float(np.mean([rs[s]["slo_attainment"] for s in common])),
+                        "cost_usd": float(np.mean([rs[s]["cost_usd"] for s in common])), "seeds": common}
+        seeds_used = sorted({s for c in curves["ets"].values() for s in c["seeds"]})
+        matched: dict[str, Any] = {}
+        new_curve = [(v["slo_attainment"], v["cost_usd"]) for v in curves[chosen].values()]
+        for q, c in curves["ets"].items():
+            new = matched_cost(new_curve, c["slo_attainment"])
+            matched[q] = {"ets_slo": c["slo_attainment"], "ets_cost": c["cost_usd"],
+                          "chosen_cost_at_that_slo": new,
+                          "ratio": None if new is None else new / c["cost_usd"]}
+        line = select_frontier([Point(f"ets@{q}", c["cost_usd"], c["slo_attainment"])
+                                for q, c in curves["ets"].items()]) if curves["ets"] else []
+        at_new: dict[str, Any] = {}
+        for q, c in curves[chosen].items():
+            reading = frontier_cost_at(line, c["slo_attainment"])
+            at_new[q] = {"ratio": c["cost_usd"] / reading.cost_usd, "position": reading.position}
+        ratios = [m["ratio"] for m in matched.values() if m["ratio"] is not None]
+        if not ratios:
+            ratios = [v["ratio"] for v in at_new.values() if v["position"] == "inside"]
+        refs: dict[str, Any] = {}
+        for p in ("oracle-rate", "hindsight"):
+            rs = runs("ets", p, LEVEL)
+            use = [s for s in seeds_used if s in rs] or sorted(rs)
+            if not use or not line:
+                continue
+            slo = float(np.mean([rs[s]["slo_attainment"] for s in use]))
+            cost = float(np.mean([rs[s]["cost_usd"] for s in use]))
+            reading = frontier_cost_at(line, slo)
+            refs[p] = {"slo_attainment": slo, "cost_usd": cost, "seeds": use,
+                       "ratio_to_ets_frontier": cost / reading.cost_usd, "position": reading.position}
+        cells[f"{scenario}/{market}/days {days[0]}-{days[-1]}"] = {
+            "scenario": scenario, "market": market, "days": list(days), "chosen": chosen, "seeds": seeds_used,
+            "curves": curves, "matched_slo": matched, "at_new_points": at_new,
+            "frontier_cost_ratio": float(np.mean(ratios)) if ratios else None, "references": refs}
+    return {"cells": cells, "rows": rows}
 
 
 def main() -> None:
@@ -241,9 +341,20 @@ def main() -> None:
                         help="test days of the closed loop, FIRST-LAST (default 11-14)")
     parser.add_argument("--loop-runs", default="",
                         help="only these closed-loop runs: SEED/FORECASTER/POLICY/LEVEL, comma-separated")
+    parser.add_argument("--loop-cells", default="core/spot",
+                        help="SCENARIO/MARKET cells of the closed loop, comma-separated "
+                             "(e.g. core/spot,core/hedged,extended/spot,extended/hedged)")
+    parser.add_argument("--loop-out", type=Path,
+                        help="append every closed-loop row to this file as it finishes (one JSON object a "
+                             "line; --loop-rows reads it back), so a cut-short run keeps what ran")
     parser.add_argument("--loop-rows", nargs="*", type=Path,
                         help="files of earlier closed-loop rows (one JSON object a line) to summarize with")
     parser.add_argument("--speed-forecasters", default="ets,peak:blend,peak:auto")
+    parser.add_argument("--carry", type=Path,
+                        help="an earlier document whose core figures of today's forecasters not re-run "
+                             "(--core-today) are carried over, marked as such")
+    parser.add_argument("--core-today", default="ets,auto",
+                        help="today's forecasters the core part runs (ets is the reference and must be one)")
     parser.add_argument("--chosen", default="peak:auto",
                         help="the loop's new forecaster when the core part (which chooses it) does not run")
     args = parser.parse_args()
@@ -256,11 +367,14 @@ def main() -> None:
     chosen = args.chosen
     with ProcessPoolExecutor(args.jobs) as pool:
         if "core" in parts:
-            rows = list(pool.map(core_pass, [(s, f) for s in seeds for f in FORECASTERS]))
+            today = [f for f in args.core_today.split(",") if f]
+            rows = list(pool.map(core_pass, [(s, f) for s in seeds for f in today]))
+            rows += [r for rs in pool.map(core_peak_pass, seeds) for r in rs]
             base = {(r["seed"], m): {sp: r[sp][m]["pinball_0.9"] for sp in ("validation", "test")}
                     for r in rows if r["forecaster"] == "ets" for m in r["validation"]}
+            core_base = base
             summary: dict[str, Any] = {}
-            for f in FORECASTERS:
+            for f in (*today, *NEW):
                 mine = [r for r in rows if r["forecaster"] == f]
                 summary[f] = {}
                 for sp in ("validation", "test"):
@@ -274,6 +388,11 @@ def main() -> None:
                     }
                 summary[f]["pass_seconds_max"] = float(max(r["pass_seconds_or_cache"] for r in mine))
             chosen = min(NEW, key=lambda f: summary[f]["validation"]["pinball_vs_ets"])
+            if args.carry:  # today's forecasters not re-run (their code unchanged): the earlier figures
+                earlier = json.loads(args.carry.read_text())["core"]["summary"]
+                for f in TODAY:
+                    if f not in summary and f in earlier:
+                        summary[f] = {**earlier[f], "carried_from": str(args.carry)}
             doc["core"] = {"summary": summary, "chosen_on_validation": chosen, "rows": rows}
             log(f"core: chosen on validation days 4-10: {chosen}; "
                 + "; ".join(f"{f} val {s['validation']['pinball_vs_ets']:.3f} "
@@ -296,6 +415,20 @@ def main() -> None:
                                 **({"selections": r["selections"]} if "selections" in r else {})}
                             for f, r in mine.items()}
             doc["robustness"] = table
+            if "core" in doc:
+                # The env default: of the new forecasters both parts ran, the lowest validation
+                # pinball ratio to ets over every validation series (core's 9 and the suite's),
+                # each series counted once — a default must hold on traces beyond core.
+                both = [f for f in ROBUST if f in NEW]
+                per_series = {
+                    f: [r["validation"][m]["pinball_0.9"] / core_base[(r["seed"], m)]["validation"]
+                        for r in doc["core"]["rows"] if r["forecaster"] == f for m in r["validation"]]
+                    + [t[f]["validation_pinball_vs_ets"] for t in table.values()] for f in both}
+                means = {f: float(np.mean(v)) for f, v in per_series.items()}
+                doc["default_chosen_on_validation"] = {
+                    "chosen": min(means, key=means.__getitem__), "mean_validation_pinball_vs_ets": means,
+                    "series": {f: len(v) for f, v in per_series.items()}}
+                log(f"default chosen on validation: {doc['default_chosen_on_validation']}")
             log("robustness: " + "; ".join(
                 f"{n} auto {t['peak:auto']['test_pinball_vs_ets']:.2f}xets "
                 f"{t['peak:auto']['test_pinball_vs_best_trivial']:.2f}xtriv "
@@ -303,18 +436,33 @@ def main() -> None:
                 for n, t in table.items()))
         if "loop" in parts:
             days = tuple(range(args.loop_days[0], args.loop_days[1] + 1))
-            if args.loop_runs:  # SEED/FORECASTER/POLICY/LEVEL,...: only these (a shorter run)
-                jobs = [(int(a), f, p, float(q), days)
+            cells = sorted((tuple(c.split("/")) for c in args.loop_cells.split(",") if c),
+                           key=lambda c: c[0] != "extended")
+            jobs: list[LoopJob] = []
+            # Seed-major, then cell (extended first: the longest runs start early), so a run cut
+            # short has whole seeds of every cell; the references after the curves of a seed.
+            for s in seeds:
+                for sc, mk in cells:
+                    if args.loop_runs:  # SEED/FORECASTER/POLICY/LEVEL,...: only these
+                        continue
+                    jobs += [(s, f, "fixed:1", q, days, sc, mk) for q in (0.9, 0.8, 0.95)
+                             for f in ("ets", chosen)]
+                    jobs += [(s, "ets", p, LEVEL, days, sc, mk) for p in ("oracle-rate", "hindsight")]
+            if args.loop_runs:
+                jobs = [(int(a), f, p, float(q), days, sc, mk) for sc, mk in cells
                         for a, f, p, q in (r.split("/") for r in args.loop_runs.split(","))]
-            else:
-                jobs = [(s, f, "fixed:1", q, days) for f in ("ets", chosen) for q in (0.8, 0.9, 0.95)
-                        for s in seeds]
-                jobs += [(s, "ets", p, LEVEL, days) for p in ("oracle-rate", "hindsight") for s in seeds]
-            rows = list(pool.map(loop_run, jobs))
+            rows: list[dict[str, Any]] = []
+            futures = [pool.submit(loop_run, j) for j in jobs]
+            for fut in as_completed(futures):
+                rows.append(fut.result())
+                if args.loop_out:
+                    with args.loop_out.open("a") as fh:
+                        fh.write(json.dumps(rows[-1]) + "\n")
             for path in args.loop_rows or ():  # rows of earlier runs (one JSON object a line)
                 rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            doc["loop"] = loop_summary(rows, chosen, days)
-            log(f"loop: {json.dumps({k: doc['loop'][k] for k in ('curves', 'matched_slo', 'references')})}")
+            doc["frontier"] = loop_summary(rows, chosen)
+            log("frontier: " + "; ".join(f"{k} {v['frontier_cost_ratio']}"
+                                         for k, v in doc["frontier"]["cells"].items()))
         if "speed" in parts:
             doc["speed"] = list(pool.map(speed_pass, args.speed_forecasters.split(",")))
     doc["wall_seconds"] = time.perf_counter() - started

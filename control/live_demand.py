@@ -61,6 +61,7 @@ import numpy as np
 from atoll.control.state import HistoryPoint
 from atoll.envs.demand import WARMUP_DAYS
 from atoll.forecast.forecasters import DAY, Forecaster, make_forecaster
+from atoll.forecast.planning import DEFAULT_FORECASTER
 
 RECENT_BINS = 3
 RECENT_MARGIN = 0.1
@@ -350,7 +351,7 @@ class LiveForecast:
     relative shape drift reported.
     """
 
-    def __init__(self, *, shapes: Mapping[str, tuple[float, float]], forecaster: str = "ets",
+    def __init__(self, *, shapes: Mapping[str, tuple[float, float]], forecaster: str = DEFAULT_FORECASTER,
                  quantile: float = 0.9, horizon: int = 3, step_s: float = 300.0, season: int = DAY,
                  levels: Sequence[float] = (), shape_tolerance: float = SHAPE_TOLERANCE) -> None:
         if horizon < 1:

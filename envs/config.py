@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from atoll.envs.actions import ACTION_KINDS, DEFAULT_ACTION_LEVELS
 from atoll.envs.capacity_error import CapacityError
 from atoll.forecast.forecasters import FORECASTERS, QUANTILES
+from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
@@ -81,7 +82,7 @@ class FleetConfig:
     step_s: float = 300.0
     episode_steps: int = 288
     drain_s: float = 60.0
-    forecaster: str = "ets"
+    forecaster: str = DEFAULT_FORECASTER  # peak:auto (issue 24); "ets" before
     planning_quantile: float = 0.9
     look_ahead_s: float = 900.0
     availability: str = "spot"

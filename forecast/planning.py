@@ -91,6 +91,10 @@ BURN_IN = 24  # matured targets before a score window is trusted for selection (
 SELECT_LEVEL = 0.9  # the pinball loss auto chooses by: the env's default planning level
 SWITCH_MARGIN = 0.05  # auto switches only to a candidate that is this much better
 BASES: tuple[str, ...] = ("persistence", "ewma", "naive", "ets", "llt", "blend")
+# The planning forecaster the env (FleetConfig.forecaster) and the controller (LiveForecast)
+# use unless told otherwise: chosen on validation days (core's 4-10 and the robustness suite's),
+# ``benchmarks/planning.py``'s ``default_chosen_on_validation``; ``ets`` stays available by name.
+DEFAULT_FORECASTER = "peak:auto"
 BLEND: tuple[str, ...] = ("persistence", "ets")
 
 

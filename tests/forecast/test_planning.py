@@ -178,3 +178,20 @@ def test_env_book_and_live_controller_forecast_the_same_peak() -> None:
     # to the rounding of the request-equivalent units (see atoll.control.live_demand)
     np.testing.assert_allclose(fc.upper[0] / 100.0, book.upper[0, g].max(), rtol=1e-6)
     np.testing.assert_allclose(fc.upper[1] / 10.0, book.upper[0, g].max(), rtol=1e-6)
+
+
+def test_the_env_and_the_controller_default_to_the_planning_forecaster_chosen_on_validation() -> None:
+    """peak:auto was chosen as the default on validation days (benchmarks/planning.py's
+    default_chosen_on_validation); the env's config and the controller's forecast share it, and
+    ets stays available by name."""
+    import inspect
+
+    from atoll.control.live_demand import LiveForecast
+    from atoll.envs.config import FleetConfig
+    from atoll.forecast.forecasters import PLANNING_FORECASTERS
+    from atoll.forecast.planning import DEFAULT_FORECASTER
+
+    assert DEFAULT_FORECASTER == "peak:auto" and DEFAULT_FORECASTER in PLANNING_FORECASTERS
+    assert FleetConfig().forecaster == DEFAULT_FORECASTER
+    assert inspect.signature(LiveForecast).parameters["forecaster"].default == DEFAULT_FORECASTER
+    assert FleetConfig(forecaster="ets").forecaster == "ets"
