@@ -157,9 +157,13 @@ def evaluate(table: Table, options: Sequence[Option]) -> Assignment:
 Objective = Callable[[Assignment], tuple[float, ...]]
 
 
+SLO_TOLERANCE = 1e-9  # a table's sums and a rule's own totals may differ in the last bits
+
+
 def slo_objective(target: float) -> Objective:
-    """Least cost at SLO attainment >= ``target`` (shortfall first, then cost)."""
-    return lambda a: (max(0.0, target - a.slo_attainment), a.cost_usd)
+    """Least cost at SLO attainment >= ``target`` (shortfall first, then cost); a shortfall within
+    :data:`SLO_TOLERANCE` is none, so rounding never buys SLO at a cost."""
+    return lambda a: (max(0.0, target - a.slo_attainment - SLO_TOLERANCE), a.cost_usd)
 
 
 def effective_objective(lost_usd_per_mtok: float) -> Objective:
