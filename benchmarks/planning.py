@@ -272,8 +272,9 @@ def loop_summary(rows: list[dict[str, Any]], chosen: str) -> dict[str, Any]:
     - ``at_new_points``: at each of the new forecaster's points, its cost over ``ets``'s
       frontier cost at its SLO attainment (:func:`atoll.training.frontier.frontier_cost_at`;
       ``position`` says whether the point lay inside ``ets``'s range or above / below it).
-    - ``frontier_cost_ratio``: the mean of the ``matched_slo`` ratios that exist, else of the
-      ``at_new_points`` ones ``inside``, else None (the curves do not overlap).
+    - ``frontier_cost_ratio``: the mean of every reading inside the other curve's range, both
+      directions (the ``matched_slo`` ratios that exist and the ``at_new_points`` ones
+      ``inside``); None where the curves do not overlap in SLO attainment.
     - ``references``: ``oracle-rate`` and ``hindsight`` at 0.9 over ``ets``'s frontier cost at
       their SLO attainment (same seeds as the ratio where they ran)."""
     from atoll.training.frontier import Point, frontier_cost_at, select_frontier
@@ -288,12 +289,16 @@ def loop_summary(rows: list[dict[str, Any]], chosen: str) -> dict[str, Any]:
             return {int(r["seed"]): r for r in rows_ if r["forecaster"] == f and r["policy"] == p
                     and r["level"] == q}
 
+        # the seeds both forecasters ran (at some level); a level enters a curve when it ran on
+        # every one of them, so both curves are means over the same demand
+        ran = {f: {int(r["seed"]) for r in mine if r["forecaster"] == f and r["policy"] == "fixed:1"}
+               for f in ("ets", chosen)}
+        common = sorted(ran["ets"] & ran[chosen])
         curves: dict[str, dict[str, Any]] = {"ets": {}, chosen: {}}
         for q in LOOP_LEVELS:
-            a, b = runs("ets", "fixed:1", q), runs(chosen, "fixed:1", q)
-            common = sorted(set(a) & set(b))
-            for f, rs in (("ets", a), (chosen, b)):
-                if common:
+            for f in ("ets", chosen):
+                rs = runs(f, "fixed:1", q)
+                if common and all(s in rs for s in common):
                     curves[f][f"{q:g}"] = {
                         "slo_attainment": float(np.mean([rs[s]["slo_attainment"] for s in common])),
                         "cost_usd": float(np.mean([rs[s]["cost_usd"] for s in common])), "seeds": common}
@@ -312,8 +317,7 @@ def loop_summary(rows: list[dict[str, Any]], chosen: str) -> dict[str, Any]:
             reading = frontier_cost_at(line, c["slo_attainment"])
             at_new[q] = {"ratio": c["cost_usd"] / reading.cost_usd, "position": reading.position}
         ratios = [m["ratio"] for m in matched.values() if m["ratio"] is not None]
-        if not ratios:
-            ratios = [v["ratio"] for v in at_new.values() if v["position"] == "inside"]
+        ratios += [v["ratio"] for v in at_new.values() if v["position"] == "inside"]
         refs: dict[str, Any] = {}
         for p in ("oracle-rate", "hindsight"):
             rs = runs("ets", p, LEVEL)
