@@ -21,11 +21,12 @@ Parts (``--parts``, comma-separated; default all):
   minutes per series). Fit on days 1-3;
   validation days 4-6, test days 7-10 (synthetic, 10 days)
   or validation days 4-10, test days 11-14 (14 days).
-- ``loop``: ``fixed:1`` at levels 0.8/0.9/0.95 on core/spot, test days 11-14 (``--loop-days``),
-  the same seeds,
-  with today's ``ets`` and with the forecaster chosen above; ``oracle-rate`` and ``hindsight``.
-  Cost at matched SLO: the chosen forecaster's cost interpolated (linearly in SLO attainment
-  between its levels) at ``ets``'s SLO at each level.
+- ``loop``: ``fixed:1`` at levels 0.8/0.9/0.95 per scenario/market cell (``--loop-cells``, e.g.
+  core/spot,core/hedged,extended/spot,extended/hedged), test days ``--loop-days``, the same seeds,
+  with ``ets`` and with ``--chosen``; ``oracle-rate`` and ``hindsight``. Per cell the frontier
+  cost ratio (:func:`loop_summary`): the new forecaster's cost over ``ets``'s at the same SLO
+  attainment, read in both directions inside the other curve's range. Rows go to
+  ``--loop-out`` as they finish (``os.getloadavg()`` before and after each run recorded).
 
 - ``speed``: CPU seconds (``time.process_time``, so a busy machine does not inflate them) of
   one uncached causal forecast pass on core (seed 0, 3 models, days 4-14) per forecaster
