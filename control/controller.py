@@ -81,6 +81,7 @@ from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observ
 from atoll.envs.policies import Policy
 from atoll.envs.servers import learn, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
+from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.packing import Packing, describe_packing, repack
 from atoll.solvers.problem import Allocation
 
@@ -90,13 +91,14 @@ SATURATED_RATIO = 0.999  # mean latency / its on-time mean at capacity: a phase 
 @dataclass(frozen=True)
 class ControllerSettings:
     """interval_s: seconds between ticks (controller clock); look_ahead_s and planning_quantile:
-    what the plan must cover, as in the env; forecaster: its name (``ets``...); time_scale:
-    trace seconds per second of the metrics' own clock (a replay sped up X times has X, and its
-    measured rates are divided by X); read/sink attempts and first backoff waits (s)."""
+    what the plan must cover, as in the env; forecaster: its name (default the env's,
+    ``peak:auto``); time_scale: trace seconds per second of the metrics' own clock (a replay
+    sped up X times has X, and its measured rates are divided by X); read/sink attempts and
+    first backoff waits (s)."""
 
     interval_s: float = 60.0
     look_ahead_s: float = 900.0
-    forecaster: str = "ets"
+    forecaster: str = DEFAULT_FORECASTER  # the env's (FleetConfig) default: parity
     planning_quantile: float = 0.9
     time_scale: float = 1.0
     read_attempts: int = 3

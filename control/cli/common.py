@@ -11,6 +11,7 @@ from atoll.envs.config import AVAILABILITY_KINDS, PRICE_KINDS, FleetConfig
 from atoll.envs.demand import DemandError
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.fleet_file import ActiveFleet, activate, fleet_config
+from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.forecast.scaling import with_scale
 from atoll.forecast.workloads import WorkloadError
 from atoll.solvers.errors import AtollError
@@ -123,9 +124,9 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
                    help="node availability (default: spot; with --fleet: ample, i.e. its static caps)")
     p.add_argument("--prices", default=None, choices=PRICE_KINDS,
                    help="node prices (default: spot with spot availability, else on-demand)")
-    p.add_argument("--forecaster", default="ets",
+    p.add_argument("--forecaster", default=DEFAULT_FORECASTER,
                    help="naive, ets, sarimax, uc, auto, or a planning-target forecaster "
-                        "peak:persistence|ewma|naive|ets|llt|blend|auto")
+                        f"peak:persistence|ewma|naive|ets|llt|blend|auto (default {DEFAULT_FORECASTER})")
     p.add_argument("--scale", default=None, metavar="SPEC", action=Given,
                    help="scale every workload without its own @spec: mean:R (req/s), factor:F or none; "
                         "csv: workloads are otherwise served as recorded")

@@ -37,6 +37,7 @@ from atoll.control.metrics import (
 from atoll.control.plans import SinkError
 from atoll.control.sinks import SINK_SPECS, make_sink
 from atoll.control.state import StateError, StateLock
+from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.fleet import load_fleet
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -238,7 +239,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="trace seconds per wall second of the metrics (a replay's --speedup); rates are "
                         "divided by it and the interval runs that much faster")
-    p.add_argument("--forecaster", default="ets", help="naive, ets, sarimax, uc or auto")
+    p.add_argument("--forecaster", default=DEFAULT_FORECASTER,
+                   help="naive, ets, sarimax, uc, auto or peak:persistence|ewma|naive|ets|llt|blend|auto "
+                        f"(default {DEFAULT_FORECASTER}, as the simulator's)")
     p.add_argument("--solver-time-limit", type=float, default=10.0, help="seconds per solve")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help="seconds per metrics request in all (connect, headers and body): a deadline, "
