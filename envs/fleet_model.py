@@ -108,6 +108,8 @@ class FleetModel:
         self._key_info: dict[str, tuple[int, int, float, float]] = {}
         self._family: dict[str, str] = {}
         self._family_list: list[str] = []  # family per position of base.templates
+        self._family_names: dict[str, int] = {}
+        self._family_ids = np.zeros(0, dtype=np.int64)
         self._corrected: OrderedDict[tuple[tuple[str, float], ...], Replanner] = OrderedDict()
 
     @classmethod
@@ -336,12 +338,18 @@ class FleetModel:
             return self.replanner
         hit = self._corrected.get(rounded)
         if hit is None:
-            scale = dict(rounded)
             if len(self._family_list) != len(self.base.templates):
                 self._family_list = [self.family(t.key) for t in self.base.templates]
-            templates = tuple(
-                Template.trusted(t.service, t.region, t.nodes, t.stages, t.throughput * scale[fam])
-                if (fam := self._family_list[i]) in scale else t for i, t in enumerate(self.base.templates))
+                names = sorted(set(self._family_list))
+                self._family_names = {f: i for i, f in enumerate(names)}
+                self._family_ids = np.asarray([self._family_names[f] for f in self._family_list],
+                                              dtype=np.int64)
+            factor = np.ones(len(self._family_names))
+            for fam, v in rounded:
+                if fam in self._family_names:
+                    factor[self._family_names[fam]] = v
+            # keys and rows are the base library's: only the throughputs change
+            templates = self.base.index.rescaled(factor[self._family_ids]).templates
             base = AllocationProblem(templates, {}, None, self.prices,
                                      startup_weight=self.base.startup_weight,
                                      time_limit=self.base.time_limit, gap=self.base.gap)

@@ -1,6 +1,7 @@
 import math
 
 import highspy
+import numpy as np
 import pulp
 import pytest
 from alloc_instances import brute_force, random_problem, template
@@ -211,3 +212,35 @@ def test_trusted_templates_equal_validated_ones():
     stages = tuple(Stage.trusted(s.layers, s.nodes) for s in t.stages)
     u = Template.trusted(t.service, t.region, t.nodes, stages, t.throughput)
     assert u == t and u.key == t.key and hash(u) == hash(t)
+
+
+def test_rescaled_index_equals_a_rebuilt_one_and_its_solve_too():
+    """The capacity correction's index (shared rows, new throughputs) is the index a full
+    rebuild of the scaled templates gives, and the ILP solves both to the same plan."""
+    from atoll.solvers.problem import TemplateIndex
+
+    p = random_problem(6, n_models=3, regions=("r1", "r2"), max_templates=10)
+    rng = np.random.default_rng(6)
+    scale = np.where(rng.random(len(p.templates)) < 0.5, 1.0, rng.uniform(0.6, 1.4, len(p.templates)))
+    derived = p.index.rescaled(scale)
+    scaled = tuple(Template.trusted(t.service, t.region, t.nodes, t.stages, t.throughput * f)
+                   for t, f in zip(p.templates, scale, strict=True))
+    rebuilt = TemplateIndex(scaled)
+    assert derived.templates == scaled and derived.keys == rebuilt.keys
+    assert np.array_equal(derived.throughput, rebuilt.throughput)
+    assert dict(derived.by_key) == dict(rebuilt.by_key)
+    assert dict(derived.by_service) == dict(rebuilt.by_service)
+    for name in ("service", "kind", "ptr", "rc", "k", "sliced"):
+        assert np.array_equal(getattr(derived, name), getattr(rebuilt, name)), name
+    # unchanged templates are the base's objects; a problem over the new tuple reuses the index
+    assert all(a is b for a, b, f in zip(derived.templates, p.templates, scale, strict=True) if f == 1.0)
+    q = p.with_changes(templates=derived.templates)
+    assert q.index is derived
+    r = p.with_changes(templates=scaled)
+    a, b = solve_allocation(q), solve_allocation(r)
+    assert a.status == b.status == SolveStatus.OPTIMAL and a.allocation == b.allocation
+    assert a.objective == pytest.approx(b.objective)
+    with pytest.raises(ValueError, match="scale"):
+        p.index.rescaled(scale[:-1])
+    with pytest.raises(ValueError, match="scale"):
+        p.index.rescaled(np.zeros_like(scale))
