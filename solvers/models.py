@@ -9,6 +9,7 @@ public profiles were measured on; their SLOs follow the serving model of the sam
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from atoll.solvers.registry import Registry
 from atoll.solvers.types import ModelSpec, Slo
@@ -57,6 +58,25 @@ _MODELS: tuple[ModelSpec, ...] = (
 DEFAULT_MODELS: tuple[str, ...] = tuple(m.name for m in _MODELS if m.role == "serving")
 
 
+def fleet_model_names(n: int) -> tuple[str, ...]:
+    """``n`` model names for a fleet of many models: the six serving models in turn, then the
+    same architectures again as fine-tunes ``<model>-ft<k>`` (k = 1, 2, ...), so 20 models are
+    each serving model three or four times. A fine-tune has its base's architecture and SLO and
+    its own demand, templates and replicas (it is a separate deployment)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"fleet_model_names: n must be an integer >= 1, got {n!r}")
+    base = DEFAULT_MODELS
+    return tuple(base[i % len(base)] if i < len(base) else f"{base[i % len(base)]}-ft{i // len(base)}"
+                 for i in range(n))
+
+
+# fine-tunes of the serving models up to a 50-model fleet (DESIGN §5: fleets of 20-50 models)
+_VARIANTS: tuple[ModelSpec, ...] = tuple(
+    replace(next(m for m in _MODELS if m.name == name.rpartition("-ft")[0]), name=name, role="variant",
+            aliases=())
+    for name in fleet_model_names(50) if name not in DEFAULT_MODELS)
+
+
 # Models of the active fleet file (atoll.envs.fleet_file.activate): one process plans one fleet.
 _FLEET_MODELS: dict[str, ModelSpec] = {}
 
@@ -71,7 +91,7 @@ def register_fleet_models(models: Iterable[ModelSpec]) -> None:
 def model_registry(extra: Iterable[ModelSpec] = ()) -> Registry[ModelSpec]:
     """Every model by name (aliases resolve too); user models override built-ins."""
     reg = Registry[ModelSpec]("model")
-    for m in (*_MODELS, *_FLEET_MODELS.values(), *extra):
+    for m in (*_MODELS, *_VARIANTS, *_FLEET_MODELS.values(), *extra):
         reg[m.name] = m
     return reg
 

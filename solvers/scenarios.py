@@ -34,7 +34,7 @@ from typing import Any
 from atoll.solvers.allocation import solve_allocation
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, catalog_for, load_catalog
 from atoll.solvers.errors import InputError
-from atoll.solvers.models import DEFAULT_MODELS, get_model
+from atoll.solvers.models import DEFAULT_MODELS, fleet_model_names, get_model
 from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.perf import RequestShape
 from atoll.solvers.problem import AllocationProblem, SolveStatus
@@ -97,6 +97,10 @@ SCENARIOS: Registry[ScenarioSpec] = Registry("scenario", {
     "core": ScenarioSpec("core", ("Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"), ("L4", "A10G", "L40S"),
                          ("aws:us-east-2", "aws:ap-northeast-2"), 10.0, 0.25),
     "extended": ScenarioSpec("extended", DEFAULT_MODELS, DEFAULT_GPU_TYPES, DEFAULT_REGIONS, 25.0, 0.75),
+    # 20 models (the six, then their fine-tunes) on extended's GPUs and regions: the contest's
+    # many-model cell, where one re-planning rule for every model is a poor fit (issue 25);
+    # demand: 20 ServeGen client groups of distinct daily shapes, 10 req/s each on average
+    "fleet20": ScenarioSpec("fleet20", fleet_model_names(20), DEFAULT_GPU_TYPES, DEFAULT_REGIONS, 10.0, 0.75),
 })
 
 
@@ -181,9 +185,12 @@ def ample_availability(spec: ScenarioSpec, catalog: Catalog | None = None) -> di
     return {rc: AMPLE_NODES for rc in prices}
 
 
+BUNDLED_SCENARIOS: tuple[str, ...] = tuple(SCENARIOS)
+
+
 def register_scenario(spec: ScenarioSpec) -> None:
     """Add (or replace) a scenario by name: a fleet file becomes one (atoll.envs.fleet_file)."""
-    if spec.name in ("core", "extended"):
+    if spec.name in BUNDLED_SCENARIOS:
         raise InputError(f"scenario name {spec.name!r} is a bundled scenario's; name the fleet otherwise")
     SCENARIOS[spec.name] = spec
     _SCARCE.clear()

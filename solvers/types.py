@@ -185,6 +185,11 @@ class Slo:
         return self.ttft_ms if phase is Phase.PREFILL else self.tpot_ms
 
 
+# serving: the six evaluation models; calibration: the public profiles' models; variant: a
+# serving model's architecture under another name (a fine-tune), for fleets of many models
+MODEL_ROLES: tuple[str, ...] = ("serving", "calibration", "variant")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """An LLM's public architecture facts and its SLO.
@@ -231,8 +236,9 @@ class ModelSpec:
             )
         if self.active_experts > self.experts:
             raise ValueError(f"{owner}: field 'active_experts' exceeds 'experts'")
-        if self.role not in ("serving", "calibration"):
-            raise ValueError(f"{owner}: field 'role' must be 'serving' or 'calibration'")
+        if self.role not in MODEL_ROLES:
+            raise ValueError(f"{owner}: field 'role' must be one of {', '.join(MODEL_ROLES)}, "
+                             f"got {self.role!r}")
 
     @property
     def weight_bytes(self) -> float:

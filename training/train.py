@@ -54,9 +54,9 @@ from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
 from atoll.solvers.errors import InputError
+from atoll.solvers.scenarios import BUNDLED_SCENARIOS
 
 DEPLOYABLE_RULES = ("fixed", "threshold", "grow", "never")
-BUNDLED_SCENARIOS = ("core", "extended")
 
 
 @dataclass(frozen=True)

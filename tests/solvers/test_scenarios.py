@@ -89,3 +89,34 @@ def test_unknown_names_list_valid_ones():
         request_rates(SCENARIOS["core"], "uniform")
     with pytest.raises(UnknownNameError, match="ample, scarce"):
         build_problem("core", "plenty", templates=[])
+
+
+def test_fleet20_is_twenty_fine_tunes_of_the_six_serving_models():
+    from atoll.solvers.models import DEFAULT_MODELS, fleet_model_names, get_model
+
+    spec = SCENARIOS["fleet20"]
+    assert len(spec.models) == len(set(spec.models)) == 20
+    assert spec.models[:6] == DEFAULT_MODELS and spec.models == fleet_model_names(20)
+    assert spec.gpu_types == SCENARIOS["extended"].gpu_types and spec.regions == SCENARIOS["extended"].regions
+    for name in spec.models[6:]:
+        base, _, k = name.rpartition("-ft")
+        m, b = get_model(name), get_model(base)
+        assert int(k) >= 1 and m.role == "variant" and m.aliases == ()
+        # a fine-tune is its base's architecture and SLO under its own name
+        assert (m.layers, m.hidden, m.params_b, m.active_params_b, m.slo) == \
+            (b.layers, b.hidden, b.params_b, b.active_params_b, b.slo)
+    assert sum(1 for m in spec.models if m.startswith("Phi-4-14B")) == 4  # 20 = 6 x 3 + 2
+    assert request_rates(spec, "even") == {m: 10.0 for m in spec.models}
+    with pytest.raises(ValueError, match="n must be"):
+        fleet_model_names(0)
+
+
+def test_bundled_scenario_names_cannot_be_taken_by_a_fleet_file():
+    from dataclasses import replace
+
+    from atoll.solvers.errors import InputError
+    from atoll.solvers.scenarios import register_scenario
+
+    for name in ("core", "extended", "fleet20"):
+        with pytest.raises(InputError, match="bundled"):
+            register_scenario(replace(SCENARIOS["core"], name=name))
