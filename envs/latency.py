@@ -217,29 +217,47 @@ def _normal_sf(z: FloatArray) -> FloatArray:
 
 def poisson_excess(m: npt.ArrayLike, c: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
     """(E[(N - c)+], P(N > c)) for N ~ Poisson(m): exact up to ``EXACT_POISSON_MAX``, normal above."""
-    m, c = (np.array(v, dtype=float) for v in np.broadcast_arrays(np.asarray(m, float), np.asarray(c, float)))
-    excess, over = np.zeros(m.shape), np.zeros(m.shape)
+    return poisson_excess_at(m, (c,))[0]
+
+
+def poisson_excess_at(m: npt.ArrayLike, cs: Sequence[npt.ArrayLike]) -> list[tuple[FloatArray, FloatArray]]:
+    """:func:`poisson_excess` of the same ``m`` at each of ``cs``: the Poisson tail table is built
+    once for all of them (the latency model reads the excess at c and c +- 1/2, and the online
+    inversion calls it ~50 times a step)."""
+    m = np.asarray(m, dtype=float)
+    shapes = [np.broadcast_shapes(m.shape, np.shape(c)) for c in cs]
+    if len(set(shapes)) > 1:
+        raise InputError(f"poisson_excess_at: every c must broadcast with m to one shape, got {shapes}")
+    shape = shapes[0] if shapes else m.shape
+    m = np.array(np.broadcast_to(m, shape), dtype=float)
+    cs = [np.array(np.broadcast_to(np.asarray(c, float), shape), dtype=float) for c in cs]
+    out = [(np.zeros(shape), np.zeros(shape)) for _ in cs]
     small = (m > 0) & (m <= EXACT_POISSON_MAX)
     if small.any():
-        ms, cs = m[small], c[small]
+        ms = m[small]
         top = int(math.ceil(ms.max() + 12.0 * math.sqrt(ms.max()) + 25.0))
         n = np.arange(top + 2, dtype=float)
         lgam = gammaln(n + 1.0)
         pmf = np.exp(-ms[:, None] + n[None, :] * np.log(ms)[:, None] - lgam[None, :])
         tail = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]  # tail[:, j] = P(N >= j), accurate far out
-        kk = np.clip(np.floor(cs), 0, top).astype(int)
-        p_ge_k = np.take_along_axis(tail, kk[:, None], axis=1)[:, 0]
-        p_gt_k = np.take_along_axis(tail, kk[:, None] + 1, axis=1)[:, 0]
-        excess[small] = np.maximum(ms * p_ge_k - cs * p_gt_k, 0.0)
-        over[small] = p_gt_k
+        for c, (excess, over) in zip(cs, out, strict=True):
+            cs_ = c[small]
+            kk = np.clip(np.floor(cs_), 0, top).astype(int)
+            p_ge_k = np.take_along_axis(tail, kk[:, None], axis=1)[:, 0]
+            p_gt_k = np.take_along_axis(tail, kk[:, None] + 1, axis=1)[:, 0]
+            excess[small] = np.maximum(ms * p_ge_k - cs_ * p_gt_k, 0.0)
+            over[small] = p_gt_k
     big = m > EXACT_POISSON_MAX
     if big.any():
         # no continuity shift: it is the closest of c, c +- 1/2 to the exact excess at the switch
-        sd, gap = np.sqrt(m[big]), c[big] - m[big]
-        sf = _normal_sf(gap / sd)
-        excess[big] = np.maximum(sd * np.exp(-0.5 * (gap / sd) ** 2) / math.sqrt(2 * math.pi) - gap * sf, 0.0)
-        over[big] = sf
-    return excess, over
+        sd = np.sqrt(m[big])
+        for c, (excess, over) in zip(cs, out, strict=True):
+            gap = c[big] - m[big]
+            sf = _normal_sf(gap / sd)
+            excess[big] = np.maximum(sd * np.exp(-0.5 * (gap / sd) ** 2) / math.sqrt(2 * math.pi) - gap * sf,
+                                     0.0)
+            over[big] = sf
+    return out
 
 
 def _uniform_cdf(x: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
@@ -341,11 +359,11 @@ def phase_signals(demand_tps: npt.ArrayLike, capacity_tps: npt.ArrayLike, servic
     with np.errstate(divide="ignore", invalid="ignore"):
         c = np.where(np.isfinite(rho) & (rho > 0), m / np.where(rho > 0, rho, 1.0), 0.0)
     c = c + np.where(pre, 0.0, bstar * (1.0 - kv))
-    excess, _ = poisson_excess(m, c)
     # P(N > c) is a step in c, and a step in the late requests' delay makes the mean latency jump
     # (and turn back) as capacity grows, which the online inversion cannot follow: use its mean
     # over [c - 1/2, c + 1/2], the slope of the (piecewise-linear) excess across that interval
-    p_over = poisson_excess(m, np.maximum(c - 0.5, 0.0))[0] - poisson_excess(m, c + 0.5)[0]
+    (excess, _), (below, _), (above, _) = poisson_excess_at(m, (c, np.maximum(c - 0.5, 0.0), c + 0.5))
+    p_over = below - above
     with np.errstate(divide="ignore", invalid="ignore"):
         late = np.where(m > 0, excess / np.where(m > 0, m, 1.0), 0.0)
         on_time = np.where(np.isinf(rho), 0.0, np.where(d > 0, np.clip(1.0 - late, 0.0, 1.0), 1.0))
