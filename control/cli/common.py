@@ -15,6 +15,7 @@ from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.forecast.scaling import with_scale
 from atoll.forecast.workloads import WorkloadError
 from atoll.solvers.errors import AtollError
+from atoll.solvers.scenarios import BUNDLED_SCENARIOS
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -115,7 +116,8 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
 
 
 def add_env_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", default="core", action=Given, help="solver scenario: core or extended")
+    p.add_argument("--scenario", default="core", action=Given,
+                   help=f"solver scenario: {', '.join(BUNDLED_SCENARIOS)}")
     p.add_argument("--workload", default="servegen", action=Given,
                    help="servegen (ServeGen client groups, one per model) or one workload per model, "
                         "comma-separated (servegen:m-large, csv:PATH#MODEL, ...)")

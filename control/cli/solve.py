@@ -18,7 +18,7 @@ from atoll.solvers.packing import check_packing, describe_packing, pack_plan
 from atoll.solvers.perf import UNVALIDATED_NOTE, template_unvalidated
 from atoll.solvers.problem import AllocationProblem
 from atoll.solvers.runtime import RUNTIMES
-from atoll.solvers.scenarios import AVAILABILITIES, MIXES, SCENARIOS, build_problem
+from atoll.solvers.scenarios import AVAILABILITIES, BUNDLED_SCENARIOS, MIXES, SCENARIOS, build_problem
 from atoll.solvers.servable import unservable, unservable_message
 
 
@@ -129,7 +129,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     out = output_for(args)
     activate_fleet(args)
     if not args.scenario:
-        raise UserError("give --scenario (core, extended) or --fleet FILE")
+        raise UserError(f"give --scenario ({', '.join(BUNDLED_SCENARIOS)}) or --fleet FILE")
     try:
         METHODS[args.method]  # unknown names fail before the library is built
         with progress("templates (multisets placed)", None) as advance:
