@@ -12,6 +12,7 @@ import copy
 import enum
 import functools
 import math
+import operator
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -186,8 +187,7 @@ class TemplateIndex:
         index.throughput = throughput
         index.by_key = MappingProxyType(dict(zip(self.keys, index.templates, strict=True)))
         index.by_service = MappingProxyType({
-            s: tuple(index.templates[i] for i in self._service_positions[j])
-            for j, s in enumerate(self.services)})
+            s: _pick(index.templates, self._service_positions[j]) for j, s in enumerate(self.services)})
         _LIVE[id(index.templates)] = index
         _remember(index)
         return index
@@ -197,6 +197,14 @@ class TemplateIndex:
         order = np.argsort(self.service, kind="stable")
         bounds = np.cumsum(np.bincount(self.service, minlength=len(self.services)))[:-1]
         return [part.tolist() for part in np.split(order, bounds)]
+
+
+def _pick(items: tuple[Template, ...], positions: list[int]) -> tuple[Template, ...]:
+    """``tuple(items[i] for i in positions)`` at C speed (a 3e5-template library regroups per
+    correction)."""
+    if len(positions) == 1:
+        return (items[positions[0]],)
+    return tuple(operator.itemgetter(*positions)(items)) if positions else ()
 
 
 _INDEX_CACHE: dict[int, TemplateIndex] = {}
