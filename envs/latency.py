@@ -230,8 +230,8 @@ def poisson_excess_at(m: npt.ArrayLike, cs: Sequence[npt.ArrayLike]) -> list[tup
         raise InputError(f"poisson_excess_at: every c must broadcast with m to one shape, got {shapes}")
     shape = shapes[0] if shapes else m.shape
     m = np.array(np.broadcast_to(m, shape), dtype=float)
-    cs = [np.array(np.broadcast_to(np.asarray(c, float), shape), dtype=float) for c in cs]
-    out = [(np.zeros(shape), np.zeros(shape)) for _ in cs]
+    points = [np.array(np.broadcast_to(np.asarray(c, float), shape), dtype=float) for c in cs]
+    out = [(np.zeros(shape), np.zeros(shape)) for _ in points]
     small = (m > 0) & (m <= EXACT_POISSON_MAX)
     if small.any():
         ms = m[small]
@@ -240,7 +240,7 @@ def poisson_excess_at(m: npt.ArrayLike, cs: Sequence[npt.ArrayLike]) -> list[tup
         lgam = gammaln(n + 1.0)
         pmf = np.exp(-ms[:, None] + n[None, :] * np.log(ms)[:, None] - lgam[None, :])
         tail = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]  # tail[:, j] = P(N >= j), accurate far out
-        for c, (excess, over) in zip(cs, out, strict=True):
+        for c, (excess, over) in zip(points, out, strict=True):
             cs_ = c[small]
             kk = np.clip(np.floor(cs_), 0, top).astype(int)
             p_ge_k = np.take_along_axis(tail, kk[:, None], axis=1)[:, 0]
@@ -251,7 +251,7 @@ def poisson_excess_at(m: npt.ArrayLike, cs: Sequence[npt.ArrayLike]) -> list[tup
     if big.any():
         # no continuity shift: it is the closest of c, c +- 1/2 to the exact excess at the switch
         sd = np.sqrt(m[big])
-        for c, (excess, over) in zip(cs, out, strict=True):
+        for c, (excess, over) in zip(points, out, strict=True):
             gap = c[big] - m[big]
             sf = _normal_sf(gap / sd)
             excess[big] = np.maximum(sd * np.exp(-0.5 * (gap / sd) ** 2) / math.sqrt(2 * math.pi) - gap * sf,

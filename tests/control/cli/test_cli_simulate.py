@@ -52,7 +52,10 @@ def test_ctrl_c_prints_the_partial_totals(shared_data: object, tmp_path: Path) -
     env = dict(os.environ)
     proc = subprocess.Popen([sys.executable, "-m", "atoll.control.cli", "simulate", "--scenario", "core",
                              "--days", "11-14", "--policy", "hindsight", "--forecaster", "naive", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+                            # a suite started in the background (`make test &`) ignores SIGINT, the
+                            # child inherits that and Python then installs no KeyboardInterrupt
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stderr is not None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # progress lines off a terminal: the run is under way
