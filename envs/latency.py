@@ -225,9 +225,13 @@ def poisson_excess_at(m: npt.ArrayLike, cs: Sequence[npt.ArrayLike]) -> list[tup
     once for all of them (the latency model reads the excess at c and c +- 1/2, and the online
     inversion calls it ~50 times a step)."""
     m = np.asarray(m, dtype=float)
-    shapes = [np.broadcast_shapes(m.shape, np.shape(c)) for c in cs]
-    if len(set(shapes)) > 1:
-        raise InputError(f"poisson_excess_at: every c must broadcast with m to one shape, got {shapes}")
+    try:
+        shapes = [np.broadcast_shapes(m.shape, np.shape(c)) for c in cs]
+    except ValueError:
+        shapes = []
+    if len(set(shapes)) > 1 or len(shapes) != len(cs):
+        raise InputError(f"poisson_excess_at: every c must broadcast with m {m.shape} to one shape, got "
+                         f"{[np.shape(c) for c in cs]}")
     shape = shapes[0] if shapes else m.shape
     m = np.array(np.broadcast_to(m, shape), dtype=float)
     points = [np.array(np.broadcast_to(np.asarray(c, float), shape), dtype=float) for c in cs]

@@ -283,3 +283,19 @@ def test_budgets_from_the_model_slo() -> None:
     assert ServiceLatency.from_model("llama3-70b", "decode", 200).budget_s == pytest.approx(0.08)
     with pytest.raises(InputError, match="edges"):
         phase_signals([1.0, 1.0], [2.0, 2.0], [prefill_service(), decode_service()], step_s=300.0)
+
+
+def test_poisson_excess_at_several_points_is_each_point_alone() -> None:
+    """One tail table for several c: exactly what one call per c gives, across the exact and
+    the normal branches and a zero mean; shapes that do not broadcast are refused."""
+    from atoll.envs.latency import EXACT_POISSON_MAX, poisson_excess_at
+
+    rng = np.random.default_rng(3)
+    m = np.concatenate([[0.0, EXACT_POISSON_MAX, EXACT_POISSON_MAX * 3], rng.uniform(0.1, 60, 5)])
+    cs = [rng.uniform(0, 80, m.shape), np.zeros(m.shape), 12.5]
+    together = poisson_excess_at(m, cs)
+    for c, (excess, over) in zip(cs, together, strict=True):
+        alone = poisson_excess(m, c)
+        assert np.array_equal(excess, alone[0]) and np.array_equal(over, alone[1])
+    with pytest.raises(InputError, match="broadcast"):
+        poisson_excess_at(m, [np.zeros(3), np.zeros(m.shape)])
