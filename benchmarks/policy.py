@@ -101,6 +101,9 @@ def main() -> None:
     parser.add_argument("--learned-run", default=None, metavar="RUN_ID",
                         help="contest the policy this finished training run registered instead of training "
                              "one (one cell only; its training time is the run's wall time)")
+    parser.add_argument("--no-learned", action="store_true",
+                        help="no training: the grid, the frontier and the per-model reference on the test "
+                             "days only (a cell too costly to train on in the time at hand)")
     args = parser.parse_args()
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = ContestSettings(
@@ -149,6 +152,10 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
         cached.write_bytes(pickle.dumps((validation, grid_s)))
         log(f"{key}: validation grid of {len(validation)} rules in {grid_s:.0f} s")
     loads["after_grid"] = _load()
+    given = args.references if args.references is not None else f"{args.bootstrap_rule},fixed:1@0.9"
+    refs = [r for r in given.split(",") if r]
+    if args.no_learned:
+        return _rules_only(config, settings, validation, grid_s, refs, key, loads, log)
     scorer = validation_scorer(config, validation, settings)
     if args.learned_run:
         train, train_s = _finished_run(args.learned_run)
@@ -158,8 +165,6 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     log(f"{key}: trained in {train_s:.0f} s: {train['model_uri']} ({train['registered']})")
     learned = f"learned:{train['registered'].removeprefix('models:/')}"
     t = time.perf_counter()
-    given = args.references if args.references is not None else f"{args.bootstrap_rule},fixed:1@0.9"
-    refs = [r for r in given.split(",") if r]
     doc = contest_run(config, [learned], settings, run_name=f"benchmark-{key}",
                       validation=validation, references=refs)
     contest_s = time.perf_counter() - t
@@ -193,6 +198,28 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
         "reoptimizations_per_day": per_day,
         "hindsight": ({k: pol["hindsight"][k] for k in ("cost_usd", "slo_attainment", "usd_per_mtok")}
                       if "hindsight" in pol else None),
+        "validation": doc["validation"], "policies": pol,
+    }
+
+
+def _rules_only(config: FleetConfig, settings: ContestSettings, validation: Any, grid_s: float,
+                refs: list[str], key: str, loads: dict[str, list[float]], log: Any) -> dict[str, Any]:
+    """A cell without a learned policy: the frontier and the per-model reference chosen on the
+    validation days, run on the test days (``--no-learned``)."""
+    t = time.perf_counter()
+    doc = contest_run(config, [], settings, run_name=f"benchmark-{key}", validation=validation,
+                      references=refs)
+    loads["after_contest"] = _load()
+    log(doc["table"])
+    pol = doc["policies"]
+    days = settings.test_days[1] - settings.test_days[0] + 1
+    return {
+        "world": "calibration" if config.correction else "exact", "learned": None,
+        "grid_seconds": grid_s, "contest_seconds": time.perf_counter() - t,
+        "test_seconds": doc["test_seconds"],
+        "parent_run_id": doc["parent_run_id"], "loadavg": loads, "frontier": doc["frontier"],
+        "best_rule": doc["best_rule"], "per_model": doc.get("per_model") or {}, "headline": None,
+        "reoptimizations_per_day": {name: _mean(pol[name]["reoptimizations"]) / days for name in pol},
         "validation": doc["validation"], "policies": pol,
     }
 
