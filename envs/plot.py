@@ -68,9 +68,12 @@ def plot_episodes(episodes: Sequence[Episode], models: Sequence[str], out: Path,
                 ax.fill_between(hours, floor, demand, where=short, step="post", color="C3", alpha=0.25, lw=0,
                                 label="unserved demand" if phase == "decode" else None)
             values = np.concatenate(positive) if positive else np.array([])
-            ax.set_yscale("log")
             if values.size:
+                ax.set_yscale("log")
                 ax.set_ylim(values.min() / 2.0, values.max() * 2.0)
+            else:  # a log axis of nothing fails to draw: a model idle all episode (a small client group)
+                ax.text(0.5, 0.5, "no demand and no capacity", transform=ax.transAxes, ha="center",
+                        va="center", fontsize=8, color="0.4")
             ax.set_title(f"{ep.policy} — {m}" if i == 0 else m, fontsize=9, loc="left")
             if j == 0:
                 ax.set_ylabel("tokens/s")
