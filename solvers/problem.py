@@ -166,12 +166,11 @@ class TemplateIndex:
                                     for c, _ in t.nodes if node_config_of(c) != c)
         self.sliced = np.asarray([rc in self.sliced_rcs for rc in self.rcs], dtype=bool)
 
-
     def rescaled(self, scale: np.ndarray) -> TemplateIndex:
         """The index of this index's templates, in the same order, each serving its throughput
         x ``scale[i]`` (the planner's capacity correction): the templates with a factor of 1 are
         this index's own objects, and keys, services, rows and prices are shared. Rebuilding the
-        index instead costs seconds per correction on a 1e4-template library (issue 25's
+        index instead costs seconds per correction on a 1e5-template library (issue 25's
         profile: 86% of an extended closed-loop day)."""
         scale = np.asarray(scale, dtype=np.float64)
         if scale.shape != self.throughput.shape or not (np.isfinite(scale).all() and (scale > 0).all()):
