@@ -8,6 +8,7 @@ public profiles were measured on; their SLOs follow the serving model of the sam
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -70,11 +71,14 @@ def fleet_model_names(n: int) -> tuple[str, ...]:
                  for i in range(n))
 
 
-# fine-tunes of the serving models up to a 50-model fleet (DESIGN §5: fleets of 20-50 models)
-_VARIANTS: tuple[ModelSpec, ...] = tuple(
-    replace(next(m for m in _MODELS if m.name == name.rpartition("-ft")[0]), name=name, role="variant",
-            aliases=())
-    for name in fleet_model_names(50) if name not in DEFAULT_MODELS)
+@functools.lru_cache(maxsize=256)
+def _fine_tune(name: str) -> ModelSpec | None:
+    """``<serving model>-ft<k>`` (k >= 1): that model's architecture and SLO under this name
+    (resolved by name, not listed, so an unknown name's error lists only the real models)."""
+    base, sep, k = name.rpartition("-ft")
+    if not (sep and k.isdigit() and int(k) >= 1 and base in DEFAULT_MODELS):
+        return None
+    return replace(next(m for m in _MODELS if m.name == base), name=name, role="variant", aliases=())
 
 
 # Models of the active fleet file (atoll.envs.fleet_file.activate): one process plans one fleet.
@@ -91,7 +95,7 @@ def register_fleet_models(models: Iterable[ModelSpec]) -> None:
 def model_registry(extra: Iterable[ModelSpec] = ()) -> Registry[ModelSpec]:
     """Every model by name (aliases resolve too); user models override built-ins."""
     reg = Registry[ModelSpec]("model")
-    for m in (*_MODELS, *_VARIANTS, *_FLEET_MODELS.values(), *extra):
+    for m in (*_MODELS, *_FLEET_MODELS.values(), *extra):
         reg[m.name] = m
     return reg
 
@@ -101,4 +105,6 @@ def get_model(name: str, extra: Iterable[ModelSpec] = ()) -> ModelSpec:
     for m in reg.values():
         if name.lower() in (a.lower() for a in m.aliases):
             return m
+    if name not in reg and (tuned := _fine_tune(name)) is not None:
+        return tuned
     return reg[name]

@@ -120,3 +120,13 @@ def test_bundled_scenario_names_cannot_be_taken_by_a_fleet_file():
     for name in ("core", "extended", "fleet20"):
         with pytest.raises(InputError, match="bundled"):
             register_scenario(replace(SCENARIOS["core"], name=name))
+
+
+def test_fine_tunes_resolve_by_name_and_stay_out_of_the_unknown_name_error():
+    from atoll.solvers.models import get_model
+
+    assert get_model("Qwen3-32B-ft9").layers == get_model("Qwen3-32B").layers
+    for bad in ("Qwen3-32B-ft0", "Qwen3-32B-ftx", "Nope-ft1"):
+        with pytest.raises(UnknownNameError) as exc:
+            get_model(bad)
+        assert "-ft1" not in str(exc.value).split("valid")[1]  # only the real models are listed
