@@ -6,11 +6,11 @@ and the load before and after.
 Both engines run the same (rule, seed) jobs with the same number of processes (``--workers``,
 at least 2: pool workers, or the CPUs the local Ray instance is given), and each process builds
 its own envs, so the difference is the engine's own overhead (Ray's start-up and object store
-against spawn and pickling). Totals are compared without ``solver_seconds`` (wall time). On a cluster Ray
-spreads the jobs over more machines; that is not measured here (one machine, 2 cores).
+against spawn and pickling). Totals are compared without ``solver_seconds`` (wall time). On a
+cluster Ray spreads the jobs over more machines; that is not measured here (one machine, 2 cores).
 
-Example: ``python benchmarks/grid_engines.py --scenario core --days 8 --rules fixed:1,fixed:3
---levels 0.9,0.95``.
+Example: ``python benchmarks/grid_engines.py --scenario core --days 8 --intervals 1,3
+--levels 0.9,0.95 --seeds 2 --workers 2``.
 """
 
 from __future__ import annotations
@@ -58,9 +58,8 @@ def main() -> None:
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    # (only the validation grid runs here; the test days are never simulated)
-    # the forecast caches both engines read are written by the first run: warm them first, so
-    # neither engine pays for them
+    # Only the validation grid runs here (the test days are never simulated). The forecast caches
+    # both engines read are written by the first run: warm them first, so neither pays for them.
     t = time.perf_counter()
     validation_grid(config, dataclasses.replace(settings, intervals=(max(settings.intervals),),
                                                 levels=settings.levels[:1], seeds=1, workers=1))
@@ -82,12 +81,15 @@ def main() -> None:
     out["ray_seconds"] = round(ray_s, 1)
     out["ray_init_seconds"] = round(init_s, 1)
     out["load_after"] = [round(v, 2) for v in os.getloadavg()]
-    timing = ("solver_seconds",)  # wall seconds of the solves: never equal between two runs
-    out["equal_totals"] = {r: [{k: v for k, v in t.items() if k not in timing} for t in rows]
-                           for r, rows in pool.items()} == \
-        {r: [{k: v for k, v in t.items() if k not in timing} for t in rows] for r, rows in on_ray.items()}
+    out["equal_totals"] = _untimed(pool) == _untimed(on_ray)
     log(f"ray: {ray_s:.1f} s (+{init_s:.1f} s init); equal totals: {out['equal_totals']}")
     print(json.dumps(out, indent=2))
+
+
+def _untimed(grid: dict[str, list[dict[str, float]]]) -> dict[str, list[dict[str, float]]]:
+    """The grid's totals without the solves' wall seconds (never equal between two runs)."""
+    return {r: [{k: v for k, v in t.items() if k != "solver_seconds"} for t in rows]
+            for r, rows in grid.items()}
 
 
 if __name__ == "__main__":

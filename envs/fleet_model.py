@@ -107,9 +107,8 @@ class FleetModel:
         self.model_index = {name: i for i, name in enumerate(self.models)}
         self._key_info: dict[str, tuple[int, int, float, float]] = {}
         self._family: dict[str, str] = {}
-        self._family_list: list[str] = []  # family per position of base.templates
-        self._family_names: dict[str, int] = {}
-        self._family_ids = np.zeros(0, dtype=np.int64)
+        self._family_names: dict[str, int] = {}  # family -> id
+        self._family_ids = np.zeros(0, dtype=np.int64)  # family id per position of base.templates
         self._corrected: OrderedDict[tuple[tuple[str, float], ...], Replanner] = OrderedDict()
 
     @classmethod
@@ -338,12 +337,10 @@ class FleetModel:
             return self.replanner
         hit = self._corrected.get(rounded)
         if hit is None:
-            if len(self._family_list) != len(self.base.templates):
-                self._family_list = [self.family(t.key) for t in self.base.templates]
-                names = sorted(set(self._family_list))
-                self._family_names = {f: i for i, f in enumerate(names)}
-                self._family_ids = np.asarray([self._family_names[f] for f in self._family_list],
-                                              dtype=np.int64)
+            if len(self._family_ids) != len(self.base.templates):
+                families = [self.family(t.key) for t in self.base.templates]
+                self._family_names = {f: i for i, f in enumerate(sorted(set(families)))}
+                self._family_ids = np.asarray([self._family_names[f] for f in families], dtype=np.int64)
             factor = np.ones(len(self._family_names))
             for fam, v in rounded:
                 if fam in self._family_names:

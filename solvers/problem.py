@@ -187,7 +187,6 @@ class TemplateIndex:
         index.by_key = MappingProxyType(dict(zip(self.keys, index.templates, strict=True)))
         index.by_service = MappingProxyType({
             s: _pick(index.templates, self._service_positions[j]) for j, s in enumerate(self.services)})
-        _LIVE[id(index.templates)] = index
         _remember(index)
         return index
 
@@ -218,13 +217,14 @@ def template_index(templates: tuple[Template, ...]) -> TemplateIndex:
     the tuple, so its id cannot be reused by another object meanwhile)."""
     hit = _INDEX_CACHE.pop(id(templates), None) or _LIVE.get(id(templates))
     index = hit if hit is not None and hit.templates is templates else TemplateIndex(templates)
-    _LIVE[id(templates)] = index
     _remember(index)
     return index
 
 
 def _remember(index: TemplateIndex) -> None:
-    """Make ``index`` the most recently used entry, evicting the least recently used."""
+    """Make ``index`` the most recently used entry, evicting the least recently used, and keep it
+    findable while it lives."""
+    _LIVE[id(index.templates)] = index
     _INDEX_CACHE.pop(id(index.templates), None)
     while len(_INDEX_CACHE) >= _INDEX_CACHE_SIZE:
         _INDEX_CACHE.pop(next(iter(_INDEX_CACHE)))
