@@ -46,10 +46,17 @@ from typing import Any
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from atoll.envs import CLOSED_LOOP  # noqa: E402
+from atoll.envs.actions import DEFAULT_ACTION_LEVELS  # noqa: E402
 from atoll.envs.config import FleetConfig, RewardWeights  # noqa: E402
 from atoll.envs.policies import FIXED_INTERVALS, PLANNING_LEVELS, THRESHOLD_BANDS  # noqa: E402
 from atoll.solvers.paths import cache_root  # noqa: E402
-from atoll.training.contest import ContestSettings, validation_grid, validation_scorer  # noqa: E402
+from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
+from atoll.training.contest import (  # noqa: E402
+    ContestSettings,
+    per_model_best,
+    validation_grid,
+    validation_scorer,
+)
 from atoll.training.tracking import contest_run, train_run  # noqa: E402
 from atoll.training.train import TrainSettings  # noqa: E402
 
@@ -73,7 +80,13 @@ def main() -> None:
     parser.add_argument("--intervals", default=",".join(map(str, FIXED_INTERVALS)))
     parser.add_argument("--bands", default=",".join(f"{lo:g}:{hi:g}" for lo, hi in THRESHOLD_BANDS))
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--bootstrap-rule", default="fixed:1")
+    parser.add_argument("--bootstrap-rule", default="fixed:1",
+                        help="the rule cloned before PPO; per-model:best is the per-model reference's best "
+                             "assignment chosen on the validation days")
+    parser.add_argument("--bootstrap-smoothing", type=float, default=TrainSettings.bootstrap_smoothing)
+    parser.add_argument("--bootstrap-min-updates", type=int, default=TrainSettings.bootstrap_min_updates)
+    parser.add_argument("--action-levels", default=None,
+                        help="the learned policy's planning levels (default: --levels), comma-separated")
     parser.add_argument("--bootstrap-steps", type=int, default=2_880)
     parser.add_argument("--n-envs", type=int, default=2)
     parser.add_argument("--demand-seeds", type=int, default=2)
@@ -104,6 +117,9 @@ def main() -> None:
     parser.add_argument("--no-learned", action="store_true",
                         help="no training: the grid, the frontier and the per-model reference on the test "
                              "days only (a cell too costly to train on in the time at hand)")
+    parser.add_argument("--grid-only", action="store_true",
+                        help="run (or read) each cell's validation grid into the cache and stop there: "
+                             "a later run of the same cell reads it")
     args = parser.parse_args()
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = ContestSettings(
@@ -138,9 +154,14 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     if world not in ("exact", "calibration"):
         raise SystemExit(f"--worlds: {world!r} is not exact or calibration")
     closed = CLOSED_LOOP if world == "calibration" else {}
-    config = FleetConfig(scenario=scenario, availability=availability, reward=reward, **closed)
+    levels = tuple(float(q) for q in (args.action_levels or args.levels).split(","))
+    config = FleetConfig(scenario=scenario, availability=availability, reward=reward, action_levels=levels,
+                         **closed)
     loads: dict[str, list[float]] = {"start": _load()}
-    grid_key = (config, settings.grid, settings.validation_days, settings.validation_seeds or settings.seeds)
+    # The rules emit hold / full at their own level only: the action levels do not change their
+    # totals, so a grid run for other action levels is the same grid.
+    plain = dataclasses.replace(config, action_levels=DEFAULT_ACTION_LEVELS)
+    grid_key = (plain, settings.grid, settings.validation_days, settings.validation_seeds or settings.seeds)
     digest = hashlib.sha256(pickle.dumps(grid_key)).hexdigest()[:20]
     cached = cache_root() / "contest" / f"validation-{digest}.pkl"
     if cached.exists():
@@ -152,7 +173,14 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
         cached.write_bytes(pickle.dumps((validation, grid_s)))
         log(f"{key}: validation grid of {len(validation)} rules in {grid_s:.0f} s")
     loads["after_grid"] = _load()
-    given = args.references if args.references is not None else f"{args.bootstrap_rule},fixed:1@0.9"
+    if args.grid_only:
+        return {"world": world, "grid_seconds": grid_s, "grid_cache": str(cached), "loadavg": loads,
+                "headline": None, "validation": validation}
+    teacher = args.bootstrap_rule
+    if teacher == "per-model:best":
+        teacher = per_model_best(config, validation, len(SCENARIOS[scenario].models), settings)
+        log(f"{key}: bootstrap teacher (per-model best on the validation days): {teacher}")
+    given = args.references if args.references is not None else f"{teacher},fixed:1@0.9"
     refs = [r for r in given.split(",") if r]
     if args.no_learned:
         return _rules_only(config, settings, validation, grid_s, refs, key, loads, log)
@@ -160,7 +188,7 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     if args.learned_run:
         train, train_s = _finished_run(args.learned_run)
     else:
-        train, train_s = _train(args, config, scorer, key, log)
+        train, train_s = _train(args, config, scorer, key, log, teacher)
     loads["after_training"] = _load()
     log(f"{key}: trained in {train_s:.0f} s: {train['model_uri']} ({train['registered']})")
     learned = f"learned:{train['registered'].removeprefix('models:/')}"
@@ -179,8 +207,10 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
         "train_seconds": train_s, "contest_seconds": contest_s, "grid_seconds": grid_s,
         "test_seconds": doc["test_seconds"], "train_run_id": train["run_id"],
         "model_uri": train["model_uri"], "registered": train["registered"], "fleet": train["fleet"],
-        "training": {k: train[k] for k in ("bootstrap_loss", "validation_best", "stopped_at",
-                                           "validation_evaluations", "episodes", "capacity_error_draws")
+        "bootstrap_rule": teacher,
+        "training": {k: train[k] for k in ("bootstrap_loss", "bootstrap_agreement", "validation_best",
+                                           "stopped_at", "validation_evaluations", "episodes",
+                                           "capacity_error_draws")
                      if k in train},
         "parent_run_id": doc["parent_run_id"], "loadavg": loads,
         "frontier": doc["frontier"], "best_rule": doc["best_rule"],
@@ -224,15 +254,17 @@ def _rules_only(config: FleetConfig, settings: ContestSettings, validation: Any,
     }
 
 
-def _train(args: argparse.Namespace, config: FleetConfig, scorer: Any, key: str, log: Any
+def _train(args: argparse.Namespace, config: FleetConfig, scorer: Any, key: str, log: Any, teacher: str
            ) -> tuple[dict[str, Any], float]:
     t = time.perf_counter()
     train = train_run(dataclasses.replace(config, days=_days(args.train_days)),
                       TrainSettings(timesteps=args.timesteps, seed=0, n_envs=args.n_envs,
                                     demand_seeds=args.demand_seeds, n_steps=args.n_steps,
                                     batch_size=args.batch_size,
-                                    bootstrap_rule=args.bootstrap_rule,
+                                    bootstrap_rule=teacher,
                                     bootstrap_steps=args.bootstrap_steps,
+                                    bootstrap_smoothing=args.bootstrap_smoothing,
+                                    bootstrap_min_updates=args.bootstrap_min_updates,
                                     eval_every=args.eval_every, patience=args.patience,
                                     ent_coef=args.ent_coef, bootstrap_epochs=args.bootstrap_epochs,
                                     learning_rate=args.learning_rate),

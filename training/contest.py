@@ -408,6 +408,23 @@ def choose_per_model(validation: Totals, n_models: int, frontier: Sequence[str],
     return ref, chosen, best_pm, {n: candidates.get(n) or points[n] for n in (*chosen, best_pm)}
 
 
+def per_model_best(config: FleetConfig, validation: Totals, n_models: int,
+                   settings: ContestSettings | None = None) -> str:
+    """The per-model reference's best assignment (least effective cost; the best rule when no
+    assignment beats it) chosen on the validation totals alone: a learned policy's teacher that
+    reads nothing of the test days. An InputError when the totals have no per-model sums."""
+    st = settings or ContestSettings()
+    points = mean_points(validation)
+    frontier = [p.name for p in select_frontier(points)]
+    lost = st.lost_price(config)
+    best = best_rule(points, lost).name
+    chosen = choose_per_model(validation, n_models, frontier, best, st, lost)
+    if chosen is None:
+        raise InputError("per_model_best: the validation totals have no per-model sums (a grid cached "
+                         "before they were recorded, or no fixed:K@q rule); run the grid again")
+    return chosen[2]
+
+
 def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSettings | None = None, *,
                 tick: Callable[[int], None] | None = None,
                 validation: dict[str, list[dict[str, float]]] | None = None,

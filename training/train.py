@@ -55,6 +55,7 @@ from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
 from atoll.solvers.errors import InputError
 from atoll.solvers.scenarios import BUNDLED_SCENARIOS
+from atoll.training.per_model import PER_MODEL_PREFIX, PerModelRule
 
 DEPLOYABLE_RULES = ("fixed", "threshold", "grow", "never")
 
@@ -92,7 +93,17 @@ class TrainSettings:
             rule's actions (cross-entropy on each model's logits). >= 1.
         bootstrap_rule: the rule imitated: a deployable rule spec of :mod:`atoll.envs.policies`
             (``fixed:K``, ``threshold[:LOW:HIGH]``, ``grow:K`` or ``never``; not ``hindsight``,
-            which sees the future).
+            which sees the future) or a per-model assignment ``per-model:K1@q1,...``
+            (:mod:`atoll.training.per_model`; its levels must be among the env's action levels).
+        bootstrap_min_updates: the fewest minibatch updates the cloning makes, whatever
+            ``bootstrap_epochs`` gives (30 passes over 576 observations are 90 Adam steps from
+            SB3's near-uniform start: on extended that clone of ``fixed:1@0.9`` agreed with it
+            on too few observations and scored 2.82 on the validation days). >= 1.
+        bootstrap_smoothing: label smoothing of the clone toward the other planning levels of
+            the imitated kind (``full``/``grow`` at level q: this share of the target spread over
+            the same kind at the other levels; ``hold`` is not smoothed). The clone's argmax stays
+            the rule's action while PPO's sampled actions try other levels, not ``hold``.
+            0 <= . < 0.5.
         eval_every: PPO steps between validation scores (early stopping); 0 never scores. >= 0.
         patience: validation scores without improvement before training stops. >= 1.
     """
@@ -112,6 +123,8 @@ class TrainSettings:
     bootstrap_steps: int = 2_880
     bootstrap_epochs: int = 30
     bootstrap_rule: str = "fixed:1"
+    bootstrap_min_updates: int = 1_000
+    bootstrap_smoothing: float = 0.0
     eval_every: int = 0
     patience: int = 3
 
@@ -123,7 +136,7 @@ class TrainSettings:
 
     def __post_init__(self) -> None:
         for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "bootstrap_epochs",
-                     "demand_seeds", "patience"):
+                     "bootstrap_min_updates", "demand_seeds", "patience"):
             v = getattr(self, name)
             if not (isinstance(v, int) and v >= 1):
                 raise InputError(f"TrainSettings: field {name!r} must be an int >= 1, got {v!r}")
@@ -142,9 +155,13 @@ class TrainSettings:
         if not (self.net_arch and all(isinstance(n, int) and n >= 1 for n in self.net_arch)):
             raise InputError(f"TrainSettings: field 'net_arch' must be layer sizes >= 1, "
                              f"got {self.net_arch!r}")
-        if self.bootstrap_rule.split(":")[0].split("@")[0] not in DEPLOYABLE_RULES:
+        if self.bootstrap_rule.split(":")[0].split("@")[0] not in (*DEPLOYABLE_RULES, "per-model"):
             raise InputError(f"TrainSettings: field 'bootstrap_rule' must be a deployable rule "
-                             f"(fixed:K, threshold[:LOW:HIGH], grow:K, never), got {self.bootstrap_rule!r}")
+                             f"(fixed:K, threshold[:LOW:HIGH], grow:K, never, per-model:K1@q1,...), "
+                             f"got {self.bootstrap_rule!r}")
+        if not (math.isfinite(self.bootstrap_smoothing) and 0 <= self.bootstrap_smoothing < 0.5):
+            raise InputError(f"TrainSettings: field 'bootstrap_smoothing' must be in [0, 0.5), "
+                             f"got {self.bootstrap_smoothing!r}")
 
 
 class _Progress(BaseCallback):
@@ -241,10 +258,19 @@ class ValidationStop(BaseCallback):
             self.vec.obs_rms = self.best_state[1]
 
 
-def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, steps: int, epochs: int, rule_spec: str,
-               tick: Callable[[int], None] | None) -> float:
-    """Behaviour cloning of a rule policy on ``env`` (a training env in this process); returns
-    the final training loss."""
+def _teacher(rule_spec: str, env: FleetEnv) -> Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]:
+    """The imitated rule as a function of (observation, info) returning ``env``'s action codes."""
+    if rule_spec.startswith(PER_MODEL_PREFIX):
+        per_model = PerModelRule.parse(rule_spec, len(env.models))
+        if env.config.action != "reopt":
+            raise InputError(f"bootstrap rule {rule_spec!r} needs the reopt action (atoll/Fleet-v1 or -v2)")
+        missing = sorted({q for q in per_model.levels if q not in env.codec.levels})
+        if missing:
+            raise InputError(f"bootstrap rule {rule_spec!r} plans at {', '.join(f'{q:g}' for q in missing)}, "
+                             f"not among the env's action levels "
+                             f"{', '.join(f'{q:g}' for q in env.codec.levels)}; add them to action_levels")
+        codes = np.array([env.codec.encode("full", q) for q in per_model.levels], dtype=np.int64)
+        return lambda obs, info: np.where(per_model.act(obs, info) > 0, codes, 0)
     rule = make_policy(rule_spec, len(env.models))
     level = rule.planning_quantile
     if level is not None and level not in env.codec.levels:
@@ -253,12 +279,45 @@ def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, steps: int, epochs:
     if level is not None and env.config.action == "binary" and level != env.codec.levels[0]:
         raise InputError(f"bootstrap rule {rule_spec!r}: a MultiBinary env plans at "
                          f"{env.codec.levels[0]:g} only; give the rule without @q")
+    if level is not None and env.config.action == "reopt":
+        return lambda obs, info: env.codec.relevel(rule.act(obs, info), level)
+    return rule.act
+
+
+def smoothed_targets(codes: np.ndarray, n_codes: int, smoothing: float) -> np.ndarray:
+    """One distribution over the ``n_codes`` codes per entry of ``codes`` (any shape): the code
+    itself with 1 - ``smoothing``, the same kind (full / grow) at each other planning level with an
+    equal share of ``smoothing``; ``hold`` (0), or a code with no other level, keeps all of it."""
+    codes = np.asarray(codes, dtype=np.int64)
+    target = np.zeros((*codes.shape, n_codes), dtype=np.float32)
+    levels = (n_codes - 1) // 2
+    flat, out = codes.reshape(-1), target.reshape(-1, n_codes)
+    for row, code in enumerate(flat):
+        if code == 0 or levels < 2 or smoothing == 0:
+            out[row, code] = 1.0
+            continue
+        j, kind = divmod(int(code) - 1, 2)
+        out[row, code] = 1.0 - smoothing
+        for other in range(levels):
+            if other != j:
+                out[row, 1 + 2 * other + kind] = smoothing / (levels - 1)
+    return target
+
+
+def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, settings: TrainSettings,
+               tick: Callable[[int], None] | None) -> tuple[float, float]:
+    """Behaviour cloning of ``settings.bootstrap_rule`` on ``env`` (a training env in this process);
+    returns the final training loss and the clone's agreement: the share of (observation, model)
+    pairs on which its deterministic action is the rule's."""
+    teacher = _teacher(settings.bootstrap_rule, env)
+    discrete = isinstance(env.action_space, spaces.MultiDiscrete)
+    if settings.bootstrap_smoothing and not discrete:
+        raise InputError("TrainSettings: field 'bootstrap_smoothing' needs the reopt action "
+                         "(a MultiBinary env has one planning level)")
     raw, acts = [], []
     obs, info = env.reset()
-    for _ in range(steps):
-        action = rule.act(obs, info)
-        if level is not None and env.config.action == "reopt":
-            action = env.codec.relevel(action, level)
+    for _ in range(settings.bootstrap_steps):
+        action = teacher(obs, info)
         raw.append(obs)
         acts.append(action)
         vec.obs_rms.update(obs[None, :])  # the statistics PPO will normalize with start from these
@@ -268,32 +327,40 @@ def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, steps: int, epochs:
         if tick is not None:
             tick(1)
     x = torch.as_tensor(vec.normalize_obs(np.asarray(raw, dtype=np.float32)))
-    discrete = isinstance(env.action_space, spaces.MultiDiscrete)
-    y = torch.as_tensor(np.asarray(acts, dtype=np.int64 if discrete else np.float32))
     n_codes = int(env.action_space.nvec[0]) if isinstance(env.action_space, spaces.MultiDiscrete) else 2
+    codes = np.asarray(acts, dtype=np.int64)
+    y = torch.as_tensor(smoothed_targets(codes, n_codes, settings.bootstrap_smoothing) if discrete
+                        else codes.astype(np.float32))
     policy = model.policy
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     bce = torch.nn.BCEWithLogitsLoss()
-    ce = torch.nn.CrossEntropyLoss()
+    ce = torch.nn.CrossEntropyLoss()  # with class probabilities as targets: soft cross-entropy
+
+    def logits_of(batch: torch.Tensor) -> torch.Tensor:
+        features = policy.extract_features(batch, policy.pi_features_extractor)
+        assert isinstance(features, torch.Tensor)  # MlpPolicy shares one extractor
+        return policy.action_net(policy.mlp_extractor.forward_actor(features))
 
     def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if not discrete:
             return bce(logits, target)
-        return ce(logits.reshape(-1, n_codes), target.reshape(-1))  # one categorical per model
+        return ce(logits.reshape(-1, n_codes), target.reshape(-1, n_codes))  # one categorical per model
 
+    batches = -(-len(x) // 256)
+    epochs = max(settings.bootstrap_epochs, -(-settings.bootstrap_min_updates // batches))
     loss = torch.tensor(0.0)
     gen = torch.Generator().manual_seed(model.seed or 0)
     for _ in range(epochs):
         for idx in torch.randperm(len(x), generator=gen).split(256):
-            features = policy.extract_features(x[idx], policy.pi_features_extractor)
-            assert isinstance(features, torch.Tensor)  # MlpPolicy shares one extractor
-            latent_pi = policy.mlp_extractor.forward_actor(features)
-            logits = policy.action_net(latent_pi)
-            loss = loss_fn(logits, y[idx])
+            loss = loss_fn(logits_of(x[idx]), y[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
-    return float(loss.detach())
+    with torch.no_grad():
+        logits = logits_of(x)
+        chosen = (logits.reshape(len(x), -1, n_codes).argmax(-1).numpy() if discrete
+                  else (logits > 0).numpy().astype(np.int64))
+    return float(loss.detach()), float(np.mean(chosen == codes))
 
 
 def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger | None = None,
@@ -316,8 +383,7 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
     if settings.bootstrap_steps:
         local = FleetEnv(env_config(config, 0, settings.demand_seeds))
         local.reset(seed=settings.seed)
-        stats["bootstrap_loss"] = _bootstrap(model, vec, local, settings.bootstrap_steps,
-                                             settings.bootstrap_epochs, settings.bootstrap_rule, tick)
+        stats["bootstrap_loss"], stats["bootstrap_agreement"] = _bootstrap(model, vec, local, settings, tick)
         vec.reset()
     callbacks: list[BaseCallback] = [_Progress(tick)] if tick is not None else []
     stop = None

@@ -13,7 +13,7 @@ from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
 from atoll.envs.rollout import run_policy
 from atoll.solvers.errors import InputError
-from atoll.training.contest import run_contest
+from atoll.training.contest import per_model_best, run_contest
 from atoll.training.evaluate import env_at_level, resolve_policy
 from atoll.training.per_model import (
     ModelCell,
@@ -126,6 +126,12 @@ def test_the_contest_reports_the_per_model_reference_chosen_on_validation_days()
     changed = run_contest(config(test_factor=3.0), [], settings)
     assert changed.per_model_frontier == result.per_model_frontier
     assert changed.per_model_best == result.per_model_best
+    # the teacher a benchmark clones (per-model:best) is the contest's own, from validation totals alone
+    assert per_model_best(config(), result.validation, 2, settings) == result.per_model_best
+    old = {rule: [{k: v for k, v in row.items() if not k.startswith("model")} for row in rows]
+           for rule, rows in result.validation.items()}
+    with pytest.raises(InputError, match="no per-model sums"):
+        per_model_best(config(), old, 2, settings)
 
 
 def test_rounding_below_the_target_buys_nothing() -> None:

@@ -116,6 +116,46 @@ def test_bootstrap_rule_is_cloned_and_validated() -> None:
     assert all(np.array_equal(a, [1, 1]) for a in actions)
 
 
+def test_smoothed_targets_spread_over_the_same_kind_at_other_levels() -> None:
+    from atoll.training.train import smoothed_targets
+
+    # 3 levels: codes 0 hold, 1/2 full/grow at level 0, 3/4 at level 1, 5/6 at level 2
+    t = smoothed_targets(np.array([[0, 1], [4, 5]]), 7, 0.2)
+    assert t.shape == (2, 2, 7)
+    assert np.allclose(t.sum(-1), 1.0)
+    assert np.allclose(t[0, 0], [1, 0, 0, 0, 0, 0, 0])  # hold is never smoothed
+    assert np.allclose(t[0, 1], [0, 0.8, 0, 0.1, 0, 0.1, 0])  # full: the other fulls
+    assert np.allclose(t[1, 0], [0, 0, 0.1, 0, 0.8, 0, 0.1])  # grow: the other grows
+    assert np.allclose(smoothed_targets(np.array([3]), 7, 0.0)[0], np.eye(7)[3])
+
+
+def test_a_per_model_teacher_is_cloned_in_the_envs_codes() -> None:
+    from atoll.training.train import train_policy
+
+    # codec levels (0.9, 0.7, 0.95): model 0 full at 0.9 is code 1, model 1 full at 0.95 code 5
+    settings = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, bootstrap_steps=96,
+                             bootstrap_epochs=1, bootstrap_min_updates=400,
+                             bootstrap_rule="per-model:1@0.9,1@0.95", learning_rate=1e-9, seed=0)
+    model, vec, stats = train_policy(tiny_config(), settings)
+    assert stats["bootstrap_agreement"] >= 0.98  # step 0 of an episode holds: the rest re-plan
+    env = FleetEnv(tiny_config(days=(6, 6)))
+    obs, _ = env.reset(seed=0)
+    obs, *_ = env.step(np.array([1, 5]))
+    assert np.array_equal(model.predict(vec.normalize_obs(obs), deterministic=True)[0], [1, 5])
+    # smoothing keeps the argmax and leaves the other levels of the same kind to PPO's sampling
+    smooth = dataclasses.replace(settings, bootstrap_smoothing=0.2)
+    model, vec, stats = train_policy(tiny_config(), smooth)
+    assert stats["bootstrap_agreement"] >= 0.98
+    dist = model.policy.get_distribution(model.policy.obs_to_tensor(vec.normalize_obs(obs))[0])
+    probs = np.stack([d.probs.detach().numpy()[0] for d in dist.distribution])
+    assert probs[0, 1] == pytest.approx(0.8, abs=0.05) and probs[0, 3] + probs[0, 5] == pytest.approx(0.2, abs=0.05)
+    assert probs[1, 5] == pytest.approx(0.8, abs=0.05) and probs[:, 0].max() < 0.05  # hold: not explored
+    with pytest.raises(ValueError, match="plans at 0.8, not among the env's action levels 0.9, 0.7, 0.95"):
+        train_policy(tiny_config(), dataclasses.replace(settings, bootstrap_rule="per-model:1@0.8,1@0.9"))
+    with pytest.raises(ValueError, match="bootstrap_smoothing"):
+        TrainSettings(bootstrap_smoothing=0.5)
+
+
 def test_vecnormalize_discounts_with_the_settings_gamma() -> None:
     from atoll.training.train import train_policy
 
