@@ -31,7 +31,8 @@ def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int
     a run, so bad input leaves no FAILED run (shared with ``atoll demo``)."""
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps,
-                             bootstrap_rule=args.bootstrap_rule, n_envs=args.n_envs,
+                             bootstrap_rule=args.bootstrap_rule,
+                             bootstrap_smoothing=args.bootstrap_smoothing, n_envs=args.n_envs,
                              demand_seeds=args.demand_seeds)
     return make_env(args, days, reward=reward, **world_options(args)).config, settings
 
@@ -60,8 +61,13 @@ def add_train_options(p: argparse.ArgumentParser, *, bootstrap_steps: int) -> No
     p.add_argument("--bootstrap-steps", type=int, default=bootstrap_steps,
                    help="behaviour-cloning steps from --bootstrap-rule before PPO (0 = none)")
     p.add_argument("--bootstrap-rule", default=BOOTSTRAP_RULE,
-                   help="rule the policy imitates before PPO: grow:K[@q], threshold[:LOW:HIGH][@q] or "
-                        f"fixed:K[@q] (default {BOOTSTRAP_RULE}: chosen on validation days 8-10, core/spot)")
+                   help="rule the policy imitates before PPO: grow:K[@q], threshold[:LOW:HIGH][@q], "
+                        "fixed:K[@q] or per-model:K1@q1,... (one K@q per model; its levels among the env's "
+                        f"action levels) (default {BOOTSTRAP_RULE}: chosen on validation days 8-10, "
+                        "core/spot)")
+    p.add_argument("--bootstrap-smoothing", type=float, default=0.0,
+                   help="share of the cloned action's probability spread over the same kind at the other "
+                        "planning levels (PPO then explores levels, not holds); 0 <= S < 0.5")
     p.add_argument("--n-envs", type=int, default=2,
                    help="training envs, one process each (both cores; a fleet file's envs step in-process)")
     p.add_argument("--demand-seeds", type=int, default=2,
