@@ -33,13 +33,14 @@ def miss_breakdown(env: FleetEnv, policy: Policy, *, days: Sequence[int], seed: 
                    ) -> dict[str, Any]:
     """Run ``policy`` on ``days`` as :func:`atoll.envs.rollout.run_policy` does (day ``i`` reset
     with ``seed + i``) and split its missed requests: ``{"fleet": figures, "models": {name:
-    figures}}``, figures = ``slo_attainment``, ``missed_requests``, ``<bucket>_share`` per bucket
-    (summing to 1 when anything was missed) and ``steps_after_preemption_share``."""
+    figures}}``, figures = ``cost_usd``, ``slo_attainment``, ``missed_requests``, ``<bucket>_share``
+    per bucket (summing to 1 when anything was missed) and ``steps_after_preemption_share``."""
     if window < 1:
         raise ValueError(f"miss_breakdown: window must be >= 1 step, got {window}")
     m = len(env.models)
     missed = np.zeros((m, len(BUCKETS)))
     requests = np.zeros(m)
+    cost = np.zeros(m)
     steps_after = np.zeros(m)
     steps = 0
     for i, day in enumerate(days):
@@ -59,6 +60,7 @@ def miss_breakdown(env: FleetEnv, policy: Policy, *, days: Sequence[int], seed: 
                 miss_capacity = (1.0 - served) * n
                 miss_latency = max(0.0, served - row["slo_attainment"]) * n
                 requests[j] += n
+                cost[j] += row["cost_usd"]
                 if after[j]:
                     missed[j, 0] += miss_capacity + miss_latency
                 else:
@@ -68,13 +70,14 @@ def miss_breakdown(env: FleetEnv, policy: Policy, *, days: Sequence[int], seed: 
             lost = np.array([info["models"][name]["preemptions"] for name in env.models])
             since = np.where(lost > 0, 1, since + 1)
 
-    def shares(row: np.ndarray, n: float, after: float) -> dict[str, float]:
+    def shares(row: np.ndarray, n: float, after: float, usd: float) -> dict[str, float]:
         total = float(row.sum())
-        return {"slo_attainment": 1.0 - total / n if n > 0 else 1.0,
+        return {"cost_usd": usd, "slo_attainment": 1.0 - total / n if n > 0 else 1.0,
                 "missed_requests": total,
                 **{f"{b}_share": float(row[k] / total) if total > 0 else 0.0 for k, b in enumerate(BUCKETS)},
                 "steps_after_preemption_share": after / steps if steps else 0.0}
 
-    per_model = {name: shares(missed[j], requests[j], steps_after[j]) for j, name in enumerate(env.models)}
-    return {"fleet": shares(missed.sum(axis=0), requests.sum(), float(steps_after.mean())),
+    per_model = {name: shares(missed[j], requests[j], steps_after[j], float(cost[j]))
+                 for j, name in enumerate(env.models)}
+    return {"fleet": shares(missed.sum(axis=0), requests.sum(), float(steps_after.mean()), float(cost.sum())),
             "models": per_model}

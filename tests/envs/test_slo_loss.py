@@ -22,11 +22,13 @@ def test_the_buckets_add_up_to_what_the_rollout_missed(availability: str) -> Non
     totals = run_policy(FleetEnv(config), policy, days=[4, 5], seed=7).totals()
     fleet = out["fleet"]
     assert fleet["slo_attainment"] == pytest.approx(totals["slo_attainment"], rel=1e-9)
+    assert fleet["cost_usd"] == pytest.approx(totals["cost_usd"], rel=1e-9)
     assert fleet["missed_requests"] > 0
     assert sum(fleet[f"{b}_share"] for b in BUCKETS) == pytest.approx(1.0)
     assert fleet["latency_share"] > 0  # the latency SLO misses requests that capacity served
     models = out["models"]
-    assert sum(v["missed_requests"] for v in models.values()) == pytest.approx(fleet["missed_requests"])
+    for key in ("missed_requests", "cost_usd"):
+        assert sum(v[key] for v in models.values()) == pytest.approx(fleet[key])
     if availability == "ample":  # nothing is ever preempted
         assert totals["preemptions"] == 0
         assert fleet["after_preemption_share"] == 0 and fleet["steps_after_preemption_share"] == 0
