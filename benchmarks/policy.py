@@ -180,8 +180,7 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     if teacher == "per-model:best":
         teacher = per_model_best(config, validation, len(SCENARIOS[scenario].models), settings)
         log(f"{key}: bootstrap teacher (per-model best on the validation days): {teacher}")
-    given = args.references if args.references is not None else f"{teacher},fixed:1@0.9"
-    refs = [r for r in given.split(",") if r]
+    refs = [teacher, "fixed:1@0.9"] if args.references is None else _specs(args.references)
     if args.no_learned:
         return _rules_only(config, settings, validation, grid_s, refs, key, loads, log)
     scorer = validation_scorer(config, validation, settings)
@@ -286,6 +285,18 @@ def _finished_run(run_id: str) -> tuple[dict[str, Any], float]:
                              "fleet": tags["atoll.registered"].split("/")[0].removeprefix("atoll-trigger-"),
                              **metrics}
     return train, (run.info.end_time - run.info.start_time) / 1000.0
+
+
+def _specs(text: str) -> list[str]:
+    """Policy specs from a comma-separated list; a per-model spec's own ``K@q`` entries (no colon)
+    stay with it: ``fixed:1,per-model:1@0.9,3@0.8`` is two specs."""
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if part and ":" not in part and out and out[-1].startswith("per-model:"):
+            out[-1] += f",{part}"
+        elif part:
+            out.append(part)
+    return out
 
 
 def _mean(value: object) -> float:
