@@ -258,8 +258,10 @@ class ValidationStop(BaseCallback):
             self.vec.obs_rms = self.best_state[1]
 
 
-def _teacher(rule_spec: str, env: FleetEnv) -> Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]:
-    """The imitated rule as a function of (observation, info) returning ``env``'s action codes."""
+def bootstrap_teacher(rule_spec: str, env: FleetEnv) -> Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]:
+    """The imitated rule as a function of (observation, info) returning ``env``'s action codes; an
+    InputError when the rule does not fit ``env`` (a level outside its action levels, a per-model
+    spec of another number of models)."""
     if rule_spec.startswith(PER_MODEL_PREFIX):
         per_model = PerModelRule.parse(rule_spec, len(env.models))
         if env.config.action != "reopt":
@@ -309,7 +311,7 @@ def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, settings: TrainSett
     """Behaviour cloning of ``settings.bootstrap_rule`` on ``env`` (a training env in this process);
     returns the final training loss and the clone's agreement: the share of (observation, model)
     pairs on which its deterministic action is the rule's."""
-    teacher = _teacher(settings.bootstrap_rule, env)
+    teacher = bootstrap_teacher(settings.bootstrap_rule, env)
     discrete = isinstance(env.action_space, spaces.MultiDiscrete)
     if settings.bootstrap_smoothing and not discrete:
         raise InputError("TrainSettings: field 'bootstrap_smoothing' needs the reopt action "

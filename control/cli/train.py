@@ -9,7 +9,7 @@ from atoll.control.cli.common import add_env_options, make_env, parse_days
 from atoll.control.cli.output import output_for, progress
 from atoll.envs import CLOSED_LOOP, ENV_ID, ENV_ID_V2
 from atoll.envs.config import FleetConfig, RewardWeights
-from atoll.training.train import TrainSettings
+from atoll.training.train import TrainSettings, bootstrap_teacher
 
 BOOTSTRAP_RULE = "fixed:1"
 
@@ -34,7 +34,10 @@ def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int
                              bootstrap_rule=args.bootstrap_rule,
                              bootstrap_smoothing=args.bootstrap_smoothing, n_envs=args.n_envs,
                              demand_seeds=args.demand_seeds)
-    return make_env(args, days, reward=reward, **world_options(args)).config, settings
+    env = make_env(args, days, reward=reward, **world_options(args))
+    if settings.bootstrap_steps:
+        bootstrap_teacher(settings.bootstrap_rule, env)  # a rule that does not fit the env fails here
+    return env.config, settings
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -20,10 +20,25 @@ def _runs() -> list[object]:
     (("--seed", "-1"), "field 'seed' must be an int >= 0, got -1"),
     (("--timesteps", "0"), "field 'timesteps' must be an int >= 1, got 0"),
     (("--bootstrap-rule", "hindsight"), "field 'bootstrap_rule' must be a deployable rule"),
+    (("--bootstrap-smoothing", "0.7"), "field 'bootstrap_smoothing' must be in [0, 0.5), got 0.7"),
 ])
 def test_train_bad_settings_exit_2_and_leave_no_run(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
                                                     message: str) -> None:
     code = main(["train", "--forecaster", "naive", "--json", *argv])
+    captured = capsys.readouterr()
+    assert code == 2 and message in json.loads(captured.out)["error"]["message"]
+    assert "Traceback" not in captured.err
+    assert _runs() == []
+
+
+@pytest.mark.parametrize(("rule", "message"), [
+    ("per-model:1@0.9,1@0.95", "gives 2 K@q entries for 3 models"),
+    ("per-model:1@0.8,1@0.9,1@0.9", "plans at 0.8, not among the env's action levels 0.9, 0.7, 0.95"),
+    ("fixed:1@0.8", "plans at 0.8, not one of the env's action levels"),
+])
+def test_train_a_teacher_that_does_not_fit_the_fleet_exits_2_and_leaves_no_run(
+        capsys: pytest.CaptureFixture[str], shared_data: object, rule: str, message: str) -> None:
+    code = main(["train", "--forecaster", "naive", "--train-days", "4-4", "--bootstrap-rule", rule, "--json"])
     captured = capsys.readouterr()
     assert code == 2 and message in json.loads(captured.out)["error"]["message"]
     assert "Traceback" not in captured.err
