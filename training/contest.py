@@ -380,9 +380,12 @@ def validation_scorer(config: FleetConfig, validation: Totals,
     return ValidationScorer(config, validation, settings)
 
 
+# the per-model reference, its frontier, its best and their validation points
+PerModelChoice = tuple[PerModelReference, list[str], str, dict[str, Point]]
+
+
 def choose_per_model(validation: Totals, n_models: int, frontier: Sequence[str], best: str,
-                     st: ContestSettings, lost: float) -> tuple[PerModelReference, list[str], str,
-                                                                 dict[str, Point]] | None:
+                     st: ContestSettings, lost: float) -> PerModelChoice | None:
     """The per-model reference from the validation totals (nothing of the test days): the
     assignments of :func:`atoll.training.per_model.per_model_reference`; the per-model frontier =
     the non-dominated points among the one-rule frontier and those assignments (their points read
@@ -408,17 +411,23 @@ def choose_per_model(validation: Totals, n_models: int, frontier: Sequence[str],
     return ref, chosen, best_pm, {n: candidates.get(n) or points[n] for n in (*chosen, best_pm)}
 
 
+def validation_choices(validation: Totals, n_models: int, st: ContestSettings, lost: float
+                       ) -> tuple[list[str], str, PerModelChoice | None]:
+    """What the validation totals choose: the one-rule frontier (by SLO), the best rule (least
+    effective cost at ``lost`` $/Mtok) and the per-model reference (:func:`choose_per_model`)."""
+    points = mean_points(validation)
+    frontier = [p.name for p in select_frontier(points)]
+    best = best_rule(points, lost).name
+    return frontier, best, choose_per_model(validation, n_models, frontier, best, st, lost)
+
+
 def per_model_best(config: FleetConfig, validation: Totals, n_models: int,
                    settings: ContestSettings | None = None) -> str:
     """The per-model reference's best assignment (least effective cost; the best rule when no
     assignment beats it) chosen on the validation totals alone: a learned policy's teacher that
     reads nothing of the test days. An InputError when the totals have no per-model sums."""
     st = settings or ContestSettings()
-    points = mean_points(validation)
-    frontier = [p.name for p in select_frontier(points)]
-    lost = st.lost_price(config)
-    best = best_rule(points, lost).name
-    chosen = choose_per_model(validation, n_models, frontier, best, st, lost)
+    _, _, chosen = validation_choices(validation, n_models, st, st.lost_price(config))
     if chosen is None:
         raise InputError("per_model_best: the validation totals have no per-model sums (a grid cached "
                          "before they were recorded, or no fixed:K@q rule); run the grid again")
@@ -443,11 +452,8 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
     grid_seconds = 0.0
     if validation is None:
         validation, grid_seconds = validation_grid(config, st, tick=tick)
-    points = mean_points(validation)
-    frontier = [p.name for p in select_frontier(points)]
     lost = st.lost_price(config)
-    best = best_rule(points, lost).name
-    per_model = choose_per_model(validation, len(base.models), frontier, best, st, lost)
+    frontier, best, per_model = validation_choices(validation, len(base.models), st, lost)
     pm_rules = [] if per_model is None else [*per_model[1], per_model[2]]
     rules = list(dict.fromkeys([*frontier, best, *(["hindsight"] if st.hindsight else []), *pm_rules]))
     rules += [r for r in dict.fromkeys(references) if r not in rules]
