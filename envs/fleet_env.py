@@ -11,12 +11,13 @@ from gymnasium import spaces
 from atoll.envs.actions import ActionCodec, Reopt
 from atoll.envs.availability import (
     HedgedAvailability,
-    PoolTraceAvailability,
+    MarketAvailability,
     SpotAvailability,
     StaticAvailability,
     load_spot_trace,
+    market_availability,
 )
-from atoll.envs.config import FleetConfig
+from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.correction import CapacityCorrection
 from atoll.envs.demand import DemandBook, build_book, underlying_rates, workload_series
 from atoll.envs.fleet import FleetState
@@ -27,13 +28,13 @@ from atoll.envs.servers import ServerReport, learn, server_report, service_laten
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
 from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.problem import SolveStatus
-from atoll.solvers.scenarios import SCENARIOS, ample_availability, scarce_availability
+from atoll.solvers.scenarios import SCENARIOS, ample_availability, fleet_markets, scarce_availability
 from atoll.solvers.tiers import split_tier, tiered_region
 
 __all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
 
 Cell = tuple[str, str]
-Availability = StaticAvailability | SpotAvailability | HedgedAvailability | PoolTraceAvailability
+Availability = StaticAvailability | SpotAvailability | HedgedAvailability | MarketAvailability
 INITIAL_PLANS = ("forecast", "peak")
 PLANNING = ("forecast", "oracle", "oracle-rate")
 
@@ -198,9 +199,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             raise ValueError(f"FleetConfig: field 'look_ahead_s' ({c.look_ahead_s:g} s) must cover the "
                              f"median start-up time ({fleet.median_startup:.0f} s)")
         templates = fleet.base.templates
-        if c.availability == "ample" and spec.pool_traces:  # a fleet file's pools with traces
-            self._availability: Availability = PoolTraceAvailability(ample_availability(spec),
-                                                                     dict(spec.pool_traces))
+        if spec.markets and c.availability in MARKET_KINDS:  # a fleet file's pools in their markets
+            self._availability: Availability = market_availability(spec, fleet_markets(spec, c.availability))
         elif c.availability == "ample":
             self._availability = StaticAvailability(ample_availability(spec))
         elif c.availability == "scarce":

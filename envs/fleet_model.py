@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from atoll.envs.capacity_error import family_of
-from atoll.envs.config import FleetConfig
+from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.fleet import FleetState, StartupTimes
 from atoll.envs.planner import PlanOutcome, Replanner
 from atoll.solvers.catalog import load_catalog
@@ -32,8 +32,14 @@ from atoll.solvers.errors import InputError
 from atoll.solvers.models import get_model
 from atoll.solvers.problem import Allocation, AllocationProblem, gpu_type_of
 from atoll.solvers.runtime import DEFAULT_RUNTIME
-from atoll.solvers.scenarios import SCENARIOS, model_shapes, scenario_prices, scenario_templates
-from atoll.solvers.tiers import split_tier, spot_twins, tiered_region
+from atoll.solvers.scenarios import (
+    SCENARIOS,
+    fleet_markets,
+    model_shapes,
+    scenario_prices,
+    scenario_templates,
+)
+from atoll.solvers.tiers import market_tiers, split_tier, spot_twins, tiered_region
 from atoll.solvers.types import Template
 
 Cell = tuple[str, str]
@@ -137,7 +143,10 @@ class FleetModel:
                    else scenario_library(config.scenario, config.runtime))
         templates = tuple(t for t in library if t.service.model in models)
         prices = scenario_prices(spec, spot=config.price_kind == "spot")
-        if config.availability == "hedged":  # both tiers of every cell: spot twins at spot prices
+        if spec.markets and config.availability in MARKET_KINDS:  # a fleet file's market per pool
+            templates, prices = market_tiers(templates, fleet_markets(spec, config.availability),
+                                             scenario_prices(spec), scenario_prices(spec, spot=True))
+        elif config.availability == "hedged":  # both tiers of every cell: spot twins at spot prices
             spot = scenario_prices(spec, spot=True)
             prices = {**prices, **{(tiered_region(r, "spot"), c): p for (r, c), p in spot.items()}}
             templates = templates + spot_twins(templates)
@@ -314,7 +323,7 @@ class FleetModel:
     def spare_ondemand(self, state: FleetState, caps: Mapping[Cell, int]) -> float:
         """Under ``hedged``: (on-demand nodes offered - held) / offered over every on-demand
         cell; 0 in the other markets (they have no separate on-demand quota)."""
-        if self.config.availability != "hedged":
+        if self.config.availability not in ("hedged", "market"):
             return 0.0
         held = self.nodes_held(state)
         cells = [cell for cell in caps if split_tier(cell[0])[1] == "on-demand"]

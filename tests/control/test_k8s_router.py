@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
+from fake_vllm import PREFILL_ANSWER_KV, FakeVllm
+from prometheus_client.parser import text_string_to_metric_families
 
 from atoll.control.k8s import validate_object
 from atoll.control.k8s_pd_router import PREFILL_KV_PARAMS, Router, serve
@@ -118,86 +121,64 @@ def test_aggregated_serving_has_one_service_per_model_and_no_router() -> None:
     assert len(both) == 2  # the prefill and the decode workload: each serves whole requests
 
 
-# ----- the router against fake vLLM servers ------------------------------------------------------
-class FakeVllm(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, role: str) -> None:
-        super().__init__(("127.0.0.1", 0), FakeHandler)
-        self.role, self.healthy = role, True
-        self.bodies: list[dict[str, Any]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class FakeHandler(BaseHTTPRequestHandler):
-    server: FakeVllm
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        status = 200 if self.server.healthy else 503
-        self.send_response(status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.bodies.append({**body, "_request_id": self.headers.get("X-Request-Id")})
-        if self.server.role == "prefill":
-            # what NixlConnector's request_finished returns on the prefill side
-            data = json.dumps({"choices": [{"text": "x"}], "kv_transfer_params": {
-                "do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": [[1, 2]],
-                "remote_engine_id": "engine-p", "remote_request_id": "req-p", "remote_host": "10.0.0.7",
-                "remote_port": 5600, "tp_size": 1}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        for i in range(3):
-            self.wfile.write(f"data: {json.dumps({'choices': [{'text': str(i)}]})}\n\n".encode())
-            self.wfile.flush()
-        self.wfile.write(b"data: [DONE]\n\n")
-
-
-@pytest.fixture()
-def pair() -> Iterator[tuple[FakeVllm, FakeVllm, Router]]:
-    prefill, decode = FakeVllm("prefill"), FakeVllm("decode")
-    router = serve(prefill.url, decode.url, port=0, host="127.0.0.1", timeout_s=10.0)
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (prefill, decode, router)]
-    for t in threads:
-        t.start()
+# ----- the built-in router against fake vLLM servers ----------------------------------------------
+@pytest.fixture(params=[True, False], ids=["upstream-keepalive", "upstream-close"])
+def pair(request: pytest.FixtureRequest) -> Iterator[tuple[FakeVllm, FakeVllm, Router]]:
+    prefill = FakeVllm("prefill", keep_alive=request.param).start()
+    decode = FakeVllm("decode", keep_alive=request.param).start()
+    router = serve(prefill.url, decode.url, port=0, host="127.0.0.1", timeout_s=10.0,
+                   limits={"MAX_BODY_BYTES": 4096, "HEADER_TIMEOUT_S": 0.5, "BODY_TIMEOUT_S": 0.5,
+                           "MAX_CONNECTIONS": 8})
+    thread = threading.Thread(target=router.serve_forever, daemon=True)
+    thread.start()
     yield prefill, decode, router
     for s in (prefill, decode, router):
         s.shutdown()
         s.server_close()
 
 
-def call(router: Router, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+def call(router: Router, method: str, path: str, body: Any = None,
+         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", router.server_address[1], timeout=10)
     try:
         conn.request(method, path, body=None if body is None else json.dumps(body).encode(),
-                     headers={"Content-Type": "application/json"})
+                     headers={"Content-Type": "application/json", **(headers or {})})
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
         conn.close()
 
 
+def raw(router: Router, data: bytes, pause: float = 0.0) -> http.client.HTTPResponse:
+    """Send ``data`` as is (``pause`` s between bytes when > 0) and read the answer: a dropped
+    connection fails the test here (RemoteDisconnected), never passes it."""
+    sock = socket.create_connection(("127.0.0.1", router.server_address[1]), timeout=10)
+    try:
+        if pause:
+            for b in data:
+                sock.sendall(bytes([b]))
+                time.sleep(pause)
+        else:
+            sock.sendall(data)
+    except OSError:
+        pass  # the router may answer and close before the rest is sent
+    resp = http.client.HTTPResponse(sock)
+    resp.begin()
+    resp.body = resp.read()  # type: ignore[attr-defined]
+    sock.close()
+    return resp
+
+
+def post(path: str, body: bytes, extra: str = "") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
 def test_a_request_goes_through_prefill_then_decode(pair: tuple[FakeVllm, FakeVllm, Router]) -> None:
     prefill, decode, router = pair
     request = {"model": "Llama-3-70B", "prompt": "hello", "max_tokens": 64, "stream": True,
                "stream_options": {"include_usage": True}}
-    status, data = call(router, "POST", "/v1/completions", request)
+    status, data = call(router, "POST", "/v1/completions", request, {"Authorization": "Bearer k"})
     assert status == 200
     assert data.decode().count("data: ") == 4 and data.decode().endswith("data: [DONE]\n\n")
     (p,), (d,) = prefill.bodies, decode.bodies
@@ -206,14 +187,147 @@ def test_a_request_goes_through_prefill_then_decode(pair: tuple[FakeVllm, FakeVl
     assert p["kv_transfer_params"] == PREFILL_KV_PARAMS and p["prompt"] == "hello"
     # hop 2: the client's own request plus the prefill side's KV parameters
     assert d["max_tokens"] == 64 and d["stream"] is True and d["stream_options"] == {"include_usage": True}
-    assert d["kv_transfer_params"]["remote_engine_id"] == "engine-p"
-    kv = d["kv_transfer_params"]
-    assert (kv["remote_host"], kv["remote_port"]) == ("10.0.0.7", 5600)
-    assert p["_request_id"] == d["_request_id"]  # one request id across both hops
-    status, _ = call(router, "POST", "/v1/chat/completions",
-                     {"model": "m", "messages": [], "max_completion_tokens": 9})
-    assert status == 200 and prefill.bodies[-1]["max_completion_tokens"] == 1
+    assert d["kv_transfer_params"] == PREFILL_ANSWER_KV
+    (ph,), (dh,) = prefill.headers_seen, decode.headers_seen
+    assert ph["x-request-id"] == dh["x-request-id"]  # one request id across both hops
+    assert ph["authorization"] == dh["authorization"] == "Bearer k"
+    status, data = call(router, "POST", "/v1/chat/completions",
+                        {"model": "m", "messages": [], "max_completion_tokens": 9})
+    assert status == 200 and json.loads(data)["choices"][0]["text"] == "012"
+    assert prefill.bodies[-1]["max_completion_tokens"] == 1
     assert decode.bodies[-1]["max_completion_tokens"] == 9
+
+
+def test_keep_alive_and_chunked_request_bodies(pair: tuple[FakeVllm, FakeVllm, Router]) -> None:
+    prefill, decode, router = pair
+    conn = http.client.HTTPConnection("127.0.0.1", router.server_address[1], timeout=10)
+    for i in range(3):  # one connection, three requests; the third body chunked
+        body = json.dumps({"prompt": f"p{i}", "max_tokens": 4}).encode()
+        if i == 2:
+            conn.request("POST", "/v1/completions", body=iter([body[:7], body[7:]]),
+                         headers={"Content-Type": "application/json"}, encode_chunked=True)
+        else:
+            conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["choices"][0]["text"] == "012"
+    conn.close()
+    assert [b["prompt"] for b in decode.bodies] == ["p0", "p1", "p2"]
+    # a chunked body with chunk extensions and a trailer, sent by hand
+    body = b'{"prompt": "hand"}'
+    chunked = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"5;ext=1\r\n" + body[:5] + b"\r\n" + b"%x\r\n" % (len(body) - 5) + body[5:] +
+               b"\r\n0\r\nX-Trailer: t\r\n\r\n")
+    assert raw(router, chunked).status == 200 and decode.bodies[-1]["prompt"] == "hand"
+
+
+def test_a_body_over_the_limit_is_refused_with_413(pair: tuple[FakeVllm, FakeVllm, Router]) -> None:
+    prefill, _, router = pair
+    big = json.dumps({"prompt": "x" * 5000}).encode()
+    assert raw(router, post("/v1/completions", big)).status == 413
+    chunks = b"".join(b"400\r\n" + b"x" * 1024 + b"\r\n" for _ in range(5)) + b"0\r\n\r\n"
+    resp = raw(router, b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks)
+    assert resp.status == 413
+    # a client that asks first (Expect: 100-continue) is told before it sends the body
+    resp = raw(router, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 999999\r\n"
+                       b"Expect: 100-continue\r\n\r\n")
+    assert resp.status == 413
+    assert not prefill.bodies  # nothing over the limit reached vLLM
+
+
+@pytest.mark.parametrize("request_bytes, status", [
+    (b"POST /v1/completions HTTP/1.1\r\nContent-Length: -1\r\n\r\n{}", 400),
+    (b"POST /v1/completions HTTP/1.1\r\nContent-Length: abc\r\n\r\n{}", 400),
+    (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}", 400),
+    (b"POST /v1/completions HTTP/1.1\r\nContent-Length: \xb2\r\n\r\n{}", 400),
+    (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n", 411),
+    (b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+    (b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\n", 400),
+    (b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
+    (b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n{}", 400),
+    (b"GARBAGE\r\n\r\n", 400),
+    (b"POST /v1/completions HTTP/1.1\r\n" + b"X: y\r\n" * 200 + b"\r\n", 431),
+    (b"DELETE /v1/completions HTTP/1.1\r\n\r\n", 405),
+    (post("/v1/completions", b"{not json"), 400),
+    (post("/v1/completions", b"[1, 2]"), 400),
+    (post("/v1/embeddings", b"{}"), 404),
+])
+def test_malformed_requests_are_answered(pair: tuple[FakeVllm, FakeVllm, Router], request_bytes: bytes,
+                                         status: int) -> None:
+    prefill, _, router = pair
+    resp = raw(router, request_bytes)
+    assert resp.status == status
+    assert not prefill.bodies
+
+
+def test_slow_headers_and_bodies_time_out_with_408(pair: tuple[FakeVllm, FakeVllm, Router]) -> None:
+    prefill, _, router = pair
+    # a byte every 0.05 s keeps each read short, but the headers' total deadline (0.5 s) passes
+    resp = raw(router, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40 + b"\r\n\r\n",
+               pause=0.05)
+    assert resp.status == 408
+    # a body that stops arriving
+    sock = socket.create_connection(("127.0.0.1", router.server_address[1]), timeout=10)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+    resp = http.client.HTTPResponse(sock)
+    resp.begin()
+    assert resp.status == 408
+    sock.close()
+    assert not prefill.bodies
+
+
+def test_connections_over_the_cap_get_503(pair: tuple[FakeVllm, FakeVllm, Router]) -> None:
+    _, _, router = pair
+    idle = [socket.create_connection(("127.0.0.1", router.server_address[1]), timeout=10) for _ in range(8)]
+    try:
+        resp = raw(router, post("/v1/completions", b"{}"))
+        assert resp.status == 503 and resp.getheader("Retry-After") == "1"
+    finally:
+        for s in idle:
+            s.close()
+    deadline = time.monotonic() + 10
+    while router.metrics.active and time.monotonic() < deadline:  # the idle ones are released
+        time.sleep(0.02)
+    assert call(router, "POST", "/v1/completions", {"prompt": "x"})[0] == 200
+
+
+def test_a_prefill_4xx_reaches_the_client_as_it_was(pair: tuple[FakeVllm, FakeVllm, Router]) -> None:
+    prefill, decode, router = pair
+    prefill.mode = "status:400"
+    status, data = call(router, "POST", "/v1/completions", {"prompt": "x", "max_tokens": -3})
+    assert status == 400 and json.loads(data)["message"] == "fake prefill says 400"
+    prefill.mode = "status:500"
+    status, data = call(router, "POST", "/v1/completions", {"prompt": "x"})
+    assert status == 502 and "prefill side answered HTTP 500" in json.loads(data)["error"]
+    assert not decode.bodies
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_decode_failure_midway_ends_the_response_as_an_error(stream: bool) -> None:
+    prefill = FakeVllm("prefill").start()
+    decode = FakeVllm("decode", keep_alive=True, tokens=5).start()
+    router = serve(prefill.url, decode.url, port=0, host="127.0.0.1", timeout_s=10.0)
+    threading.Thread(target=router.serve_forever, daemon=True).start()
+    try:
+        decode.mode = "break"
+        conn = http.client.HTTPConnection("127.0.0.1", router.server_address[1], timeout=10)
+        conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "x", "stream": stream}),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200  # the status was sent before the failure
+        with pytest.raises(http.client.IncompleteRead) as info:
+            resp.read()
+        if stream:
+            partial = info.value.partial.decode()
+            assert partial.count("data: {\"choices\"") == 2 and "event: error" in partial
+            assert "[DONE]" not in partial
+        conn.close()
+        decode.mode = "ok"
+        assert call(router, "POST", "/v1/completions", {"prompt": "x", "stream": stream})[0] == 200
+        assert router.metrics.errors == {"decode_broken": 1}
+    finally:
+        for s in (prefill, decode, router):
+            s.shutdown()
+            s.server_close()
 
 
 def test_readiness_says_whether_the_pair_works(pair: tuple[FakeVllm, FakeVllm, Router]) -> None:
@@ -224,12 +338,53 @@ def test_readiness_says_whether_the_pair_works(pair: tuple[FakeVllm, FakeVllm, R
     status, data = call(router, "GET", "/health")
     assert status == 503 and json.loads(data)["decode"] is False
     assert call(router, "GET", "/live")[0] == 200  # the router itself is fine: not restarted
+    assert json.loads(call(router, "GET", "/v1/models")[1])["data"][0]["id"] == "m"
     prefill.shutdown()
     prefill.server_close()
     status, data = call(router, "POST", "/v1/completions", {"prompt": "x"})
     assert status == 502 and "prefill side unreachable" in json.loads(data)["error"]
-    assert call(router, "POST", "/v1/embeddings", {})[0] == 404
-    conn = http.client.HTTPConnection("127.0.0.1", router.server_address[1], timeout=10)
-    conn.request("POST", "/v1/completions", body=b"{not json", headers={"Content-Length": "9"})
-    assert conn.getresponse().status == 400
-    conn.close()
+
+
+def test_the_listen_backlog_holds_a_burst_of_connections(pair: tuple[FakeVllm, FakeVllm, Router]) -> None:
+    _, _, router = pair
+    # stop accepting, then connect more clients than socketserver's default backlog (5) holds:
+    # every connect completes in the kernel's queue at once (with a backlog of 5 the extra SYNs
+    # are dropped and the connects wait for retransmits)
+    router.shutdown()
+    socks = []
+    for _ in range(64):
+        s = socket.socket()
+        s.settimeout(0.5)
+        s.connect(("127.0.0.1", router.server_address[1]))
+        socks.append(s)
+    threading.Thread(target=router.serve_forever, daemon=True).start()
+    for s in socks[:6]:
+        s.sendall(post("/v1/completions", b'{"prompt": "x"}'))
+        s.settimeout(10)
+        resp = http.client.HTTPResponse(s)
+        resp.begin()
+        assert resp.status in (200, 503)  # 503: over this fixture's cap of 8 connections
+        resp.read()
+    for s in socks:
+        s.close()
+
+
+def test_metrics_count_requests_errors_and_latency(pair: tuple[FakeVllm, FakeVllm, Router]) -> None:
+    prefill, _, router = pair
+    for _ in range(3):
+        assert call(router, "POST", "/v1/completions", {"prompt": "x"})[0] == 200
+    prefill.mode = "status:404"
+    assert call(router, "POST", "/v1/chat/completions", {"messages": []})[0] == 404
+    assert raw(router, b"POST /v1/completions HTTP/1.1\r\nContent-Length: -1\r\n\r\n").status == 400
+    status, data = call(router, "GET", "/metrics")
+    assert status == 200
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(data.decode()) for s in fam.samples}
+    assert samples[("atoll_router_requests_total", (("code", "200"), ("path", "/v1/completions")))] == 3
+    assert samples[("atoll_router_requests_total", (("code", "404"), ("path", "/v1/chat/completions")))] == 1
+    assert samples[("atoll_router_errors_total", (("kind", "prefill_4xx"),))] == 1
+    assert samples[("atoll_router_errors_total", (("kind", "bad_request"),))] == 1
+    assert samples[("atoll_router_request_duration_seconds_count", (("stage", "total"),))] == 3
+    assert samples[("atoll_router_request_duration_seconds_count", (("stage", "prefill"),))] == 4
+    inf = ("atoll_router_request_duration_seconds_bucket", (("le", "+Inf"), ("stage", "total")))
+    assert samples[inf] == 3
