@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -483,10 +484,13 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             "slo_attainment": float((share * rates * dt).sum() / requests) if requests > 0 else 1.0,
             "reoptimizations": len(chosen), "solves": int(outcome is not None),
             "solver_seconds": solver_s, "preemptions": int(lost.sum()),
+            "guard_resolves": outcome.guard_resolves if outcome is not None else 0,
         }
         info: dict[str, Any] = {"step": self._t, "day": self.day, "seconds": self._g * dt,
                                 "total": total, "models": per_model}
         if outcome is not None:
             # whether the memo answered is left out: info must not depend on what ran before
-            info["solve"] = {"status": outcome.status.value, "mode": outcome.mode, "message": outcome.message}
+            info["solve"] = {"status": outcome.status.value, "mode": outcome.mode, "message": outcome.message,
+                             "gap": None if math.isnan(outcome.gap) else outcome.gap,
+                             "guard_resolves": outcome.guard_resolves}
         return info

@@ -18,13 +18,13 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from atoll.solvers.allocation import solve_allocation
 from atoll.solvers.problem import Allocation, AllocationProblem, SolveStatus, model_of
 
 Cell = tuple[str, str]
-_SOLVED = (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE_TIME_LIMIT)
+_SOLVED = (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE_TIME_LIMIT, SolveStatus.FEASIBLE)
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class PlanOutcome:
     solver_seconds: float
     cached: bool
     message: str = ""
+    gap: float = math.nan  # proven relative gap of the plan (NaN: goodput stage 1 only, or no plan)
+    guard_resolves: int = 0  # solver runs repeated because an answer failed its checks
 
 
 def round_up(value: float, step: float) -> float:
@@ -76,8 +78,7 @@ class Replanner:
             if hit is not None:
                 self._memo.move_to_end(key)
                 self.hits += 1
-                return PlanOutcome(hit.allocation, hit.status, hit.mode, hit.solver_seconds, True,
-                                   hit.message)
+                return replace(hit, cached=True)
         self.misses += 1
         outcome = self._solve(models, rounded, availability, running, grow)
         if self.memoize:
@@ -93,13 +94,18 @@ class Replanner:
                                          reoptimize=models, mode="cost", grow=grow)
         res = solve_allocation(problem, warm_start=running)
         seconds = res.build_seconds + res.solve_seconds
+        guarded = res.guard_resolves
         if res.allocation is not None and res.status in _SOLVED:
-            return PlanOutcome(res.allocation, res.status, "cost", seconds, False, res.message)
+            return PlanOutcome(res.allocation, res.status, "cost", seconds, False, res.message, res.gap,
+                               guarded)
         first = f"cost mode {res.status.value}: {res.message}"
         if res.status is SolveStatus.INFEASIBLE:
             res = solve_allocation(problem.with_changes(mode="goodput"), warm_start=running)
             seconds += res.build_seconds + res.solve_seconds
+            guarded += res.guard_resolves
             if res.allocation is not None and res.status in _SOLVED:
-                return PlanOutcome(res.allocation, res.status, "goodput", seconds, False, first)
+                return PlanOutcome(res.allocation, res.status, "goodput", seconds, False, first, res.gap,
+                                   guarded)
         return PlanOutcome(None, res.status, "hold", seconds, False,
-                           f"{first}; goodput mode {res.status.value}: {res.message}")
+                           f"{first}; goodput mode {res.status.value}: {res.message}",
+                           guard_resolves=guarded)

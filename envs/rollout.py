@@ -51,7 +51,7 @@ class Episode:
         total = info["total"]
         for k in ("cost_usd", "demand_tokens", "goodput_tokens", "unserved_tokens", "requests",
                   "reoptimizations", "solves", "solver_seconds", "preemptions", "node_hours",
-                  "ondemand_node_hours", "time_limited", "grows"):
+                  "ondemand_node_hours", "time_limited", "grows", "guard_resolves"):
             self.sums[k] = self.sums.get(k, 0.0) + float(total.get(k, 0.0))
         met = total["slo_attainment"] * total["requests"]
         self.sums["met_requests"] = self.sums.get("met_requests", 0.0) + met
@@ -82,6 +82,7 @@ class Episode:
             "solver_seconds": s.get("solver_seconds", 0.0),
             "solves": s.get("solves", 0.0),
             "time_limited_solves": s.get("time_limited", 0.0),
+            "guard_resolves": s.get("guard_resolves", 0.0),
             "grows": s.get("grows", 0.0),
             "preemptions": s.get("preemptions", 0.0),
             "node_hours": s.get("node_hours", 0.0),

@@ -158,7 +158,8 @@ def independent(problem: AllocationProblem) -> MethodResult:
             t = problem.template(key)
             for c, k in t.node_use:
                 residual[(t.region, c)] -= k * n
-    worst = next((s for s in (SolveStatus.ERROR, SolveStatus.INFEASIBLE, SolveStatus.FEASIBLE_TIME_LIMIT)
+    worst = next((s for s in (SolveStatus.ERROR, SolveStatus.INFEASIBLE, SolveStatus.FEASIBLE_TIME_LIMIT,
+                              SolveStatus.FEASIBLE)
                   if s in statuses), SolveStatus.OPTIMAL)
     allocation = Allocation.of(counts)
     return MethodResult("independent", worst.value, allocation, evaluate_plan(problem, allocation),

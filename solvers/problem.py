@@ -41,8 +41,20 @@ def gpu_type_of(config: str) -> str:
 class SolveStatus(enum.StrEnum):
     OPTIMAL = "optimal"  # proven within the requested relative gap
     FEASIBLE_TIME_LIMIT = "feasible_time_limit"  # stopped (time/node limit) with an incumbent
+    FEASIBLE = "feasible"  # a plan the solver called optimal whose gap could not be proven
     INFEASIBLE = "infeasible"
     ERROR = "error"  # solver failure, or a limit hit before any feasible allocation
+
+
+# HiGHS's own absolute gap tolerance (mip_abs_gap) is 1e-6 per solve; blocks solved apart add
+# theirs up, so a plan's absolute slack is allowed a little more than one solve's.
+ABS_GAP_TOLERANCE = 1e-5
+
+
+def within_tolerance(difference: float, objective: float, gap: float) -> bool:
+    """Whether ``difference`` = objective - dual bound (>= 0 for a minimization) proves the
+    objective within relative ``gap`` (or the absolute tolerance, for objectives near 0)."""
+    return difference <= gap * abs(objective) + ABS_GAP_TOLERANCE + 1e-12 * abs(objective)
 
 
 @dataclass(frozen=True)
@@ -446,17 +458,21 @@ class AllocationResult:
     # node -> slices (atoll.solvers.packing.Packing) of a plan over a library with slices;
     # None for whole-node libraries, where each stage node is its own node
     packing: Any = None
+    # HiGHS runs repeated because an answer disagreed with its own columns or was labelled
+    # optimal above the gap (atoll.solvers.allocation.highs explains the trap)
+    guard_resolves: int = 0
 
     @classmethod
     def from_allocation(cls, problem: AllocationProblem, status: SolveStatus,
                         allocation: Allocation | None, *, message: str = "",
                         bound: float | None = None, build_seconds: float = 0.0,
                         solve_seconds: float = 0.0, solver: str = "highs",
-                        warm_start_accepted: bool | None = None) -> AllocationResult:
+                        warm_start_accepted: bool | None = None,
+                        guard_resolves: int = 0) -> AllocationResult:
         nan = math.nan
         if allocation is None:
             return cls(status, None, nan, nan, nan, nan, build_seconds, solve_seconds, {}, {}, {},
-                       nan, message, solver, warm_start_accepted)
+                       nan, message, solver, warm_start_accepted, guard_resolves=guard_resolves)
         running = problem.running or Allocation()
         cost = startup = 0.0
         capacity: dict[str, float] = defaultdict(float)
@@ -471,7 +487,15 @@ class AllocationResult:
         served, shares, goodput = served_shares(problem.demand, capacity, problem.models)
         if bound is not None:
             gap = max(0.0, objective - bound) / max(abs(objective), 1e-9)
+            if status is SolveStatus.OPTIMAL and not within_tolerance(objective - bound, objective,
+                                                                      problem.gap):
+                # the last line of defence: whatever a path did, "optimal" means proven
+                status = SolveStatus.FEASIBLE
+                message = (message + "; " if message else "") + (
+                    f"solver said optimal but the plan's gap to the dual bound is {gap:.3g} "
+                    f"(tolerance {problem.gap:g})")
         else:
             gap = nan
         return cls(status, allocation, objective, cost, startup, gap, build_seconds, solve_seconds,
-                   dict(capacity), served, shares, goodput, message, solver, warm_start_accepted)
+                   dict(capacity), served, shares, goodput, message, solver, warm_start_accepted,
+                   guard_resolves=guard_resolves)

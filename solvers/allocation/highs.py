@@ -5,6 +5,19 @@ PuLP 3.3's ``HiGHS`` class ignores ``warmStart`` and adds the model one column a
 time. This subclass keeps PuLP's status mapping (``findSolutionValues`` sets ``prob.status`` and
 ``prob.sol_status``) but builds the matrix with one ``addCols``/``addRows`` call each and hands
 the start to ``Highs.setSolution`` after the rows exist, right before ``run()``.
+
+**A start HiGHS's presolve mistranslates.** HiGHS (1.16.0, the newest release; 1.14-1.15 too)
+maps a MIP start into the presolved space by dropping the columns presolve removed. When presolve
+fixes a column the start uses (a dominated column of a one-row block, say) the start becomes
+"feasible in the reduced space" with that space's objective, 0 when every kept column is 0 there;
+HiGHS takes it as the incumbent, its dual bound meets it at once, and the run ends ``kOptimal``
+with objective 0 while the returned point is the start itself, whose columns cost what they
+cost. Nothing in HiGHS's own status tells the two apart, so every run is checked against its
+columns: the objective of the returned point (from the model's own costs) must equal HiGHS's
+objective value, and its gap to HiGHS's dual bound must be within the tolerance. A run that fails
+either check is repeated with presolve off (the start then stays in the original space), then cold
+(no start, presolve on); a run that still fails is reported as ``feasible``, never ``optimal``.
+The repeats are counted (``SolverRun.guard_resolves``) and reach the result's metadata.
 """
 
 from __future__ import annotations
@@ -21,7 +34,7 @@ import numpy as np
 import pulp
 from pulp import constants
 
-from atoll.solvers.problem import SolveStatus
+from atoll.solvers.problem import SolveStatus, within_tolerance
 
 # HiGHS 1.15 runs the feasibility-jump heuristic at the root of every MIP and every sub-MIP: on
 # these models ~10 ms a call for poor incumbents (the LP-based ones replace them). Off, 80
@@ -136,24 +149,34 @@ class WarmHiGHS(pulp.HiGHS):
 
 class SolverRun:
     """One solve of a built model: HiGHS (with an optional MIP start, variable name -> value) or
-    CBC. Keeps PuLP's solution status, HiGHS's dual bound and stop reason, the start status and
-    the seconds spent building the solver's model and running it."""
+    CBC. Keeps PuLP's solution status, HiGHS's dual bound and stop reason, the start status, the
+    seconds spent building the solver's model and running it, the objective of the returned point
+    computed from the model's own costs (``column_objective``), and how many times the HiGHS run
+    was repeated because its answer failed the checks in the module docstring."""
 
     def __init__(self, prob: pulp.LpProblem, solver: str, time_limit: float | None, gap: float,
                  start: Mapping[str, float] | None) -> None:
         t0 = time.perf_counter()
         self.bound: float | None = None
         self.start_status: highspy.HighsStatus | None = None
+        self.reported_objective: float | None = None
+        self.guard_resolves = 0
+        self.guard_reasons: list[str] = []
+        self.gap = gap
+        self.minimize = prob.sense != constants.LpMaximize
+        self.solve_seconds = self.model_seconds = 0.0
         if solver == "highs":
-            backend = WarmHiGHS(start=start, msg=False, timeLimit=time_limit, gapRel=gap,
-                                **HIGHS_OPTIONS)
-            prob.solve(backend)
-            info = prob.solverModel.getInfo()
-            self.bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
-            self.start_status = backend.start_status
-            self.solve_seconds = backend.run_seconds
-            self.model_seconds = backend.model_seconds
-            self.stop = str(prob.solverModel.getModelStatus()).rsplit(".", 1)[-1]
+            attempts: list[tuple[Mapping[str, float] | None, dict[str, object]]] = [(start, {})]
+            if start:
+                attempts += [(start, {"presolve": "off"}), (None, {})]
+            for i, (begin, extra) in enumerate(attempts):
+                if i:
+                    self.guard_resolves += 1
+                self._run_highs(prob, begin, time_limit, gap, extra)
+                reason = self._check(prob)
+                if reason is None:
+                    break
+                self.guard_reasons.append(reason)
         else:
             if start:
                 for v in prob.variables():
@@ -162,14 +185,62 @@ class SolverRun:
             prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, gapRel=gap,
                                          warmStart=bool(start)))
             self.solve_seconds = time.perf_counter() - t0
-            self.model_seconds = 0.0
             self.stop = pulp.LpStatus[prob.status]
         self.sol_status = prob.sol_status
+        self.column_objective = pulp.value(prob.objective) if self.has_point else None
+
+    @property
+    def has_point(self) -> bool:
+        return self.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+
+    def _run_highs(self, prob: pulp.LpProblem, start: Mapping[str, float] | None,
+                   time_limit: float | None, gap: float, extra: Mapping[str, object]) -> None:
+        backend = WarmHiGHS(start=start, msg=False, timeLimit=time_limit, gapRel=gap,
+                            **{**HIGHS_OPTIONS, **extra})
+        prob.solve(backend)
+        info = prob.solverModel.getInfo()
+        self.bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
+        reported = info.objective_function_value
+        self.reported_objective = reported if math.isfinite(reported) else None
+        if start and self.start_status is None:
+            self.start_status = backend.start_status
+        self.solve_seconds += backend.run_seconds
+        self.model_seconds += backend.model_seconds
+        self.stop = str(prob.solverModel.getModelStatus()).rsplit(".", 1)[-1]
+        self.sol_status = prob.sol_status
+
+    def _check(self, prob: pulp.LpProblem) -> str | None:
+        """Why this run's answer cannot be taken as labelled, or None when it can."""
+        if not self.has_point:
+            return None  # infeasible, or stopped without an incumbent: nothing to check
+        own = pulp.value(prob.objective) or 0.0
+        scale = max(1.0, abs(own))
+        if self.reported_objective is not None and abs(own - self.reported_objective) > 1e-6 * scale:
+            return (f"objective {self.reported_objective:.6g} reported for a point whose columns "
+                    f"cost {own:.6g}")
+        if self.sol_status == pulp.LpSolutionOptimal and self.bound is not None:
+            diff = (own - self.bound) if self.minimize else (self.bound - own)
+            if not within_tolerance(diff, own, self.gap):
+                return f"'optimal' at {own:.6g} with dual bound {self.bound:.6g} (gap above {self.gap:g})"
+        return None
+
+    @property
+    def proven(self) -> bool:
+        """The returned point's own objective is within the tolerance of the dual bound (HiGHS);
+        CBC gives no bound through PuLP and is trusted on its status."""
+        if self.column_objective is None:
+            return False
+        if self.bound is None:  # nothing to check the status against
+            return bool(self.sol_status == pulp.LpSolutionOptimal)
+        diff = (self.column_objective - self.bound) if self.minimize else (self.bound - self.column_objective)
+        return within_tolerance(diff, self.column_objective, self.gap)
 
 
 def status_of(run: SolverRun) -> SolveStatus:
+    """``optimal`` only for a point proven within the gap by its own objective and the dual bound;
+    an incumbent HiGHS called optimal that fails that proof is ``feasible``."""
     if run.sol_status == pulp.LpSolutionOptimal:
-        return SolveStatus.OPTIMAL
+        return SolveStatus.OPTIMAL if run.proven else SolveStatus.FEASIBLE
     if run.sol_status == pulp.LpSolutionIntegerFeasible:
         return SolveStatus.FEASIBLE_TIME_LIMIT
     if run.sol_status == pulp.LpSolutionInfeasible:

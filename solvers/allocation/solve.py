@@ -41,6 +41,16 @@ class _Round:
     complete: bool = True  # every stage solved (goodput stage 2 may fail and keep stage 1)
 
 
+def combined_status(statuses: list[SolveStatus]) -> SolveStatus:
+    """One status for solves that make one plan (stages, blocks): optimal only if every one is;
+    a stop at a limit outranks an unproven ``optimal``."""
+    if all(s is SolveStatus.OPTIMAL for s in statuses):
+        return SolveStatus.OPTIMAL
+    if any(s is SolveStatus.FEASIBLE_TIME_LIMIT for s in statuses):
+        return SolveStatus.FEASIBLE_TIME_LIMIT
+    return SolveStatus.FEASIBLE
+
+
 def _violated_rows(inst: RoundInstance, allocation: Allocation) -> set[tuple[str, str]]:
     p = inst.problem
     use: dict[tuple[str, str], float] = defaultdict(float)
@@ -60,6 +70,7 @@ class _Solver:
         self.decompose = decompose
         self.build = self.solve = 0.0
         self.start_status: object = None
+        self.guard_resolves = 0  # HiGHS runs repeated by the checks of atoll.solvers.allocation.highs
         self.deadline = None if problem.time_limit is None else time.perf_counter() + problem.time_limit
 
     def remaining(self) -> float | None:
@@ -76,6 +87,7 @@ class _Solver:
         run = SolverRun(model.prob, self.solver, self.remaining(), self.problem.gap, start)
         self.build += run.model_seconds
         self.solve += run.solve_seconds
+        self.guard_resolves += run.guard_resolves
         return run, model, start is not None
 
     def round(self, inst: RoundInstance) -> _Round:
@@ -110,8 +122,7 @@ class _Solver:
         if isinstance(allocation, str):
             return _Round(SolveStatus.ERROR, message=allocation)
         complete = len(statuses) == len(stages)
-        final = (SolveStatus.OPTIMAL if complete and all(s is SolveStatus.OPTIMAL for s in statuses)
-                 else SolveStatus.FEASIBLE_TIME_LIMIT)
+        final = combined_status(statuses) if complete else SolveStatus.FEASIBLE_TIME_LIMIT
         bound = None
         if run.bound is not None and stages[len(statuses) - 1] != "share":
             bound = run.bound + self.problem.objective_constant(inst.constants())
@@ -147,9 +158,7 @@ class _Solver:
             self.start_status = combined_start_status(starts)
         if failed is not None:
             return failed
-        final = (SolveStatus.OPTIMAL if all(s is SolveStatus.OPTIMAL for s in statuses)
-                 else SolveStatus.FEASIBLE_TIME_LIMIT)
-        return _Round(final, Allocation.of(counts), bound)
+        return _Round(combined_status(statuses), Allocation.of(counts), bound)
 
 
 def _whole_node_start(problem: AllocationProblem, solver: str, decompose: bool) -> Allocation | None:
@@ -196,7 +205,8 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
         out = AllocationResult.from_allocation(
             problem, status, allocation, message=message, bound=bound,
             build_seconds=runner.build, solve_seconds=runner.solve, solver=solver,
-            warm_start_accepted=None if start is None else str(start).endswith("kOk"))
+            warm_start_accepted=None if start is None else str(start).endswith("kOk"),
+            guard_resolves=runner.guard_resolves)
         if allocation is not None and problem.index.sliced_rcs:
             out = replace(out, packing=pack_plan(problem, allocation))
         return out
