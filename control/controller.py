@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from atoll.control.arrivals import LiveArrivals
 from atoll.control.live_demand import SHAPE_TOLERANCE, LiveForecast, ModelForecast, compact_history
 from atoll.control.live_fleet import STEP_S, LiveFleet
 from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
@@ -79,13 +80,12 @@ from atoll.envs.fleet import FleetState
 from atoll.envs.latency import PREFILL_SCALE
 from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observation_size
 from atoll.envs.policies import Policy
+from atoll.envs.saturation import SATURATED_RATIO
 from atoll.envs.servers import learn, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.packing import Packing, describe_packing, repack
 from atoll.solvers.problem import Allocation
-
-SATURATED_RATIO = 0.999  # mean latency / its on-time mean at capacity: a phase this busy queues
 
 
 @dataclass(frozen=True)
@@ -260,6 +260,15 @@ class Controller:
         # running slices stay on their nodes from one plan to the next
         self._sliced = any(t.has_slices for t in fleet.templates.values())
         self._guard_tables()
+        self.arrivals = LiveArrivals(fleet.models, self._latency, self._one_instance, fleet.shapes,
+                                     outlier_factor=s.outlier_factor, growth_factor=s.growth_factor,
+                                     growth_add=s.growth_add)
+        # model -> the (prefill, decode) tokens/s the running plan was solved for: the second
+        # signal that confirms a queue or latency the plausibility gates hold
+        self._planned: dict[str, tuple[float, float]] = {}
+        for record in (self.state.final, self.state.pending):
+            if record is not None:
+                self._planned.update(planned_demand(record))
         # the env's action encoding: level 0 is the configured planning level (code 1 = full there)
         self.codec = ActionCodec.for_config(s.planning_quantile, fleet.config.action_levels)
         self.forecaster = LiveForecast(shapes=fleet.shapes, forecaster=s.forecaster,
@@ -340,14 +349,20 @@ class Controller:
             earlier = self._deliver_pending()
             return self._hold_stale(now, tick_no, str(exc), earlier, seconds, t_start)
         rates = self._scaled(self.tracker.update(snapshot, self._limits(now)))
+        rates, implausible = self.arrivals.gate_rates(rates, self.settings.time_scale, self._planned)
         seconds["read"] = time.perf_counter() - t
         t = time.perf_counter()
         state = self.state
         fresh = [m for m in self.fleet.models if m in rates.models and rates.models[m].ok]
+        last_tick = state.last_tick_s
+        elapsed = now - last_tick if last_tick is not None and now > last_tick else 0.0
+        ready = self.fleet.model.instances_ready(
+            self.fleet_state(last_tick if elapsed else now, deployed=True), elapsed)
+        # a saturated phase is planned from its estimated arrivals, not from what it served
+        demand = self.arrivals.demand(rates, fresh, ready, self.settings.time_scale)
         for m in fresh:
-            r = rates.models[m]
-            assert r.prompt_tokens_per_s is not None and r.generation_tokens_per_s is not None
-            state = state.with_history(m, HistoryPoint(now, r.prompt_tokens_per_s, r.generation_tokens_per_s,
+            r, d = rates.models[m], demand[m]
+            state = state.with_history(m, HistoryPoint(now, d.planned[0], d.planned[1],
                                                        r.requests_per_s, r.prompt_tokens_per_request,
                                                        r.generation_tokens_per_request))
         # bounded in time, not ticks: a week in per-bin points past the last hour
@@ -372,6 +387,8 @@ class Controller:
         seconds["solve"] = time.perf_counter() - t
         t = time.perf_counter()
         sink_result = self._apply(record, now) if record is not None else None
+        if record is not None:
+            self._planned.update(planned_demand(record))
         seconds["sink"] = time.perf_counter() - t
         last = dict(self.state.last_reoptimized)
         last.update({m: tick_no for m in decision.chosen})
@@ -387,7 +404,9 @@ class Controller:
                    "rates": {m: r.as_dict() for m, r in rates.models.items() if m in self.fleet.models},
                    # names outside the fleet are neither tracked nor kept: shown, at most 20
                    "ignored_models": ignored[:20], "ignored_count": len(ignored),
-                   "notes": list(snapshot.notes)}
+                   "notes": list(snapshot.notes),
+                   "demand": {m: d.as_dict() for m, d in demand.items()},
+                   "implausible": {m: v.as_dict() for m, v in implausible.items()}}
         return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
                           solve, record is not None, self._diff_rows(record), sink_result, earlier,
                           self.state.plan_sequence, self.state.pending is not None, seconds, drift,
@@ -512,7 +531,7 @@ class Controller:
         before = self.fleet_state(last, deployed=True)
         used = learn(self.correction, self.fleet.models, pre, dec, model.ready_by_family(before, elapsed),
                      served, latency, waiting, model.instances_ready(before, elapsed), elapsed,
-                     model.changing(before, elapsed))
+                     model.changing(before, elapsed), fade_silent=True)
         self.state = replace(self.state, correction=self.correction.as_dict())
         return used
 
@@ -535,7 +554,8 @@ class Controller:
         return RateReport(report.time_s, {
             m: replace(r, prompt_tokens_per_s=(r.prompt_tokens_per_s or 0.0) / k,
                        generation_tokens_per_s=(r.generation_tokens_per_s or 0.0) / k,
-                       requests_per_s=None if r.requests_per_s is None else r.requests_per_s / k)
+                       requests_per_s=None if r.requests_per_s is None else r.requests_per_s / k,
+                       aborted_per_s=None if r.aborted_per_s is None else r.aborted_per_s / k)
             if r.ok else r
             for m, r in report.models.items()})
 
@@ -872,6 +892,16 @@ class Controller:
                          "change": change,
                          "action": "add" if change > 0 else "remove", "instances": record.plan.get(key, 0)})
         return rows
+
+
+def planned_demand(record: PlanRecord) -> dict[str, tuple[float, float]]:
+    """model -> the (prefill, decode) tokens/s ``record`` was solved for."""
+    out: dict[str, tuple[float, float]] = {}
+    for key in record.demand:
+        model, _, phase = key.rpartition("/")
+        if phase == "prefill":
+            out[model] = (float(record.demand[key]), float(record.demand.get(f"{model}/decode", 0.0)))
+    return out
 
 
 def new_controller_id(fleet_name: str) -> str:

@@ -69,6 +69,12 @@ KV_USAGE = "vllm:kv_cache_usage_perc"
 KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"
 MODEL_LABEL = "model_name"
 METRIC_NAMES: tuple[str, ...] = (PROMPT, GENERATION, WAITING, RUNNING, KV_USAGE, KV_USAGE_OLD)
+# Finished requests by reason (vLLM's ``finished_reason``: stop, length, abort). Only aborted
+# requests are read: under saturation they are the demand that timed out or was cancelled before
+# it was served (the rest of the demand a saturated server hides; see atoll.envs.saturation).
+FINISHED = "vllm:request_success_total"
+ABORT_REASON = "abort"
+ABORTED = f"{FINISHED} finished_reason={ABORT_REASON}"  # the raw name assemble groups by replica
 # Histograms (names checked in vLLM's source, vllm/v1/metrics/loggers.py): kind -> the names
 # read, preferred first. ITL was exported as time_per_output_token before vLLM renamed it.
 PROMPT_PER_REQUEST = "vllm:request_prompt_tokens"
@@ -170,9 +176,15 @@ class SeriesSample:
     start_time_s: float | None = None  # the replica's process start time, where exported
     # kind (a key of HISTOGRAMS) -> the replica's cumulative histogram, where exported
     histograms: Mapping[str, Histogram] = field(default_factory=dict)
+    # cumulative aborted requests (vllm:request_success_total{finished_reason="abort"}), where exported
+    aborted: float | None = None
 
     def __post_init__(self) -> None:
         owner = f"SeriesSample {self.series!r}"
+        a = self.aborted
+        if a is not None and (isinstance(a, bool) or not isinstance(a, int | float) or not math.isfinite(a)
+                              or a < 0):
+            raise ValueError(f"{owner}: field 'aborted' must be None or finite and >= 0, got {a!r}")
         hist = dict(self.histograms)
         bad = sorted(k for k, h in hist.items() if k not in HISTOGRAMS or not isinstance(h, Histogram))
         if bad:
@@ -224,7 +236,9 @@ class ModelMetrics:
         # when exported (start null then); files written before histograms were read still load
         def row(s: SeriesSample) -> list[Any]:
             tail: list[Any] = []
-            if s.histograms:
+            if s.aborted is not None:
+                tail = [s.start_time_s, {k: h.as_list() for k, h in s.histograms.items()}, s.aborted]
+            elif s.histograms:
                 tail = [s.start_time_s, {k: h.as_list() for k, h in s.histograms.items()}]
             elif s.start_time_s is not None:
                 tail = [s.start_time_s]
@@ -237,7 +251,8 @@ class ModelMetrics:
     def from_dict(cls, doc: Mapping[str, Any]) -> ModelMetrics:
         series = tuple(SeriesSample(str(a), float(b), _num(c), _num(d), _opt(rest[0]) if rest else None,
                                     {str(k): Histogram.from_list(h) for k, h in rest[1].items()}
-                                    if len(rest) > 1 else {})
+                                    if len(rest) > 1 else {},
+                                    _opt(rest[2]) if len(rest) > 2 else None)
                        for a, b, c, d, *rest in doc["series"])
         return cls(series=series,
                    waiting=_opt(doc.get("waiting")), running=_opt(doc.get("running")),
@@ -310,7 +325,7 @@ def _bad_value(value: float, counter: bool) -> str | None:
 
 def is_read(name: str) -> bool:
     """Whether a sample name (``vllm:x_bucket`` etc. included) is one this module reads."""
-    return name in METRIC_NAMES or name in HISTOGRAM_SAMPLES
+    return name in METRIC_NAMES or name in HISTOGRAM_SAMPLES or name == FINISHED
 
 
 def bucket_name(sample_name: str, le: str) -> str:
@@ -403,9 +418,14 @@ def assemble(raw: Iterable[tuple[str, str, str, float]], times: Mapping[str, flo
             start = (starts or {}).get(rid)
             hists, hist_notes = _histograms(values, model, where)
             notes += hist_notes
+            aborted = values.get(ABORTED)
+            if aborted is not None and not (math.isfinite(aborted) and aborted >= 0):
+                notes.append(f"{model}: {FINISHED}{{finished_reason=\"{ABORT_REASON}\"}} of {where} is "
+                             f"{aborted!r}; left out")
+                aborted = None
             series.append(SeriesSample(rid, times.get(rid, now_s), kept[0], kept[1],
                                        start if start is not None and math.isfinite(start) else None,
-                                       hists))
+                                       hists, aborted))
         if not series:
             issues.append(f"no {PROMPT} / {GENERATION} series")
         sums: dict[str, float | None] = {}
@@ -580,6 +600,10 @@ def prometheus_snapshot(values: list[Any], stamps: list[Any], starts: list[Any],
                 problems.append((model, "a result item has no __name__ label"))
             continue
         rid = _replica_id(labels)
+        if name == FINISHED:
+            if labels.get("finished_reason") == ABORT_REASON:
+                raw.append((model, rid, ABORTED, math.nan if value is None else value))
+            continue
         if name in HISTOGRAM_SAMPLES:
             # a histogram's bad item is left out with a note (assemble), never a held model
             name = bucket_name(name, labels.get("le", "")) if name.endswith("_bucket") else name
@@ -612,7 +636,7 @@ class PrometheusSource:
         return _query_result(_fetch(url, self.timeout, self.max_bytes), url)
 
     def read(self) -> MetricsSnapshot:
-        names = "|".join(n.removeprefix("vllm:") for n in (*METRIC_NAMES, *HISTOGRAM_SAMPLES))
+        names = "|".join(n.removeprefix("vllm:") for n in (*METRIC_NAMES, *HISTOGRAM_SAMPLES, FINISHED))
         # one evaluation instant for the three queries: without a shared ``time=`` each is
         # evaluated when it arrives, and a scrape landing between them pairs a counter with
         # another scrape's timestamp (a rate off by a scrape interval's share)
@@ -626,7 +650,9 @@ class PrometheusSource:
 def _replica_id(labels: Mapping[str, str]) -> str:
     # timestamp() drops __name__, so the id must not include it; the model is keyed separately;
     # a histogram bucket's edge (le) names the bucket, not the replica
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("__name__", MODEL_LABEL, "le"))
+    # a histogram bucket's edge (le) names the bucket and finished_reason the counter, not the replica
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items())
+                    if k not in ("__name__", MODEL_LABEL, "le", "finished_reason"))
 
 
 # Lines naming a metric read here; the rest of a page is never parsed (see the module docstring).
@@ -678,11 +704,13 @@ def exposition_samples(body: bytes, url: str, stamp: float
         if not isinstance(model, str):
             problems.append((None, f"a {sample.name} sample without a {MODEL_LABEL} label"))
             continue
-        labels = {k: v for k, v in sample.labels.items() if k != "le"}
+        if sample.name == FINISHED and sample.labels.get("finished_reason") != ABORT_REASON:
+            continue
+        labels = {k: v for k, v in sample.labels.items() if k not in ("le", "finished_reason")}
         rid = url + ("|" + _replica_id(labels) if len(labels) > 1 else "")
         times[rid] = stamp
         rids.append(rid)
-        name = sample.name
+        name = ABORTED if sample.name == FINISHED else sample.name
         if name.endswith("_bucket"):
             name = bucket_name(name, str(sample.labels.get("le", "")))
         raw.append((model, rid, name, float(sample.value)))

@@ -112,12 +112,14 @@ class ModelRate:
     itl_count: float | None = None
     ttft_buckets: tuple[tuple[float, float], ...] | None = None
     itl_buckets: tuple[tuple[float, float], ...] | None = None
+    # requests aborted per second (timed out or cancelled before they finished), where exported
+    aborted_per_s: float | None = None
 
     def __post_init__(self) -> None:
         owner = f"ModelRate {self.model!r}"
         object.__setattr__(self, "status", RateStatus(self.status))
-        for name in ("requests_per_s", "prompt_tokens_per_request", "generation_tokens_per_request",
-                     "ttft_mean_s", "itl_mean_s", "ttft_count", "itl_count"):
+        for name in ("aborted_per_s", "requests_per_s", "prompt_tokens_per_request",
+                     "generation_tokens_per_request", "ttft_mean_s", "itl_mean_s", "ttft_count", "itl_count"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
                                       or not math.isfinite(value) or value < 0):
@@ -151,7 +153,7 @@ class ModelRate:
                 "ttft_mean_s": self.ttft_mean_s, "itl_mean_s": self.itl_mean_s,
                 "ttft_count": self.ttft_count, "itl_count": self.itl_count,
                 "ttft_buckets": _buckets_json(self.ttft_buckets),
-                "itl_buckets": _buckets_json(self.itl_buckets)}
+                "itl_buckets": _buckets_json(self.itl_buckets), "aborted_per_s": self.aborted_per_s}
 
 
 def _buckets_json(buckets: tuple[tuple[float, float], ...] | None) -> list[list[Any]] | None:
@@ -192,6 +194,8 @@ class _Last:
     # keeps them, as it keeps its last token rates)
     hist_delta: Mapping[str, Histogram] = field(default_factory=dict)
     hist_dt: float | None = None
+    aborted: float | None = None  # cumulative aborted requests (baseline)
+    aborted_rate: float | None = None
 
 
 def _hist_delta(old: Histogram | None, new: Histogram, restarted: bool, fraction: float
@@ -286,7 +290,7 @@ class RateTracker:
                 self._expected.add(model)
                 self._series[model] = {
                     s.series: _Last(s.time_s, s.prompt_tokens, s.generation_tokens, start_s=s.start_time_s,
-                                    hist=s.histograms)
+                                    hist=s.histograms, aborted=s.aborted)
                     for s in mm.series
                     if math.isfinite(s.prompt_tokens) and math.isfinite(s.generation_tokens)}
 
@@ -302,7 +306,7 @@ class RateTracker:
     @property
     def baseline(self) -> MetricsSnapshot:
         models = {m: ModelMetrics(tuple(SeriesSample(rid, last.time_s, last.prompt, last.generation,
-                                                     last.start_s, last.hist)
+                                                     last.start_s, last.hist, last.aborted)
                                         for rid, last in sorted(reps.items())), None, None)
                   for m, reps in sorted(self._series.items())}
         return MetricsSnapshot(self._time if self._time is not None else 0.0, models, "baseline")
@@ -376,11 +380,12 @@ class RateTracker:
         flat: dict[str, _Last] = {}  # replicas with a new sample and no increase -> their baseline
         moved = False
         hists: list[tuple[Mapping[str, Histogram], float]] = []  # per replica: increases, seconds
+        aborts: list[float] = []  # per replica with the counter: aborted requests/s
         for s in mm.series:
             last = previous.get(s.series)
             if last is None or s.time_s < last.time_s:
                 current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens,
-                                          start_s=s.start_time_s, hist=s.histograms)
+                                          start_s=s.start_time_s, hist=s.histograms, aborted=s.aborted)
                 warming.append(s.series)
                 continue
             if s.time_s == last.time_s:
@@ -392,6 +397,8 @@ class RateTracker:
                 p, g = last.prompt_rate, last.generation_rate
                 if last.hist_dt:
                     hists.append((last.hist_delta, last.hist_dt))
+                if last.aborted_rate is not None:
+                    aborts.append(last.aborted_rate)
             else:
                 dt = s.time_s - last.time_s
                 restarted = _restarted(last, s, self.reset_fraction)
@@ -401,7 +408,7 @@ class RateTracker:
                     continue
                 if restarted is False:  # went back and stayed back: the lower value is the baseline
                     current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens,
-                                              start_s=s.start_time_s, hist=s.histograms)
+                                              start_s=s.start_time_s, hist=s.histograms, aborted=s.aborted)
                     warming.append(s.series)
                     continue
                 if restarted:
@@ -417,8 +424,14 @@ class RateTracker:
                     d, bases[kind] = _hist_delta(last.hist.get(kind), h, bool(restarted), self.reset_fraction)
                     if d is not None:
                         deltas[kind] = d
+                aborted_rate = None
+                if s.aborted is not None and last.aborted is not None:
+                    gone = s.aborted if restarted else s.aborted - last.aborted
+                    aborted_rate = gone / dt if gone >= 0 else None  # went back: left out
+                    if aborted_rate is not None:
+                        aborts.append(aborted_rate)
                 current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens, p, g,
-                                          s.start_time_s, bases, deltas, dt)
+                                          s.start_time_s, bases, deltas, dt, s.aborted, aborted_rate)
                 hists.append((deltas, dt))
                 if dp == 0 and dg == 0 and not restarted:
                     flat[s.series] = last
@@ -452,7 +465,7 @@ class RateTracker:
         if not (math.isfinite(prompt) and math.isfinite(generation)):
             raise ArithmeticError(f"{prompt:.4g} prompt / {generation:.4g} generation tokens/s is not finite")
         return ModelRate(model, RateStatus.OK, prompt, generation, waiting, running, kv, span, resets,
-                         **_histogram_fields(hists))
+                         **_histogram_fields(hists), aborted_per_s=math.fsum(aborts) if aborts else None)
 
 
 def _went_back(last: _Last, s: SeriesSample) -> str:

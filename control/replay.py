@@ -26,7 +26,9 @@ they could serve — tokens processed at most the plan's *true* capacity (``--ca
 world that differs from the model), running / waiting / KV-cache from the simulator's latency
 model, and the histograms ``vllm:time_to_first_token_seconds``,
 ``vllm:inter_token_latency_seconds``, ``vllm:request_prompt_tokens`` and
-``vllm:request_generation_tokens`` (sum, count, buckets), latencies in trace seconds.
+``vllm:request_generation_tokens`` (sum, count, buckets), latencies in trace seconds, and the
+requests it could not serve as ``vllm:request_success_total{finished_reason="abort"}``
+(:func:`atoll.envs.saturation.abandoned_requests`).
 
 Faults for tests: :meth:`ReplayExporter.set_fault` (a model's series missing or NaN),
 :meth:`ReplayExporter.reset` (a counter reset, as when a server restarts) and
@@ -186,6 +188,13 @@ class _Collector:
         served = self._exporter.served
         if served is None:
             return
+        # requests the servers gave up on (the demand a saturated plan could not serve)
+        finished = CounterMetricFamily("vllm:request_success", "Count of successfully processed requests.",
+                                       labels=[*label, "finished_reason"])
+        for model, v in current.items():
+            if model in served.served and math.isfinite(v.prompt_tokens):
+                finished.add_metric([model, "abort"], served.served[model].aborted)
+        yield finished
         for attr, name, doc in _HISTOGRAMS:
             family = HistogramMetricFamily(name, doc, labels=label)
             for model, v in current.items():

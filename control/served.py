@@ -31,6 +31,7 @@ from atoll.envs.capacity_error import CapacityError
 from atoll.envs.fleet import FleetState
 from atoll.envs.fleet_model import FleetModel
 from atoll.envs.latency import VLLM_ITL_BUCKETS_S, VLLM_TTFT_BUCKETS_S, histogram_counts
+from atoll.envs.saturation import abandoned_requests
 from atoll.envs.servers import server_report, service_latencies
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Allocation
@@ -92,6 +93,7 @@ class ModelServed:
     waiting: float = 0.0
     running: float = 0.0
     kv_usage: float = 0.0
+    aborted: float = 0.0  # requests given up unserved (vLLM: finished with reason "abort")
     ttft: Histogram = field(default_factory=lambda: Histogram(VLLM_TTFT_BUCKETS_S))
     itl: Histogram = field(default_factory=lambda: Histogram(VLLM_ITL_BUCKETS_S))
     prompt_lengths: Histogram = field(default_factory=lambda: Histogram((128.0, 512.0, 2048.0, 8192.0)))
@@ -158,8 +160,11 @@ class ServedFleet:
         ttft = histogram_counts(report.prefill)
         # vLLM's inter-token histogram gains one observation per generated token
         itl = histogram_counts(report.decode, observations=report.decode.served_tps * dt)
+        before = np.array([self.served[name].waiting for name in fleet.models])
+        aborted = abandoned_requests(report.lost_requests, before, report.waiting)
         for i, name in enumerate(fleet.models):
             s = self.served[name]
+            s.aborted += float(aborted[i])
             served_pre, served_dec = report.prefill.served_tps[i], report.decode.served_tps[i]
             s.prompt_tokens += served_pre * dt
             s.generation_tokens += served_dec * dt

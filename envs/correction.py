@@ -50,7 +50,10 @@ class CorrectionSettings:
     the module docstring); min_scale: floor of the robust scale (relative), so a run of exact
     observations does not turn the next honest one into an outlier; publish_step: the planner's
     factor of a family moves only when the estimate leaves it by more than this (relative), so a
-    factor wobbling by a fraction of a percent does not rebuild the corrected library each step."""
+    factor wobbling by a fraction of a percent does not rebuild the corrected library each step;
+    max_step: the most (relative) a published factor moves in one fit, so one interval — an honest
+    surprise or a signal that lied past every gate — moves the plan by a bounded step, and a
+    real change is followed over a few."""
 
     half_life: float = 288.0
     prior_weight: float = 25.0
@@ -59,6 +62,7 @@ class CorrectionSettings:
     reject_z: float = 6.0
     min_scale: float = 0.03
     publish_step: float = 0.02
+    max_step: float = 0.1
 
     def __post_init__(self) -> None:
         owner = "CorrectionSettings"
@@ -66,6 +70,8 @@ class CorrectionSettings:
             v = getattr(self, name)
             if isinstance(v, bool) or not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise InputError(f"{owner}: field {name!r} must be finite and > 0, got {v!r}")
+        if not (isinstance(self.max_step, int | float) and 0 < self.max_step and math.isfinite(self.max_step)):
+            raise InputError(f"{owner}: field 'max_step' must be finite and > 0, got {self.max_step!r}")
         if not (isinstance(self.publish_step, int | float) and 0 <= self.publish_step < 1):
             raise InputError(f"{owner}: field 'publish_step' must be in [0, 1), got {self.publish_step!r}")
         if not (0 < self.low <= 1 <= self.high and math.isfinite(self.high)):
@@ -170,8 +176,22 @@ class CapacityCorrection:
         for j, f in enumerate(svc.families):
             self._factors[f] = float(k[j])
             self._evidence[f] = float(svc.gram[j, j])
-            if abs(math.log(k[j] / self._published.get(f, 1.0))) > math.log1p(s.publish_step):
-                self._published[f] = float(k[j])
+            old = self._published.get(f, 1.0)
+            move = math.log(k[j] / old)
+            if abs(move) > math.log1p(s.publish_step):
+                bound = math.log1p(s.max_step)
+                self._published[f] = float(old * math.exp(max(-bound, min(bound, move))))
+
+    def fade(self, service: str) -> None:
+        """One interval without usable evidence for ``service``: its statistics age by one
+        observation's forgetting, so a factor whose evidence stopped returns toward the prior."""
+        svc = self._services.get(service)
+        if svc is None or not svc.families:
+            return
+        decay = 0.5 ** (1.0 / self.settings.half_life)
+        svc.gram *= decay
+        svc.moment *= decay
+        self._fit(service)
 
     # ----- persistence ---------------------------------------------------------------------
     def as_dict(self) -> dict[str, Any]:

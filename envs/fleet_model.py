@@ -34,6 +34,7 @@ from atoll.solvers.problem import Allocation, AllocationProblem, gpu_type_of
 from atoll.solvers.runtime import DEFAULT_RUNTIME
 from atoll.solvers.scenarios import (
     SCENARIOS,
+    ScenarioSpec,
     fleet_markets,
     model_shapes,
     scenario_prices,
@@ -54,14 +55,14 @@ def scenario_library(scenario: str, runtime: str = DEFAULT_RUNTIME) -> tuple[Tem
     fleet file's ``slices: true``); built or read from the template cache once per process."""
     if scenario not in SCENARIOS:
         raise InputError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
-    # the scenario's slices are part of the memo key: a fleet re-registered under the same name
-    # with slices switched must not get the other library
-    return _scenario_library(scenario, runtime, SCENARIOS[scenario].slices)
+    # the whole spec is the memo key: a fleet re-registered under the same name with other
+    # regions, GPUs or slices must not get the library of the one before
+    return _scenario_library(SCENARIOS[scenario], runtime)
 
 
 @lru_cache(maxsize=4)
-def _scenario_library(scenario: str, runtime: str, slices: bool) -> tuple[Template, ...]:
-    return scenario_templates(SCENARIOS[scenario], runtime=runtime, slices=slices)
+def _scenario_library(spec: ScenarioSpec, runtime: str) -> tuple[Template, ...]:
+    return scenario_templates(spec, runtime=runtime, slices=spec.slices)
 
 
 def shared_replanner(base: AllocationProblem, prices: Mapping[Cell, float], config: FleetConfig

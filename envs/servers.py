@@ -73,6 +73,12 @@ class ServerReport:
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(total > 0, self.waiting / np.where(total > 0, total, 1.0), 0.0)
 
+    @property
+    def lost_requests(self) -> np.ndarray:
+        """[M] requests of the step no phase served (a request lost in either phase is lost)."""
+        return np.maximum(self.prefill.requests - self.prefill.served_requests,
+                          self.decode.requests - self.decode.served_requests)
+
     def mean_latency(self) -> np.ndarray:
         """[M, 2] observed mean latency per phase (TTFT, inter-token)."""
         return np.stack([self.ttft_mean_s, self.itl_mean_s], axis=1)
@@ -171,15 +177,16 @@ def learn(correction: CapacityCorrection, models: Sequence[str],
           prefill: Sequence[ServiceLatency], decode: Sequence[ServiceLatency],
           exposure: Mapping[tuple[int, int], Mapping[str, float]], served: np.ndarray,
           observed_mean_s: np.ndarray, waiting: np.ndarray, instances: np.ndarray,
-          step_s: float, changing: set[tuple[int, int]] | frozenset[tuple[int, int]] = frozenset()
-          ) -> dict[str, float]:
+          step_s: float, changing: set[tuple[int, int]] | frozenset[tuple[int, int]] = frozenset(),
+          fade_silent: bool = False) -> dict[str, float]:
     """Feed one interval to ``correction``: per service with ready capacity (``exposure``: (model
     index, phase index) -> family -> the model's tokens/s), the capacity implied by ``served``
     ``observed_mean_s`` and ``waiting`` (requests) [M, 2]. Returns service -> implied capacity of
     the usable ones. Services in ``changing`` (their capacity changed during the interval,
     :meth:`atoll.envs.fleet_model.FleetModel.changing`) teach nothing: the interval's averages mix
     two fleets, and when an instance became ready is where a live controller's bookkeeping and
-    the cluster disagree most."""
+    the cluster disagree most. ``fade_silent``: a serving, steady service whose interval taught
+    nothing (no usable signal) fades toward the prior (:meth:`CapacityCorrection.fade`)."""
     used: dict[str, float] = {}
     for ph, services in enumerate((prefill, decode)):
         cap, informative, weight = implied_capacities(services, served[:, ph], observed_mean_s[:, ph],
@@ -191,4 +198,9 @@ def learn(correction: CapacityCorrection, models: Sequence[str],
             name = f"{model}/{PHASES[ph]}"
             if correction.observe(name, fams, float(cap[i]), float(weight[i])):
                 used[name] = float(cap[i])
+        if fade_silent:
+            for i, model in enumerate(models):
+                name = f"{model}/{PHASES[ph]}"
+                if exposure.get((i, ph)) and (i, ph) not in changing and name not in used:
+                    correction.fade(name)
     return used
