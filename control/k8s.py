@@ -1,8 +1,9 @@
 """Kubernetes plan sinks: rendered manifests in a directory (``k8s:DIR``), or server-side apply
 through the API (``k8s-apply``). What the objects are — Deployments and LeaderWorkerSets that
 start vLLM, one Service per (model, phase), and for disaggregated serving each model's
-prefill/decode router (a Deployment, its script's ConfigMap) behind the model's entry Service —
-is :mod:`atoll.control.k8s_render`.
+prefill/decode router behind the model's entry Service (vllm-router: a Deployment with its
+ServiceAccount, Role and RoleBinding, and a metrics Service; the built-in router: a Deployment
+and its script's ConfigMap) — is :mod:`atoll.control.k8s_render`.
 
 Before anything is written or applied every object passes :func:`validate_object`, a
 structural check of the fields atoll relies on (names, selectors matching pod labels, node
@@ -10,7 +11,9 @@ selectors, GPU limits, the serving container's command and probes, the router's 
 with ``K8sOptions.kube_version`` set (``--kube-version``) also the checks an API server of that
 version would make (:mod:`atoll.control.k8s_validate`: Kubernetes' OpenAPI schemas, the
 LeaderWorkerSet CRD's structural schema). ``k8s-apply`` needs RBAC to patch, list and delete
-Deployments, Services, ConfigMaps and LeaderWorkerSets in its namespace.
+Deployments, Services, ConfigMaps, LeaderWorkerSets, ServiceAccounts, Roles and RoleBindings in
+its namespace, and (to grant vllm-router's Role) get, list and watch on pods itself: Kubernetes
+lets no one grant a permission they do not hold.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from atoll.control.k8s_render import (
     GPU_RESOURCE,
     LWS_API,
     MANAGED_BY,
+    RBAC_API,
     REGION_LABEL,
     K8sOptions,
     render_manifests,
@@ -50,10 +54,15 @@ __all__ = ["CAPACITY_LABEL", "DEFAULT_GPU_PRODUCTS", "DEFAULT_MODEL_SOURCES", "G
            "GPU_PRODUCT_LABEL", "REGION_LABEL", "K8sApplySink", "K8sManifestSink", "K8sOptions",
            "render_manifests", "service_name", "validate_object", "workload_name"]
 
-_KINDS = {"ConfigMap": "v1", "Deployment": "apps/v1", "LeaderWorkerSet": LWS_API, "Service": "v1"}
-# the order objects are applied in: the router's script before the pods that mount it, workloads
-# before the Services that route to them
-_APPLY_ORDER = {"ConfigMap": 0, "Deployment": 1, "LeaderWorkerSet": 1, "Service": 2}
+_KINDS = {"ConfigMap": "v1", "Deployment": "apps/v1", "LeaderWorkerSet": LWS_API, "Service": "v1",
+          "ServiceAccount": "v1", "Role": RBAC_API, "RoleBinding": RBAC_API}
+# the order objects are applied in: the router's script and identity before the pods that use
+# them, workloads before the Services that route to them
+_APPLY_ORDER = {"ConfigMap": 0, "ServiceAccount": 0, "Role": 0, "RoleBinding": 0, "Deployment": 1,
+                "LeaderWorkerSet": 1, "Service": 2}
+# kinds pruned, in this order: what uses an identity before the identity
+_PRUNE_ORDER = ("Deployment", "LeaderWorkerSet", "Service", "ConfigMap", "RoleBinding", "Role",
+                "ServiceAccount")
 _DNS = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
@@ -96,12 +105,24 @@ def _pod_ok(where: str, template: Any, serving: bool) -> None:
 
 
 def _router_ok(template: Any) -> None:
-    """The prefill/decode router: a CPU pod that runs its script, ready when both sides are."""
+    """The prefill/decode router: a CPU pod, ready when both sides are: vllm-router in P/D mode
+    (readiness ``/readiness``, a service account to discover pods with), or the built-in
+    router's script (readiness ``/health``, both sides' URLs)."""
     (c,) = _get(template, "spec.containers")
     if not c.get("command") or not c.get("image"):
         raise SinkError("spec.template: the router container needs an image and a command")
     if GPU_RESOURCE in (c.get("resources", {}).get("limits") or {}):
         raise SinkError("spec.template: the router needs no GPU")
+    if c["command"] == ["vllm-router"]:
+        args = c.get("args") or []
+        if "--vllm-pd-disaggregation" not in args:
+            raise SinkError("spec.template: vllm-router needs --vllm-pd-disaggregation")
+        if "--service-discovery" in args and not _get(template, "spec").get("serviceAccountName"):
+            raise SinkError("spec.template: vllm-router's service discovery needs a serviceAccountName")
+        if _get(c, "readinessProbe.httpGet.path") != "/readiness" or not c.get("livenessProbe"):
+            raise SinkError("spec.template: vllm-router needs readiness on /readiness (a prefill and a "
+                            "decode worker healthy) and liveness")
+        return
     if _get(c, "readinessProbe.httpGet.path") != "/health" or not c.get("livenessProbe"):
         raise SinkError("spec.template: the router needs readiness on /health (both sides ready) "
                         "and liveness")
@@ -127,6 +148,16 @@ def validate_object(doc: Any, where: str = "object") -> None:
         if kind == "ConfigMap":
             if not _get(doc, "data"):
                 raise SinkError("data must be non-empty")
+            return
+        if kind == "ServiceAccount":
+            return
+        if kind == "Role":
+            if not _get(doc, "rules"):
+                raise SinkError("rules must be non-empty")
+            return
+        if kind == "RoleBinding":
+            if _get(doc, "roleRef.kind") != "Role" or not _get(doc, "subjects"):
+                raise SinkError("roleRef must name a Role and subjects must be non-empty")
             return
         replicas = _get(doc, "spec.replicas")
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
@@ -279,9 +310,9 @@ def _api_cause(api: Any, exc: Exception) -> str:
 
 
 class KubeObjects:
-    """Server-side apply, list and delete of atoll's three kinds through the kubernetes client
-    (AppsV1Api, CoreV1Api and CustomObjectsApi for LeaderWorkerSets). Tests pass an object with
-    the same three methods instead."""
+    """Server-side apply, list and delete of atoll's kinds through the kubernetes client
+    (AppsV1Api, CoreV1Api, RbacAuthorizationV1Api, and CustomObjectsApi for LeaderWorkerSets).
+    Tests pass an object with the same three methods instead."""
 
     LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 
@@ -293,44 +324,39 @@ class KubeObjects:
         self.apps: Any = client.AppsV1Api(api_client)
         self.core: Any = client.CoreV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
+        self.rbac: Any = client.RbacAuthorizationV1Api(api_client)
+
+    def _typed(self, kind: str) -> tuple[Any, str] | None:
+        """(API object, the method names' kind) of the kinds the generated client knows."""
+        return {"Deployment": (self.apps, "deployment"), "Service": (self.core, "service"),
+                "ConfigMap": (self.core, "config_map"), "ServiceAccount": (self.core, "service_account"),
+                "Role": (self.rbac, "role"), "RoleBinding": (self.rbac, "role_binding")}.get(kind)
 
     def apply(self, doc: Mapping[str, Any], namespace: str, dry_run: str | None, timeout: float) -> None:
         name = doc["metadata"]["name"]
         kw: dict[str, Any] = {"field_manager": "atoll", "force": True, "dry_run": dry_run,
                               "_content_type": "application/apply-patch+yaml", "_request_timeout": timeout}
-        if doc["kind"] == "Deployment":
-            self.apps.patch_namespaced_deployment(name, namespace, doc, **kw)
-        elif doc["kind"] == "ConfigMap":
-            self.core.patch_namespaced_config_map(name, namespace, doc, **kw)
-        elif doc["kind"] == "Service":
-            self.core.patch_namespaced_service(name, namespace, doc, **kw)
+        typed = self._typed(doc["kind"])
+        if typed:
+            getattr(typed[0], f"patch_namespaced_{typed[1]}")(name, namespace, doc, **kw)
         else:
             self.custom.patch_namespaced_custom_object(*self.LWS[:2], namespace, self.LWS[2], name, doc, **kw)
 
     def list_names(self, kind: str, namespace: str, selector: str, timeout: float) -> list[str]:
-        if kind == "Deployment":
-            items = self.apps.list_namespaced_deployment(namespace, label_selector=selector,
-                                                         _request_timeout=timeout).items
-            return [i.metadata.name for i in items]
-        if kind == "Service":
-            items = self.core.list_namespaced_service(namespace, label_selector=selector,
-                                                      _request_timeout=timeout).items
-            return [i.metadata.name for i in items]
-        if kind == "ConfigMap":
-            items = self.core.list_namespaced_config_map(namespace, label_selector=selector,
-                                                         _request_timeout=timeout).items
+        typed = self._typed(kind)
+        if typed:
+            items = getattr(typed[0], f"list_namespaced_{typed[1]}")(namespace, label_selector=selector,
+                                                                      _request_timeout=timeout).items
             return [i.metadata.name for i in items]
         got = self.custom.list_namespaced_custom_object(*self.LWS[:2], namespace, self.LWS[2],
                                                         label_selector=selector, _request_timeout=timeout)
         return [i["metadata"]["name"] for i in got.get("items", [])]
 
     def delete(self, kind: str, name: str, namespace: str, dry_run: str | None, timeout: float) -> None:
-        if kind == "Deployment":
-            self.apps.delete_namespaced_deployment(name, namespace, dry_run=dry_run, _request_timeout=timeout)
-        elif kind == "Service":
-            self.core.delete_namespaced_service(name, namespace, dry_run=dry_run, _request_timeout=timeout)
-        elif kind == "ConfigMap":
-            self.core.delete_namespaced_config_map(name, namespace, dry_run=dry_run, _request_timeout=timeout)
+        typed = self._typed(kind)
+        if typed:
+            getattr(typed[0], f"delete_namespaced_{typed[1]}")(name, namespace, dry_run=dry_run,
+                                                               _request_timeout=timeout)
         else:
             self.custom.delete_namespaced_custom_object(*self.LWS[:2], namespace, self.LWS[2], name,
                                                         dry_run=dry_run, _request_timeout=timeout)
@@ -407,7 +433,7 @@ class K8sApplySink:
                 what = f"{doc['kind']} {doc['metadata']['name']}"
                 api.apply(doc, ns, dry, self.timeout)
                 written.append(f"{doc['kind'].lower()}/{doc['metadata']['name']}")
-            for kind in ("Deployment", "LeaderWorkerSet", "Service", "ConfigMap"):
+            for kind in _PRUNE_ORDER:
                 what = f"the {kind} list"
                 wanted = {d["metadata"]["name"] for d in docs if d["kind"] == kind}
                 for name in api.list_names(kind, ns, selector, self.timeout):

@@ -41,15 +41,21 @@ variable is checked against the pinned vLLM's table (:mod:`atoll.control.k8s_vll
 vLLM's ``NixlConnector``, prefill as ``kv_producer`` and decode as ``kv_consumer`` (a decode
 engine with pipeline parallelism keeps ``kv_both``: vLLM 0.33.0 refuses a PP consumer), the NIXL
 side channel on the pod IP, port 5600. For each model with both phases planned, a **router**
-(:mod:`atoll.control.k8s_pd_router`, a standard-library script in a ConfigMap, run by
-``router_image``) takes each request to the prefill Service (one token, ``kv_transfer_params``
-asking to keep the KV for a remote decode) and then to the decode Service with the prefill
-side's ``kv_transfer_params`` (the decode pod pulls the KV from that prefill pod over NIXL); its
-readiness ``/health`` is 200 only when both sides answer theirs, and its Service is the model's
-entry Service. A model with only one phase planned gets no router (no request could be served
-whole). ``pd="aggregated"``: no KV transfer; every pod serves whole requests and the model's one
-Service selects all of them (the planner still sizes prefill and decode separately, so
-aggregated serving holds at least the capacity planned for each phase).
+takes each request to a prefill pod (one token, ``kv_transfer_params`` asking to keep the KV for a
+remote decode) and then to a decode pod with the prefill side's ``kv_transfer_params`` (the
+decode pod pulls the KV from that prefill pod over NIXL); its Service is the model's entry
+Service. ``router="vllm-router"`` (default): the vLLM project's router (pinned in
+:mod:`atoll.control.k8s_vllm`, image ``router_image``) in P/D mode, finding the model's prefill
+and decode pods through the Kubernetes API by atoll's labels (a ServiceAccount, a Role allowed
+get/list/watch on pods and a RoleBinding per model), readiness ``/readiness`` once a prefill and
+a decode pod are healthy, Prometheus metrics behind a metrics Service with scrape annotations.
+``router="builtin"``: atoll's standard-library router (:mod:`atoll.control.k8s_pd_router`, a
+script in a ConfigMap, run by ``router_image``) sending to the prefill and decode Services;
+readiness ``/health`` is 200 only when both sides answer theirs. A model with only one phase
+planned gets no router (no request could be served whole). ``pd="aggregated"``: no KV
+transfer; every pod serves whole requests and the model's one Service selects all of them
+(the planner still sizes prefill and decode separately, so aggregated serving holds at least
+the capacity planned for each phase).
 
 Names are DNS-1123 labels: ``atoll-<model>-<phase>-<hash>``, the hash of the exact model name
 (Services) or template key (workloads) and the controller's identity, so ``org/Acme-8B`` and
@@ -63,6 +69,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import shlex
 from collections.abc import Mapping
@@ -76,8 +83,14 @@ from atoll.control.k8s_vllm import (
     HEALTH_PATH,
     MULTI_NODE_SCRIPT,
     NIXL_SIDE_CHANNEL_PORT,
+    VLLM_API_KEY_ENV,
     VLLM_IMAGE,
+    VLLM_ROUTER_IMAGE,
+    VLLM_ROUTER_LIVENESS,
+    VLLM_ROUTER_METRICS_PORT,
+    VLLM_ROUTER_READINESS,
     kv_transfer_config,
+    unknown_router_args,
     unknown_serve_args,
 )
 from atoll.control.plans import PlanRecord, SinkError
@@ -109,6 +122,9 @@ LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 NIXL_PORT = NIXL_SIDE_CHANNEL_PORT
 PD_MODES = ("disaggregated", "aggregated")
+ROUTERS = ("vllm-router", "builtin")  # the prefill/decode router of a disaggregated model
+BUILTIN_ROUTER_IMAGE = "python:3.12-slim"  # any image with Python 3.10+ runs the built-in router
+RBAC_API = "rbac.authorization.k8s.io/v1"
 CAPACITY_TYPES = ("on-demand", "spot")
 # GPU Feature Discovery's product names (the ``gfd`` node-label preset, atoll.control.k8s_nodes).
 DEFAULT_GPU_PRODUCTS: dict[str, str] = dict(GFD.gpu_values)
@@ -153,9 +169,19 @@ class K8sOptions:
     cpu_per_gpu: float = 3.0
     memory_gi_per_gpu: int = 12
     startup_timeout_s: int = 1800
-    # the prefill/decode router (disaggregated): any image with Python 3.9+ runs its script
-    router_image: str = "python:3.12-slim"
+    # the prefill/decode router (disaggregated): vLLM's vllm-router (default) or atoll's own
+    # standard-library script (``builtin``, any image with Python 3.10+)
+    router: str = "vllm-router"
+    # None: the pinned vllm-router image (atoll.control.k8s_vllm.VLLM_ROUTER_IMAGE, built by
+    # control/data/vllm-router.Dockerfile), or python:3.12-slim for the built-in router
+    router_image: str | None = None
     router_replicas: int = 2
+    # the longest answer (tokens) the router's request time-out allows at the model's SLO pace
+    router_max_tokens: int = 8192
+    # a Secret holding the vLLM servers' API key (key ``api_key_key``): set as VLLM_API_KEY on
+    # every vLLM pod and passed to vllm-router's --api-key; None: the servers take no key
+    api_key_secret: str | None = None
+    api_key_key: str = "api-key"
     # the API server version objects are checked against before any is written or applied
     # (atoll.control.k8s_validate); None: atoll's structural checks only
     kube_version: str | None = None
@@ -173,11 +199,23 @@ class K8sOptions:
         if self.capacity_type not in CAPACITY_TYPES:
             raise SinkError(f"{owner}: field 'capacity_type' must be one of {', '.join(CAPACITY_TYPES)}, "
                             f"got {self.capacity_type!r}")
+        if self.router not in ROUTERS:
+            raise SinkError(f"{owner}: field 'router' must be one of {', '.join(ROUTERS)}, "
+                            f"got {self.router!r}")
+        if self.router_image is None:
+            object.__setattr__(self, "router_image",
+                               VLLM_ROUTER_IMAGE if self.router == "vllm-router" else BUILTIN_ROUTER_IMAGE)
         if not isinstance(self.router_image, str) or not self.router_image.strip():
-            raise SinkError(f"{owner}: field 'router_image' must name a container image with Python 3.9+")
+            need = "vllm-router" if self.router == "vllm-router" else "Python 3.10+"
+            raise SinkError(f"{owner}: field 'router_image' must name a container image with {need}")
+        if self.api_key_secret is not None:
+            _dns_label(owner, "api_key_secret", self.api_key_secret)
+        if not isinstance(self.api_key_key, str) or not re.fullmatch(r"[-._a-zA-Z0-9]+", self.api_key_key):
+            raise SinkError(f"{owner}: field 'api_key_key' must be a Secret key, got {self.api_key_key!r}")
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 1 <= self.port <= 65535:
             raise SinkError(f"{owner}: field 'port' must be an integer 1..65535, got {self.port!r}")
-        for name in ("shm_gi", "memory_gi_per_gpu", "startup_timeout_s", "router_replicas"):
+        for name in ("shm_gi", "memory_gi_per_gpu", "startup_timeout_s", "router_replicas",
+                     "router_max_tokens"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SinkError(f"{owner}: field '{name}' must be an integer >= 1, got {v!r}")
@@ -298,6 +336,8 @@ def _container(options: K8sOptions, name: str, gpus: int, command: str, env: dic
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": options.token_secret,
                                                             "key": options.token_key, "optional": True}}},
         *({"name": k, "value": v} for k, v in env.items())]
+    if options.api_key_secret:
+        envs.append(_api_key_env(options))
     ports: list[dict[str, Any]] = []
     if nixl:
         envs.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
@@ -472,11 +512,19 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
                     PHASE_LABEL: _label_value(phase), **owned}
         out.append(_service(options, service_name(model, phase, record.owner), model, phase, selector, owned))
     routed = [m for m in models if (m, "prefill") in services and (m, "decode") in services]
-    if routed:
+    if routed and options.router == "builtin":
         # a model with only one phase planned gets no router: it could not serve a request whole
         out.append(_router_script(options, record.owner))
+    instances: dict[tuple[str, str], int] = {}
+    for key, n in record.plan.items():
+        mp = (str(record.templates[key]["model"]), str(record.templates[key]["phase"]))
+        instances[mp] = instances.get(mp, 0) + n
     for model in routed:
-        out.extend(_router(options, model, record.owner, record.sequence))
+        if options.router == "builtin":
+            out.extend(_router(options, model, record.owner, record.sequence))
+        else:
+            out.extend(_vllm_router(options, model, record.owner, record.sequence,
+                                    instances[(model, "prefill")], instances[(model, "decode")]))
     return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
 
 
@@ -549,6 +597,129 @@ def _router(options: K8sOptions, model: str, owner: str, sequence: int) -> list[
     service = _service(options, entry, model, None, selector, owned, {ENTRY_LABEL: "true"},
                        {REQUEST_PATH_ANNOTATION: path})
     return [deployment, service]
+
+
+def _api_key_env(options: K8sOptions) -> dict[str, Any]:
+    return {"name": VLLM_API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": options.api_key_secret,
+                                                                     "key": options.api_key_key}}}
+
+
+def router_metrics_name(model: str, owner: str = "") -> str:
+    """The Service Prometheus scrapes a model's vllm-router through."""
+    return _name(model, "router-metrics", tail=_digest(_owned(owner, model)))
+
+
+def request_timeout_s(model: str, options: K8sOptions) -> int:
+    """vllm-router's per-request time-out for ``model``: twice the time its SLO allows an answer
+    of ``router_max_tokens`` tokens (TTFT budget + tokens x TPOT budget), at least 60 s; a model
+    outside the catalog (no SLO known here) gets ``startup_timeout_s``."""
+    from atoll.solvers.models import get_model  # the catalog: only needed for this
+
+    try:
+        slo = get_model(model).slo
+    except (KeyError, ValueError):
+        return options.startup_timeout_s
+    return max(60, math.ceil(2 * (slo.ttft_ms + options.router_max_tokens * slo.tpot_ms) / 1000))
+
+
+def _policy(instances: int, busy: str) -> str:
+    # one pod: nothing to choose between, and round robin keeps no state
+    return "round_robin" if instances <= 1 else busy
+
+
+def vllm_router_args(options: K8sOptions, model: str, owner: str, prefill_instances: int,
+                     decode_instances: int) -> list[str]:
+    """The ``vllm-router`` arguments of ``model``'s router: P/D mode over NIXL, prefill and decode
+    pods found through the Kubernetes API by atoll's own labels (the same selection as the
+    phase Services), a cache-aware policy for prefill and power-of-two for decode (round robin
+    where the plan has one pod), health checks, the request time-out from the SLO, Prometheus
+    on :data:`VLLM_ROUTER_METRICS_PORT`; checked against the pinned version's flags."""
+    owned = {CONTROLLER_LABEL: owner} if owner else {}
+
+    def selector(phase: str) -> list[str]:
+        labels = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), SERVING_LABEL: "true",
+                  PHASE_LABEL: phase, **owned}
+        return [f"{k}={v}" for k, v in labels.items()]
+
+    args = ["--host", "0.0.0.0", "--port", str(options.port), "--vllm-pd-disaggregation",
+            "--kv-connector", "nixl", "--service-discovery",
+            "--service-discovery-namespace", options.namespace,
+            "--service-discovery-port", str(options.port),
+            "--prefill-selector", *selector("prefill"), "--decode-selector", *selector("decode"),
+            "--prefill-policy", _policy(prefill_instances, "cache_aware"),
+            "--decode-policy", _policy(decode_instances, "power_of_two"),
+            "--health-check-interval-secs", "10", "--health-failure-threshold", "3",
+            "--request-timeout-secs", str(request_timeout_s(model, options)),
+            "--prometheus-host", "0.0.0.0", "--prometheus-port", str(VLLM_ROUTER_METRICS_PORT)]
+    if options.api_key_secret:
+        args += ["--api-key", f"$({VLLM_API_KEY_ENV})"]  # expanded by the kubelet from the Secret
+    problems = unknown_router_args(args)
+    if problems:  # a renderer bug: say which flag the pinned version lacks
+        raise SinkError(f"the vllm-router arguments of {model!r} do not fit the pinned vllm-router: "
+                        f"{'; '.join(problems)}")
+    return args
+
+
+def _vllm_router(options: K8sOptions, model: str, owner: str, sequence: int, prefill_instances: int,
+                 decode_instances: int) -> list[dict[str, Any]]:
+    """A model's vllm-router: its Deployment, the ServiceAccount / Role / RoleBinding that let it
+    watch pods in the namespace, the entry Service (the model's one endpoint) and a metrics
+    Service with Prometheus' scrape annotations."""
+    owned = {CONTROLLER_LABEL: owner} if owner else {}
+    labels = {MANAGED_BY[0]: MANAGED_BY[1], "app.kubernetes.io/name": "vllm-router",
+              MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router", **owned}
+    name = router_name(model, owner)
+    entry = entry_service_name(model, owner)
+    prefill, decode = (service_name(model, p, owner) for p in ("prefill", "decode"))
+    path = (f"client -> Service {entry} -> vllm-router -> a prefill pod (the pods Service {prefill} selects; "
+            f"max_tokens 1, kv_transfer_params do_remote_decode) -> a decode pod (those of Service {decode}; "
+            f"kv_transfer_params from the prefill pod; the decode pod pulls the KV over NIXL from that pod's "
+            f"side channel, port {NIXL_PORT})")
+    meta = {"namespace": options.namespace, "labels": labels}
+    annotations = {MODEL_NAME_ANNOTATION: model}
+    container: dict[str, Any] = {
+        "name": "router", "image": options.router_image, "command": ["vllm-router"],
+        "args": vllm_router_args(options, model, owner, prefill_instances, decode_instances),
+        "ports": [{"name": "http", "containerPort": options.port, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": VLLM_ROUTER_METRICS_PORT, "protocol": "TCP"}],
+        # ready once a prefill and a decode worker are healthy: the pair works, not just the proxy
+        "readinessProbe": {"httpGet": {"path": VLLM_ROUTER_READINESS, "port": "http"}, "periodSeconds": 10,
+                           "timeoutSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": VLLM_ROUTER_LIVENESS, "port": "http"}, "periodSeconds": 10,
+                          "timeoutSeconds": 5, "failureThreshold": 6},
+        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}}
+    if options.api_key_secret:
+        container["env"] = [_api_key_env(options)]
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
+        "name": name, **meta, "annotations": {**annotations, REQUEST_PATH_ANNOTATION: path,
+                                              "atoll.io/plan-sequence": str(sequence)}},
+        "spec": {"replicas": options.router_replicas,
+                 "selector": {"matchLabels": {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model),
+                                              COMPONENT_LABEL: "router", **owned}},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                     "serviceAccountName": name, "containers": [container],
+                     "terminationGracePeriodSeconds": 30}}}}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": name, **meta, "annotations": annotations}}
+    # service discovery watches pods in this namespace, nothing else
+    role = {"apiVersion": RBAC_API, "kind": "Role",
+            "metadata": {"name": name, **meta, "annotations": annotations},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}
+    binding = {"apiVersion": RBAC_API, "kind": "RoleBinding",
+               "metadata": {"name": name, **meta, "annotations": annotations},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": options.namespace}]}
+    selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router",
+                **owned}
+    service = _service(options, entry, model, None, selector, owned, {ENTRY_LABEL: "true"},
+                       {REQUEST_PATH_ANNOTATION: path})
+    metrics = _service(options, router_metrics_name(model, owner), model, None, selector, owned,
+                       {COMPONENT_LABEL: "router"},
+                       {"prometheus.io/scrape": "true", "prometheus.io/port": str(VLLM_ROUTER_METRICS_PORT),
+                        "prometheus.io/path": "/metrics"})
+    metrics["spec"]["ports"] = [{"name": "metrics", "port": VLLM_ROUTER_METRICS_PORT, "targetPort": "metrics",
+                                 "protocol": "TCP"}]
+    return [account, role, binding, deployment, service, metrics]
 
 
 def k8s_options(section: Mapping[str, Any], where: str = "kubernetes") -> K8sOptions:

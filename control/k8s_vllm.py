@@ -11,6 +11,12 @@ holds every rendered flag and variable to it.
 
 A user's own ``image`` (another vLLM version) gets the same flags: the table then describes
 what atoll renders, not what that image accepts (the README says so).
+
+The prefill/decode router a disaggregated model gets by default is the vLLM project's
+``vllm-router`` (PyPI, a Rust core; :data:`VLLM_ROUTER_VERSION`), pinned here beside vLLM: its
+flags atoll renders are :data:`VLLM_ROUTER_FLAGS`, read from that release's ``vllm-router
+--help``; ``tests/control/test_vllm_router.py`` holds the table to the installed package's
+``--help`` and runs the binary with the rendered arguments.
 """
 
 from __future__ import annotations
@@ -46,7 +52,11 @@ VLLM_ENV: Mapping[str, str] = MappingProxyType({
     "VLLM_PP_LAYER_PARTITION": "vllm/envs.py:893",
     "VLLM_NIXL_SIDE_CHANNEL_HOST": "vllm/envs.py:1721",
     "VLLM_NIXL_SIDE_CHANNEL_PORT": "vllm/envs.py:1725",
+    # the server's API key when --api-key is not given; read from vLLM's repository
+    # (vllm/envs.py, consumed by vllm/entrypoints/openai/api_server.py), not from the 0.33.0 wheel
+    "VLLM_API_KEY": "vllm/envs.py (VLLM_API_KEY)",
 })
+VLLM_API_KEY_ENV = "VLLM_API_KEY"
 # Variables atoll sets that are not vLLM's own: the Hugging Face hub's token (read by
 # huggingface_hub inside vLLM), and the LeaderWorkerSet controller's (set on every LWS pod).
 OTHER_ENV: Mapping[str, str] = MappingProxyType({
@@ -73,6 +83,52 @@ MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.
 MULTI_NODE_ARGS: tuple[str, ...] = ("--ray_cluster_size", "--ray_address", "--ray_port", "--ray_init_timeout")
 # The server's health route (vllm/entrypoints/serve/instrumentator/health.py:22).
 HEALTH_PATH = "/health"
+
+# ----- vllm-router ---------------------------------------------------------------------------
+VLLM_ROUTER_VERSION = "0.1.17"
+VLLM_ROUTER_SOURCE = "vllm_router-0.1.17-cp38-abi3-manylinux_2_28_x86_64.whl (PyPI), vllm-router --help"
+# The image control/data/vllm-router.Dockerfile builds (pip install vllm-router==VERSION); the
+# vLLM project publishes the router on PyPI, not as an image, so push this one to a registry
+# your cluster pulls from and name it in kubernetes.router_image.
+VLLM_ROUTER_IMAGE = f"atoll/vllm-router:{VLLM_ROUTER_VERSION}"
+# The routes the router serves (0.1.17): readiness is 200 once a prefill and a decode worker are
+# healthy; liveness is the process itself.
+VLLM_ROUTER_READINESS = "/readiness"
+VLLM_ROUTER_LIVENESS = "/liveness"
+VLLM_ROUTER_METRICS_PORT = 29000  # --prometheus-port's default in 0.1.17
+# ``vllm-router`` options atoll renders -> what 0.1.17's --help says of them.
+VLLM_ROUTER_FLAGS: Mapping[str, str] = MappingProxyType({
+    "--host": "Host address to bind the router server",
+    "--port": "Port number to bind the router server",
+    "--vllm-pd-disaggregation": "Enable vLLM PD (Prefill-Decode) disaggregated mode",
+    "--kv-connector": "KV connector type for PD disaggregation ('nixl': NIXL's pull-based transfer)",
+    "--service-discovery": "Enable Kubernetes service discovery",
+    "--service-discovery-namespace": "Kubernetes namespace to watch for pods",
+    "--service-discovery-port": "Port to use for discovered worker pods",
+    "--prefill-selector": "Label selector for prefill server pods in PD mode (key1=value1 key2=value2)",
+    "--decode-selector": "Label selector for decode server pods in PD mode (key1=value1 key2=value2)",
+    "--prefill-policy": "Specific policy for prefill nodes in PD mode",
+    "--decode-policy": "Specific policy for decode nodes in PD mode",
+    "--health-check-interval-secs": "Interval in seconds between runtime health checks",
+    "--health-failure-threshold": "Consecutive health check failures before marking a worker unhealthy",
+    "--request-timeout-secs": "Request timeout in seconds",
+    "--prometheus-host": "Host address to bind the Prometheus metrics server",
+    "--prometheus-port": "Port to expose Prometheus metrics",
+    "--api-key": "The API key used for authorization with workers",
+    # static workers, in place of discovery (the tests run the binary so)
+    "--prefill": "Prefill server URL and optional bootstrap port",
+    "--decode": "Decode server URL",
+})
+# Options that take no value.
+VLLM_ROUTER_SWITCHES: tuple[str, ...] = ("--vllm-pd-disaggregation", "--service-discovery")
+# Options that take several values (argparse nargs='+').
+VLLM_ROUTER_LISTS: tuple[str, ...] = ("--prefill-selector", "--decode-selector", "--prefill")
+VLLM_ROUTER_POLICIES: tuple[str, ...] = ("random", "round_robin", "cache_aware", "kv_aware", "power_of_two",
+                                         "consistent_hash", "sticky_least_loaded")
+VLLM_ROUTER_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "--prefill-policy": VLLM_ROUTER_POLICIES, "--decode-policy": VLLM_ROUTER_POLICIES,
+    "--kv-connector": ("nixl", "mooncake", "moriio"),
+})
 
 
 def kv_transfer_config(role: str) -> str:
@@ -133,3 +189,34 @@ def _kv_problems(value: str) -> list[str]:
 def known_env(name: str) -> bool:
     """Whether ``name`` is a variable of the pinned vLLM or one of the others atoll sets."""
     return name in VLLM_ENV or name in OTHER_ENV
+
+
+def unknown_router_args(args: list[str]) -> list[str]:
+    """Problems of a ``vllm-router`` argument list (without the program) against the pinned
+    version: options it does not define, values outside an option's choices, a missing value.
+    Empty when vllm-router 0.1.17 accepts it (as far as this table reaches)."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if flag not in VLLM_ROUTER_FLAGS:
+            out.append(f"{flag}: not an option of vllm-router {VLLM_ROUTER_VERSION} (atoll's table: "
+                       f"{', '.join(VLLM_ROUTER_FLAGS)})")
+            i += 1
+            continue
+        if flag in VLLM_ROUTER_SWITCHES:
+            i += 1
+            continue
+        values = []
+        i += 1
+        while i < len(args) and not args[i].startswith("--"):
+            values.append(args[i])
+            i += 1
+        if not values or (len(values) > 1 and flag not in VLLM_ROUTER_LISTS):
+            out.append(f"{flag}: takes {'one or more values' if flag in VLLM_ROUTER_LISTS else 'one value'}, "
+                       f"got {values}")
+        choices = VLLM_ROUTER_CHOICES.get(flag)
+        if choices and any(v not in choices for v in values):
+            out.append(f"{flag} {' '.join(values)}: vllm-router {VLLM_ROUTER_VERSION} accepts "
+                       f"{', '.join(choices)}")
+    return out

@@ -168,10 +168,16 @@ def test_a_core_plan_under_runtime_vllm_renders_objects_that_all_validate() -> N
         assert template_problem("vllm", get_model(t.service.model), t) is None
     record = PlanRecord.from_allocation(1, 0.0, result.allocation, None, library, {}, "core")
     docs = render_manifests(record)
-    # 3 models x (2 phase Services + 1 entry Service), a router Deployment each, its script
-    assert len(by_kind(docs, "Service")) == 9 and len(by_kind(docs, "ConfigMap")) == 1
-    assert len(docs) == len(record.plan) + 9 + 3 + 1
-    for doc in docs:
+    # 3 models x (2 phase Services + an entry and a metrics Service), a vllm-router Deployment
+    # each with its ServiceAccount, Role and RoleBinding
+    assert len(by_kind(docs, "Service")) == 12 and not by_kind(docs, "ConfigMap")
+    assert all(len(by_kind(docs, k)) == 3 for k in ("ServiceAccount", "Role", "RoleBinding"))
+    assert len(docs) == len(record.plan) + 12 + 3 + 9
+    builtin = render_manifests(record, K8sOptions(router="builtin"))
+    # the built-in router: 3 x (2 phase Services + 1 entry Service), a router Deployment each, its script
+    assert len(by_kind(builtin, "Service")) == 9 and len(by_kind(builtin, "ConfigMap")) == 1
+    assert len(builtin) == len(record.plan) + 9 + 3 + 1
+    for doc in docs + builtin:
         k8s_validate(doc)
         validate_object(doc)
 

@@ -26,9 +26,13 @@ from atoll.control.k8s_render import (
     ROUTER_SCRIPT,
     ROUTER_SOURCE,
     K8sOptions,
+    k8s_options,
     render_manifests,
+    request_timeout_s,
+    vllm_router_args,
 )
-from atoll.control.plans import PlanRecord
+from atoll.control.k8s_vllm import VLLM_ROUTER_IMAGE
+from atoll.control.plans import PlanRecord, SinkError
 from atoll.solvers.problem import Allocation
 from atoll.solvers.types import Phase, Service, Stage, Template
 
@@ -62,8 +66,19 @@ def pod_labels(doc: dict[str, Any]) -> list[dict[str, str]]:
     return []
 
 
-def test_one_entry_service_per_model_and_the_router_reaches_both_pools() -> None:
-    options = K8sOptions(namespace="llm")
+def _selector_args(args: list[str], flag: str) -> dict[str, str]:
+    i = args.index(flag) + 1
+    out = {}
+    while i < len(args) and not args[i].startswith("--"):
+        k, v = args[i].split("=", 1)
+        out[k] = v
+        i += 1
+    return out
+
+
+@pytest.mark.parametrize("router", ["vllm-router", "builtin"])
+def test_one_entry_service_per_model_and_the_router_reaches_both_pools(router: str) -> None:
+    options = K8sOptions(namespace="llm", router=router)
     docs = render_manifests(record((LLAMA_P, LLAMA_D, PHI_P, PHI_D, QWEN_P)), options)
     for d in docs:
         validate_object(d)
@@ -75,39 +90,101 @@ def test_one_entry_service_per_model_and_the_router_reaches_both_pools() -> None
     by_model = {s["metadata"]["annotations"]["atoll.io/model-name"]: s for s in entries}
     # Qwen has only a prefill pool planned: no router (it could not serve a request whole)
     assert len(entries) == len(by_model) == 2 and set(by_model) == {"Llama-3-70B", "Phi-4-14B"}
-    (script,) = [d for d in docs if d["kind"] == "ConfigMap"]
-    assert script["data"][ROUTER_SCRIPT] == ROUTER_SOURCE
+    scripts = [d for d in docs if d["kind"] == "ConfigMap"]
+    if router == "builtin":
+        assert len(scripts) == 1 and scripts[0]["data"][ROUTER_SCRIPT] == ROUTER_SOURCE
+        assert not [d for d in docs if d["kind"] in ("ServiceAccount", "Role", "RoleBinding")]
+    else:
+        assert not scripts
     for model, entry in by_model.items():
         # the entry Service selects exactly the model's router pods
         behind = [w for w in workloads if any(selects(entry["spec"]["selector"], lb) for lb in pod_labels(w))]
         assert len(behind) == 1 and behind[0]["kind"] == "Deployment"
-        router = behind[0]
-        assert router["metadata"]["labels"][COMPONENT_LABEL] == "router"
-        pod = router["spec"]["template"]["spec"]
-        assert pod["volumes"][0]["configMap"]["name"] == script["metadata"]["name"]
+        dep = behind[0]
+        assert dep["metadata"]["labels"][COMPONENT_LABEL] == "router"
+        pod = dep["spec"]["template"]["spec"]
         (c,) = pod["containers"]
-        assert c["command"] == ["python3", f"/atoll/{ROUTER_SCRIPT}"]
-        assert c["readinessProbe"]["httpGet"]["path"] == "/health"
-        env = {e["name"]: e["value"] for e in c["env"]}
         reached = {}
-        for side in ("PREFILL", "DECODE"):
-            host = urlsplit(env[f"{side}_URL"]).hostname
-            assert host is not None and host.endswith(".llm.svc")
-            svc = services[host.split(".")[0]]  # the URL names a rendered Service ...
-            pods = [w for w in workloads if any(selects(svc["spec"]["selector"], lb) for lb in pod_labels(w))]
-            # ... which selects serving pods of this model and phase only
+        for side in ("prefill", "decode"):
+            if router == "builtin":
+                assert pod["volumes"][0]["configMap"]["name"] == scripts[0]["metadata"]["name"]
+                assert c["command"] == ["python3", f"/atoll/{ROUTER_SCRIPT}"]
+                assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+                env = {e["name"]: e["value"] for e in c["env"]}
+                host = urlsplit(env[f"{side.upper()}_URL"]).hostname
+                assert host is not None and host.endswith(".llm.svc")
+                selector = services[host.split(".")[0]]["spec"]["selector"]  # the URL names a Service
+            else:
+                assert c["command"] == ["vllm-router"] and c["image"] == VLLM_ROUTER_IMAGE
+                assert c["readinessProbe"]["httpGet"]["path"] == "/readiness"
+                assert c["args"][c["args"].index("--service-discovery-namespace") + 1] == "llm"
+                selector = _selector_args(c["args"], f"--{side}-selector")
+                # the pods it discovers are the ones the phase's Service selects
+                phase_services = [sv for sv in services.values() if sv["spec"]["selector"] == selector]
+                assert len(phase_services) == 1
+            pods = [w for w in workloads if any(selects(selector, lb) for lb in pod_labels(w))]
+            # ... serving pods of this model and phase only
             assert pods and all(w["metadata"]["annotations"]["atoll.io/model-name"] == model for w in pods)
-            assert {w["metadata"]["labels"]["atoll.io/phase"] for w in pods} == {side.lower()}
+            assert {w["metadata"]["labels"]["atoll.io/phase"] for w in pods} == {side}
             reached[side] = {w["metadata"]["name"] for w in pods}
         expected = {t.key for t in (LLAMA_P, LLAMA_D, PHI_P, PHI_D) if t.service.model == model}
         assert {w["metadata"]["annotations"]["atoll.io/template-key"] for w in workloads
-                if w["metadata"]["name"] in reached["PREFILL"] | reached["DECODE"]} == expected
+                if w["metadata"]["name"] in reached["prefill"] | reached["decode"]} == expected
         path = entry["metadata"]["annotations"]["atoll.io/request-path"]
         assert entry["metadata"]["name"] in path and "NIXL" in path
+        if router == "vllm-router":
+            # it may watch pods in its namespace, nothing more
+            account = pod["serviceAccountName"]
+            (role,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == account]
+            pods_rule = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+            assert role["rules"] == [pods_rule]
+            (binding,) = [d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == account]
+            assert binding["roleRef"]["name"] == account
+            assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "llm"}]
+            assert [d for d in docs if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == account]
+            (metrics,) = [sv for sv in services.values() if sv is not entry and
+                          sv["spec"]["selector"] == entry["spec"]["selector"]]
+            ann = metrics["metadata"]["annotations"]
+            assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/port"] == "29000"
+            assert metrics["spec"]["ports"][0]["targetPort"] == "metrics"
+            assert {"name": "metrics", "containerPort": 29000, "protocol": "TCP"} in c["ports"]
+            # each plan here has two instances per phase: the load-aware policies
+            assert c["args"][c["args"].index("--prefill-policy") + 1] == "cache_aware"
+            assert c["args"][c["args"].index("--decode-policy") + 1] == "power_of_two"
     # LWS workers (Ray only) are never behind a Service; leaders are
     lws = next(w for w in workloads if w["kind"] == "LeaderWorkerSet")
     worker = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"]
     assert not any(selects(s["spec"]["selector"], worker) for s in services.values())
+
+
+def test_router_settings() -> None:
+    one = PlanRecord.from_allocation(1, 0.0, Allocation.of({PHI_P.key: 1, PHI_D.key: 3}), None,
+                                     {t.key: t for t in (PHI_P, PHI_D)}, {}, "test")
+    options = K8sOptions(api_key_secret="vllm-key", router_max_tokens=1000)
+    docs = render_manifests(one, options)
+    (router,) = [d for d in docs if d["kind"] == "Deployment" and COMPONENT_LABEL in d["metadata"]["labels"]]
+    (c,) = router["spec"]["template"]["spec"]["containers"]
+    args = c["args"]
+    assert args[args.index("--prefill-policy") + 1] == "round_robin"  # one prefill pod planned
+    assert args[args.index("--decode-policy") + 1] == "power_of_two"
+    # Phi-4's SLO: TTFT 1200 ms + 1000 tokens x 60 ms, twice over
+    assert args[args.index("--request-timeout-secs") + 1] == "123"  # ceil(2 x 61.2 s)
+    assert request_timeout_s("Acme-8B", options) == options.startup_timeout_s  # no SLO known here
+    # the servers' API key: from the Secret on every vLLM pod, and to the router
+    assert args[args.index("--api-key") + 1] == "$(VLLM_API_KEY)"
+    key = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "vllm-key", "key": "api-key"}}}
+    assert c["env"] == [key]
+    for d in docs:
+        if d["kind"] == "Deployment" and d is not router:
+            assert key in d["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "--api-key" not in vllm_router_args(K8sOptions(), "Phi-4-14B", "", 1, 1)
+    assert K8sOptions(router="builtin").router_image == "python:3.12-slim"
+    assert K8sOptions(router_image="reg.local/vllm-router:1").router_image == "reg.local/vllm-router:1"
+    assert k8s_options({"router": "builtin"}).router == "builtin"
+    with pytest.raises(SinkError, match="field 'router' must be one of vllm-router, builtin"):
+        k8s_options({"router": "envoy"}, "fleet.yaml: kubernetes")
+    with pytest.raises(SinkError, match="api_key_secret"):
+        K8sOptions(api_key_secret="Not A Name")
 
 
 def test_aggregated_serving_has_one_service_per_model_and_no_router() -> None:

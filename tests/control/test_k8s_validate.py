@@ -32,9 +32,11 @@ def docs(**kw: Any) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("version", ["1.28", "1.33", "1.37"])
 def test_every_rendered_kind_passes_the_named_version(version: str) -> None:
     v = kube_version(version)
-    rendered = docs()
-    assert {d["kind"] for d in rendered} == {"ConfigMap", "Deployment", "LeaderWorkerSet", "Service"}
-    for d in rendered:
+    rendered, builtin = docs(), docs(router="builtin")
+    assert {d["kind"] for d in rendered} == {"Deployment", "LeaderWorkerSet", "Role", "RoleBinding",
+                                             "Service", "ServiceAccount"}
+    assert {d["kind"] for d in builtin} == {"ConfigMap", "Deployment", "LeaderWorkerSet", "Service"}
+    for d in rendered + builtin:
         assert api_problems(d, v) == [], d["metadata"]["name"]
 
 
