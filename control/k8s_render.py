@@ -85,6 +85,7 @@ from atoll.control.k8s_vllm import (
     NIXL_SIDE_CHANNEL_PORT,
     VLLM_API_KEY_ENV,
     VLLM_IMAGE,
+    VLLM_ROUTER_API_KEY_ENV,
     VLLM_ROUTER_IMAGE,
     VLLM_ROUTER_LIVENESS,
     VLLM_ROUTER_METRICS_PORT,
@@ -179,7 +180,8 @@ class K8sOptions:
     # the longest answer (tokens) the router's request time-out allows at the model's SLO pace
     router_max_tokens: int = 8192
     # a Secret holding the vLLM servers' API key (key ``api_key_key``): set as VLLM_API_KEY on
-    # every vLLM pod and passed to vllm-router's --api-key; None: the servers take no key
+    # every vLLM pod and given to vllm-router, which sends it on both hops (clients then reach
+    # the servers only through the router: guard the entry Service); None: the servers take no key
     api_key_secret: str | None = None
     api_key_key: str = "api-key"
     # the API server version objects are checked against before any is written or applied
@@ -599,9 +601,9 @@ def _router(options: K8sOptions, model: str, owner: str, sequence: int) -> list[
     return [deployment, service]
 
 
-def _api_key_env(options: K8sOptions) -> dict[str, Any]:
-    return {"name": VLLM_API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": options.api_key_secret,
-                                                                     "key": options.api_key_key}}}
+def _api_key_env(options: K8sOptions, name: str = VLLM_API_KEY_ENV) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": options.api_key_secret,
+                                                         "key": options.api_key_key}}}
 
 
 def router_metrics_name(model: str, owner: str = "") -> str:
@@ -652,7 +654,7 @@ def vllm_router_args(options: K8sOptions, model: str, owner: str, prefill_instan
             "--request-timeout-secs", str(request_timeout_s(model, options)),
             "--prometheus-host", "0.0.0.0", "--prometheus-port", str(VLLM_ROUTER_METRICS_PORT)]
     if options.api_key_secret:
-        args += ["--api-key", f"$({VLLM_API_KEY_ENV})"]  # expanded by the kubelet from the Secret
+        args += ["--api-key", f"$({VLLM_ROUTER_API_KEY_ENV})"]  # expanded by the kubelet from the Secret
     problems = unknown_router_args(args)
     if problems:  # a renderer bug: say which flag the pinned version lacks
         raise SinkError(f"the vllm-router arguments of {model!r} do not fit the pinned vllm-router: "
@@ -689,7 +691,8 @@ def _vllm_router(options: K8sOptions, model: str, owner: str, sequence: int, pre
                           "timeoutSeconds": 5, "failureThreshold": 6},
         "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}}
     if options.api_key_secret:
-        container["env"] = [_api_key_env(options)]
+        # what the router sends the servers on both hops (VLLM_ROUTER_API_KEY_ENV)
+        container["env"] = [_api_key_env(options, VLLM_ROUTER_API_KEY_ENV)]
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
         "name": name, **meta, "annotations": {**annotations, REQUEST_PATH_ANNOTATION: path,
                                               "atoll.io/plan-sequence": str(sequence)}},

@@ -96,6 +96,10 @@ VLLM_ROUTER_IMAGE = f"atoll/vllm-router:{VLLM_ROUTER_VERSION}"
 VLLM_ROUTER_READINESS = "/readiness"
 VLLM_ROUTER_LIVENESS = "/liveness"
 VLLM_ROUTER_METRICS_PORT = 29000  # --prometheus-port's default in 0.1.17
+# In P/D mode 0.1.17 sends "Authorization: Bearer $OPENAI_API_KEY" on both hops (the client's own
+# header is not forwarded, and --api-key does not reach these hops: found by running it, see
+# tests/control/test_vllm_router.py), so the servers' key goes into this variable.
+VLLM_ROUTER_API_KEY_ENV = "OPENAI_API_KEY"
 # ``vllm-router`` options atoll renders -> what 0.1.17's --help says of them.
 VLLM_ROUTER_FLAGS: Mapping[str, str] = MappingProxyType({
     "--host": "Host address to bind the router server",

@@ -11,6 +11,7 @@ JSON answer) and drops the connection, ``"hang"`` accepts the request and never 
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import threading
@@ -22,6 +23,7 @@ PREFILL_ANSWER_KV = {"do_remote_prefill": True, "do_remote_decode": False, "remo
                      "remote_engine_id": "engine-p", "remote_request_id": "req-p", "remote_host": "10.0.0.7",
                      "remote_port": 5600, "tp_size": 1}
 ROUTED = ("/v1/completions", "/v1/chat/completions")
+SEQ = itertools.count()  # the order requests arrived in, across servers
 
 
 class FakeVllm(ThreadingHTTPServer):
@@ -34,6 +36,7 @@ class FakeVllm(ThreadingHTTPServer):
         self.keep_alive = keep_alive
         self.bodies: list[dict[str, Any]] = []
         self.headers_seen: list[dict[str, str]] = []
+        self.order: list[int] = []
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
 
@@ -84,6 +87,7 @@ class FakeHandler(BaseHTTPRequestHandler):
         with self.server.lock:
             self.server.bodies.append(body)
             self.server.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
+            self.server.order.append(next(SEQ))
         mode = self.server.mode
         if mode.startswith("status:"):
             code = int(mode.split(":")[1])

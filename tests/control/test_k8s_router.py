@@ -171,9 +171,9 @@ def test_router_settings() -> None:
     assert args[args.index("--request-timeout-secs") + 1] == "123"  # ceil(2 x 61.2 s)
     assert request_timeout_s("Acme-8B", options) == options.startup_timeout_s  # no SLO known here
     # the servers' API key: from the Secret on every vLLM pod, and to the router
-    assert args[args.index("--api-key") + 1] == "$(VLLM_API_KEY)"
+    assert args[args.index("--api-key") + 1] == "$(OPENAI_API_KEY)"
     key = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "vllm-key", "key": "api-key"}}}
-    assert c["env"] == [key]
+    assert c["env"] == [{**key, "name": "OPENAI_API_KEY"}]  # what vllm-router sends the servers
     for d in docs:
         if d["kind"] == "Deployment" and d is not router:
             assert key in d["spec"]["template"]["spec"]["containers"][0]["env"]
