@@ -29,6 +29,7 @@ from atoll.control.k8s_render import K8sOptions, render_manifests
 from atoll.control.k8s_vllm import (
     VLLM_ROUTER_CHOICES,
     VLLM_ROUTER_FLAGS,
+    VLLM_ROUTER_IMAGE,
     VLLM_ROUTER_LISTS,
     VLLM_ROUTER_SWITCHES,
     VLLM_ROUTER_VERSION,
@@ -296,3 +297,10 @@ def test_chunked_bodies_and_failing_servers(running: tuple[Pool, Pool, RunningRo
     resp.read()
     decode.mode = "ok"
     assert router.post("/v1/completions", {"model": "m", "prompt": "x"}).status == 200
+
+
+def test_the_dockerfile_builds_the_pinned_version() -> None:
+    text = (Path(__file__).parents[2] / "control" / "data" / "vllm-router.Dockerfile").read_text()
+    assert f"ARG VLLM_ROUTER_VERSION={VLLM_ROUTER_VERSION}\n" in text
+    assert 'pip install --no-cache-dir "vllm-router==${VLLM_ROUTER_VERSION}"' in text
+    assert VLLM_ROUTER_IMAGE.endswith(f":{VLLM_ROUTER_VERSION}")
