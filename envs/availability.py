@@ -3,6 +3,11 @@
 - ``static`` (the solver scenarios' ``ample`` and ``scarce``): a fixed cap per (region, config).
 - ``hedged`` (:class:`HedgedAvailability`): a ``spot`` pool per (region, config) beside an
   on-demand quota that does not move.
+- ``market`` (:class:`MarketAvailability`): a fleet file's market per pool. An on-demand pool
+  has its static cap; a spot pool follows its own trace (absolute nodes over the workloads' time,
+  :class:`atoll.solvers.fleet.PoolTrace`) or, in a catalog region without one, the region's
+  bundled trace below; a hedged pool has both, the on-demand quota never moving. Spot tiers live
+  in tiered regions (:mod:`atoll.solvers.tiers`), so a drop preempts spot instances only.
 - ``spot``: the cap moves with real spot availability traces (SkyPilot's "Can't Be Late"
   traces, ../shared/data/spot-traces-cantbelate, NSDI'24). Each trace counts the spot nodes
   obtainable out of 16 every 300 s. A (region, config) cap at time t is
@@ -92,24 +97,6 @@ class StaticAvailability:
 
 
 @dataclass
-class PoolTraceAvailability:
-    """A fleet file's availability: static caps, and pools that follow their own traces
-    (``atoll.solvers.fleet.PoolTrace``: nodes from each time on, seconds from the workloads'
-    start; the episode's own time, no random offset)."""
-
-    caps: Mapping[Cell, int]
-    traces: Mapping[Cell, Any]
-
-    def reset(self, rng: np.random.Generator) -> None:  # noqa: ARG002 - deterministic
-        return None
-
-    def capacity(self, seconds: float) -> dict[Cell, int]:
-        out = dict(self.caps)
-        out.update({cell: int(trace.at(seconds)) for cell, trace in self.traces.items() if cell in out})
-        return out
-
-
-@dataclass
 class SpotAvailability:
     """Caps that follow real spot traces, one trace per region, seeded offsets per config."""
 
@@ -149,3 +136,64 @@ class HedgedAvailability:
 
     def capacity(self, seconds: float) -> dict[Cell, int]:
         return {**self.on_demand.capacity(seconds), **self.spot.capacity(seconds)}
+
+
+@dataclass
+class MarketAvailability:
+    """A market per pool (see the module docstring): ``static`` caps of every tier that does not
+    move (on-demand pools, hedged pools' quotas), ``own`` spot tiers on their own traces (the
+    episode's own time, no random offset) and ``bundled`` spot tiers on their region's bundled
+    trace (seeded offsets, as :class:`SpotAvailability`)."""
+
+    static: Mapping[Cell, int]
+    own: Mapping[Cell, Any]
+    bundled: SpotAvailability | None = None
+
+    def reset(self, rng: np.random.Generator) -> None:
+        if self.bundled is not None:
+            self.bundled.reset(rng)
+
+    def capacity(self, seconds: float) -> dict[Cell, int]:
+        out = dict(self.static)
+        out.update({cell: int(trace.at(seconds)) for cell, trace in self.own.items()})
+        if self.bundled is not None:
+            out.update(self.bundled.capacity(seconds))
+        return out
+
+
+def untraced_spot_pools(markets: Mapping[Cell, str], traces: Mapping[Cell, Any]) -> list[Cell]:
+    """Spot or hedged pools with no trace of their own in a region without a bundled trace: no
+    availability process can move them."""
+    return sorted(cell for cell, m in markets.items()
+                  if m != "on-demand" and cell not in traces and cell[0] not in SPOT_TRACES)
+
+
+def market_availability(spec: Any, markets: Mapping[Cell, str], data: Path | None = None
+                        ) -> MarketAvailability:
+    """The availability process of a scenario's pools under ``markets`` (every offered cell ->
+    on-demand, spot or hedged); ValueError naming the pools when a spot pool has no trace."""
+    from atoll.solvers.scenarios import market_caps
+    from atoll.solvers.tiers import split_tier, tiered_region
+
+    traces = dict(spec.pool_traces)
+    missing = untraced_spot_pools(markets, traces)
+    if missing:
+        shown = ", ".join(f"{r}/{c}" for r, c in missing[:4])
+        raise ValueError(f"spot pool(s) {shown} have no availability trace: a spot market moves with one. "
+                         f"Give each a trace in the fleet file (availability.traces: a CSV time_s,nodes or "
+                         f"a preemption log time_s,event,nodes), or keep them on-demand; bundled traces "
+                         f"exist for {', '.join(sorted(SPOT_TRACES))} only")
+    caps = market_caps(spec, markets)
+    own = {(tiered_region(r, "spot"), c): t for (r, c), t in traces.items()
+           if markets.get((r, c)) != "on-demand"}
+    base = {cell: n for cell, n in caps.items() if split_tier(cell[0])[1] == "spot" and cell not in own}
+    static = {cell: n for cell, n in caps.items() if split_tier(cell[0])[1] == "on-demand"}
+    bundled = None
+    if base:
+        from atoll.solvers.paths import shared_data_dir
+
+        where = data or shared_data_dir()
+        regions = sorted({split_tier(r)[0] for r, _ in base})
+        bundled = SpotAvailability(base, {tiered_region(r, "spot"): load_spot_trace(where, r)
+                                          for r in regions})
+    return MarketAvailability(static, own, bundled)

@@ -14,7 +14,10 @@ from atoll.solvers.errors import InputError
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
 from atoll.solvers.types import Template
 
-AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot", "hedged")
+AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot", "hedged", "market")
+# the kinds a fleet file's pools take as markets (``market``: each pool's own from the file;
+# ``spot`` / ``hedged``: every pool in that market), see atoll.envs.availability
+MARKET_KINDS: tuple[str, ...] = ("spot", "hedged", "market")
 QUOTA_LEVELS: tuple[str, ...] = ("scarce", "ample")
 PRICE_KINDS: tuple[str, ...] = ("on-demand", "spot")
 TRANSITIONS: tuple[str, ...] = ("make-before-break", "break-before-make")
@@ -59,6 +62,10 @@ class FleetConfig:
     (region, config) offers a spot pool that follows the spot traces (as ``spot``) and an
     on-demand pool with its own quota (``ondemand_quota``: the ``scarce`` or ``ample`` level) at
     on-demand prices; the ILP picks the tier per instance and preemption hits spot only.
+    ``availability="market"`` (a fleet file's scenario only): each pool in the market its file
+    says, billed at that tier (prices then follow the pools and ``prices`` must be None); a fleet
+    file's scenario under ``spot`` or ``hedged`` puts every pool in that market, its own traces
+    kept (:func:`atoll.envs.availability.market_availability`).
     ``action``: ``reopt`` (``atoll/Fleet-v1``: per model hold, grow or full at one of the planning
     levels — ``planning_quantile`` then ``action_levels``, see :mod:`atoll.envs.actions`) or
     ``binary`` (``atoll/Fleet-v0``: MultiBinary, re-plan fully at ``planning_quantile``).
@@ -133,6 +140,9 @@ class FleetConfig:
         if self.availability not in AVAILABILITY_KINDS:
             raise InputError(f"{owner}: field 'availability' must be one of {', '.join(AVAILABILITY_KINDS)}, "
                              f"got {self.availability!r}")
+        if self.availability == "market" and self.prices is not None:
+            raise InputError(f"{owner}: field 'prices' must be None with availability 'market' (each pool "
+                             f"bills at its market's tier), got {self.prices!r}")
         if self.prices is not None and self.prices not in PRICE_KINDS:
             raise InputError(f"{owner}: field 'prices' must be one of {', '.join(PRICE_KINDS)} or None, "
                              f"got {self.prices!r}")
@@ -203,6 +213,10 @@ class FleetConfig:
 
     @property
     def price_kind(self) -> str:
+        """``on-demand`` or ``spot`` (every node at that price), or ``market`` (each pool at its
+        own market's tier)."""
         if self.prices is not None:
             return self.prices
+        if self.availability == "market":
+            return "market"
         return "spot" if self.availability == "spot" else "on-demand"

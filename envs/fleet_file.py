@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from atoll.envs.config import FleetConfig
+from atoll.envs.availability import SPOT_TRACES, untraced_spot_pools
+from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.forecast.logrows import FileCheck, ModelCheck
 from atoll.forecast.scaling import Scale, apply_scale, split_scale
 from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
@@ -184,6 +185,14 @@ def activate(path: Path | str, *, step_s: float = STEP_S) -> ActiveFleet:
     """Load, validate and register a fleet file for this process; errors name the file, the
     entry and the field."""
     spec = load_fleet(path)
+    untraced = untraced_spot_pools({(o.region, o.config): spec.market_of((o.region, o.config))
+                                    for o in spec.offers}, dict(spec.pool_traces))
+    if untraced:
+        shown = ", ".join(f"{r}/{c}" for r, c in untraced[:4])
+        raise FleetFileError(f"{spec.path}: availability.traces: spot or hedged pool(s) {shown} have no "
+                             f"trace, and only {', '.join(sorted(SPOT_TRACES))} have bundled ones; give "
+                             f"each a trace (a CSV time_s,nodes or a preemption log time_s,event,nodes) "
+                             f"or put them in the on-demand market")
     loaded = _scaled(spec, step_s)
     series = loaded.series
     _check_traces(spec, series, step_s)
@@ -197,7 +206,10 @@ def activate(path: Path | str, *, step_s: float = STEP_S) -> ActiveFleet:
         shapes=shapes, rates=rates,
         static_availability=None if spec.availability is None else tuple(sorted(spec.availability.items())),
         pool_traces=spec.pool_traces,
-        runtime=spec.runtime, n_max=spec.n_max, rho=spec.rho, slices=spec.slices)
+        runtime=spec.runtime, n_max=spec.n_max, rho=spec.rho, slices=spec.slices,
+        markets=tuple(sorted(((o.region, o.config), spec.market_of((o.region, o.config)))
+                             for o in spec.offers)),
+        ondemand_quota=tuple(sorted((spec.ondemand_quota or {}).items())))
     register_scenario(scenario)
     return ActiveFleet(spec, scenario, series, loaded.checks, loaded.model_checks, loaded.mean_rates,
                        loaded.scalings)
@@ -205,10 +217,18 @@ def activate(path: Path | str, *, step_s: float = STEP_S) -> ActiveFleet:
 
 def fleet_config(fleet: ActiveFleet, days: tuple[int, int], **settings: object) -> FleetConfig:
     """The simulator's configuration for an active fleet: its scenario, models, runtime and its
-    own scaled demand series; availability ``ample`` means the fleet's static caps (or ample
-    nodes when it names none) at on-demand prices unless ``settings`` say otherwise."""
-    base: dict[str, object] = {"availability": "ample", "prices": "on-demand"}
+    own scaled demand series; availability ``market`` (the default) puts each pool in the
+    market its file says, billed at that tier; ``spot`` or ``hedged`` put every pool in that
+    market; ``ample`` means the fleet's static caps (or ample nodes when it names none), every
+    pool on-demand. Prices follow the availability as in a scenario's config (spot prices under
+    spot availability) unless ``settings`` give ``prices``."""
+    base: dict[str, object] = {"availability": "market", "prices": None}
     base.update(settings)
+    if base["availability"] in MARKET_KINDS and base["prices"] is not None:
+        # a market bills each pool at the tier that serves it; a price kind on top would be dropped
+        raise FleetFileError(f"{fleet.spec.path}: prices {base['prices']!r} do not apply under availability "
+                             f"{base['availability']!r}: each pool bills at its market's tier; give prices "
+                             f"only with availability ample or scarce")
     last = fleet.days
     if days[1] > last:
         raise FleetFileError(f"{fleet.spec.path}: workloads cover days 1-{last}; days {days[0]}-{days[1]} "

@@ -25,14 +25,23 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
       - name: aws:us-east-2
         catalog: true               # the catalog's offers and prices in this region ...
         gpu_types: [L4, L40S]       # ... of these GPU types (default: all it sells)
+        market: spot                # on-demand (default), spot or hedged: the tier it buys at
       - name: lab:rack-1            # or your own offers, $/node-hour
+        market: hedged
         offers:
           - {config: 8xMI300X, on_demand: 28.0, spot: 11.0}
     availability:                   # optional; default: ample (1000 nodes of every offer)
       static:                       # nodes you can get, per region/config; cells left out get none
-        aws:us-east-2/4xL4: 6
-      traces:                       # or per pool a CSV "time_s,nodes": from time_s (seconds from the
-        aws:us-east-2/1xL40S: pools/l40s.csv   # workloads' start) that many nodes, until the next row
+        aws:us-east-2/4xL4: 6       # (a spot pool on a bundled trace: the nodes the trace scales)
+      markets:                      # optional, per pool: overrides its region's market
+        aws:us-east-2/4xL4: on-demand
+      ondemand_quota:               # hedged pools: on-demand nodes beside the spot pool (default 1000)
+        lab:rack-1/8xMI300X: 2
+      traces:                       # a spot or hedged pool's spot capacity over time, a CSV:
+        lab:rack-1/8xMI300X: pools/mi300x.csv   # "time_s,nodes" (from time_s, seconds from the
+                                    # workloads' start, that many nodes until the next row) or a
+                                    # preemption log "time_s,event,nodes" (event: capacity sets the
+                                    # count, preempt takes nodes away, restore gives them back)
     workloads:                      # one per model, mapped by name
       Phi-4-14B: {source: "csv:requests.csv#phi-4", scale: 1.0}
       Acme-8B: {source: "servegen:m-small", mean_rate: 5.0}
@@ -45,6 +54,12 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
         lab: {gpu_key: example.com/gpu, capacity_key: example.com/tier,
               capacity_values: {on-demand: reserved, spot: preemptible}}
     min_instances: {default: 1, Acme-8B: {prefill: 1, decode: 2}}   # the live controller's floor
+
+The market says what a drop in a trace means and the tier a pool bills at: a spot pool is
+billed at its spot price and a drop preempts the spot instances above it; a hedged pool has both
+tiers, the spot one on the trace and an on-demand quota that never moves; an on-demand pool bills
+on-demand and has a static cap (a trace on it is an error). A spot or hedged pool without a trace
+of its own follows the bundled spot trace of its region (catalog regions only).
 
 Workload scaling is explicit: ``scale: X`` multiplies the request rate, ``mean_rate: R`` scales
 it to R requests/s on average, neither keeps it as recorded. Relative paths are relative to the
@@ -72,9 +87,11 @@ from atoll.solvers.models import get_model
 from atoll.solvers.runtime import DEPLOY_RUNTIME, RUNTIMES
 from atoll.solvers.types import NODE_GPU_COUNTS, GpuType, ModelSpec, Offer, Slo
 
+MARKETS: tuple[str, ...] = ("on-demand", "spot", "hedged")
 TOP_KEYS = ("name", "runtime", "slices", "models", "gpus", "regions", "availability", "workloads",
             "kubernetes", "n_max", "rho", "min_instances")
 PHASE_NAMES = ("prefill", "decode")
+AVAILABILITY_KEYS = ("static", "markets", "ondemand_quota", "traces")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _CONFIG = re.compile(r"([1-9][0-9]*)x(.+)")
 
@@ -97,7 +114,8 @@ class PoolTrace:
 
 
 def _pool_trace(path: Path, where: str, file: Path) -> PoolTrace:
-    """Read a pool's CSV (header ``time_s,nodes``; times from 0, increasing; whole nodes >= 0)."""
+    """Read a pool's CSV: levels (header ``time_s,nodes``; times from 0, increasing; whole nodes
+    >= 0) or a preemption log (header ``time_s,event,nodes``, see :func:`_event_trace`)."""
     try:
         lines = file.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:
@@ -106,8 +124,12 @@ def _pool_trace(path: Path, where: str, file: Path) -> PoolTrace:
     except OSError as exc:
         raise _fail(path, where, f"trace file {file} cannot be read ({exc.strerror or exc}); give a CSV "
                                  f"with columns time_s,nodes") from None
-    if not lines or [c.strip() for c in lines[0].split(",")] != ["time_s", "nodes"]:
-        raise _fail(path, where, f"{file}: line 1 must be the header 'time_s,nodes'")
+    header = [c.strip() for c in lines[0].split(",")] if lines else []
+    if header == ["time_s", "event", "nodes"]:
+        return _event_trace(path, where, file, lines)
+    if header != ["time_s", "nodes"]:
+        raise _fail(path, where, f"{file}: line 1 must be the header 'time_s,nodes' (nodes from each time) "
+                                 f"or 'time_s,event,nodes' (a preemption log)")
     times: list[float] = []
     nodes: list[int] = []
     for n, line in enumerate(lines[1:], start=2):
@@ -129,6 +151,58 @@ def _pool_trace(path: Path, where: str, file: Path) -> PoolTrace:
     if not times or times[0] != 0:
         raise _fail(path, where, f"{file}: the first row must be at time_s 0")
     return PoolTrace(tuple(times), tuple(nodes), str(file))
+
+
+TRACE_EVENTS = ("capacity", "preempt", "restore")
+
+
+def _event_trace(path: Path, where: str, file: Path, lines: list[str]) -> PoolTrace:
+    """A preemption log: rows ``time_s,event,nodes`` in time order (rows of one time apply in
+    file order); ``capacity`` sets the pool's nodes (the first row must be one, at time_s 0),
+    ``preempt`` takes ``nodes`` away, ``restore`` gives them back. A log that takes more nodes
+    than the pool holds, an unknown event or a time out of order names its line."""
+    level: int | None = None
+    points: dict[float, int] = {}
+    last = -math.inf
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) != 3:
+            raise _fail(path, where, f"{file}: line {n} {line!r} must be three fields 'time_s,event,nodes'")
+        try:
+            t, k = float(cols[0]), float(cols[2])
+        except ValueError:
+            raise _fail(path, where, f"{file}: line {n} {line!r}: time_s and nodes must be numbers") from None
+        event = cols[1]
+        if event not in TRACE_EVENTS:
+            raise _fail(path, where, f"{file}: line {n}: unknown event {event!r}; valid: "
+                                     f"{', '.join(TRACE_EVENTS)}")
+        if not (math.isfinite(t) and t >= 0) or t < last:
+            raise _fail(path, where, f"{file}: line {n}: time_s {cols[0]} must be >= 0 and in time order")
+        if not (math.isfinite(k) and k >= 0 and k.is_integer()):
+            raise _fail(path, where, f"{file}: line {n}: nodes {cols[2]!r} must be a whole number >= 0")
+        if level is None:
+            if event != "capacity" or t != 0:
+                raise _fail(path, where, f"{file}: line {n}: the first row must be '0,capacity,N' (the "
+                                         f"pool's nodes at the start)")
+            level = 0
+        if event == "capacity":
+            level = int(k)
+        elif event == "preempt":
+            if k > level:
+                raise _fail(path, where, f"{file}: line {n}: preempts {int(k)} node(s) at time_s {t:g} but "
+                                         f"the pool holds {level}; a log that loses nodes it never had "
+                                         f"is misread or incomplete")
+            level -= int(k)
+        else:
+            level += int(k)
+        last = t
+        points[t] = level
+    if level is None:
+        raise _fail(path, where, f"{file}: no rows; give at least '0,capacity,N'")
+    times = tuple(sorted(points))
+    return PoolTrace(times, tuple(points[t] for t in times), str(file))
 
 
 GAP_MODES = ("exclude", "zero")
@@ -174,9 +248,24 @@ class FleetSpec:
     pool_traces: tuple[tuple[tuple[str, str], PoolTrace], ...] = ()
     # model -> the live controller's floor of (prefill, decode) instances (``min_instances``)
     min_instances: Mapping[str, tuple[int, int]] | None = None
-    # stages may use g of a node's G GPUs (vllm only, issue 28): the library holds slices, plans
-    # buy whole nodes and carry their packing
+    # stages may use g of a node's G GPUs (vllm only): the library holds slices, plans buy whole
+    # nodes and carry their packing
     slices: bool = False
+    # every offered (region, config) -> its market (on-demand, spot or hedged)
+    markets: Mapping[tuple[str, str], str] | None = None
+    # hedged pools -> on-demand nodes beside the spot pool (pools left out: ample)
+    ondemand_quota: Mapping[tuple[str, str], int] | None = None
+    # (region, GPU type) a region's gpu_types asked for that its catalog offers do not sell
+    unsold: tuple[tuple[str, str], ...] = ()
+
+    def market_of(self, cell: tuple[str, str]) -> str:
+        return (self.markets or {}).get(cell, "on-demand")
+
+    @property
+    def market_summary(self) -> str:
+        """The markets of the fleet's pools in words: one name, or 'mixed (...)'."""
+        kinds = sorted({self.market_of((o.region, o.config)) for o in self.offers})
+        return kinds[0] if len(kinds) == 1 else f"mixed ({', '.join(kinds)})"
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -305,11 +394,21 @@ def _models(path: Path, raw: Any) -> tuple[list[ModelSpec], list[ModelSpec]]:
     return out, user
 
 
-def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]) -> list[Offer]:
+def _market(path: Path, where: str, value: Any) -> str:
+    if value not in MARKETS:
+        raise _fail(path, where, f"field 'market' must be one of {', '.join(MARKETS)}, got {_show(value)}")
+    return str(value)
+
+
+def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]
+            ) -> tuple[list[Offer], dict[str, str], list[tuple[str, str]]]:
+    """(offers, each region's market, (region, GPU type) asked for but not sold there)."""
     if not isinstance(raw, list) or not raw:
         raise _fail(path, "regions", "must be a non-empty list of regions (name + catalog: true or offers)")
     catalog = load_catalog()
     out: list[Offer] = []
+    markets: dict[str, str] = {}
+    unsold: list[tuple[str, str]] = []
     for i, entry in enumerate(raw):
         where = f"regions[{i}]"
         region = _mapping(path, where, entry, "name, catalog/gpu_types or offers")
@@ -318,9 +417,13 @@ def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]) -> list[Offer]:
             raise _fail(path, where, f"field 'name' must look like 'cloud:region' (e.g. aws:us-east-2), "
                                      f"got {_show(name)}")
         where = f"regions[{i}] ({_show(name)})"
-        extra = _unknown(region, {"name", "catalog", "gpu_types", "offers"})
+        extra = _unknown(region, {"name", "catalog", "gpu_types", "offers", "market"})
         if extra:
-            raise _fail(path, where, f"unknown field(s) {extra}; valid: catalog, gpu_types, name, offers")
+            raise _fail(path, where, f"unknown field(s) {extra}; valid: catalog, gpu_types, market, name, "
+                                     f"offers")
+        if name in markets:
+            raise _fail(path, where, f"region {name!r} is listed twice; give each region once")
+        markets[name] = _market(path, where, region.get("market", "on-demand"))
         if not isinstance(region.get("catalog", False), bool):
             raise _fail(path, where, f"field 'catalog' must be true or false, got {_show(region['catalog'])}")
         if "gpu_types" in region and not region.get("catalog"):
@@ -343,6 +446,8 @@ def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]) -> list[Offer]:
                     if wanted is None or _CONFIG.fullmatch(c).group(2) in wanted]  # type: ignore[union-attr]
             if not sold:
                 raise _fail(path, where, f"the catalog sells none of {wanted} in {name}")
+            have = {_CONFIG.fullmatch(o.config).group(2) for o in sold}  # type: ignore[union-attr]
+            unsold += [(name, g) for g in wanted or () if g not in have]
             out.extend(sold)
         for j, o in enumerate(own):
             w = f"{where} offers[{j}]"
@@ -375,7 +480,7 @@ def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]) -> list[Offer]:
     dup = sorted({c for c in cells if cells.count(c) > 1})
     if dup:
         raise _fail(path, "regions", f"offers {dup[0][0]}/{dup[0][1]} twice")
-    return out
+    return out, markets, unsold
 
 
 def _cell(path: Path, where: str, key: Any, cells: set[tuple[str, str]]) -> tuple[str, str]:
@@ -485,29 +590,57 @@ def load_fleet(path: Path | str) -> FleetSpec:
         user_gpus.append(g)
         gpus[g.name] = g
     models, user_models = _models(path, doc.get("models"))
-    offers = _offers(path, doc.get("regions"), gpus)
+    offers, region_markets, unsold = _offers(path, doc.get("regions"), gpus)
     cells = {(o.region, o.config) for o in offers}
+    markets = {(o.region, o.config): region_markets[o.region] for o in offers}
     availability: dict[tuple[str, str], int] | None = None
     pool_traces: list[tuple[tuple[str, str], PoolTrace]] = []
+    quota: dict[tuple[str, str], int] = {}
     if doc.get("availability") is not None:
-        av = _mapping(path, "availability", doc["availability"], "static and/or traces")
-        extra = _unknown(av, {"static", "traces"})
+        av = _mapping(path, "availability", doc["availability"], "static, markets, ondemand_quota, traces")
+        extra = _unknown(av, set(AVAILABILITY_KEYS))
         if extra:
-            raise _fail(path, "availability", f"unknown key {_show(extra[0])}; valid: static, traces")
+            raise _fail(path, "availability", f"unknown key {_show(extra[0])}; valid: "
+                                              f"{', '.join(AVAILABILITY_KEYS)}")
+        for key, value in _mapping(path, "availability.markets", av.get("markets") or {},
+                                   "region/config: market").items():
+            where = f"availability.markets[{_show(key)}]"
+            markets[_cell(path, where, key, cells)] = _market(path, where, value)
         availability = {}
         static = _mapping(path, "availability.static", av.get("static") or {}, "region/config: nodes")
         for key, n in static.items():
             where = f"availability.static[{_show(key)}]"
             availability[_cell(path, where, key, cells)] = int(_number(path, where, "nodes", n, integer=True))
+        for key, n in _mapping(path, "availability.ondemand_quota", av.get("ondemand_quota") or {},
+                               "region/config: nodes").items():
+            where = f"availability.ondemand_quota[{_show(key)}]"
+            cell = _cell(path, where, key, cells)
+            if markets[cell] != "hedged":
+                raise _fail(path, where, f"an on-demand quota sits beside a spot pool: pool {key} is in the "
+                                         f"{markets[cell]} market; set its market to hedged or drop the "
+                                         f"quota")
+            quota[cell] = int(_number(path, where, "nodes", n, integer=True))
         traces = _mapping(path, "availability.traces", av.get("traces") or {}, "region/config: CSV file")
         for key, file in traces.items():
             where = f"availability.traces[{_show(key)}]"
             cell = _cell(path, where, key, cells)
             if cell in availability:
                 raise _fail(path, where, "this pool also has a static count; give one or the other")
+            if markets[cell] == "on-demand":
+                raise _fail(path, where, f"a trace moves a spot pool (a drop preempts its spot instances) "
+                                         f"and pool {key} is in the on-demand market; set 'market: spot' "
+                                         f"or 'market: hedged' on region {cell[0]} (or under "
+                                         f"availability.markets), or give the pool a static count")
             if not isinstance(file, str) or not file.strip() or "\x00" in file:
-                raise _fail(path, where, f"must be the path of a CSV file (time_s,nodes), got {_show(file)}")
+                raise _fail(path, where, f"must be the path of a CSV file (time_s,nodes or "
+                                         f"time_s,event,nodes), got {_show(file)}")
             pool_traces.append((cell, _pool_trace(path, where, path.parent / file)))
+    no_spot = sorted(f"{o.region}/{o.config}" for o in offers
+                     if markets[(o.region, o.config)] != "on-demand" and o.spot_per_hour is None)
+    if no_spot:
+        raise _fail(path, "regions", f"pool(s) {', '.join(no_spot[:4])} are in a spot or hedged market but "
+                                     f"have no spot price; give the offer a 'spot' price or set the market "
+                                     f"to on-demand")
     workloads = []
     raw_w = _mapping(path, "workloads", doc.get("workloads"), "model name: {source, scale | mean_rate}")
     names = [m.name for m in models]
@@ -552,7 +685,7 @@ def load_fleet(path: Path | str) -> FleetSpec:
     floors = _min_instances(path, doc.get("min_instances", 1), names, by_name)
     return FleetSpec(path, name, runtime, tuple(models), tuple(user_models), tuple(user_gpus), tuple(offers),
                      availability, tuple(workloads), dict(kube), n_max, rho, tuple(pool_traces), floors,
-                     slices)
+                     slices, markets, quota, tuple(unsold))
 
 
 def _min_instances(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]

@@ -44,6 +44,9 @@ from atoll.solvers.types import NODE_GPU_COUNTS, Phase, Service, Template
 
 AMPLE_NODES = 1000
 AVAILABILITIES: tuple[str, ...] = ("ample", "scarce")
+# what `solve` plans a static plan for: the two caps above, and the markets (spot prices; both
+# tiers; a fleet file's own market per pool)
+SOLVE_AVAILABILITIES: tuple[str, ...] = ("ample", "scarce", "spot", "hedged", "market")
 MIXES: tuple[str, ...] = ("even", "large-heavy", "small-heavy")
 HEAVY_SHARE = 0.8
 AZURE_TRACES: Mapping[str, str] = {"code": "AzureLLMInferenceTrace_code.csv",
@@ -70,6 +73,10 @@ class ScenarioSpec:
     rho: float = 12.0
     # a fleet file's ``slices: true``: its library's stages may use g of a node's G GPUs (vllm)
     slices: bool = False
+    # a fleet file's market per pool (on-demand, spot, hedged; cells left out: on-demand) and the
+    # on-demand quota of its hedged pools (left out: AMPLE_NODES)
+    markets: tuple[tuple[tuple[str, str], str], ...] = ()
+    ondemand_quota: tuple[tuple[tuple[str, str], int], ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"ScenarioSpec {self.name!r}"
@@ -185,6 +192,35 @@ def ample_availability(spec: ScenarioSpec, catalog: Catalog | None = None) -> di
     return {rc: AMPLE_NODES for rc in prices}
 
 
+def market_caps(spec: ScenarioSpec, markets: Mapping[tuple[str, str], str],
+                catalog: Catalog | None = None) -> dict[tuple[str, str], int]:
+    """Static caps of a market per pool, for a plan that does not move with time: an on-demand
+    tier gets the pool's cap (hedged: its on-demand quota, default AMPLE_NODES), a spot tier the
+    pool's cap (a pool with a trace: the most nodes it ever offers)."""
+    from atoll.solvers.tiers import tiered_region, tiers_of
+
+    quota = dict(spec.ondemand_quota)
+    out: dict[tuple[str, str], int] = {}
+    for cell, cap in ample_availability(spec, catalog).items():
+        market = markets.get(cell, "on-demand")
+        tiers = tiers_of(market)
+        if "on-demand" in tiers:
+            out[cell] = quota.get(cell, AMPLE_NODES) if market == "hedged" else cap
+        if "spot" in tiers:
+            out[(tiered_region(cell[0], "spot"), cell[1])] = cap
+    return out
+
+
+def fleet_markets(spec: ScenarioSpec, availability: str) -> dict[tuple[str, str], str]:
+    """The market of every pool under ``availability``: the fleet file's own (``market``), or
+    every pool ``spot`` or ``hedged``."""
+    cells = scenario_prices(spec)
+    if availability == "market":
+        own = dict(spec.markets)
+        return {cell: own.get(cell, "on-demand") for cell in cells}
+    return dict.fromkeys(cells, availability)
+
+
 BUNDLED_SCENARIOS: tuple[str, ...] = tuple(SCENARIOS)
 
 
@@ -280,14 +316,28 @@ def build_problem(scenario: str, availability: str = "ample", mix: str = "even",
     node's G GPUs (the ILP then buys whole nodes, :mod:`atoll.solvers.packing`); None: the
     scenario's own (a fleet file's ``slices``)."""
     spec = SCENARIOS[scenario]
-    _choice("availability", availability, AVAILABILITIES, "availabilities")
+    _choice("availability", availability, SOLVE_AVAILABILITIES, "availabilities")
     _choice("mix", mix, MIXES, "mixes")
+    if availability == "market" and not spec.markets:
+        raise InputError(f"availability 'market' is a fleet file's own market per pool and scenario "
+                         f"{scenario!r} has none; give --fleet FILE, or one of ample, scarce, spot, hedged")
     catalog = catalog_for(what_if_2gpu)
     if templates is None:
         check_runtime(runtime or spec.runtime)
         templates = scenario_templates(spec, cache_dir=cache_dir, progress=progress, runtime=runtime,
                                        catalog=catalog, slices=slices)
-    return AllocationProblem(tuple(templates), scenario_demand(spec, mix),
-                             AVAILABILITY[availability](spec, templates, catalog),
-                             scenario_prices(spec, catalog=catalog),
-                             mode=mode, time_limit=time_limit, gap=gap)
+    demand = scenario_demand(spec, mix)
+    if availability in ("ample", "scarce"):
+        caps = AVAILABILITY[availability](spec, templates, catalog)
+        return AllocationProblem(tuple(templates), demand, caps, scenario_prices(spec, catalog=catalog),
+                                 mode=mode, time_limit=time_limit, gap=gap)
+    from atoll.solvers.tiers import market_tiers
+
+    markets = fleet_markets(spec, availability)
+    tiered, prices = market_tiers(templates, markets, scenario_prices(spec, catalog=catalog),
+                                  scenario_prices(spec, spot=True, catalog=catalog))
+    caps = market_caps(spec, markets, catalog)
+    if availability == "hedged" and not spec.markets:
+        # a bundled scenario's hedged market: the on-demand quota at the scarce level, as its env's
+        caps.update(scarce_availability(spec, templates, catalog))
+    return AllocationProblem(tiered, demand, caps, prices, mode=mode, time_limit=time_limit, gap=gap)

@@ -11,11 +11,14 @@ region and the tier wherever a plan is shown or deployed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from atoll.solvers.types import Template
 
 TIERS: tuple[str, ...] = ("on-demand", "spot")
+MARKETS: tuple[str, ...] = ("on-demand", "spot", "hedged")
+Cell = tuple[str, str]  # (region, node config)
 _TAG = "~"
 
 
@@ -35,3 +38,34 @@ def split_tier(region: str, default: str = "on-demand") -> tuple[str, str]:
 def spot_twins(templates: tuple[Template, ...] | list[Template]) -> tuple[Template, ...]:
     """Each template re-homed in its region's spot tier."""
     return tuple(replace(t, region=tiered_region(t.region, "spot")) for t in templates)
+
+
+def tiers_of(market: str) -> tuple[str, ...]:
+    """The price tiers a pool of ``market`` sells: on-demand, spot, or both (hedged)."""
+    if market not in MARKETS:
+        raise ValueError(f"unknown market {market!r}; valid: {', '.join(MARKETS)}")
+    return TIERS if market == "hedged" else (market,)
+
+
+def market_tiers(templates: Sequence[Template], markets: Mapping[Cell, str],
+                 on_demand: Mapping[Cell, float], spot: Mapping[Cell, float],
+                 ) -> tuple[tuple[Template, ...], dict[Cell, float]]:
+    """Templates and prices of a market per pool (cells left out of ``markets`` are on-demand):
+    a template keeps its plain region where every pool it uses sells on-demand, and gets a spot
+    twin where every pool it uses sells spot; each tier's cell is priced at its tier's price.
+    Spot-only pools then have no on-demand templates at all, so nothing can be billed there at
+    the wrong tier."""
+
+    def sells(t: Template, tier: str) -> bool:
+        return all(tier in tiers_of(markets.get((t.region, c), "on-demand")) for c, _ in t.node_use)
+
+    plain = tuple(t for t in templates if sells(t, "on-demand"))
+    twins = spot_twins([t for t in templates if sells(t, "spot")])
+    prices: dict[Cell, float] = {}
+    for cell, price in on_demand.items():
+        tiers = tiers_of(markets.get(cell, "on-demand"))
+        if "on-demand" in tiers:
+            prices[cell] = price
+        if "spot" in tiers:
+            prices[(tiered_region(cell[0], "spot"), cell[1])] = spot[cell]
+    return plain + twins, prices

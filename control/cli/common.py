@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from atoll.control.cli.output import UserError
+from atoll.control.cli.output import UserError, console
 from atoll.envs.config import AVAILABILITY_KINDS, PRICE_KINDS, FleetConfig
 from atoll.envs.demand import DemandError
 from atoll.envs.fleet_env import FleetEnv
@@ -86,10 +86,34 @@ def add_fleet_option(p: argparse.ArgumentParser) -> None:
                         "or a bundled one: core, extended; replaces --scenario")
 
 
+def fleet_market(args: argparse.Namespace, active: ActiveFleet) -> str:
+    """The availability a fleet runs under: its file's market per pool (``market``) unless
+    ``--availability`` overrides it, which is said on stderr; ``--prices`` only with the static
+    overrides (``ample``, ``scarce``), the markets bill each pool at its tier."""
+    given = getattr(args, "availability", None)
+    prices = getattr(args, "prices", None)
+    if given is None or given == "market":
+        if prices is not None:
+            raise UserError(f"--prices {prices}: the fleet file's market bills each pool at its own tier "
+                            f"({active.spec.market_summary}); drop --prices, or override the market with "
+                            f"--availability ample|scarce|spot|hedged")
+        return "market"
+    if given in ("spot", "hedged") and prices is not None:
+        raise UserError(f"--prices {prices} does not apply to --availability {given} with --fleet (each pool "
+                        f"bills at the tier that serves it); drop --prices, or use --availability ample")
+    what = {"ample": "every pool on-demand at its static cap (spot traces unused)",
+            "scarce": "every pool on-demand, capped just above the cheapest plan",
+            "spot": "every pool spot (on its own trace, or its region's bundled one)",
+            "hedged": "every pool hedged (spot on its trace beside an on-demand quota)"}[given]
+    console.print(f"note: --availability {given} overrides the fleet file's market "
+                  f"({active.spec.market_summary}): {what}")
+    return str(given)
+
+
 def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> FleetEnv:
     """FleetEnv from the shared --scenario/--fleet/--workload/--availability/--prices options.
-    With ``--fleet`` the env serves the fleet's own scaled workloads, and availability defaults
-    to ``ample`` (the fleet's static caps, if it names any)."""
+    With ``--fleet`` the env serves the fleet's own scaled workloads in the fleet file's market
+    per pool (:func:`fleet_market`: ``--availability`` overrides it, and says so)."""
     limit = getattr(args, "solver_time_limit", None)
     if limit is not None:
         extra = {"solver_time_limit": limit, **extra}
@@ -101,9 +125,13 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
     try:
         active = activate_fleet(args)
         if active is not None:
-            config = fleet_config(active, days, availability=args.availability or "ample",
-                                  prices=args.prices or "on-demand", forecaster=args.forecaster, **extra)
+            config = fleet_config(active, days, availability=fleet_market(args, active),
+                                  prices=args.prices, forecaster=args.forecaster, **extra)
         else:
+            if args.availability == "market":
+                raise UserError(f"--availability market is a fleet file's own market per pool; give --fleet "
+                                f"FILE, or --availability ample, scarce, spot or hedged for --scenario "
+                                f"{args.scenario}")
             config = FleetConfig(scenario=args.scenario, workload=with_scale(args.workload, args.scale),
                                  days=days,
                                  availability=args.availability or "spot", prices=args.prices,
@@ -123,9 +151,13 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
                         "comma-separated (servegen:m-large, csv:PATH#MODEL, ...)")
     add_fleet_option(p)
     p.add_argument("--availability", default=None, choices=AVAILABILITY_KINDS,
-                   help="node availability (default: spot; with --fleet: ample, i.e. its static caps)")
+                   help="node availability and market: ample, scarce (static caps, on-demand), spot "
+                        "(trace-driven, spot prices), hedged (spot pools beside an on-demand quota), "
+                        "market (a fleet file's own market per pool). Default: spot; with --fleet: market "
+                        "(the file's); a value given with --fleet overrides the file's market for every pool")
     p.add_argument("--prices", default=None, choices=PRICE_KINDS,
-                   help="node prices (default: spot with spot availability, else on-demand)")
+                   help="bill every node at these prices (default: spot under spot availability, else "
+                        "on-demand; with --fleet's market: each pool's own tier, and --prices is refused)")
     p.add_argument("--forecaster", default=DEFAULT_FORECASTER,
                    help="naive, ets, sarimax, uc, auto, or a planning-target forecaster "
                         f"peak:persistence|ewma|naive|ets|llt|blend|auto (default {DEFAULT_FORECASTER})")

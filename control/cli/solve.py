@@ -9,31 +9,63 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from atoll.control.cli.common import Given, activate_fleet, add_fleet_option, add_json
+from atoll.control.cli.common import Given, activate_fleet, add_fleet_option, add_json, fleet_market
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
+from atoll.solvers.catalog import load_catalog
 from atoll.solvers.ladder import decompose
 from atoll.solvers.models import get_model
 from atoll.solvers.packing import check_packing, describe_packing, pack_plan
 from atoll.solvers.perf import UNVALIDATED_NOTE, template_unvalidated
 from atoll.solvers.problem import AllocationProblem
 from atoll.solvers.runtime import RUNTIMES
-from atoll.solvers.scenarios import AVAILABILITIES, BUNDLED_SCENARIOS, MIXES, SCENARIOS, build_problem
+from atoll.solvers.scenarios import BUNDLED_SCENARIOS, MIXES, SCENARIOS, SOLVE_AVAILABILITIES, build_problem
 from atoll.solvers.servable import unservable, unservable_message
+from atoll.solvers.tiers import split_tier
 
 
 def plan_rows(problem: AllocationProblem, result: MethodResult) -> list[dict[str, Any]]:
     rows = []
     for key, n in (result.allocation.counts if result.allocation else ()):
         t = problem.template(key)
+        region, tier = split_tier(t.region)
         rows.append({
-            "service": t.service.name, "template": key, "region": t.region,
+            "service": t.service.name, "template": key, "region": region, "tier": tier,
             "nodes": {c: k for c, k in t.nodes},
             "stages": [{"layers": s.layers, "nodes": list(s.nodes)} for s in t.stages],
             "instances": n, "throughput": n * t.throughput,
             "unvalidated": template_unvalidated(get_model(t.service.model), (c for c, _ in t.nodes)),
         })
     return rows
+
+
+def bill_of_materials(problem: AllocationProblem, result: MethodResult) -> list[dict[str, Any]]:
+    """What the plan buys, one line per (region, node config, tier): the instance type, whole
+    nodes (slices packed: ceil of their share), the tier, $/node-hour and $/h of the line."""
+    if result.allocation is None:
+        return []
+    catalog = load_catalog()
+    lines = []
+    for (tiered, config), used in sorted(problem.node_use(result.allocation).items()):
+        region, tier = split_tier(tiered)
+        nodes = math.ceil(used - 1e-9)
+        offer = catalog.offers_in(region).get(config)
+        price = problem.prices[(tiered, config)]
+        lines.append({"region": region, "config": config, "instance": offer.instance if offer else "-",
+                      "tier": tier, "nodes": nodes, "price_per_node_hour": price,
+                      "cost_per_hour": nodes * price})
+    return lines
+
+
+AVAILABILITY_MEANS = {
+    "ample": "every pool on-demand at its cap (a fleet's static caps; else 1000 nodes)",
+    "scarce": "every pool on-demand, capped at (1 + headroom) x the nodes of the cheapest even-mix plan "
+              "(the plan often fits; the caps bind when demand or the mix moves)",
+    "spot": "every pool spot, at spot prices; a static plan sees each pool at its cap (a trace: its "
+            "most nodes)",
+    "hedged": "every pool both tiers: spot at spot prices beside an on-demand quota",
+    "market": "each pool in its fleet file's market, billed at that tier",
+}
 
 
 def solve_document(problem: AllocationProblem, result: MethodResult, **context: Any) -> dict[str, Any]:
@@ -56,6 +88,7 @@ def solve_document(problem: AllocationProblem, result: MethodResult, **context: 
                       "served": 0.0 if ev is None else ev.served.get(s, 0.0)}
                      for s, d in problem.demand.items()],
         "plan": plan_rows(problem, result),
+        "bill": bill_of_materials(problem, result),
         **packing_document(problem, result),
     }
 
@@ -73,15 +106,25 @@ def packing_document(problem: AllocationProblem, result: MethodResult) -> dict[s
 
 def _print(out: Output, doc: dict[str, Any]) -> None:
     table = Table(title=f"{doc['scenario']} / {doc['availability']} / {doc['mix']} — {doc['method']}")
-    for col in ("service", "region", "nodes", "pipeline (layers:nodes)", "inst.", "tok/s"):
+    for col in ("service", "region", "tier", "nodes", "pipeline (layers:nodes)", "inst.", "tok/s"):
         table.add_column(col, justify="right" if col in ("inst.", "tok/s") else "left")
     for r in doc["plan"]:
         nodes = " + ".join(f"{k}x {c}" for c, k in r["nodes"].items())
         split = " | ".join(f"{s['layers']}:{','.join(s['nodes'])}" for s in r["stages"])
         mark = "†" if r["unvalidated"] else ""
-        table.add_row(r["service"], r["region"], nodes, split, str(r["instances"]),
+        table.add_row(r["service"], r["region"], r["tier"], nodes, split, str(r["instances"]),
                       f"{r['throughput']:.0f}{mark}")
     out.result(table)
+    bill = Table(title="Bill of materials")
+    for col in ("region", "config", "instance", "tier", "nodes", "$/node-h", "$/h"):
+        bill.add_column(col, justify="right" if col in ("nodes", "$/node-h", "$/h") else "left")
+    for b in doc["bill"]:
+        bill.add_row(b["region"], b["config"], b["instance"], b["tier"], str(b["nodes"]),
+                     f"{b['price_per_node_hour']:.3f}", f"{b['cost_per_hour']:.2f}")
+    if doc["bill"]:
+        bill.add_row("total", "", "", "", str(sum(b["nodes"] for b in doc["bill"])), "",
+                     f"{sum(b['cost_per_hour'] for b in doc['bill']):.2f}")
+        out.result(bill)
     if any(r["unvalidated"] for r in doc["plan"]):
         out.note(f"† {UNVALIDATED_NOTE}")
     svc = Table(title="Throughput vs demand (tokens/s)")
@@ -127,9 +170,13 @@ def _print_ladder(out: Output, doc: dict[str, Any]) -> None:
 
 def cmd_solve(args: argparse.Namespace) -> int:
     out = output_for(args)
-    activate_fleet(args)
+    active = activate_fleet(args)
     if not args.scenario:
         raise UserError(f"give --scenario ({', '.join(BUNDLED_SCENARIOS)}) or --fleet FILE")
+    if active is not None:
+        args.availability = fleet_market(args, active)
+    elif args.availability is None:
+        args.availability = "ample"
     try:
         METHODS[args.method]  # unknown names fail before the library is built
         with progress("templates (multisets placed)", None) as advance:
@@ -143,7 +190,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         raise as_user_error(exc) from exc
     sliced = args.slices or SCENARIOS[args.scenario].slices
     context = {"scenario": args.scenario, "fleet": args.fleet, "runtime": args.runtime or
-               SCENARIOS[args.scenario].runtime, "availability": args.availability, "mix": args.mix,
+               SCENARIOS[args.scenario].runtime, "availability": args.availability,
+               "availability_means": AVAILABILITY_MEANS[args.availability],
+               **({"market": active.spec.market_summary} if active is not None else {}), "mix": args.mix,
                "mode": problem.mode, **({"slices": True} if sliced else {})}
     if args.decompose:
         doc = decompose(problem, hypothetical=args.what_if_2gpu, **context)
@@ -173,7 +222,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_fleet_option(p)
     p.add_argument("--runtime", default=None, choices=RUNTIMES,
                    help="templates of this serving runtime (default: the scenario's, any; a fleet's, vllm)")
-    p.add_argument("--availability", default="ample", help=f"one of: {', '.join(AVAILABILITIES)}")
+    p.add_argument("--availability", default=None, choices=SOLVE_AVAILABILITIES,
+                   help="pool caps and market: ample, scarce (on-demand caps), spot (spot prices), hedged "
+                        "(both tiers), market (a fleet file's own market per pool). Default: ample; with "
+                        "--fleet: market (a value given with --fleet overrides the file's market)")
     p.add_argument("--mix", default="even", help=f"demand mix, one of: {', '.join(MIXES)}")
     p.add_argument("--method", default="ilp", help=f"one of: {', '.join(sorted(METHODS))}")
     p.add_argument("--goodput", action="store_true",

@@ -99,20 +99,51 @@ def test_a_bad_workload_source_names_the_entry(fleet_file: Path) -> None:
         activate(fleet_file)
 
 
-def test_a_pool_trace_moves_the_simulators_availability(fleet_file: Path) -> None:
+def test_a_pool_trace_moves_the_simulators_spot_tier(fleet_file: Path) -> None:
     (fleet_file.parent / "l40s.csv").write_text("time_s,nodes\n0,20\n345600,3\n")  # 3 nodes from day 5
     doc = yaml.safe_load(fleet_file.read_text())
     del doc["availability"]["static"]["aws:us-east-2/1xL40S"]
     doc["availability"]["traces"] = {"aws:us-east-2/1xL40S": "l40s.csv"}
+    doc["availability"]["markets"] = {"aws:us-east-2/1xL40S": "spot"}
     fleet_file.write_text(yaml.safe_dump(doc))
     fleet = activate(fleet_file)
-    problem = build_problem("acme-test", "ample", "even")
-    assert problem.availability[("aws:us-east-2", "1xL40S")] == 20  # the most the pool offers
+    problem = build_problem("acme-test", "market", "even")
+    assert problem.availability[("aws:us-east-2~spot", "1xL40S")] == 20  # the most the pool offers
+    assert ("aws:us-east-2", "1xL40S") not in problem.prices  # a spot pool sells no on-demand
     env = FleetEnv(fleet_config(fleet, (4, 5)))
+    assert env.config.availability == "market" and env.config.price_kind == "market"
     caps = env._availability  # noqa: SLF001 - the env's own availability process
-    assert caps.capacity(4 * 86400 - 300)[("aws:us-east-2", "1xL40S")] == 20
-    assert caps.capacity(4 * 86400)[("aws:us-east-2", "1xL40S")] == 3
+    assert caps.capacity(4 * 86400 - 300)[("aws:us-east-2~spot", "1xL40S")] == 20
+    assert caps.capacity(4 * 86400)[("aws:us-east-2~spot", "1xL40S")] == 3
     assert caps.capacity(4 * 86400)[("aws:us-east-2", "4xL4")] == 10
+
+
+def test_a_hedged_pool_keeps_its_on_demand_quota_when_its_spot_trace_drops(fleet_file: Path) -> None:
+    (fleet_file.parent / "l4.csv").write_text("time_s,event,nodes\n0,capacity,30\n345600,preempt,30\n")
+    doc = yaml.safe_load(fleet_file.read_text())
+    doc["regions"][0]["market"] = "hedged"
+    del doc["availability"]["static"]["aws:us-east-2/1xL4"]
+    doc["availability"]["traces"] = {"aws:us-east-2/1xL4": "l4.csv"}
+    doc["availability"]["ondemand_quota"] = {"aws:us-east-2/1xL4": 2}
+    fleet_file.write_text(yaml.safe_dump(doc))
+    env = FleetEnv(fleet_config(activate(fleet_file), (4, 5)))
+    env.reset(seed=0)
+    caps = env._availability  # noqa: SLF001
+    before, after = caps.capacity(4 * 86400 - 300), caps.capacity(4 * 86400)
+    assert before[("aws:us-east-2~spot", "1xL4")] == 30 and after[("aws:us-east-2~spot", "1xL4")] == 0
+    assert before[("aws:us-east-2", "1xL4")] == after[("aws:us-east-2", "1xL4")] == 2
+    # the other pools of the hedged region: a spot tier on the region's bundled trace beside an
+    # on-demand quota that defaults to ample
+    assert after[("aws:us-east-2", "4xL4")] == 1000 and ("aws:us-east-2~spot", "4xL4") in after
+
+
+def test_a_user_region_in_a_spot_market_needs_a_trace(fleet_file: Path) -> None:
+    doc = yaml.safe_load(fleet_file.read_text())
+    doc["regions"].append({"name": "lab:rack-1", "market": "spot",
+                           "offers": [{"config": "4xL4", "on_demand": 3.0, "spot": 1.0}]})
+    fleet_file.write_text(yaml.safe_dump(doc))
+    with pytest.raises(FleetFileError, match=r"spot or hedged pool\(s\) lab:rack-1/4xL4 have no trace"):
+        activate(fleet_file)
 
 
 def test_the_fleets_scaling_is_logged_and_given_once(fleet_file: Path,

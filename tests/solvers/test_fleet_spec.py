@@ -123,6 +123,7 @@ def test_the_bundled_scenarios_ship_as_fleet_files() -> None:
 def test_pool_traces_parse_and_their_errors_name_the_line(tmp_path: Path) -> None:
     (tmp_path / "l4.csv").write_text("time_s,nodes\n0,4\n3600,0\n7200,2\n")
     doc = changed("availability", {"static": {"lab:rack-1/8xMI300X": 2},
+                                   "markets": {"aws:us-east-2/4xL4": "spot"},
                                    "traces": {"aws:us-east-2/4xL4": "l4.csv"}})
     spec = load_fleet(write(tmp_path, doc))
     ((cell, trace),) = spec.pool_traces
@@ -132,7 +133,13 @@ def test_pool_traces_parse_and_their_errors_name_the_line(tmp_path: Path) -> Non
                           ("time_s,nodes\n5,1\n", "the first row must be at time_s 0"),
                           ("time_s,nodes\n0,1\n0,2\n", "line 3: time_s 0 must be >= 0 and increasing"),
                           ("time_s,nodes\n0,1.5\n", "line 2: nodes '1.5' must be a whole number"),
-                          ("time_s,nodes\n0,x\n", "line 2 '0,x' must be two numbers")):
+                          ("time_s,nodes\n0,x\n", "line 2 '0,x' must be two numbers"),
+                          ("time_s,event,nodes\n5,capacity,3\n", "line 2: the first row must be '0,capacity,N'"),
+                          ("time_s,event,nodes\n0,capacity,3\n9,lost,1\n", "line 3: unknown event 'lost'"),
+                          ("time_s,event,nodes\n0,capacity,3\n9,preempt,4\n",
+                           "line 3: preempts 4 node.s. at time_s 9 but the pool holds 3"),
+                          ("time_s,event,nodes\n0,capacity,3\n9,preempt,1\n8,restore,1\n",
+                           "line 4: time_s 8 must be >= 0 and in time order")):
         (tmp_path / "l4.csv").write_text(text)
         where = r"availability.traces\['aws:us-east-2/4xL4'\]: .*"
         with pytest.raises(FleetFileError, match=where + message):
@@ -309,3 +316,51 @@ def test_a_sliced_fleet_threads_slices_to_its_library(tmp_path: Path) -> None:
         register_fleet_models(())
         register_fleet_catalog((), ())
         SCENARIOS.pop("acme", None)
+
+
+def test_a_preemption_log_reads_as_the_same_levels_as_its_trace(tmp_path: Path) -> None:
+    """The two trace formats of one pool's history give one trace (a metamorphic pair)."""
+    doc = changed("availability", {"markets": {"aws:us-east-2/4xL4": "spot"},
+                                   "traces": {"aws:us-east-2/4xL4": "l4.csv"}})
+    (tmp_path / "l4.csv").write_text("time_s,nodes\n0,4\n3600,1\n7200,3\n")
+    levels = load_fleet(write(tmp_path, doc)).pool_traces[0][1]
+    (tmp_path / "l4.csv").write_text("time_s,event,nodes\n0,capacity,4\n3600,preempt,2\n3600,preempt,1\n"
+                                     "7200,restore,2\n")
+    events = load_fleet(write(tmp_path, doc)).pool_traces[0][1]
+    assert (events.times_s, events.nodes) == (levels.times_s, levels.nodes)
+
+
+def test_markets_per_region_and_pool(tmp_path: Path) -> None:
+    doc = changed("regions.1.market", "hedged")
+    doc["regions"][0]["market"] = "spot"
+    doc["availability"]["markets"] = {"aws:us-east-2/4xL4": "on-demand"}
+    doc["availability"]["ondemand_quota"] = {"lab:rack-1/8xMI300X": 1}
+    spec = load_fleet(write(tmp_path, doc))
+    assert spec.market_of(("lab:rack-1", "8xMI300X")) == "hedged"
+    assert spec.market_of(("aws:us-east-2", "1xL4")) == "spot"
+    assert spec.market_of(("aws:us-east-2", "4xL4")) == "on-demand"
+    assert spec.ondemand_quota == {("lab:rack-1", "8xMI300X"): 1}
+    assert spec.market_summary == "mixed (hedged, on-demand, spot)"
+    assert load_fleet(write(tmp_path, BASE)).market_summary == "on-demand"
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda d: d["regions"][0].update(market="preemptible"),
+     r"regions\[0\] \('aws:us-east-2'\): field 'market' must be one of on-demand, spot, hedged"),
+    (lambda d: d["availability"].update(ondemand_quota={"lab:rack-1/8xMI300X": 1}),
+     r"ondemand_quota\['lab:rack-1/8xMI300X'\]: .* is in the on-demand market; set its market to hedged"),
+    (lambda d: d["availability"].update(traces={"aws:us-east-2/1xL4": "x.csv"}),
+     r"traces\['aws:us-east-2/1xL4'\]: a trace moves a spot pool .*set 'market: spot'"),
+    (lambda d: (d["regions"][1].update(market="spot"), d["regions"][1]["offers"][0].pop("spot")),
+     r"regions: pool\(s\) lab:rack-1/8xMI300X are in a spot or hedged market but have no spot price"),
+])
+def test_market_mistakes_name_the_pool_and_the_fix(tmp_path: Path, edit: Any, message: str) -> None:
+    doc = yaml.safe_load(yaml.safe_dump(BASE))
+    edit(doc)
+    with pytest.raises(FleetFileError, match=message):
+        load_fleet(write(tmp_path, doc))
+
+
+def test_gpu_types_a_region_does_not_sell_are_recorded(tmp_path: Path) -> None:
+    doc = changed("regions.0.gpu_types", ["L4", "L40S", "A100-80GB"])
+    assert load_fleet(write(tmp_path, doc)).unsold == (("aws:us-east-2", "A100-80GB"),)

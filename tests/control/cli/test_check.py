@@ -150,7 +150,8 @@ def test_days_without_a_models_requests_are_refused(tmp_path: Path) -> None:
 def test_availability_trace_in_milliseconds_is_refused(tmp_path: Path) -> None:
     _log(tmp_path / "log.csv")
     (tmp_path / "pool.csv").write_text("time_s,nodes\n0,4\n172800000,1\n")  # day 2, in ms
-    fleet = _fleet(tmp_path, availability={"traces": {"aws:us-east-2/1xL4": "pool.csv"}})
+    fleet = _fleet(tmp_path, availability={"traces": {"aws:us-east-2/1xL4": "pool.csv"},
+                                           "markets": {"aws:us-east-2/1xL4": "spot"}})
     with pytest.raises(AtollError, match="look like milliseconds"):
         activate(fleet)
     (tmp_path / "pool.csv").write_text("time_s,nodes\n0,4\n172800,1\n")
