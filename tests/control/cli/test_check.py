@@ -156,3 +156,42 @@ def test_availability_trace_in_milliseconds_is_refused(tmp_path: Path) -> None:
         activate(fleet)
     (tmp_path / "pool.csv").write_text("time_s,nodes\n0,4\n172800,1\n")
     activate(fleet)
+
+
+def test_check_lists_the_pools_and_warns_for_gpu_types_a_region_does_not_sell(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rich.cells import cell_len
+
+    _log(tmp_path / "log.csv")
+    (tmp_path / "pool.csv").write_text("time_s,event,nodes\n0,capacity,4\n3600,preempt,1\n")
+    regions = [{"name": "aws:us-east-2", "catalog": True, "gpu_types": ["L4", "A100-80GB"]},
+               {"name": "lab:rack-1", "market": "hedged",
+                "offers": [{"config": "1xL4", "on_demand": 1.0, "spot": 0.4}]}]
+    fleet = _fleet(tmp_path, regions=regions,
+                   availability={"traces": {"lab:rack-1/1xL4": "pool.csv"},
+                                 "static": {"aws:us-east-2/4xL4": 3},
+                                 "ondemand_quota": {"lab:rack-1/1xL4": 2}})
+    code, doc = _run(capsys, "check", "--fleet", str(fleet), "--no-templates")
+    assert code == 0 and doc["market"] == "mixed (hedged, on-demand)"
+    pools = {(p["region"], p["config"]): p for p in doc["pools"]}
+    lab = pools[("lab:rack-1", "1xL4")]
+    assert (lab["market"], lab["on_demand_per_hour"], lab["spot_per_hour"], lab["cap"],
+            lab["ondemand_quota"]) == ("hedged", 1.0, 0.4, 4, 2) and lab["trace"].endswith("pool.csv")
+    l4 = pools[("aws:us-east-2", "4xL4")]
+    assert (l4["market"], l4["spot_per_hour"], l4["cap"], l4["trace"]) == ("on-demand", None, 3, "-")
+    assert pools[("aws:us-east-2", "1xL4")]["cap"] == 0  # a static section: pools left out get none
+    assert any("aws:us-east-2 does not sell A100-80GB" in w for w in doc["warnings"])
+    assert main(["check", "--fleet", str(fleet), "--no-templates"]) == 0
+    out = capsys.readouterr().out
+    assert "lab:rack-1" in out and max(cell_len(line) for line in out.splitlines() if "│" in line) <= 100
+
+
+def test_check_fails_for_a_model_without_weights_when_a_kubernetes_sink_will_deploy_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _log(tmp_path / "log.csv")
+    code, doc = _run(capsys, "check", "--fleet", str(_fleet(tmp_path)), "--no-templates")
+    assert code == 0 and any("no weights source for Acme-8B, Tiny-0.5B" in w for w in doc["warnings"])
+    fleet = _fleet(tmp_path, kubernetes={"namespace": "llm", "model_sources": {"Acme-8B": "acme/8b"}})
+    code, doc = _run(capsys, "check", "--fleet", str(fleet), "--no-templates")
+    assert code == 2 and not doc["ok"]
+    assert doc["errors"] == [e for e in doc["errors"] if "no weights source for Tiny-0.5B" in e] != []
