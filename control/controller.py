@@ -57,10 +57,14 @@ from typing import Any
 
 import numpy as np
 
+from atoll.control import churn
 from atoll.control.arrivals import LiveArrivals
+from atoll.control.churn import diff_counts
+from atoll.control.clock import iso, resume_offset
 from atoll.control.live_demand import SHAPE_TOLERANCE, LiveForecast, ModelForecast, compact_history
 from atoll.control.live_fleet import STEP_S, LiveFleet
 from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
+from atoll.control.plan_view import plan_view
 from atoll.control.plans import PlanRecord, SinkResult
 from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateReport, RateTracker
 from atoll.control.sinks import PlanSink, deliver
@@ -194,9 +198,17 @@ class TickReport:
     shape_drift: dict[str, str] = field(default_factory=dict)
     # the capacity correction after this tick: planning factors, estimates, evidence, what it learned
     correction: dict[str, Any] = field(default_factory=dict)
+    # wall-clock ISO time of the tick, the clock offset a resumed state needed, wall steps seen
+    clock: dict[str, Any] = field(default_factory=dict)
+    # instances added and removed per hour over the fleet's size (atoll.control.churn)
+    churn: dict[str, Any] = field(default_factory=dict)
+    # the running plan's $/h and per model demand, forecast, SLO estimate (atoll.control.plan_view)
+    plan: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"tick": self.tick, "time_s": self.time_s, "metrics": self.metrics, "forecast": self.forecast,
+        return {"tick": self.tick, "time_s": self.time_s, "wall_time": self.clock.get("wall_time"),
+                "clock": dict(self.clock), "churn": dict(self.churn), "plan": dict(self.plan),
+                "metrics": self.metrics, "forecast": self.forecast,
                 "shape_drift": dict(self.shape_drift),
                 "decision": self.decision.as_dict(), "solve": self.solve, "plan_changed": self.plan_changed,
                 "diff": self.diff, "sink_result": self.sink_result, "earlier_delivery": self.earlier_delivery,
@@ -215,7 +227,8 @@ class Controller:
 
     def __init__(self, fleet: LiveFleet, source: MetricsSource, policy: Policy, sink: PlanSink,
                  state_dir: Path | str, *, settings: ControllerSettings | None = None,
-                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+                 wall: Callable[[], float] = time.time) -> None:
         self.fleet, self.source, self.policy, self.sink = fleet, source, policy, sink
         self.settings = s = settings or ControllerSettings()
         self.state_dir = Path(state_dir)
@@ -229,6 +242,8 @@ class Controller:
                              f"{expected} (atoll/Fleet-v1) or {closed} (atoll/Fleet-v2); use a policy "
                              f"trained on scenario {fleet.scenario!r}")
         self._closed_obs = size == closed  # a policy trained on atoll/Fleet-v2 sees the servers' signals
+        self.clock_offset = 0.0
+        self.wall = wall
         loaded = load_state(self.state_dir)  # StateError (names the file and the fix) propagates
         self.resumed = loaded is not None
         if loaded is not None:
@@ -260,6 +275,7 @@ class Controller:
         # running slices stay on their nodes from one plan to the next
         self._sliced = any(t.has_slices for t in fleet.templates.values())
         self._guard_tables()
+        self.view: dict[str, Any] = {}
         self.arrivals = LiveArrivals(fleet.models, self._latency, self._one_instance, fleet.shapes,
                                      outlier_factor=s.outlier_factor, growth_factor=s.growth_factor,
                                      growth_add=s.growth_add)
@@ -295,6 +311,53 @@ class Controller:
                              f"{last - now:.0f} s after this controller's clock ({now:.0f} s): it was "
                              f"written on another clock (another --time-scale?); run it with the clock "
                              f"that wrote it, or give this one its own --state folder")
+        # a state written under a clock ahead of this one (stepped back since, or another host's):
+        # continue from its last tick, so its start-up and drain times keep their meaning
+        self.clock_offset = resume_offset(now, last)
+
+    def now(self) -> float:
+        """The controller's time: its clock plus the offset a resumed state needed."""
+        return float(self.clock()) + self.clock_offset
+
+    def _churn_report(self, now: float) -> dict[str, Any]:
+        """The last hour's churn, the running plan's $/h, and the instances retiring."""
+        size = sum(n for k, n in self.state.running.items())
+        out = churn.figure(self.state.churn, now, size)
+        if self.retiring:
+            out["retiring"] = dict(self.retiring)
+        return out
+
+    def _retire_record(self, now: float) -> PlanRecord:
+        """A plan change that only retires: the running plan without the templates the fleet lacks."""
+        known = self.fleet.known(self.state.running)
+        seq = self.state.plan_sequence + 1
+        why = ", ".join(sorted(self._retiring_unscheduled()))
+        return PlanRecord.from_allocation(seq, now, Allocation.of(known), self.state.running,
+                                          self.fleet.templates, {}, f"fleet changed: {why} retire",
+                                          owner=self.state.controller_id, correction=self._factors())
+
+    def _publish(self, forecasts: Mapping[str, ModelForecast]) -> None:
+        """The tick's plan view (:mod:`atoll.control.plan_view`) to a sink that exports it."""
+        observe = getattr(self.sink, "observe_tick", None)
+        m = len(self.fleet.models)
+        demand, forecast = np.full((m, 2), np.nan), np.full((m, 2), np.nan)
+        for i, name in enumerate(self.fleet.models):
+            points = self.state.history.get(name, ())
+            if points:
+                demand[i] = (points[-1].prompt_tokens_per_s, points[-1].generation_tokens_per_s)
+            f = forecasts.get(name)
+            if f is not None:
+                forecast[i] = f.upper
+        self.view = plan_view(self.fleet.model, self.fleet.known(self.state.running), demand, forecast,
+                              self._latency, self._factors(), float(self.wall()))
+        if callable(observe):
+            observe(self.view)
+
+    def _clock_report(self) -> dict[str, Any]:
+        """The tick's wall-clock ISO time, the resumed state's offset and any wall step seen."""
+        report = getattr(self.clock, "report", None)
+        seen = report().as_dict() if callable(report) else {}
+        return {"wall_time": iso(float(self.wall())), "offset_s": self.clock_offset, **seen}
 
     def _guard_tables(self) -> None:
         """Per (model, phase): the templates by price, one instance's best throughput and the
@@ -338,7 +401,7 @@ class Controller:
     def tick(self) -> TickReport:
         t_start = time.perf_counter()
         seconds: dict[str, float] = {}
-        now = float(self.clock())
+        now = self.now()
         tick_no = self.state.tick
         t = time.perf_counter()
         try:
@@ -384,6 +447,8 @@ class Controller:
         seconds["decide"] = time.perf_counter() - t
         t = time.perf_counter()
         solve, record = self._solve(decision, forecasts, now, fresh)
+        if record is None and self._retiring_unscheduled() and self.state.final is None:
+            record = self._retire_record(now)  # nothing to add: the retiring instances just leave
         seconds["solve"] = time.perf_counter() - t
         t = time.perf_counter()
         sink_result = self._apply(record, now) if record is not None else None
@@ -399,6 +464,7 @@ class Controller:
         seconds["persist"] = time.perf_counter() - t
         seconds["total"] = time.perf_counter() - t_start
         self.last_observation = obs
+        self._publish(forecasts)
         ignored = sorted(set(snapshot.models) - set(self.fleet.models))
         metrics = {"ok": True, "source": snapshot.source, "stale_s": 0.0,
                    "rates": {m: r.as_dict() for m, r in rates.models.items() if m in self.fleet.models},
@@ -410,7 +476,8 @@ class Controller:
         return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
                           solve, record is not None, self._diff_rows(record), sink_result, earlier,
                           self.state.plan_sequence, self.state.pending is not None, seconds, drift,
-                          self._correction_report())
+                          self._correction_report(), self._clock_report(), self._churn_report(now),
+                          self.view)
 
     # ----- the fleet state -----------------------------------------------------------------
     def fleet_state(self, at_s: float, *, deployed: bool = False) -> FleetState:
@@ -619,13 +686,21 @@ class Controller:
                                  f"demand / ready capacity {now:.2f}, unserved {s.unserved_share[i]:.1%}")
             else:
                 unchanged.append(model)
+        changed = sorted({str(self.state.templates.get(k, {}).get("model") or k.split("/")[0])
+                          for k in self._retiring_unscheduled()} & set(self.fleet.models))
+        for model in changed:
+            if model not in chosen:
+                # its instances on templates the fleet lacks are replaced before they leave
+                held.pop(model, None)
+                chosen[model] = "fleet changed: its running templates are not in the fleet (retiring)"
+                reopt[model] = self.codec.decode(1).label()
         for model, floor in below.items():
             if model not in chosen:
                 # whatever its data: the floor is not demand, and a model at zero has no series
                 held.pop(model, None)
                 chosen[model] = f"below its floor of {floor} instance(s) (min_instances)"
                 reopt[model] = self.codec.decode(1).label()
-        unchanged = [m for m in unchanged if m not in below]
+        unchanged = [m for m in unchanged if m not in below and m not in changed]
         return Decision(self.policy.name, chosen, held, tuple(unchanged), reopt)
 
     def _solve(self, decision: Decision, forecasts: Mapping[str, ModelForecast], now: float,
@@ -790,9 +865,10 @@ class Controller:
         self.fleet.model.apply(fs, Allocation.of(self.fleet.known(record.plan)))
         kept = {k: sum(int(e[0]) for e in entries) for k, entries in fs.replaced.items()}
         kept = {k: n for k, n in kept.items() if n}
+        retiring = {k: n for k, n in self._retiring_unscheduled().items() if k in self.state.templates}
         templates = self.fleet.templates
         running = self._running_packing()
-        if not kept:
+        if not kept and not retiring:
             if self._sliced:
                 record = replace(record, packing=describe_packing(repack(templates, record.plan, running)))
             self.state = replace(self.state, pending=record, final=None, plan_sequence=record.sequence)
@@ -806,10 +882,17 @@ class Controller:
             interim_nodes = repack(templates, interim_plan, running) if self._sliced else None
             final_nodes = repack(templates, record.plan, interim_nodes) if self._sliced else None
             demand = record.demand
+            note = "; instances on templates the fleet no longer has retire" if retiring else ""
             interim = PlanRecord.from_allocation(
-                record.sequence, now, Allocation.of(interim_plan), self.state.running, templates, demand,
-                f"{record.reason} [make-before-break 1/2: additions; the replaced instances keep serving]",
-                record.shapes, owner=record.owner, packing=interim_nodes)
+                record.sequence, now, Allocation.of(interim_plan),
+                {k: n for k, n in self.state.running.items() if k not in retiring}, templates, demand,
+                f"{record.reason} [make-before-break 1/2: additions; the replaced instances keep serving"
+                f"{note}]", record.shapes, owner=record.owner, packing=interim_nodes)
+            if retiring:  # delivered as they run, described as they were delivered
+                interim = replace(interim, plan={**interim.plan, **retiring},
+                                  templates={**interim.templates,
+                                             **{k: self.state.templates[k] for k in retiring}})
+                interim_plan = dict(interim.plan)
             final = PlanRecord.from_allocation(
                 record.sequence + 1, now, Allocation.of(record.plan), interim_plan, templates, demand,
                 f"{record.reason} [make-before-break 2/2: removals, once the additions are ready]",
@@ -835,9 +918,9 @@ class Controller:
             # replacements became ready, as in the env)
             draining = (*[e for e in state.draining if e[2] > now],
                         *[(k, n, until + drain_s) for k, n, until in state.replacing
-                          if until + drain_s > now])
+                          if until + drain_s > now and k in self.fleet.templates])
             self.state = replace(state, running=dict(record.plan), final=None, replacing=(),
-                                 draining=draining, packing=record.packing)
+                                 draining=draining, packing=record.packing, **self._delivered(record, now))
         else:
             # the env's transition: added instances start, removed ones are cancelled, drain, or
             # (make-before-break) keep serving until their replacements are ready
@@ -850,17 +933,43 @@ class Controller:
                 scale = float(self.fleet.model.cost(planned, 3600.0).sum()) or None
             replacing = tuple((k, int(e[0]), now + e[1]) for k, entries in sorted(fs.replaced.items())
                               for e in entries if e[0] > 0)
+            starting = _absolute(fs.starting, now)
+            # instances on templates the fleet no longer has keep serving until every addition
+            # is ready (a fleet change is a plan change, delivered make-before-break)
+            leaving = {k: n for k, n in record.plan.items() if k not in self.fleet.templates}
+            if leaving and state.final is not None:
+                ready_at = max((at for _, _, at in starting), default=now)
+                replacing = (*replacing, *((k, n, ready_at) for k, n in sorted(leaving.items())))
             self.state = replace(state, running=dict(record.plan), pending=None,
-                                 starting=_absolute(fs.starting, now), draining=_absolute(fs.draining, now),
-                                 replacing=replacing, cost_scale_usd_h=scale, packing=record.packing)
+                                 starting=starting, draining=_absolute(fs.draining, now),
+                                 replacing=replacing, cost_scale_usd_h=scale, packing=record.packing,
+                                 **self._delivered(record, now))
         save_state(self.state_dir, self.state)
         return result
+
+    def _delivered(self, record: PlanRecord, now: float) -> dict[str, Any]:
+        """The state fields a delivery updates besides the plan: the delivered templates'
+        descriptions and the churn log."""
+        added, removed = diff_counts(self.state.running, record.plan)
+        return {"templates": {k: record.templates[k] for k in record.plan if k in record.templates},
+                "churn": churn.record(self.state.churn, now, added, removed)}
+
+    @property
+    def retiring(self) -> dict[str, int]:
+        """Delivered instances on templates this fleet does not have (the fleet changed): they
+        keep serving until their replacements are ready, then leave."""
+        return {k: n for k, n in self.state.running.items() if k not in self.fleet.templates}
+
+    def _retiring_unscheduled(self) -> dict[str, int]:
+        """Retiring instances no make-before-break change is replacing yet."""
+        scheduled = {k for k, _, _ in self.state.replacing}
+        return {k: n for k, n in self.retiring.items() if k not in scheduled}
 
     def _deliver_pending(self) -> dict[str, Any] | None:
         """Deliver what an earlier tick left: a plan not yet delivered, or the removal phase of a
         make-before-break change once the additions are ready (their start-up time has passed:
         the sink cannot tell when a replica serves)."""
-        now = float(self.clock())
+        now = self.now()
         if self.state.pending is not None:
             return self._deliver(self.state.pending, now).as_dict()
         final = self.state.final
@@ -878,7 +987,8 @@ class Controller:
         seconds["total"] = time.perf_counter() - t_start
         metrics = {"ok": False, "source": self.source.url, "error": error, "stale_s": stale, "rates": {}}
         return TickReport(tick_no, now, metrics, {}, Decision(self.policy.name, {}, held), None, False, [],
-                          None, earlier, self.state.plan_sequence, self.state.pending is not None, seconds)
+                          None, earlier, self.state.plan_sequence, self.state.pending is not None, seconds,
+                          clock=self._clock_report())
 
     def _diff_rows(self, record: PlanRecord | None) -> list[dict[str, Any]]:
         """Instances to add (> 0) and remove (< 0) per template and region."""

@@ -29,6 +29,7 @@ from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_file import ActiveFleet, activate
 from atoll.envs.fleet_model import FleetModel
 from atoll.solvers.errors import InputError
+from atoll.solvers.fleet import resolve_fleet
 from atoll.solvers.runtime import DEPLOY_RUNTIME, check_runtime
 from atoll.solvers.scenarios import SCENARIOS, ample_availability
 from atoll.solvers.types import Template
@@ -138,8 +139,9 @@ def live_fleet(active: ActiveFleet, **settings: Any) -> LiveFleet:
 
 def load_fleet_file(path: Path | str, **settings: Any) -> LiveFleet:
     """A :class:`LiveFleet` from a fleet file: the YAML fleet file of :mod:`atoll.solvers.fleet`
-    (``.yaml``/``.yml``), or the older JSON narrowing of a scenario (see the module docstring)."""
-    path = Path(path)
+    (``.yaml``/``.yml``; a bundled fleet's name, ``core`` or ``extended``, loads the shipped
+    file), or the older JSON narrowing of a scenario (see the module docstring)."""
+    path = resolve_fleet(path)
     if path.suffix in (".yaml", ".yml"):
         return live_fleet(activate(path), **settings)
     try:

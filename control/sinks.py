@@ -7,10 +7,14 @@
   Services; see ``atoll.control.k8s_render``), validated, stale ones deleted;
 - ``k8s-apply[:NAMESPACE]``: server-side apply through the kubernetes client; a server-side
   dry run unless ``apply=True``;
-- ``metrics:PORT`` (or ``metrics:HOST:PORT``): owns no workload; serves the delivered plan's
-  desired replicas per template on ``/metrics`` for HPA's external metrics or KEDA's Prometheus
-  scaler, and an example KEDA ScaledObject per workload on ``/scaledobjects.yaml``
-  (:mod:`atoll.control.k8s_scale`).
+- ``metrics:PORT`` (or ``metrics:HOST:PORT``; 127.0.0.1 unless a host is given): owns no
+  workload; serves the delivered plan's desired replicas per template on ``/metrics`` for HPA's
+  external metrics or KEDA's Prometheus scaler — with the plan's $/h, each model's planning
+  demand, forecast and estimated SLO attainment and the last tick's time — and an example KEDA
+  ScaledObject per workload on ``/scaledobjects.yaml`` (:mod:`atoll.control.k8s_scale`). It cannot
+  starve the controller: every connection has a time-out, at most ``max_connections`` are served
+  at once (more are closed at once, counted), the listen backlog is sized for a fleet of scrapers,
+  and running out of file descriptors is named as such.
 
 Every sink writes the *whole* plan (not just the diff), so delivering a record is idempotent
 and a newer record supersedes an older undelivered one. :func:`deliver` retries; see it for
@@ -19,9 +23,11 @@ the rule that keeps a failed plan from being lost.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +49,10 @@ __all__ = ["JsonDirSink", "K8sApplySink", "K8sManifestSink", "K8sOptions", "Metr
            "PlanSink", "SinkError", "SinkResult", "deliver", "make_sink"]
 
 SINK_SPECS = "json:DIR, k8s:DIR, k8s-apply[:NAMESPACE] or metrics:[HOST:]PORT"
+METRICS_HOST = "127.0.0.1"  # the metrics sink is reachable from this host only unless told otherwise
+CLIENT_TIMEOUT_S = 5.0  # a scraper idle or slow this long is dropped
+MAX_CONNECTIONS = 32  # connections served at once; the rest are closed at once
+LISTEN_BACKLOG = 128  # pending connections the kernel queues (50 scrapers at once fit)
 DESIRED_LABELS = ("model", "phase", "template", "region", "tier", "workload")
 
 
@@ -123,6 +133,39 @@ class _PlanCollector(Collector):
         for labels, n in pools:
             nodes.add_metric([labels["pool"]], float(n))
         yield nodes
+        with self.sink.lock:
+            view = dict(self.sink.tick_view)
+        cost = GaugeMetricFamily("atoll_plan_cost_usd_per_hour", "What the running plan costs per hour (USD)")
+        if view.get("usd_per_h") is not None:
+            cost.add_metric([], float(view["usd_per_h"]))
+        yield cost
+        demand = GaugeMetricFamily("atoll_demand_tokens_per_second", "Each phase's planning demand at the "
+                                   "last tick (estimated arrivals where saturated)",
+                                   labels=["model", "phase"])
+        forecast = GaugeMetricFamily("atoll_forecast_tokens_per_second", "Each phase's forecast over the "
+                                     "look-ahead at the planning level", labels=["model", "phase"])
+        slo = GaugeMetricFamily("atoll_slo_attainment_ratio", "Estimated share of requests meeting both "
+                                "latency budgets on the running plan, at the last tick's demand",
+                                labels=["model"])
+        for model, row in sorted(view.get("models", {}).items()):
+            for i, phase in enumerate(("prefill", "decode")):
+                if row.get("demand") is not None:
+                    demand.add_metric([model, phase], float(row["demand"][i]))
+                if row.get("forecast") is not None:
+                    forecast.add_metric([model, phase], float(row["forecast"][i]))
+            if row.get("slo_attainment") is not None:
+                slo.add_metric([model], float(row["slo_attainment"]))
+        yield from (demand, forecast, slo)
+        last = GaugeMetricFamily("atoll_last_tick_timestamp_seconds", "When the controller's last tick ran "
+                                 "(Unix time)")
+        if view.get("wall_s") is not None:
+            last.add_metric([], float(view["wall_s"]))
+        yield last
+        refused = GaugeMetricFamily("atoll_metrics_connections_refused", "Connections this endpoint closed "
+                                    "unserved since it started (over its connection cap, or out of file "
+                                    "descriptors)")
+        refused.add_metric([], float(self.sink.refused))
+        yield refused
 
 
 class MetricsSink:
@@ -135,8 +178,9 @@ class MetricsSink:
     sees the previous plan or the new one); make-before-break is the controller's: it delivers
     the additions first and the removals once the additions are ready."""
 
-    def __init__(self, port: int, host: str = "0.0.0.0", options: K8sOptions | None = None,
-                 prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090") -> None:
+    def __init__(self, port: int, host: str = METRICS_HOST, options: K8sOptions | None = None,
+                 prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090", *,
+                 max_connections: int = MAX_CONNECTIONS, timeout_s: float = CLIENT_TIMEOUT_S) -> None:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise SinkError(f"metrics sink: field 'port' must be an integer 0..65535, got {port!r}")
         self.options = options or K8sOptions()
@@ -146,14 +190,15 @@ class MetricsSink:
         self.rows: list[tuple[dict[str, str], int]] = []
         self.pools: list[tuple[dict[str, str], int]] = []
         self._seen: dict[str, dict[str, str]] = {}
+        self.tick_view: dict[str, Any] = {}
+        self.refused = 0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_PlanCollector(self))
         try:
-            self._server = ThreadingHTTPServer((host, port), _handler(self))
+            self._server = _BoundedServer((host, port), _handler(self, timeout_s), self, max_connections)
         except OSError as exc:
-            raise SinkError(f"metrics sink: cannot listen on {host}:{port} ({exc}); pick a free port "
-                            f"(metrics:PORT)") from exc
-        self._server.daemon_threads = True
+            raise SinkError(f"metrics sink: cannot listen on {host}:{port} ({_os_reason(exc)}); pick a free "
+                            f"port (metrics:PORT)") from exc
         self.host, self.port = host, int(self._server.server_address[1])
         self.name = f"metrics:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, name=self.name, daemon=True)
@@ -179,13 +224,76 @@ class MetricsSink:
                           f"plan {record.sequence}: {sum(1 for _, n in rows if n)} template(s) desired, "
                           f"{len(zero)} at 0")
 
+    def observe_tick(self, view: dict[str, Any]) -> None:
+        """The controller's tick, as gauges: the plan's $/h, per model its planning demand,
+        forecast and estimated SLO attainment, and the tick's wall time."""
+        with self.lock:
+            self.tick_view = dict(view)
+
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
 
 
-def _handler(sink: MetricsSink) -> type[BaseHTTPRequestHandler]:
+def _os_reason(exc: OSError) -> str:
+    """An OS error as what it is (running out of descriptors is not a permissions problem)."""
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return (f"too many open files ({exc.strerror}): the process reached its file-descriptor limit; "
+                f"raise it (ulimit -n) or lower the metrics sink's connection cap")
+    return str(exc.strerror or exc)
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A threading HTTP server that serves at most ``cap`` connections at once (more are closed
+    unserved and counted), with a listen backlog sized for scrapers, and whose accept errors —
+    out of descriptors included — are counted rather than printed or raised."""
+
+    daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], sink: MetricsSink,
+                 cap: int) -> None:
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise SinkError(f"metrics sink: field 'max_connections' must be an integer >= 1, got {cap!r}")
+        self.sink = sink
+        self.slots = threading.BoundedSemaphore(cap)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.sink.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except (OSError, RuntimeError):  # no thread could be started: the slot is given back
+            self.slots.release()
+            self.sink.refused += 1
+            self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self.sink.refused += 1
+                time.sleep(0.05)  # descriptors run out: let the scrapers' time-outs free some
+            raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hung up or timed out is the client's business, not a log line
+
+
+def _handler(sink: MetricsSink, timeout_s: float = CLIENT_TIMEOUT_S) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = timeout_s  # an idle or slow client is dropped, its thread and descriptor freed
+
         def log_message(self, format: str, *args: Any) -> None:  # scrapes every 15 s: not logged
             pass
 
@@ -214,7 +322,40 @@ def _metrics_address(arg: str) -> tuple[str, int]:
     if not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
         raise SinkError(f"metrics sink: 'metrics:{arg}' needs a port 0..65535 (metrics:PORT or "
                         f"metrics:HOST:PORT)")
-    return (host if sep else "0.0.0.0"), int(port)
+    return (host if sep else METRICS_HOST), int(port)
+
+
+class DryRunSink:
+    """``--dry-run``: renders what the sink ``spec`` would be given — the plan record, and for
+    the Kubernetes sinks the manifests — and delivers nothing."""
+
+    def __init__(self, spec: str, options: K8sOptions | None = None) -> None:
+        kind, _, arg = spec.partition(":")
+        if kind not in ("json", "k8s", "k8s-apply", "metrics") or (kind in ("json", "k8s") and not arg):
+            raise SinkError(f"unknown plan sink {spec!r}; use {SINK_SPECS}")
+        if kind == "metrics":
+            _metrics_address(arg)
+        self.spec, self.kind, self.options = spec, kind, options or K8sOptions()
+        self.name = f"dry-run:{spec}"
+        self.rendered: list[dict[str, Any]] = []
+
+    def write(self, record: PlanRecord) -> SinkResult:
+        from atoll.control.k8s_render import render_manifests
+
+        doc: dict[str, Any] = {"plan": record.as_dict()}
+        if self.kind in ("k8s", "k8s-apply"):
+            doc["manifests"] = render_manifests(record, self.options)
+        self.rendered.append(doc)
+        return SinkResult(self.name, True, (), (),
+                          f"plan {record.sequence}: rendered, not delivered (dry run)")
+
+    def text(self) -> str:
+        """What was rendered, as YAML documents (the manifests, or the plan)."""
+        if not self.rendered:
+            return "dry run: no plan to deliver"
+        docs = [m for d in self.rendered for m in d.get("manifests", [])] or \
+            [d["plan"] for d in self.rendered]
+        return yaml.safe_dump_all(docs, sort_keys=False)
 
 
 def make_sink(spec: str, *, apply: bool = False, image: str | None = None,

@@ -40,6 +40,8 @@ from atoll.solvers.packing import Packing, PackingError
 STATE_VERSION = 1
 STATE_FILE = "controller-state.json"
 LOCK_FILE = "controller.lock"
+SAVE_ATTEMPTS = 3  # a save out of file descriptors is tried again after a short wait
+SAVE_RETRY_S = 0.5
 HISTORY_LIMIT = 2016  # a week of 5-minute intervals: enough for a daily-seasonal forecaster's refit
 _ID = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
 
@@ -192,7 +194,11 @@ class ControllerState:
     replacements are ready; unserved: model -> its unserved
     shares of the last steps, newest first (the observation's window); packing: for a fleet with
     slices, the delivered plan's nodes and the slices on each (``PlanRecord.packing``), where the
-    next plan keeps its running slices (:func:`atoll.solvers.packing.repack`)."""
+    next plan keeps its running slices (:func:`atoll.solvers.packing.repack`); templates: the
+    delivered plan's template descriptions (``PlanRecord.templates``), so instances on templates a
+    changed fleet no longer has can still be delivered while they retire; churn: the delivered
+    changes of the last day as (time, instances added, instances removed)
+    (:mod:`atoll.control.churn`)."""
 
     version: int = STATE_VERSION
     tick: int = 0
@@ -218,9 +224,20 @@ class ControllerState:
     # the online capacity correction (atoll.envs.correction.CapacityCorrection.as_dict)
     correction: dict[str, Any] = field(default_factory=dict)
     packing: dict[str, Any] | None = None
+    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    churn: tuple[tuple[float, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         owner = "ControllerState"
+        churn = tuple((float(t), int(a), int(r)) for t, a, r in self.churn)
+        if any(not math.isfinite(t) or a < 0 or r < 0 for t, a, r in churn):
+            raise ValueError(f"{owner}: field 'churn' must hold (finite time, added >= 0, removed >= 0), "
+                             f"got {self.churn!r:.120}")
+        object.__setattr__(self, "churn", churn)
+        if not isinstance(self.templates, Mapping) or not all(isinstance(v, Mapping)
+                                                              for v in self.templates.values()):
+            raise ValueError(f"{owner}: field 'templates' must map template keys to their descriptions")
+        object.__setattr__(self, "templates", {str(k): dict(v) for k, v in sorted(self.templates.items())})
         if self.packing is not None:
             nodes = self.packing.get("nodes") if isinstance(self.packing, Mapping) else None
             try:
@@ -307,6 +324,7 @@ class ControllerState:
             "time_scale": self.time_scale, "controller_id": self.controller_id,
             "correction": dict(self.correction),
             **({"packing": dict(self.packing)} if self.packing is not None else {}),
+            "templates": dict(self.templates), "churn": [list(c) for c in self.churn],
         }
 
     @classmethod
@@ -328,6 +346,8 @@ class ControllerState:
             unserved={str(m): tuple(v) for m, v in doc.get("unserved", {}).items()},
             time_scale=doc.get("time_scale"), controller_id=doc.get("controller_id", ""),
             correction=dict(doc.get("correction") or {}), packing=doc.get("packing"),
+            templates=dict(doc.get("templates") or {}),
+            churn=tuple((float(t), int(a), int(r)) for t, a, r in doc.get("churn", [])),
         )
 
 
@@ -370,14 +390,27 @@ def save_state(directory: Path | str, state: ControllerState) -> Path:
     path = state_path(directory)
     # strict JSON (allow_nan=False): a NaN would make the file unreadable to other tools
     text = json.dumps(state.as_dict(), allow_nan=False, separators=(",", ":")) + "\n"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, text)
-    except OSError as exc:
-        raise StateError(f"cannot write controller state {path}: {exc.strerror or exc}; the tick stopped "
-                         f"before delivering anything the state does not record — make the folder "
-                         f"writable (or free disk space) and start again: it resumes from the last "
-                         f"state saved") from exc
+    for attempt in range(SAVE_ATTEMPTS):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
+            return path
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE) and attempt + 1 < SAVE_ATTEMPTS:
+                # descriptors held by clients (a metrics scraper) are freed by their time-outs:
+                # the save does not share their fate
+                time.sleep(SAVE_RETRY_S * (attempt + 1))
+                continue
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise StateError(f"cannot write controller state {path}: too many open files — the process "
+                                 f"reached its file-descriptor limit (not a permissions or disk problem); "
+                                 f"raise it (ulimit -n) or find what holds descriptors; the tick stopped "
+                                 f"before delivering anything the state does not record, and the next start "
+                                 f"resumes from the last state saved") from exc
+            raise StateError(f"cannot write controller state {path}: {exc.strerror or exc}; the tick stopped "
+                             f"before delivering anything the state does not record — make the folder "
+                             f"writable (or free disk space) and start again: it resumes from the last "
+                             f"state saved") from exc
     return path
 
 

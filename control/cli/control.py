@@ -1,18 +1,31 @@
 """``atoll control``: the live controller — Prometheus metrics in, plans out, safe under faults.
 
 One tick every ``--interval`` (see ``atoll.control.controller`` for what a tick does, and
-``atoll.control.loop`` for the schedule); ``--once`` runs a single tick. SIGTERM or SIGINT lets
-the tick in progress finish and persist, then exits 0; a controller killed harder resumes from
-``--state DIR`` at its next start. Tick lines are the log (stderr); ``--once``'s tick and the
-final summary are the result (stdout).
+``atoll.control.loop`` for the schedule); ``--once`` runs a single tick — two, ``--first-gap``
+apart, when the state holds no earlier sample, so a first run plans and delivers rather than only
+reading the counters. SIGTERM or SIGINT lets the tick in progress finish and persist, then exits
+0; a controller killed harder resumes from ``--state DIR`` at its next start. Tick lines are the
+log (stderr); ``--once``'s tick and the final summary are the result (stdout); in loop mode
+``--json`` writes one JSON line per tick, then the summary's. Exit codes: 0 done, 1 metrics
+unavailable (the plan held), 3 a plan not delivered (kept pending, retried at the next run).
+``--dry-run`` works on a copy of the state and renders what the sink would be given, delivering
+and persisting nothing.
+
+Time: the controller's clock is a :class:`~atoll.control.clock.SteadyClock` (monotonic, anchored
+to wall time), and ``--scrape`` samples are dated by it too, so a wall-clock step never lands in
+an interval.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
+import shutil
 import signal
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +33,8 @@ from pathlib import Path
 from types import FrameType
 
 from atoll.control.cli.common import add_json
-from atoll.control.cli.output import Output, UserError, as_user_error, output_for
+from atoll.control.cli.output import Output, UserError, _clean, as_user_error, output_for
+from atoll.control.clock import SteadyClock
 from atoll.control.controller import Controller, ControllerSettings, TickReport
 from atoll.control.k8s_render import PD_MODES, K8sOptions, k8s_options
 from atoll.control.k8s_vllm import VLLM_IMAGE
@@ -35,10 +49,10 @@ from atoll.control.metrics import (
     ScrapeSource,
 )
 from atoll.control.plans import SinkError
-from atoll.control.sinks import SINK_SPECS, make_sink
-from atoll.control.state import StateError, StateLock
+from atoll.control.sinks import SINK_SPECS, DryRunSink, MetricsSink, PlanSink, make_sink
+from atoll.control.state import StateError, StateLock, state_path
 from atoll.forecast.planning import DEFAULT_FORECASTER
-from atoll.solvers.fleet import load_fleet
+from atoll.solvers.fleet import load_fleet, resolve_fleet
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -51,8 +65,8 @@ def parse_interval(text: str, flag: str = "--interval") -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
-def _source(args: argparse.Namespace) -> MetricsSource:
-    """The metrics source; its samples are dated in wall time (see cmd_control)."""
+def _source(args: argparse.Namespace, clock: Callable[[], float] = time.time) -> MetricsSource:
+    """The metrics source; ``--scrape`` samples are dated by ``clock`` (the steady clock)."""
     if bool(args.prometheus) == bool(args.scrape):
         raise UserError("give exactly one of --prometheus URL (the Prometheus HTTP API) or --scrape "
                         "URL[,URL...] (vLLM /metrics endpoints)")
@@ -60,7 +74,7 @@ def _source(args: argparse.Namespace) -> MetricsSource:
         limits = {"timeout": args.timeout, "max_bytes": _max_bytes(args.max_response_mb)}
         if args.prometheus:
             return PrometheusSource(args.prometheus, **limits)
-        return ScrapeSource([u.strip() for u in args.scrape.split(",") if u.strip()], **limits)
+        return ScrapeSource([u.strip() for u in args.scrape.split(",") if u.strip()], clock=clock, **limits)
     except ValueError as exc:
         raise as_user_error(exc) from exc
 
@@ -73,6 +87,7 @@ def _max_bytes(mb: float) -> int:
 
 def _fleet(args: argparse.Namespace) -> LiveFleet:
     settings = {"solver_time_limit": args.solver_time_limit}
+    # a bundled fleet's name (core, extended) as well as a path
     try:
         if args.fleet:
             return load_fleet_file(args.fleet, **settings)
@@ -84,7 +99,7 @@ def _fleet(args: argparse.Namespace) -> LiveFleet:
 def _k8s_options(args: argparse.Namespace) -> K8sOptions:
     """The Kubernetes sinks' settings: a YAML fleet file's ``kubernetes`` section, ``--pd`` on top."""
     section: dict[str, object] = {}
-    if args.fleet and Path(args.fleet).suffix in (".yaml", ".yml"):
+    if args.fleet and resolve_fleet(args.fleet).suffix in (".yaml", ".yml"):
         section = dict(load_fleet(args.fleet).kubernetes)
     if args.pd:
         section["pd"] = args.pd
@@ -95,8 +110,11 @@ def _k8s_options(args: argparse.Namespace) -> K8sOptions:
     return k8s_options(section, f"{args.fleet}: kubernetes" if args.fleet else "--pd/--image/--kube-version")
 
 
-def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Controller:
-    """The controller the arguments describe; ``clock`` is the controller's (see cmd_control)."""
+def build_controller(args: argparse.Namespace, clock: Callable[[], float],
+                     metrics_clock: Callable[[], float] = time.time,
+                     state_dir: Path | None = None) -> Controller:
+    """The controller the arguments describe; ``clock`` is the controller's, ``metrics_clock``
+    dates scraped samples (see cmd_control); ``state_dir`` replaces ``--state`` (a dry run's copy)."""
     from atoll.training.evaluate import resolve_policy
 
     fleet = _fleet(args)
@@ -120,12 +138,14 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float]) -> Co
     except (KeyError, ValueError, OSError) as exc:
         raise UserError(f"--policy {args.policy!r}: {as_user_error(exc)}") from exc
     try:
-        sink = make_sink(args.sink, apply=args.apply, options=_k8s_options(args))
+        sink: PlanSink = DryRunSink(args.sink, _k8s_options(args)) if args.dry_run else \
+            make_sink(args.sink, apply=args.apply, options=_k8s_options(args))
     except SinkError as exc:
         raise as_user_error(exc) from exc
     try:
-        source = _source(args)
-        return Controller(fleet, source, policy, sink, args.state, settings=settings, clock=clock)
+        source = _source(args, metrics_clock)
+        return Controller(fleet, source, policy, sink, state_dir or args.state, settings=settings,
+                          clock=clock)
     except (StateError, ValueError) as exc:
         raise as_user_error(exc) from exc
 
@@ -146,8 +166,13 @@ def _line(r: TickReport) -> str:
                                                           f"{r.sink_result['message']}"
     # a request shape off the profiled one is said on the tick line, never only in the JSON
     drift = "".join(f"; request shape drift {m}: {why}" for m, why in r.shape_drift.items())
-    return (f"tick {r.tick}: re-optimize {chosen}{held}; {change}{sink} "
-            f"({r.seconds.get('total', 0.0) * 1000:.0f} ms){drift}")
+    implausible = "".join(f"; implausible signals of {m} held: {'; '.join(v['held'])}"
+                          for m, v in r.metrics.get("implausible", {}).items() if v.get("held"))
+    jump = r.clock.get("wall_jump_s", 0.0)
+    step = f"; wall clock stepped {jump:+.0f} s (intervals keep the monotonic clock)" if jump else ""
+    when = f"{r.clock['wall_time']} " if r.clock.get("wall_time") else ""
+    return (f"{when}tick {r.tick}: re-optimize {chosen}{held}; {change}{sink} "
+            f"({r.seconds.get('total', 0.0) * 1000:.0f} ms){drift}{implausible}{step}")
 
 
 def cmd_control(args: argparse.Namespace) -> int:
@@ -157,25 +182,58 @@ def cmd_control(args: argparse.Namespace) -> int:
     # Metrics are dated in wall time (their rates are divided by the time scale); the
     # controller's own clock (intervals, history, time of day) runs time_scale x wall time, a
     # clock that a restarted controller continues rather than restarts.
-    scale = args.time_scale
-    clock = time.time if scale == 1 else (lambda: time.time() * scale)
+    steady = SteadyClock(scale=args.time_scale)
+    gap = parse_interval(args.first_gap, "--first-gap")
+    if args.dry_run:
+        # a copy of the state: the dry run plans as the controller would, and forgets it
+        with tempfile.TemporaryDirectory(prefix="atoll-dry-run-") as tmp:
+            saved = state_path(args.state)
+            if saved.exists():
+                shutil.copy2(saved, Path(tmp) / saved.name)
+            return _locked(out, args, build_controller(args, steady, steady.metrics_clock(), Path(tmp)), gap)
     # one controller per state folder, held until this command returns (StateLocked: exit 2)
     with StateLock(args.state) as lock:
         if lock.took_over:
             out.note(f"took over the state folder lock of {lock.took_over} (no longer running)")
-        return _locked(out, args, build_controller(args, clock))
+        return _locked(out, args, build_controller(args, steady, steady.metrics_clock()), gap)
 
 
-def _locked(out: Output, args: argparse.Namespace, controller: Controller) -> int:
+def _exit_code(report: TickReport) -> int:
+    """0 done; 1 metrics unavailable (held on stale data); 3 a plan not delivered."""
+    if not report.metrics.get("ok"):
+        return 1
+    failed = [d for d in (report.sink_result, report.earlier_delivery) if d is not None and not d.get("ok")]
+    return 3 if failed else 0
+
+
+def _locked(out: Output, args: argparse.Namespace, controller: Controller, gap_s: float) -> int:
+    sink = controller.sink
+    if isinstance(sink, MetricsSink):
+        out.note(f"metrics sink listening on http://{sink.host}:{sink.port}/metrics")
     if controller.resumed:
         st = controller.state
         out.note(f"resuming from {args.state}: tick {st.tick}, plan {st.plan_sequence}"
                  f"{', a plan pending delivery' if st.pending else ''}")
     if args.once:
-        report = controller.tick()
+        first = None
+        if controller.state.last_metrics is None:
+            # no earlier sample: a rate needs two, so take the first now and the second a short
+            # gap later — a first run plans and delivers, or fails loudly
+            first = controller.tick()
+            if first.metrics.get("ok"):
+                out.note(f"{_line(first)}; first sample taken, the second in {gap_s:g} s")
+                time.sleep(gap_s)
+        report = controller.tick() if first is None or first.metrics.get("ok") else first
         out.result(_line(report))
-        out.json(report.as_dict())
-        return 0 if report.metrics.get("ok") else 1  # held on stale data: say so to cron and scripts
+        doc = report.as_dict()
+        if isinstance(controller.sink, DryRunSink):
+            doc["dry_run"] = controller.sink.rendered
+            out.result(controller.sink.text())
+        out.json(doc)
+        code = _exit_code(report)
+        if code == 3:
+            out.note("the plan was not delivered (kept pending; the next run retries it): exit 3")
+        return code
     return _run(out, args, controller)
 
 
@@ -192,6 +250,9 @@ def _run(out: Output, args: argparse.Namespace, controller: Controller) -> int:
     def on_tick(report: TickReport) -> None:
         out.note(_line(report))
         last[:] = [report]
+        if args.json:  # one JSON line per tick (JSON Lines), the summary's last
+            sys.stdout.write(json.dumps(_clean(report.as_dict()), separators=(",", ":")) + "\n")
+            sys.stdout.flush()
 
     try:
         summary = run_loop(controller, wall_interval_s=controller.settings.interval_s / args.time_scale,
@@ -201,8 +262,10 @@ def _run(out: Output, args: argparse.Namespace, controller: Controller) -> int:
             signal.signal(signum, handler)
     out.result(f"{summary.ticks} tick(s), {summary.late} late, {summary.missed} missed; "
                f"state in {args.state}")
-    out.json({"summary": summary.as_dict(), "last": last[0].as_dict() if last else None})
-    return 0
+    if args.json:
+        sys.stdout.write(json.dumps({"summary": summary.as_dict()}, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+    return _exit_code(last[0]) if last and _exit_code(last[0]) == 3 else 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -217,8 +280,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "threshold[:LOW:HIGH], grow:K or never")
     p.add_argument("--scenario", default="core", help="solver scenario the fleet is planned from")
     p.add_argument("--fleet", default=None, metavar="FILE",
-                   help="a fleet file (YAML; or the older JSON narrowing of a scenario) instead of "
-                        "--scenario")
+                   help="a fleet file (YAML; or the older JSON narrowing of a scenario), or a bundled "
+                        "fleet's name (core, extended), instead of --scenario")
     p.add_argument("--pd", default=None, choices=PD_MODES,
                    help="k8s sinks: prefill/decode disaggregated (KV transfer, default) or aggregated")
     p.add_argument("--image", default=None, metavar="IMAGE",
@@ -230,11 +293,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(1.25-1.37; overrides the fleet file's kubernetes.kube_version)")
     p.add_argument("--prices", default="on-demand", choices=PRICE_KINDS)
     p.add_argument("--state", required=True, metavar="DIR", help="where the controller persists its state")
-    p.add_argument("--sink", required=True, help=f"where plans go: {SINK_SPECS}")
+    p.add_argument("--sink", required=True,
+                   help=f"where plans go: {SINK_SPECS} (metrics: binds 127.0.0.1 unless a HOST is given)")
     p.add_argument("--apply", action="store_true", help="k8s-apply: really apply (default: dry run)")
     p.add_argument("--interval", default="60s", help="time between ticks (60s, 5m, ...)")
     p.add_argument("--once", action="store_true",
-                   help="run one tick and exit (exit code 1 if the metrics could not be read)")
+                   help="run one tick and exit — two, --first-gap apart, when the state has no earlier "
+                        "sample (exit code 1 if the metrics could not be read, 3 if the plan was not "
+                        "delivered)")
+    p.add_argument("--first-gap", default="5s", metavar="DURATION",
+                   help="--once without an earlier sample: wall time between its two samples (default 5s)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="plan on a copy of the state and print what the sink would be given (the plan, and "
+                        "the manifests of a k8s sink); nothing is delivered or saved")
     p.add_argument("--ticks", type=int, default=None, help="stop after this many ticks")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="trace seconds per wall second of the metrics (a replay's --speedup); rates are "

@@ -426,7 +426,7 @@ def test_names_outside_the_fleet_are_neither_tracked_nor_kept(fleet: LiveFleet, 
     saved = load_state(h.dir)
     assert saved is not None and saved.last_metrics is not None
     assert set(saved.last_metrics.models) <= set(MODELS)
-    assert "churn" not in (h.dir / STATE_FILE).read_text()
+    assert "churn-" not in (h.dir / STATE_FILE).read_text()
 
 
 def test_json_dir_keeps_the_newest_plans(tmp_path: Path) -> None:

@@ -1,0 +1,103 @@
+"""One clock for the live controller: intervals from a monotonic clock, wall time only as an anchor.
+
+The controller dates its ticks, history, start-ups and drains in seconds. A wall clock
+(``time.time``) can be stepped — by NTP, a VM resumed, an operator — and an interval measured
+across the step is wrong by the step: 5 minutes back doubles one interval's rate, an hour back
+delays every make-before-break removal by an hour, ten hours forward divides a rate by 120.
+:class:`SteadyClock` reads wall time once, at start, and advances by a monotonic clock from
+there, so a step of the wall clock never lands in an interval. Wall time still matters (the
+time of day a forecast's season follows, the ISO time of a tick), so the steady clock *slews*
+toward the wall clock by at most ``max_slew`` of the time elapsed since the last reading: a step
+is reported (``jump_s``) the moment it is seen and bounded in effect (an interval is at most
+``max_slew`` off), and a wall clock that was really corrected is followed within a few ticks.
+
+A state written under one clock and read under another (restarted on a host whose clock is
+behind, or after the clock was stepped back) is read with its offset: the controller continues
+from the state's last tick (:func:`resume_offset`) rather than waiting out the difference.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MAX_SLEW = 0.1  # a wall step moves the steady clock by at most this share of the elapsed time
+JUMP_TOLERANCE_S = 1.0  # differences below this are drift, not a step worth reporting
+
+
+@dataclass
+class ClockReport:
+    """What the clock saw since the last report: ``jump_s`` the wall clock's step (seconds, + ahead),
+    ``lag_s`` how far the steady clock still is from the wall clock after slewing."""
+
+    jump_s: float = 0.0
+    lag_s: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {"wall_jump_s": self.jump_s, "wall_lag_s": self.lag_s}
+
+
+class SteadyClock:
+    """Seconds since the epoch, advanced by ``monotonic`` and slewed toward ``wall`` (see the
+    module docstring); ``scale`` multiplies the result (a replay's trace seconds per second)."""
+
+    def __init__(self, wall: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
+                 *, scale: float = 1.0, max_slew: float = MAX_SLEW) -> None:
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"SteadyClock: field 'scale' must be finite and > 0, got {scale!r}")
+        if not 0 <= max_slew < 1:
+            raise ValueError(f"SteadyClock: field 'max_slew' must be in [0, 1), got {max_slew!r}")
+        self.wall, self.monotonic, self.scale, self.max_slew = wall, monotonic, float(scale), float(max_slew)
+        self._base = float(wall())  # steady seconds at the anchor
+        self._mono = float(monotonic())
+        self._last = self._base
+        self._seen_lag = 0.0  # the wall - steady difference already reported
+        self._jump = 0.0
+
+    def seconds(self) -> float:
+        """Unscaled steady seconds (the metrics' clock)."""
+        mono = float(self.monotonic())
+        elapsed = max(mono - self._mono, 0.0)
+        steady = self._base + elapsed
+        lag = float(self.wall()) - steady
+        if abs(lag - self._seen_lag) > JUMP_TOLERANCE_S:
+            self._jump += lag - self._seen_lag
+        # slew: follow the wall clock by at most max_slew of the time since the last reading
+        step = max(steady - self._last, 0.0) * self.max_slew
+        shift = max(-step, min(step, lag))
+        self._base += shift
+        self._mono = mono
+        self._base += elapsed
+        self._last = self._base
+        self._seen_lag = lag - shift
+        return self._base
+
+    def __call__(self) -> float:
+        return self.seconds() * self.scale
+
+    def report(self) -> ClockReport:
+        """The wall steps seen since the last report, and the lag left (then forgets the steps)."""
+        out = ClockReport(self._jump, self._seen_lag)
+        self._jump = 0.0
+        return out
+
+    def metrics_clock(self) -> Callable[[], float]:
+        """The unscaled steady clock, to date metrics samples with (rates need intervals)."""
+        return self.seconds
+
+
+def resume_offset(now_s: float, last_tick_s: float | None) -> float:
+    """Seconds to add to this clock so that it continues from a state whose last tick is
+    ``last_tick_s``: positive when the state was written under a clock ahead of this one, 0
+    otherwise (a clock behind it cannot be told from the time the controller was down)."""
+    if last_tick_s is None or now_s >= last_tick_s:
+        return 0.0
+    return last_tick_s - now_s
+
+
+def iso(epoch_s: float) -> str:
+    """An epoch time as ISO 8601 UTC (second precision)."""
+    return dt.datetime.fromtimestamp(epoch_s, tz=dt.UTC).isoformat(timespec="seconds")
