@@ -46,9 +46,11 @@ from atoll.control.k8s_validate import api_problems, kube_version  # noqa: E402
 from atoll.control.k8s_vllm import (  # noqa: E402
     VLLM_ENV,
     VLLM_IMAGE,
+    VLLM_ROUTER_VERSION,
     VLLM_SERVE_FLAGS,
     VLLM_VERSION,
     known_env,
+    unknown_router_args,
     unknown_serve_args,  # noqa: E402
 )
 from atoll.control.plans import PlanRecord  # noqa: E402
@@ -112,6 +114,8 @@ def summarize(docs: list[dict[str, Any]], version: str) -> dict[str, Any]:
                 unknown += unknown_serve_args(shlex.join(args))
     entries = [d for d in docs
                if d["kind"] == "Service" and d["metadata"]["labels"].get(ENTRY_LABEL) == "true"]
+    routers = [c for d in docs if d["kind"] == "Deployment"
+               for c in d["spec"]["template"]["spec"]["containers"] if c["command"] == ["vllm-router"]]
     pools: dict[str, int] = {}
     for d in docs:
         pools.update(json.loads(d["metadata"].get("annotations", {}).get(POOL_NODES_ANNOTATION, "{}")))
@@ -130,6 +134,8 @@ def summarize(docs: list[dict[str, Any]], version: str) -> dict[str, Any]:
                  "env_unknown": sorted(e for e in envs if not known_env(e)),
                  "vllm_env": sorted(e for e in envs if e in VLLM_ENV)},
         "entry_services": len(entries),
+        "vllm_router": {"version": VLLM_ROUTER_VERSION, "deployments": len(routers),
+                        "problems": [p for c in routers for p in unknown_router_args(c["args"])]},
         "request_paths": {e["metadata"]["annotations"]["atoll.io/model-name"]:
                           e["metadata"]["annotations"]["atoll.io/request-path"] for e in entries},
         "node_selector_keys": dict(sorted(selectors.items())),
