@@ -517,16 +517,16 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
     if routed and options.router == "builtin":
         # a model with only one phase planned gets no router: it could not serve a request whole
         out.append(_router_script(options, record.owner))
-    instances: dict[tuple[str, str], int] = {}
+    pods: dict[tuple[str, str], int] = {}  # instances planned per (model, phase)
     for key, n in record.plan.items():
         mp = (str(record.templates[key]["model"]), str(record.templates[key]["phase"]))
-        instances[mp] = instances.get(mp, 0) + n
+        pods[mp] = pods.get(mp, 0) + n
     for model in routed:
         if options.router == "builtin":
             out.extend(_router(options, model, record.owner, record.sequence))
         else:
             out.extend(_vllm_router(options, model, record.owner, record.sequence,
-                                    instances[(model, "prefill")], instances[(model, "decode")]))
+                                    pods[(model, "prefill")], pods[(model, "decode")]))
     return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
 
 
