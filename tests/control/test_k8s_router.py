@@ -10,15 +10,17 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
+import yaml
 from fake_vllm import PREFILL_ANSWER_KV, FakeVllm
 from prometheus_client.parser import text_string_to_metric_families
 
-from atoll.control.k8s import validate_object
+from atoll.control.k8s import K8sManifestSink, validate_object
 from atoll.control.k8s_pd_router import PREFILL_KV_PARAMS, Router, serve
 from atoll.control.k8s_render import (
     COMPONENT_LABEL,
@@ -29,6 +31,7 @@ from atoll.control.k8s_render import (
     k8s_options,
     render_manifests,
     request_timeout_s,
+    router_name,
     vllm_router_args,
 )
 from atoll.control.k8s_vllm import VLLM_ROUTER_IMAGE
@@ -467,3 +470,17 @@ def test_metrics_count_requests_errors_and_latency(pair: tuple[FakeVllm, FakeVll
     assert samples[("atoll_router_request_duration_seconds_count", (("stage", "prefill"),))] == 4
     inf = ("atoll_router_request_duration_seconds_bucket", (("le", "+Inf"), ("stage", "total")))
     assert samples[inf] == 3
+
+
+def test_the_manifest_sink_writes_vllm_router_with_its_rbac_by_default(tmp_path: Path) -> None:
+    result = K8sManifestSink(tmp_path / "k8s", K8sOptions(kube_version="1.33")).write(
+        record((LLAMA_P, LLAMA_D, PHI_P, PHI_D)))
+    assert result.ok
+    files = {Path(f).name for f in result.written}
+    for model in ("Llama-3-70B", "Phi-4-14B"):
+        name = router_name(model, "acme-0a1b2c")
+        kinds = ("deployment", "serviceaccount", "role", "rolebinding")
+        assert {f"{name}.{kind}.yaml" for kind in kinds} <= files
+    kustomization = yaml.safe_load((tmp_path / "k8s" / "kustomization.yaml").read_text())
+    assert set(kustomization["resources"]) == files - {"kustomization.yaml"}
+    assert not [f for f in files if f.endswith(".configmap.yaml")]
