@@ -67,8 +67,21 @@ class Episode:
                 row[f"{m}/{k}"] = v[k]
         self.steps.append(row)
 
+    def count_changes(self, before: dict[str, int], after: dict[str, int], step_s: float) -> None:
+        """One step's plan change: instances added and removed, the fleet's size after it and the
+        step's seconds — the churn figure's inputs (see :meth:`totals`)."""
+        keys = set(before) | set(after)
+        added = sum(max(after.get(k, 0) - before.get(k, 0), 0) for k in keys)
+        removed = sum(max(before.get(k, 0) - after.get(k, 0), 0) for k in keys)
+        for name, value in (("instances_added", added), ("instances_removed", removed),
+                            ("instance_seconds", sum(after.values()) * step_s), ("plan_seconds", step_s)):
+            self.sums[name] = self.sums.get(name, 0.0) + float(value)
+
     def totals(self) -> dict[str, float]:
         s = self.sums
+        hours = s.get("plan_seconds", 0.0) / 3600.0
+        mean_size = s.get("instance_seconds", 0.0) / s["plan_seconds"] if s.get("plan_seconds") else 0.0
+        changed = s.get("instances_added", 0.0) + s.get("instances_removed", 0.0)
         demand = s.get("demand_tokens", 0.0)
         goodput = s.get("goodput_tokens", 0.0)
         requests = s.get("requests", 0.0)
@@ -92,6 +105,10 @@ class Episode:
             "demand_tokens": demand,
             "reward": s.get("reward", 0.0),
             "steps": float(len(self.steps)),
+            # churn: instances added + removed per hour, over the fleet's mean size
+            "instances_added": s.get("instances_added", 0.0),
+            "instances_removed": s.get("instances_removed", 0.0),
+            "churn_per_hour": changed / hours / mean_size if hours > 0 and mean_size > 0 else 0.0,
         }
 
 
@@ -120,8 +137,10 @@ def _run_days(env: FleetEnv, policy: Policy, days: Sequence[int], seed: int,
         done = False
         while not done:
             action = np.asarray(policy.act(obs, info), dtype=np.int8)
+            before = env.state.planned().as_dict()
             obs, reward, terminated, truncated, info = env.step(action)
             episode.add(info, reward)
+            episode.count_changes(before, env.state.planned().as_dict(), env.config.step_s)
             done = terminated or truncated
             if tick is not None:
                 tick(1)
