@@ -79,7 +79,7 @@ from atoll.control.state import (
     sweep_temporary,
 )
 from atoll.envs.actions import ActionCodec
-from atoll.envs.correction import CapacityCorrection
+from atoll.envs.correction import CapacityCorrection, CorrectionSettings
 from atoll.envs.fleet import FleetState
 from atoll.envs.latency import PREFILL_SCALE
 from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observation_size
@@ -90,6 +90,8 @@ from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.packing import Packing, describe_packing, repack
 from atoll.solvers.problem import Allocation
+
+PUBLISH_BAND = 2.0  # standard errors a learned factor must move before the planner sees it
 
 
 @dataclass(frozen=True)
@@ -260,7 +262,10 @@ class Controller:
             unserved={m: u for m, u in self.state.unserved.items() if m in keep},
             last_reoptimized={m: t for m, t in self.state.last_reoptimized.items() if m in keep})
         try:
-            self.correction = CapacityCorrection.from_dict(self.state.correction)
+            # the live planner moves a factor only past its own error band: noise must not flip
+            # a running template for another
+            self.correction = CapacityCorrection.from_dict(self.state.correction,
+                                                           CorrectionSettings(publish_band=PUBLISH_BAND))
         except ValueError as exc:  # InputError is a ValueError
             raise StateError(f"{state_path(self.state_dir)}: {exc}") from exc
         self._latency = service_latencies(fleet.models, fleet.model.shape)

@@ -53,7 +53,10 @@ class CorrectionSettings:
     factor wobbling by a fraction of a percent does not rebuild the corrected library each step;
     max_step: the most (relative) a published factor moves in one fit, so one interval — an honest
     surprise or a signal that lied past every gate — moves the plan by a bounded step, and a
-    real change is followed over a few."""
+    real change is followed over a few; publish_band: a factor is published only when it moves by
+    more than this many of its own standard errors (1 / sqrt(prior_weight + evidence)), so an
+    estimate wobbling within its error band never flips the planner's choice of template (0: off;
+    the live controller uses 2)."""
 
     half_life: float = 288.0
     prior_weight: float = 25.0
@@ -63,6 +66,7 @@ class CorrectionSettings:
     min_scale: float = 0.03
     publish_step: float = 0.02
     max_step: float = 0.1
+    publish_band: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "CorrectionSettings"
@@ -70,8 +74,11 @@ class CorrectionSettings:
             v = getattr(self, name)
             if isinstance(v, bool) or not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise InputError(f"{owner}: field {name!r} must be finite and > 0, got {v!r}")
-        if not (isinstance(self.max_step, int | float) and 0 < self.max_step and math.isfinite(self.max_step)):
-            raise InputError(f"{owner}: field 'max_step' must be finite and > 0, got {self.max_step!r}")
+        for name, low in (("publish_band", 0.0), ("max_step", 1e-12)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not (isinstance(v, int | float) and math.isfinite(v) and v >= low):
+                bound = ">= 0" if low == 0 else "> 0"
+                raise InputError(f"{owner}: field {name!r} must be finite and {bound}, got {v!r}")
         if not (isinstance(self.publish_step, int | float) and 0 <= self.publish_step < 1):
             raise InputError(f"{owner}: field 'publish_step' must be in [0, 1), got {self.publish_step!r}")
         if not (0 < self.low <= 1 <= self.high and math.isfinite(self.high)):
@@ -178,7 +185,8 @@ class CapacityCorrection:
             self._evidence[f] = float(svc.gram[j, j])
             old = self._published.get(f, 1.0)
             move = math.log(k[j] / old)
-            if abs(move) > math.log1p(s.publish_step):
+            band = s.publish_band / math.sqrt(s.prior_weight + float(svc.gram[j, j]))
+            if abs(move) > max(math.log1p(s.publish_step), band):
                 bound = math.log1p(s.max_step)
                 self._published[f] = float(old * math.exp(max(-bound, min(bound, move))))
 

@@ -63,7 +63,8 @@ def _run(fleet: LiveFleet, tmp: Path, ticks: int, *, surge: bool = False,
     with ReplayExporter(_series(surge), MODELS, speedup=SPEED, clock=lambda: wall[0], start_s=DAY,
                         served=served) as exporter:
         proxy = Proxy(ScrapeSource(exporter.url, clock=lambda: wall[0]))
-        controller = Controller(fleet, proxy, make_policy(policy, 2), JsonDirSink(tmp / "plans"), tmp / "state",
+        controller = Controller(fleet, proxy, make_policy(policy, 2), JsonDirSink(tmp / "plans"),
+                                tmp / "state",
                                 settings=ControllerSettings(interval_s=INTERVAL, time_scale=SPEED),
                                 clock=lambda: DAY + SPEED * wall[0], sleep=lambda s: None)
         for k in range(ticks):
@@ -112,7 +113,8 @@ def _ttft_plus(seconds: float) -> Callable[[MetricsSnapshot], MetricsSnapshot]:
 
 
 @pytest.mark.parametrize("lie", ["queue", "negative", "latency"])
-def test_a_lying_signal_is_held_and_never_moves_the_factors(fleet: LiveFleet, tmp_path: Path, lie: str) -> None:
+def test_a_lying_signal_is_held_and_never_moves_the_factors(fleet: LiveFleet, tmp_path: Path,
+                                                            lie: str) -> None:
     edits: dict[int, Any] = {"queue": {10: _waiting(40000.0), 11: _waiting(40000.0)},
                              "negative": {10: _waiting(-5.0), 11: _waiting(-5.0)},
                              "latency": {10: _ttft_plus(1e6)}}[lie]
@@ -130,3 +132,23 @@ def test_a_lying_signal_is_held_and_never_moves_the_factors(fleet: LiveFleet, tm
     assert state is not None
     for f, k in honest[-1].correction["estimates"].items():
         assert state.correction["factors"][f] == pytest.approx(k, rel=0.02)
+
+
+def test_a_second_signal_confirms_what_a_gate_held() -> None:
+    from atoll.control.plausibility import GateLimits, PlausibilityGate
+    from atoll.control.rates import ModelRate, RateStatus
+
+    rate = ModelRate("m", RateStatus.OK, 500.0, 100.0, waiting=40000.0, running=10.0, interval_s=300.0,
+                     ttft_mean_s=400.0)
+    gate = PlausibilityGate()
+    limits = GateLimits(300.0, (1.2, 0.06), 3000.0, planned_tps=(1000.0, 100.0), served_tps=(500.0, 100.0))
+    used, verdict = gate.check(rate, limits)  # served half the planned demand: a real queue
+    assert used.waiting == 40000.0 and used.ttft_mean_s == 400.0
+    assert len(verdict.confirmed) == 2 and not verdict.held
+    gate = PlausibilityGate()
+    held, verdict = gate.check(rate, replace(limits, served_tps=(1000.0, 100.0)))  # served the plan: a lie
+    assert held.waiting is None and held.ttft_mean_s is None and held.running is None
+    assert any("longer than the interval" in why for why in verdict.held)
+    assert any("more than the interval's arrivals could build" in why for why in verdict.held)
+    _, verdict = PlausibilityGate().check(rate, replace(limits, planned_tps=None))  # no plan: held
+    assert verdict.held and not verdict.confirmed

@@ -91,3 +91,38 @@ def test_malformed_state_names_the_part() -> None:
         CapacityCorrection.from_dict({"services": {"s": {"families": ["a"], "gram": "x"}}})
     with pytest.raises(InputError, match="half_life"):
         CorrectionSettings(half_life=0)
+
+
+def test_a_published_factor_moves_at_most_a_bounded_step_per_interval() -> None:
+    est = CapacityCorrection(CorrectionSettings(max_step=0.1))
+    published = []
+    for _ in range(9):  # one strong interval after another says half the capacity
+        est.observe("m/decode", {"a": 1000.0}, 500.0, weight=400.0)
+        published.append(est.planning_factors()["a"])
+    assert published[0] == pytest.approx(1 / 1.1)
+    assert all(b / a >= 1 / 1.1 - 1e-12 for a, b in zip([1.0, *published], published, strict=False))
+    assert published[-1] == pytest.approx(est.factor("a"), rel=0.05)  # followed within a few intervals
+
+
+def test_a_factor_fades_toward_the_prior_when_its_evidence_stops() -> None:
+    est = CapacityCorrection(CorrectionSettings(half_life=4.0, max_step=1.0))
+    for _ in range(3):
+        est.observe("m/decode", {"a": 1000.0}, 700.0, weight=400.0)
+    learned = est.factor("a")
+    for _ in range(40):
+        est.fade("m/decode")
+    assert learned < est.factor("a") <= 1.0
+    assert est.factor("a") == pytest.approx(1.0, abs=0.02)
+    est.fade("never/seen")  # nothing to fade: no error
+
+
+def test_an_estimate_within_its_error_band_is_not_published() -> None:
+    banded = CapacityCorrection(CorrectionSettings(publish_band=2.0))
+    plain = CapacityCorrection()
+    for est in (banded, plain):
+        est.observe("m/decode", {"a": 1000.0}, 930.0, weight=25.0)  # one weak interval: -7%
+    # the same estimate; only the banded one holds it back (2 standard errors = 0.28 here)
+    assert banded.factor("a") == pytest.approx(plain.factor("a"))
+    assert "a" in plain.planning_factors() and "a" not in banded.planning_factors()
+    with pytest.raises(InputError, match="publish_band"):
+        CorrectionSettings(publish_band=-1.0)
