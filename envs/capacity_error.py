@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from atoll.solvers.errors import InputError
-from atoll.solvers.paths import PERF_FACTORS_PATH
+from atoll.solvers.paths import perf_factors_path
 from atoll.solvers.problem import gpu_type_of
 from atoll.solvers.types import Template, gpus_of
 
@@ -64,9 +64,19 @@ def gpu_types_of_family(family: str) -> tuple[str, ...]:
     return tuple(family.split("/")[-2].split("+"))
 
 
-@lru_cache(maxsize=1)
-def calibration_sigmas(path: Path = PERF_FACTORS_PATH) -> tuple[dict[str, float], float]:
-    """(GPU type -> log-normal sigma, sigma for types the public profiles do not cover)."""
+def calibration_sigmas(path: Path | None = None) -> tuple[dict[str, float], float]:
+    """(GPU type -> log-normal sigma, sigma for types the public profiles do not cover), from the
+    calibration report the performance model reads (the user's when one exists)."""
+    p = Path(path) if path is not None else perf_factors_path()
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError:
+        mtime = 0
+    return _calibration_sigmas(p, mtime)
+
+
+@lru_cache(maxsize=2)
+def _calibration_sigmas(path: Path, mtime_ns: int) -> tuple[dict[str, float], float]:
     try:
         report = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:

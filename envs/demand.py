@@ -21,11 +21,12 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from atoll.envs.arrivals import sample_counts, servegen_windows
+from atoll.envs.arrivals import SAMPLER_VERSION, sample_counts, servegen_windows
 from atoll.envs.config import RESAMPLES
 from atoll.forecast.forecasters import (
     FORECAST_VERSION,
@@ -37,13 +38,15 @@ from atoll.forecast.forecasters import (
 from atoll.forecast.planning import planning_settings
 from atoll.forecast.scaling import Scale, apply_scale, split_scale, with_scale
 from atoll.forecast.workloads import (
+    LANGUAGE_MODELS,
+    SERVEGEN_MODELS,
     DemandSeries,
     load_workload,
     n_model_groups,
     n_model_scenario,
 )
 from atoll.solvers.errors import InputError
-from atoll.solvers.paths import cache_root
+from atoll.solvers.paths import cache_root, shared_data_dir
 
 log = logging.getLogger(__name__)
 
@@ -164,15 +167,7 @@ def build_book(models: Sequence[str], series: Sequence[DemandSeries], *, forecas
         except ForecastError as exc:
             raise DemandError(f"forecaster {forecaster!r}: {exc}") from exc
         if use_cache:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
-                payload: dict[str, Any] = {f"a{i}": a for i, a in enumerate(arrays)}
-                payload["checksum"] = np.frombuffer(_checksum(arrays), dtype=np.uint8)
-                np.savez_compressed(tmp, **payload)
-                os.replace(tmp, path)
-            except OSError as exc:  # a cache that cannot be written costs time, never the result
-                log.warning("forecast cache %s not written (%s)", path, exc)
+            _write_arrays(path, arrays)
     elif progress is not None:
         progress(len(models) * (steps - WARMUP_DAYS * per_day))
     mean, peak, *upper_list = arrays
@@ -220,29 +215,13 @@ def _named_series(workload: str, n_models: int, mean_rate: float, step_s: float,
     if head == "servegen":
         # The scenario's definition: every client group at the scenario's mean rate, unless the
         # workload asks otherwise (servegen@mean:R, servegen@factor:F, servegen@none).
-        raw = n_model_scenario(n_models, step_s=step_s)
         asked = spec is not None
         spec = spec if spec is not None else Scale("mean", mean_rate)
-        factors = [spec.factor_for(float(np.mean(s.requests_per_s))) for s in raw]
         if spec.kind != "none":
             log.log(logging.WARNING if asked else logging.INFO,
-                    "servegen: %d client groups' requests/s scaled (%s%s)", len(raw), spec,
+                    "servegen: %d client groups' requests/s scaled (%s%s)", n_models, spec,
                     "" if asked else ", the scenario's rate")
-        if resample == "sampled":
-            out = []
-            groups = n_model_groups(n_models)
-            for i, ((source, members, name), hold, factor) in enumerate(zip(groups, raw, factors,
-                                                                              strict=True)):
-                counts = sample_counts(servegen_windows(source), members, factor, step_s,
-                                       np.random.default_rng([seed, i]))
-                n = min(len(counts), len(hold))
-                out.append(DemandSeries(name, step_s, counts[:n] / step_s, hold.input_tokens[:n],
-                                        hold.output_tokens[:n]))
-            return tuple(out)
-        if spec.kind == "none":
-            return tuple(raw)
-        return tuple(replace(s, requests_per_s=s.requests_per_s * f)
-                     for s, f in zip(raw, factors, strict=True))
+        return _servegen_series(n_models, spec, step_s, resample, seed)
     names = [w.strip() for w in workload.split(",") if w.strip()]
     if len(names) != n_models:
         raise DemandError(f"workload {workload!r} names {len(names)} series for {n_models} models; "
@@ -258,6 +237,96 @@ def _named_series(workload: str, n_models: int, mean_rate: float, step_s: float,
                                  level=logging.INFO)
         out.append(series)
     return tuple(out)
+
+
+SERIES_FORMAT = 1  # layout of a cached scenario series file
+
+
+def _servegen_series(n_models: int, spec: Scale, step_s: float, resample: str, seed: int
+                     ) -> tuple[DemandSeries, ...]:
+    """The ServeGen scenario's series, read from the sampled-demand cache when it holds them.
+
+    The cache (``<cache>/demand``) keys on everything the series depend on: the settings, the
+    seed, :data:`atoll.envs.arrivals.SAMPLER_VERSION` and the size and modification time of
+    every ServeGen file read; so every worker of a grid, a training run or a contest loads what
+    the first one sampled instead of parsing the traces and sampling again."""
+    files = _servegen_files()
+    key = (SERIES_FORMAT, SAMPLER_VERSION, n_models, spec.kind, float(spec.value), float(step_s), resample,
+           int(seed) if resample == "sampled" else 0, files)
+    path = cache_root() / "demand" / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.npz"
+    cached = _read_series(path, n_models)
+    if cached is not None:
+        return cached
+    out = _sample_servegen(n_models, spec, step_s, resample, seed)
+    arrays = [a for srs in out for a in (srs.requests_per_s, srs.input_tokens, srs.output_tokens)]
+    names = np.frombuffer("\n".join(srs.name for srs in out).encode(), dtype=np.uint8)
+    _write_arrays(path, arrays, names=names, step_s=np.array([float(step_s)]))
+    return out
+
+
+def _servegen_files() -> tuple[tuple[str, int, int], ...]:
+    """(name, size, mtime) of every ServeGen language-model file the scenario reads."""
+    root = shared_data_dir() / "servegen" / "data"
+    out = []
+    for model in LANGUAGE_MODELS:
+        folder = root / SERVEGEN_MODELS[model] / model
+        for f in sorted(folder.glob("chunk-*")):
+            st = f.stat()
+            out.append((f"{model}/{f.name}", st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _sample_servegen(n_models: int, spec: Scale, step_s: float, resample: str, seed: int
+                     ) -> tuple[DemandSeries, ...]:
+    raw = n_model_scenario(n_models, step_s=step_s)
+    factors = [spec.factor_for(float(np.mean(s.requests_per_s))) for s in raw]
+    if resample == "sampled":
+        out = []
+        groups = n_model_groups(n_models)
+        for i, ((source, members, name), hold, factor) in enumerate(zip(groups, raw, factors, strict=True)):
+            counts = sample_counts(servegen_windows(source), members, factor, step_s,
+                                   np.random.default_rng([seed, i]))
+            n = min(len(counts), len(hold))
+            out.append(DemandSeries(name, step_s, counts[:n] / step_s, hold.input_tokens[:n],
+                                    hold.output_tokens[:n]))
+        return tuple(out)
+    if spec.kind == "none":
+        return tuple(raw)
+    return tuple(replace(s, requests_per_s=s.requests_per_s * f) for s, f in zip(raw, factors, strict=True))
+
+
+def _read_series(path: Path, n_models: int) -> tuple[DemandSeries, ...] | None:
+    """The cached series, or None (a missing, damaged or foreign file: recomputed)."""
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as doc:
+            arrays = [np.asarray(doc[f"a{i}"], dtype=float) for i in range(3 * n_models)]
+            stored = bytes(doc["checksum"].tobytes())
+            names = bytes(doc["names"].tobytes()).decode().split("\n")
+            step = float(doc["step_s"][0])
+    except Exception as exc:  # noqa: BLE001 - zip, zlib, numpy and OS errors all mean "rebuild"
+        log.warning("demand cache %s unreadable (%s: %s); sampling again", path, type(exc).__name__, exc)
+        return None
+    if stored != _checksum(arrays) or len(names) != n_models:
+        log.warning("demand cache %s fails its checksum; sampling again", path)
+        return None
+    return tuple(DemandSeries(names[i], step, *arrays[3 * i: 3 * i + 3]) for i in range(n_models))
+
+
+def _write_arrays(path: Path, arrays: Sequence[np.ndarray], **extra: np.ndarray) -> None:
+    """Write ``arrays`` (as a0, a1, ...) with their checksum, atomically; a cache that cannot be
+    written costs time, never the result."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
+        payload: dict[str, Any] = {f"a{i}": a for i, a in enumerate(arrays)}
+        payload["checksum"] = np.frombuffer(_checksum(arrays), dtype=np.uint8)
+        payload.update(extra)
+        np.savez_compressed(tmp, **payload)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("cache %s not written (%s)", path, exc)
 
 
 def workload_series(workload: str, models: Sequence[str], mean_rate: float, step_s: float, *,

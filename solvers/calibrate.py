@@ -9,11 +9,22 @@ Two stages: every factor but the decode synchronization terms is fitted to every
 terms held at 0); then ``decode_hop_us`` and ``decode_skew`` are fitted to Splitwise's per-token
 (TBT) rows alone, the rest held (see :func:`atoll.solvers.perf.decode_sync_seconds`). The report
 gives the held-out error per dataset, per GPU, and per phase and TP degree.
+
+Where the result goes: ``atoll perf calibrate`` writes the user's own calibration under the cache
+folder (:func:`atoll.solvers.paths.user_perf_factors_path`, or ``--out``), which the performance
+model then reads instead of the package's table. The package's table changes only through the
+maintainer command ``python -m atoll.solvers.calibrate --write-package-table``. Either file is
+the same bytes for the same data and seed: every float is rounded to
+:data:`SIGNIFICANT_DIGITS` (the fit's last digits vary with the BLAS build and are far below its
+error) and keys are written in sorted order.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,8 +34,9 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from atoll.solvers.catalog import load_catalog
-from atoll.solvers.paths import PERF_FACTORS_PATH, shared_data_dir
-from atoll.solvers.perf import SIBLING, PerfFactors, load_factors, step_terms
+from atoll.solvers.errors import InputError
+from atoll.solvers.paths import PERF_FACTORS_PATH, shared_data_dir, user_perf_factors_path
+from atoll.solvers.perf import SIBLING, PerfFactors, step_terms
 from atoll.solvers.profiles import DATASETS, Observation, load_observations
 from atoll.solvers.types import Phase
 
@@ -34,6 +46,7 @@ _GLOBALS = ("t_layer_ms", "eta_link", "allreduce_latency_us")
 _BOUNDS = {"eta": (1e-3, 1.0), "t_layer_ms": (1e-4, 1.0), "eta_link": (0.02, 1.0),
            "allreduce_latency_us": (1.0, 500.0)}
 _SYNC_BOUNDS = ((1e-3, 500.0), (1e-5, 1.0))  # decode_hop_us, decode_skew
+SIGNIFICANT_DIGITS = 6  # of every float written: the fit's error is percents, its noise ~1e-9
 
 
 @dataclass
@@ -212,7 +225,7 @@ def calibrate(data: Path | None = None, *, seed: int = 0,
     # The shipped factors use every row: the held-out split only measures the method.
     say("final fit on all rows")
     final = fit(rows)
-    return {
+    return rounded({
         "factors": final.to_json(),
         "heldout_mape": heldout,
         "heldout_mape_by_gpu": by_gpu,
@@ -223,11 +236,61 @@ def calibrate(data: Path | None = None, *, seed: int = 0,
         "rows": {ds: sum(o.dataset == ds for o in rows) for ds in DATASETS},
         "heldout_rows": {ds: sum(o.dataset == ds for o in test) for ds in DATASETS},
         "seed": seed,
-    }
+    })
 
 
-def write_factors(report: dict[str, Any], path: Path = PERF_FACTORS_PATH) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=1) + "\n")
-    tmp.replace(path)
-    load_factors.cache_clear()
+def rounded(value: Any) -> Any:
+    """``value`` with every float rounded to :data:`SIGNIFICANT_DIGITS` significant digits and
+    every mapping's keys sorted (nested dicts, lists and tuples included)."""
+    if isinstance(value, float):
+        return float(f"{value:.{SIGNIFICANT_DIGITS}g}") if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {str(k): rounded(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list | tuple):
+        return [rounded(v) for v in value]
+    return value
+
+
+def write_factors(report: dict[str, Any], path: Path | None = None, *, package: bool = False) -> Path:
+    """Write ``report`` (rounded, keys sorted) atomically to ``path`` (default: the user's
+    calibration file); returns the path written. The package's own table is written only with
+    ``package=True`` (the maintainer command)."""
+    target = Path(path) if path is not None else user_perf_factors_path()
+    if not package and target.resolve() == PERF_FACTORS_PATH.resolve():
+        raise InputError(f"{target} is the package's own efficiency-factor table; a calibration is "
+                         f"written to {user_perf_factors_path()} (or --out elsewhere); maintainers refit "
+                         f"the shipped table with `python -m atoll.solvers.calibrate --write-package-table`")
+    text = json.dumps(rounded(report), indent=1, sort_keys=True, allow_nan=True) + "\n"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(target)
+    except OSError as exc:
+        raise InputError(f"cannot write the calibration to {target}: {exc}; pass --out with a "
+                         f"writable file") from exc
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Maintainer command: refit the package's shipped table (``solvers/data/perf_factors.json``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m atoll.solvers.calibrate",
+        description="Refit the efficiency-factor table shipped inside the package (maintainers). "
+                    "Users run `atoll perf calibrate`, which writes to their cache folder instead.")
+    parser.add_argument("--write-package-table", action="store_true",
+                        help=f"write {PERF_FACTORS_PATH} (without it: print the report, write nothing)")
+    parser.add_argument("--data", type=Path, help="shared data folder (default ../shared/data)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
+    args = parser.parse_args(argv)
+    report = calibrate(args.data, seed=args.seed, progress=lambda msg: print(msg, file=sys.stderr))
+    if args.write_package_table:
+        print(f"wrote {write_factors(report, PERF_FACTORS_PATH, package=True)}", file=sys.stderr)
+    else:
+        print("dry run: pass --write-package-table to write the package's table", file=sys.stderr)
+    print(json.dumps(report, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,7 +1,9 @@
 """Where atoll finds its shipped tables, the shared public data, and where it caches.
 
-One function each: :func:`shared_data_dir` (the public data sets) and :func:`cache_root`
-(template libraries, forecasts). Caches never go inside the installed package: they live in
+One function each: :func:`shared_data_dir` (the public data sets), :func:`cache_root`
+(template libraries, sampled demand, forecasts, a user's calibration) and
+:func:`perf_factors_path` (the efficiency factors the performance model reads). Nothing a command
+writes goes inside the installed package: caches and a user's calibration live in
 ``$ATOLL_CACHE_DIR`` or the platform's user cache folder.
 """
 
@@ -53,3 +55,19 @@ def cache_root() -> Path:
     """``$ATOLL_CACHE_DIR`` if set, else :func:`user_cache_dir` (templates, forecasts)."""
     root = os.environ.get(ENV_CACHE_DIR)
     return Path(root) if root else user_cache_dir()
+
+
+PERF_FACTORS_NAME = "perf_factors.json"
+
+
+def user_perf_factors_path() -> Path:
+    """Where ``atoll perf calibrate`` writes the user's factors: ``perf_factors.json`` under
+    :func:`cache_root`."""
+    return cache_root() / PERF_FACTORS_NAME
+
+
+def perf_factors_path() -> Path:
+    """The factors the performance model reads: the user's calibration when one exists
+    (:func:`user_perf_factors_path`), else the table shipped with the package."""
+    user = user_perf_factors_path()
+    return user if user.is_file() else PERF_FACTORS_PATH

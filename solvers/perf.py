@@ -41,7 +41,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from atoll.solvers.errors import InputError
-from atoll.solvers.paths import PERF_FACTORS_PATH
+from atoll.solvers.paths import perf_factors_path
 from atoll.solvers.types import ModelSpec, NodeConfig, Phase, gpus_of
 
 MEM_UTILIZATION = 0.90  # vLLM's default gpu_memory_utilization
@@ -135,11 +135,20 @@ class PerfFactors:
         )
 
 
-@lru_cache(maxsize=2)
-def load_factors(path: Path = PERF_FACTORS_PATH) -> PerfFactors:
-    """The factors ``atoll perf calibrate`` wrote; the documented priors if it never ran."""
-    if not Path(path).exists():
+def load_factors(path: Path | None = None) -> PerfFactors:
+    """The factors in ``path``; by default the user's calibration when ``atoll perf calibrate``
+    wrote one, else the package's table (:func:`atoll.solvers.paths.perf_factors_path`); the
+    documented priors if neither exists. A file rewritten in place is read again."""
+    p = Path(path) if path is not None else perf_factors_path()
+    try:
+        st = p.stat()
+    except FileNotFoundError:
         return PerfFactors()
+    return _read_factors(str(p), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=4)
+def _read_factors(path: str, mtime_ns: int, size: int) -> PerfFactors:
     return PerfFactors.from_json(json.loads(Path(path).read_text())["factors"])
 
 

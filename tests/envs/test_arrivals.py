@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from arrivals_oracle import oracle_counts
+from scipy import stats
 
 from atoll.envs.arrivals import GAMMA, IDLE, WEIBULL, ClientWindows, sample_counts
 from atoll.envs.config import FleetConfig
@@ -81,3 +83,78 @@ def test_the_servegen_scenario_series_sampled_and_held() -> None:
         assert np.mean(s.requests_per_s) == pytest.approx(10.0, rel=0.01)
         assert not np.array_equal(s.requests_per_s, t.requests_per_s)
         np.testing.assert_array_equal(s.input_tokens, h.input_tokens)
+
+
+def _same_distribution(a: np.ndarray, b: np.ndarray) -> float:
+    """p-value of a chi-square test that two samples of counts share a distribution (bins cut at
+    the pooled sample's quantiles, so every bin holds enough of both)."""
+    pooled = np.concatenate([a, b])
+    edges = np.unique(np.quantile(pooled, np.linspace(0, 1, 11)))
+    if len(edges) < 3:  # (nearly) constant counts: compare the values' frequencies directly
+        values = np.unique(pooled)
+        table = np.array([[np.sum(x == v) for v in values] for x in (a, b)])
+    else:
+        table = np.array([np.histogram(x, bins=edges)[0] for x in (a, b)])
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2:
+        return 1.0
+    return float(stats.chi2_contingency(table)[1])
+
+
+# (kind, gap shape, rate req/s, step s): bursty and regular Gamma, a window with no fit
+# (Poisson), Weibull, and a very bursty Gamma at a high rate (the bridge's deep searches)
+CASES = [(GAMMA, 0.3, 0.5, 300.0), (GAMMA, 3.0, 0.05, 60.0), (IDLE, 0.0, 0.2, 120.0),
+         (WEIBULL, 0.6, 0.3, 60.0), (GAMMA, 0.05, 3.0, 60.0)]
+
+
+@pytest.mark.parametrize(("kind", "shape", "rate", "step_s"), CASES)
+def test_the_sampler_matches_the_explicit_one_in_distribution(kind: int, shape: float, rate: float,
+                                                              step_s: float) -> None:
+    windows = 1500  # iid windows: each one a draw of the vector of its steps' counts
+    w = ClientWindows(np.full((1, windows), rate), np.full((1, windows), kind, dtype=np.int8),
+                      np.full((1, windows), shape), np.ones((1, windows)))
+    k = int(600 / step_s)
+    got = sample_counts(w, [0], 1.0, step_s, np.random.default_rng(11)).reshape(windows, k)
+    ref = oracle_counts(w, [0], 1.0, step_s, np.random.default_rng(12)).reshape(windows, k)
+    # every step's count, and the running totals (the joint placement within a window)
+    # alpha 1e-4 per comparison: about 2e-3 over the 2k comparisons of a case
+    for j in range(k):
+        assert _same_distribution(got[:, j], ref[:, j]) > 1e-4, f"step {j}"
+        assert _same_distribution(got[:, : j + 1].sum(axis=1), ref[:, : j + 1].sum(axis=1)) > 1e-4
+    # neighbouring steps covary the same way (Fisher z-test of the two correlations; with two
+    # steps their sum is the window's count, checked above)
+    if k > 2:
+        r = [np.corrcoef(x[:, 0], x[:, 1])[0, 1] for x in (got, ref)]
+        z = (np.arctanh(r[0]) - np.arctanh(r[1])) / np.sqrt(2.0 / (windows - 3))
+        assert abs(z) < 4.0
+
+
+def test_poisson_windows_split_binomially() -> None:
+    # Exponential gaps rescaled to the window: the requests before the last are uniform order
+    # statistics and the last ends the window, so the first of two steps holds Binomial(n - 1, 1/2)
+    n, windows = 40, 4000
+    w = ClientWindows(np.full((1, windows), n / 600), np.full((1, windows), IDLE, dtype=np.int8),
+                      np.zeros((1, windows)), np.zeros((1, windows)))
+    first = sample_counts(w, [0], 1.0, 300.0, np.random.default_rng(2)).reshape(windows, 2)[:, 0]
+    observed = np.bincount(first, minlength=n)[:n]
+    expected = stats.binom.pmf(np.arange(n), n - 1, 0.5) * windows
+    keep = expected >= 5  # chi-square over the cells it is valid for, the tails pooled
+    obs = np.append(observed[keep], observed[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    assert stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-3
+
+
+def test_a_lone_request_ends_its_window() -> None:
+    w = ClientWindows(np.full((1, 3), 1 / 600), np.array([[GAMMA, WEIBULL, IDLE]], dtype=np.int8),
+                      np.full((1, 3), 0.5), np.ones((1, 3)))
+    counts = sample_counts(w, [0], 1.0, 120.0, np.random.default_rng(0)).reshape(3, 5)
+    np.testing.assert_array_equal(counts, [[0, 0, 0, 0, 1]] * 3)
+
+
+def test_many_clients_sum_and_an_empty_client_list_is_all_zero() -> None:
+    rng = np.random.default_rng(4)
+    w = ClientWindows(rng.uniform(0, 0.2, (6, 40)), rng.integers(0, 3, (6, 40)).astype(np.int8),
+                      rng.uniform(0.2, 2.0, (6, 40)), np.ones((6, 40)))
+    total = sample_counts(w, range(6), 1.0, 300.0, np.random.default_rng(1))
+    assert total.shape == (80,) and total.sum() > 0
+    assert not sample_counts(w, [], 1.0, 300.0, np.random.default_rng(1)).any()
