@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from atoll.solvers.tiers import split_tier
 from atoll.solvers.types import Template, node_config_of
 
 MODES = ("cost", "goodput")
@@ -244,6 +245,55 @@ def _remember(index: TemplateIndex) -> None:
 
 
 @dataclass(frozen=True)
+class Risk:
+    """The risk a re-plan takes for one model: three parameters of the allocation ILP.
+
+    - ``headroom`` u in (0, 1]: the utilization templates are planned at; the ILP covers the
+      planning demand / u, so u = 0.8 keeps 20% of each service's capacity spare for latency.
+    - ``spread`` sigma in (0, 1]: the largest share of the planning demand one spot pool (a
+      region's spot tier) may carry alone — losing any one spot pool leaves capacity for at
+      least (1 - sigma) of it. 1 = no spread rule.
+    - ``ondemand_floor`` phi in [0, 1]: on-demand capacity alone covers at least phi of the
+      planning demand (kept through any spot preemption). 0 = no floor.
+
+    Each is a row per service that only asks for capacity (more never violates it), so the
+    ILP's bounds and dominance pruning stay exact; :func:`atoll.solvers.allocation.evaluate_plan`
+    checks them independently of the solver.
+    """
+
+    headroom: float = 1.0
+    spread: float = 1.0
+    ondemand_floor: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("headroom", "spread"):
+            v = getattr(self, name)
+            if not (_is_number(v) and 0 < v <= 1):
+                raise ValueError(f"Risk: field {name!r} must be in (0, 1], got {v!r}")
+        if not (_is_number(self.ondemand_floor) and 0 <= self.ondemand_floor <= 1):
+            raise ValueError(f"Risk: field 'ondemand_floor' must be in [0, 1], got {self.ondemand_floor!r}")
+
+    @property
+    def neutral(self) -> bool:
+        """No constraint beyond the plain ILP's."""
+        return self.headroom == 1.0 and self.spread == 1.0 and self.ondemand_floor == 0.0
+
+    def label(self) -> str:
+        """``h0.8,s0.5,f0.2`` (the parameters that differ from neutral; ``neutral`` when none)."""
+        parts = [f"{tag}{v:g}" for tag, v, neutral in (("h", self.headroom, 1.0), ("s", self.spread, 1.0),
+                                                       ("f", self.ondemand_floor, 0.0)) if v != neutral]
+        return ",".join(parts) or "neutral"
+
+
+NEUTRAL_RISK = Risk()
+
+
+def is_spot_region(region: str) -> bool:
+    """Whether ``region`` is a spot pool (a region's spot tier)."""
+    return split_tier(region)[1] == "spot"
+
+
+@dataclass(frozen=True)
 class AllocationProblem:
     """One online allocation instance.
 
@@ -273,6 +323,7 @@ class AllocationProblem:
     gap: float = 1e-4
     one_gpu_type_per_model: bool = False
     one_config_per_model: bool = False
+    risk: Mapping[str, Risk] | None = None
     _by_key: Mapping[str, Template] = field(init=False, repr=False, compare=False)
     _by_service: Mapping[str, tuple[Template, ...]] = field(init=False, repr=False, compare=False)
     _index: TemplateIndex = field(init=False, repr=False, compare=False)
@@ -340,6 +391,17 @@ class AllocationProblem:
             raise ValueError(f"{owner}: field 'time_limit' must be > 0 seconds or None, got {tl!r}")
         if not (_is_number(self.gap) and 0 <= self.gap < 1):
             raise ValueError(f"{owner}: field 'gap' must be in [0, 1), got {self.gap!r}")
+        if self.risk is not None:
+            risk = _frozen_map(owner, "risk", self.risk)
+            unknown = sorted(set(risk) - set(self.models))
+            if unknown:
+                raise ValueError(f"{owner}: field 'risk' names unknown models {unknown}; "
+                                 f"valid models: {', '.join(self.models)}")
+            for m, r in risk.items():
+                if not isinstance(r, Risk):
+                    raise TypeError(f"{owner}: field 'risk' of model {m!r} must be a Risk, got {r!r}")
+            kept = {m: r for m, r in risk.items() if not r.neutral}
+            object.__setattr__(self, "risk", MappingProxyType(kept) if kept else None)
 
     @property
     def models(self) -> list[str]:
@@ -348,6 +410,14 @@ class AllocationProblem:
         for s in self.demand:
             seen.setdefault(model_of(s))
         return list(seen)
+
+    def risk_of(self, model: str) -> Risk:
+        return (self.risk or {}).get(model, NEUTRAL_RISK)
+
+    def planning_demand(self, service: str) -> float:
+        """The demand the ILP covers for ``service``: its demand over its model's headroom."""
+        d = self.demand.get(service, 0.0)
+        return d if not self.risk else d / self.risk_of(model_of(service)).headroom
 
     @property
     def free_models(self) -> frozenset[str]:

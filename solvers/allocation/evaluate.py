@@ -15,7 +15,13 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from atoll.solvers.problem import Allocation, AllocationProblem, gpu_type_of, served_shares
+from atoll.solvers.problem import (
+    Allocation,
+    AllocationProblem,
+    gpu_type_of,
+    is_spot_region,
+    served_shares,
+)
 
 _TOL = 1e-6
 
@@ -34,6 +40,53 @@ class PlanEvaluation:
     served: Mapping[str, float]
     served_share: Mapping[str, float]
     goodput_fraction: float
+
+
+def _planned_share(problem: AllocationProblem, model: str,
+                   by_pool: Mapping[str, Mapping[str, float]]) -> float:
+    """The share of model's planning demand its capacity serves (goodput mode's f_m)."""
+    share = 1.0
+    for s in problem.demand:
+        if s.rpartition("/")[0] == model and problem.planning_demand(s) > 0:
+            share = min(share, sum(by_pool[s].values()) / problem.planning_demand(s))
+    return share
+
+
+def _risk_violations(problem: AllocationProblem, counts: Mapping[str, float]) -> list[str]:
+    """Each re-optimized model's spread and on-demand floor (``Risk``), against the planning
+    demand (times the model's served share in goodput mode)."""
+    if not problem.risk:
+        return []
+    by_pool: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # service -> pool -> cap
+    for key, n in counts.items():
+        try:
+            t = problem.template(key)
+        except KeyError:
+            continue
+        by_pool[t.service.name][t.region] += n * t.throughput
+    spot = sorted({r for caps in by_pool.values() for r in caps if is_spot_region(r)})
+    out: list[str] = []
+    for s in sorted(problem.demand):
+        m = s.rpartition("/")[0]
+        risk = problem.risk_of(m)
+        if m not in problem.free_models or risk.neutral:
+            continue
+        caps = by_pool[s]
+        share = 1.0 if problem.mode == "cost" else _planned_share(problem, m, by_pool)
+        need = problem.planning_demand(s) * share
+        total = sum(caps.values())
+        if risk.spread < 1:
+            for z in spot:
+                rest = total - caps.get(z, 0.0)
+                if rest < (1 - risk.spread) * need * (1 - _TOL) - _TOL:
+                    out.append(f"{s}: losing spot pool {z} leaves {rest:.6g} tokens/s, below "
+                               f"{1 - risk.spread:g} x {need:.6g} (spread {risk.spread:g})")
+        if risk.ondemand_floor > 0:
+            od = sum(c for r, c in caps.items() if not is_spot_region(r))
+            if od < risk.ondemand_floor * need * (1 - _TOL) - _TOL:
+                out.append(f"{s}: on-demand capacity {od:.6g} tokens/s below {risk.ondemand_floor:g} x "
+                           f"{need:.6g} (on-demand floor)")
+    return out
 
 
 def evaluate_plan(problem: AllocationProblem,
@@ -80,10 +133,13 @@ def evaluate_plan(problem: AllocationProblem,
             used = nodes
         if used > problem.available(rc) + _TOL:
             violations.append(f"{rc[0]}/{rc[1]}: uses {used:g} nodes, {problem.available(rc):g} available")
+    served, shares, goodput = served_shares(problem.demand, capacity, problem.models)
     if problem.mode == "cost":
-        for s, d in sorted(problem.demand.items()):
+        for s in sorted(problem.demand):
+            d = problem.planning_demand(s)
             if s.rpartition("/")[0] in problem.free_models and capacity.get(s, 0.0) < d * (1 - _TOL):
                 violations.append(f"{s}: capacity {capacity.get(s, 0.0):.6g} below demand {d:.6g} tokens/s")
+    violations += _risk_violations(problem, counts)
     if problem.reoptimize is not None:
         for key in sorted(set(counts) | set(running)):
             try:
@@ -109,7 +165,6 @@ def evaluate_plan(problem: AllocationProblem,
         for m, configs in sorted(configs_by_model.items()):
             if len(configs) > 1:
                 violations.append(f"{m}: uses node configs {sorted(configs)}, one allowed")
-    served, shares, goodput = served_shares(problem.demand, capacity, problem.models)
     return PlanEvaluation(
         feasible=not violations, violations=tuple(violations), cost_per_hour=cost,
         startup_cost_per_hour=startup, objective=cost + problem.startup_weight * startup,

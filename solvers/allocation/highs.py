@@ -40,7 +40,12 @@ from atoll.solvers.problem import SolveStatus, within_tolerance
 # these models ~10 ms a call for poor incumbents (the LP-based ones replace them). Off, 80
 # re-optimizations of the extended scenario kept every objective and joint solves ran ~1.7x
 # faster (median and p90); small per-service blocks would pay it ten times over their solve.
-HIGHS_OPTIONS: dict[str, object] = {"mip_heuristic_run_feasibility_jump": False}
+#
+# One thread: HiGHS's default starts a worker pool whose hand-offs cost more than these models'
+# whole solve. Measured on a 21-column one-row block (2 cores, load ~8): median 0.9 ms a run with
+# one thread against 28-42 ms with the default; the branch-and-bound itself is serial either way,
+# and the simulator's parallelism is its worker processes, one solver each.
+HIGHS_OPTIONS: dict[str, object] = {"mip_heuristic_run_feasibility_jump": False, "threads": 1}
 
 
 def _banner_to_stderr() -> None:

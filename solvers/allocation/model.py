@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import pulp
 
 from atoll.solvers.allocation.reduction import RoundInstance
-from atoll.solvers.problem import Allocation, gpu_type_of, model_of
+from atoll.solvers.problem import Allocation, gpu_type_of, is_spot_region, model_of
 
 STAGES = ("cost", "share", "cost_at_share")
 _NOT_IN_NAME = re.compile(r"[^0-9A-Za-z.@]+")
@@ -149,14 +149,55 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
         for j, m in enumerate(inst.models):
             f[m] = prob.add_variable(f"fraction{j:05d}_{label(m)}", 0, 1)
         for j, s in enumerate(inst.services):
-            prob += (pulp.LpAffineExpression([*by_service[s], (f[model_of(s)], -p.demand[s])])
+            prob += (pulp.LpAffineExpression([*by_service[s], (f[model_of(s)], -p.planning_demand(s))])
                      >= -inst.held.get(s, 0.0), f"share{j:05d}_{label(s)}")
         if stage == "share":
             objective = [(v, 1.0) for v in f.values()]
         else:
             prob += pulp.lpSum(f.values()) >= floor_share, "share_floor"
+    if p.risk:
+        _risk_rows(inst, model, stage)
     prob.setObjective(pulp.LpAffineExpression(objective))
     return model
+
+
+def _risk_rows(inst: RoundInstance, model: Model, stage: str) -> None:
+    """The rows of each model's :class:`~atoll.solvers.problem.Risk`, per service s with planning
+    demand D_s (x f_m in goodput mode) and capacity terms theta_t x_t (floors H as constants):
+
+        spread sigma, per spot pool z:  sum_{t not in z} theta_t x_t >= (1 - sigma) D_s - H_{not z}
+        on-demand floor phi:           sum_{t on-demand} theta_t x_t >= phi D_s - H_{on-demand}
+
+    Named ``spread<j>_<service>_<pool>`` and ``floor<j>_<service>``."""
+    p = inst.problem
+    terms: dict[str, list[tuple[str, pulp.LpVariable, float]]] = defaultdict(list)
+    for key, var in model.count.items():
+        t = p.template(key)
+        terms[t.service.name].append((t.region, var, t.throughput))
+    held: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for key, n in inst.floor.items():
+        t = p.template(key)
+        held[t.service.name].append((t.region, n * t.throughput))
+    pools = {r for ts in terms.values() for r, _, _ in ts} | {r for hs in held.values() for r, _ in hs}
+    spot = sorted(z for z in pools if is_spot_region(z))
+    for j, s in enumerate(inst.services):
+        risk = p.risk_of(model_of(s))
+        rows: list[tuple[float, frozenset[str], str]] = []  # (share of D_s, pools that count, name)
+        if risk.spread < 1:
+            rows += [(1 - risk.spread, frozenset(pools - {z}), f"spread{j:05d}_{label(s)}_{label(z)}")
+                     for z in spot]
+        if risk.ondemand_floor > 0:
+            rows.append((risk.ondemand_floor, frozenset(r for r in pools if not is_spot_region(r)),
+                         f"floor{j:05d}_{label(s)}"))
+        need = p.planning_demand(s)
+        share = model.fraction.get(model_of(s)) if stage != "cost" else None
+        for coef, counted, name in rows:
+            lhs = [(v, th) for r, v, th in terms[s] if r in counted]
+            const = sum(h for r, h in held[s] if r in counted)
+            if share is not None:  # goodput: the served fraction f_m of the demand
+                model.prob += pulp.LpAffineExpression([*lhs, (share, -coef * need)]) >= -const, name
+            else:
+                model.prob += pulp.LpAffineExpression(lhs) >= coef * need - const, name
 
 
 def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[str, float]:

@@ -108,13 +108,35 @@ class RoundInstance:
         self.bound = {ix.keys[i]: int(bound[i]) for i in chosen}
 
     def target(self, service: str) -> float:
-        """Demand the round's variables must cover: the service's demand minus its floor's
-        capacity (tokens/s; <= 0 when the kept instances already cover it)."""
-        return self.problem.demand.get(service, 0.0) - self.held.get(service, 0.0)
+        """Demand the round's variables must cover: the service's planning demand (its demand over
+        the model's headroom) minus its floor's capacity (tokens/s; <= 0 when the kept instances
+        already cover it)."""
+        return self.problem.planning_demand(service) - self.held.get(service, 0.0)
 
     def constants(self) -> dict[str, int]:
         """Instances that are not variables: the fixed models' and the grow models' floors."""
         return {**self.fixed, **self.floor}
+
+    def _groups(self) -> np.ndarray:
+        """Per template, the group within which dominance compares: its service (and GPU type or
+        config, under the one-type or one-config rule), and its region (pool and tier) for a model
+        with a :class:`~atoll.solvers.problem.Risk`, whose rows tell regions apart."""
+        p = self.problem
+        ix = p.index
+        rule = p.per_model_rule
+        if rule == "config":
+            kind, n_kinds = ix.config_kind, ix.n_configs
+        elif rule == "gpu_type":
+            kind, n_kinds = ix.kind, ix.n_kinds
+        else:
+            kind, n_kinds = np.zeros_like(ix.kind), 1
+        group = ix.service * n_kinds + kind
+        if not p.risk:
+            return group
+        regions = {r: i for i, r in enumerate(sorted({t.region for t in p.templates}))}
+        region = np.asarray([regions[t.region] if t.service.model in p.risk else -1
+                             for t in p.templates], dtype=np.int64)
+        return group * (len(regions) + 1) + region + 1
 
     def _undominated_sliced(self, cand: np.ndarray, enforced: np.ndarray, pinned: set[int]) -> list[int]:
         """Dominance when some rows are sliced (nodes bought as integer variables, idle GPUs
@@ -138,14 +160,7 @@ class RoundInstance:
         use = np.zeros((len(ix.keys), max(len(rows), 1)))
         ent = np.flatnonzero(enforced[ix.rc])
         np.add.at(use, (ix.entry_template[ent], col[ix.rc[ent]]), ix.k[ent])
-        rule = p.per_model_rule
-        if rule == "config":
-            kind, n_kinds = ix.config_kind, ix.n_configs
-        elif rule == "gpu_type":
-            kind, n_kinds = ix.kind, ix.n_kinds
-        else:
-            kind, n_kinds = np.zeros_like(ix.kind), 1
-        group = ix.service * n_kinds + kind
+        group = self._groups()
         out: list[int] = []
         eps = 1e-9
         for gid in np.unique(group[cand]).tolist():
@@ -177,14 +192,7 @@ class RoundInstance:
         p = self.problem
         ix = p.index
         cost, thr = p.costs, ix.throughput
-        rule = p.per_model_rule
-        if rule == "config":
-            kind, n_kinds = ix.config_kind, ix.n_configs
-        elif rule == "gpu_type":
-            kind, n_kinds = ix.kind, ix.n_kinds
-        else:
-            kind, n_kinds = np.zeros_like(ix.kind), 1
-        group = ix.service * n_kinds + kind
+        group = self._groups()
         out: list[int] = []
         # templates that touch no enforced row: one Pareto front per (service, kind)
         plain = cand[~touches[cand]]
