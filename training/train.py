@@ -179,6 +179,18 @@ def env_config(config: FleetConfig, i: int, demand_seeds: int) -> FleetConfig:
     return dataclasses.replace(config, demand_seed=config.demand_seed + i % demand_seeds)
 
 
+def warm_caches(config: FleetConfig, n_envs: int, demand_seeds: int = 1) -> None:
+    """Build each distinct training env once here, one after another, so its template library,
+    sampled demand and forecast pass are on disk before the worker processes start: every worker
+    then loads them, where cold workers would each compute the same ones side by side."""
+    seen: set[int] = set()
+    for i in range(n_envs):
+        cfg = env_config(config, i, demand_seeds)
+        if cfg.demand_seed not in seen:
+            seen.add(cfg.demand_seed)
+            FleetEnv(cfg)
+
+
 def make_vec_env(config: FleetConfig, n_envs: int, seed: int, gamma: float, demand_seeds: int = 1
                  ) -> VecNormalize:
     """``n_envs`` FleetEnvs (one process each when more than one), normalized; rewards are scaled
@@ -197,6 +209,8 @@ def make_vec_env(config: FleetConfig, n_envs: int, seed: int, gamma: float, dema
     # A fleet file's scenario lives in this process only (atoll.envs.fleet_file.activate): its
     # envs step here; the bundled scenarios' envs each get a process of their own.
     subprocess = n_envs > 1 and config.scenario in BUNDLED_SCENARIOS
+    if subprocess:
+        warm_caches(config, n_envs, demand_seeds)
     vec = SubprocVecEnv(factories, start_method="spawn") if subprocess else DummyVecEnv(factories)
     vec.seed(seed)
     return VecNormalize(vec, norm_obs=True, norm_reward=True, gamma=gamma)

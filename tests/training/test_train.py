@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -206,3 +207,31 @@ def test_evaluate_run_logs_the_learned_capacity_factors() -> None:
     assert child.data.metrics["correction_factor_max"] < 1.0
     assert child.data.metrics["correction_factor_min"] == pytest.approx(0.7, rel=0.05)
     assert "correction_factors.json" in {f.path for f in client.list_artifacts(child.info.run_id)}
+
+
+def _cache_files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every cache file with its inode and modification time (a rewrite changes both)."""
+    return {str(p.relative_to(root)): (p.stat().st_ino, p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_training_workers_load_the_caches_the_parent_warmed(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    from atoll.training.train import make_vec_env, warm_caches
+
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))  # the spawned workers inherit it
+    config = tiny_config()
+    warm_caches(config, 2)
+    warmed = _cache_files(tmp_path)
+    assert any(name.startswith("forecasts/") for name in warmed)
+    vec = make_vec_env(config, 2, seed=0, gamma=0.99)
+    try:
+        assert isinstance(vec.venv, SubprocVecEnv) and vec.num_envs == 2
+        obs = vec.reset()
+        assert obs.shape[0] == 2 and np.all(np.isfinite(obs))
+    finally:
+        vec.close()
+    # two workers built their envs, and neither recomputed (and so rewrote) a cached file
+    assert _cache_files(tmp_path) == warmed
