@@ -8,8 +8,11 @@ delays every make-before-break removal by an hour, ten hours forward divides a r
 there, so a step of the wall clock never lands in an interval. Wall time still matters (the
 time of day a forecast's season follows, the ISO time of a tick), so the steady clock *slews*
 toward the wall clock by at most ``max_slew`` of the time elapsed since the last reading: a step
-is reported (``jump_s``) the moment it is seen and bounded in effect (an interval is at most
-``max_slew`` off), and a wall clock that was really corrected is followed within a few ticks.
+is reported (``jump_s``) the moment it is seen and bounded in effect (a controller interval —
+its billing, start-up and drain times — is at most ``max_slew`` off), and a wall clock that was
+really corrected is followed in time. Metrics samples are dated by the unslewed reading
+(:meth:`SteadyClock.metrics_clock`: the wall time at start plus the monotonic time since), so a
+rate is never off by a step or its slew.
 
 A state written under one clock and read under another (restarted on a host whose clock is
 behind, or after the clock was stepped back) is read with its offset: the controller continues
@@ -53,6 +56,7 @@ class SteadyClock:
         self.wall, self.monotonic, self.scale, self.max_slew = wall, monotonic, float(scale), float(max_slew)
         self._base = float(wall())  # steady seconds at the anchor
         self._mono = float(monotonic())
+        self._anchor = (self._base, self._mono)  # never slewed: the metrics' clock
         self._last = self._base
         self._seen_lag = 0.0  # the wall - steady difference already reported
         self._jump = 0.0
@@ -85,8 +89,14 @@ class SteadyClock:
         return out
 
     def metrics_clock(self) -> Callable[[], float]:
-        """The unscaled steady clock, to date metrics samples with (rates need intervals)."""
-        return self.seconds
+        """The unslewed, unscaled clock to date metrics samples with: the wall time at start plus
+        the monotonic seconds since (a rate's interval is exactly the time that passed)."""
+        wall0, mono0 = self._anchor
+
+        def read() -> float:
+            return wall0 + max(float(self.monotonic()) - mono0, 0.0)
+
+        return read
 
 
 def resume_offset(now_s: float, last_tick_s: float | None) -> float:

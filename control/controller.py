@@ -870,7 +870,8 @@ class Controller:
         self.fleet.model.apply(fs, Allocation.of(self.fleet.known(record.plan)))
         kept = {k: sum(int(e[0]) for e in entries) for k, entries in fs.replaced.items()}
         kept = {k: n for k, n in kept.items() if n}
-        retiring = {k: n for k, n in self._retiring_unscheduled().items() if k in self.state.templates}
+        # every retiring instance, scheduled or not: a newer plan during a change keeps them too
+        retiring = {k: n for k, n in self.retiring.items() if k in self.state.templates}
         templates = self.fleet.templates
         running = self._running_packing()
         if not kept and not retiring:

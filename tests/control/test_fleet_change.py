@@ -85,3 +85,21 @@ def test_churn_is_added_plus_removed_per_hour_over_the_fleet() -> None:
     assert figure(log, 3700.0 + 1, 100)["added"] == 0  # out of the hour's window
     assert figure(log, 3600.0, 0)["per_hour_over_fleet"] is None
     assert record(log, 200000.0, 1, 0) == ((200000.0, 1, 0),)  # a day later the log is short
+
+
+def test_a_newer_plan_during_the_change_keeps_the_retiring_instances(tmp_path: Path) -> None:
+    h = Harness(_fleet(), tmp_path, interval=10.0)  # ticks far shorter than a start-up
+    for _ in range(3):
+        h.tick()
+    old = {k: n for k, n in h.controller.state.running.items() if "/prefill@" in k}
+    h.fleet = _moved_fleet()
+    h.controller = h.new()
+    h.tick()
+    h.source.rates = {m: 2 * r for m, r in h.source.rates.items()}  # demand doubles mid-change
+    for _ in range(4):
+        report = h.tick()
+        if report.plan_changed:
+            break
+    assert report.plan_changed and h.controller.state.final is not None
+    delivered = _latest(tmp_path)
+    assert all(delivered.get(k) == n for k, n in old.items()), delivered
