@@ -255,14 +255,26 @@ class PeakForecaster(Forecaster):
         if self._sorted is None:
             n = np.minimum(self._n_scores, self._scores.shape[1])
             out = np.zeros((self.horizon, len(QUANTILES)))
-            for k in range(self.horizon):
-                # look-aheads without scores yet borrow the nearest shorter one's
-                if n[k] == 0:
-                    out[k] = out[k - 1] if k else 0.0
-                    continue
-                s = np.sort(self._scores[k, : n[k]])
-                pos = np.clip(self._work[k], 0.0, 1.0) * (n[k] - 1)
-                out[k] = np.interp(pos, np.arange(n[k]), s)
+            if n[0] and np.all(n == n[0]):
+                # every look-ahead holds as many scores (the steady state): one sort for all, and
+                # np.interp's own arithmetic on the integer grid, so the values are the same
+                m = int(n[0])
+                s = np.sort(self._scores[:, :m], axis=1)
+                pos = np.clip(self._work, 0.0, 1.0) * (m - 1)
+                j = np.minimum(pos.astype(np.int64), max(m - 2, 0))
+                rows = np.arange(self.horizon)[:, None]
+                lo = s[rows, j]
+                hi = s[rows, np.minimum(j + 1, m - 1)]
+                out = np.where(pos >= m - 1, s[:, m - 1: m], (hi - lo) * (pos - j) + lo)
+            else:
+                for k in range(self.horizon):
+                    # look-aheads without scores yet borrow the nearest shorter one's
+                    if n[k] == 0:
+                        out[k] = out[k - 1] if k else 0.0
+                        continue
+                    srt = np.sort(self._scores[k, : n[k]])
+                    pos = np.clip(self._work[k], 0.0, 1.0) * (n[k] - 1)
+                    out[k] = np.interp(pos, np.arange(n[k]), srt)
             self._sorted = out
         return self._sorted
 
@@ -295,10 +307,17 @@ class PeakForecaster(Forecaster):
     @property
     def score_scale(self) -> float:
         """What scores are divided by (see the module docstring); always > 0."""
-        return self._vol + VOL_FLOOR * self.typical_level
+        if self._scale_now is None:  # read twice per step: computed once per state
+            self._scale_now = self._vol + VOL_FLOOR * self.typical_level
+        return self._scale_now
+
+    def _reset(self, y: np.ndarray) -> None:
+        super()._reset(y)
+        self._scale_now: float | None = None
 
     def _step_point(self, v: float) -> None:
         # the point models absorb the observation (each its own robust clip)
+        self._scale_now = None
         self._step(v)
         self._vol += VOL_RATE * (abs(v - self._last_obs) - self._vol)
         self._last_obs = v
