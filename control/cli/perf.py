@@ -14,7 +14,7 @@ from atoll.control.cli.common import add_json
 from atoll.control.cli.output import as_user_error, output_for
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES
 from atoll.solvers.models import DEFAULT_MODELS, get_model
-from atoll.solvers.paths import PERF_FACTORS_PATH
+from atoll.solvers.paths import ENV_CACHE_DIR
 from atoll.solvers.perf import RequestShape, load_factors
 from atoll.solvers.tables import perf_rows
 from atoll.solvers.types import ModelSpec
@@ -72,7 +72,7 @@ def cmd_perf_calibrate(args: argparse.Namespace) -> int:
         report = calibrate(args.data, seed=args.seed, progress=out.note)
     except FileNotFoundError as exc:
         raise as_user_error(exc) from exc
-    write_factors(report, args.out)
+    path = write_factors(report, args.out)  # default: the user's file under the cache folder
     table = Table(title="Held-out median absolute percentage error")
     table.add_column("dataset")
     table.add_column("GPU")
@@ -89,8 +89,10 @@ def cmd_perf_calibrate(args: argparse.Namespace) -> int:
     for gpu, v in report["leave_one_gpu_out_mape"].items():
         logo.add_row(gpu, report["leave_one_gpu_out_relative"][gpu], f"{v:.3f}")
     out.result(logo)
-    out.note(f"wrote fitted factors to {args.out}")
-    out.json({**report, "factors_path": str(args.out)})
+    reads = ("" if args.out else
+             "; the performance model reads them from now on (delete the file for the package's)")
+    out.note(f"wrote fitted factors to {path}{reads}")
+    out.json({**report, "factors_path": str(path)})
     return 0
 
 
@@ -107,7 +109,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(handler=cmd_perf_table)
     c = psub.add_parser("calibrate", help="fit efficiency factors to measured public profiles")
     c.add_argument("--data", type=Path, help="shared data folder (default ../shared/data)")
-    c.add_argument("--out", type=Path, default=PERF_FACTORS_PATH)
+    c.add_argument("--out", type=Path, default=None,
+                   help=f"where the fitted factors are written (default: perf_factors.json in "
+                        f"${ENV_CACHE_DIR} or the user cache folder, which the performance model then reads)")
     c.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
     add_json(c)
     c.set_defaults(handler=cmd_perf_calibrate)
