@@ -11,6 +11,7 @@ from atoll.forecast.forecasters import FORECASTERS, QUANTILES
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError
+from atoll.solvers.problem import Risk
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
 from atoll.solvers.types import Template
 
@@ -81,6 +82,9 @@ class FleetConfig:
     features) or ``v2`` (plus latency, queue and correction per model, ``atoll/Fleet-v2``).
     ``solver_gap``: re-optimizations stop at a proven relative gap of 0.1% by default — far below
     the forecast error, and it cuts the worst solve times of the extended scenario severalfold.
+    ``risk``: the :class:`~atoll.solvers.problem.Risk` every re-plan takes for every model
+    (headroom, spread over spot pools, on-demand floor; rows of the same exact ILP); neutral by
+    default, which is the plain ILP.
     """
 
     scenario: str = "core"
@@ -115,9 +119,13 @@ class FleetConfig:
     correction: bool = False
     slo_model: str = "fluid"
     observation: str = "v1"
+    risk: Risk = Risk()
 
     def __post_init__(self) -> None:
         owner = "FleetConfig"
+        if not isinstance(self.risk, Risk):
+            raise InputError(f"{owner}: field 'risk' must be a Risk (e.g. Risk.parse('h0.85,s0.5')), "
+                             f"got {self.risk!r}")
         if len(self.days) != 2 or not (isinstance(self.days[0], int) and isinstance(self.days[1], int)) \
                 or not 1 <= self.days[0] <= self.days[1]:
             raise InputError(f"{owner}: field 'days' must be (first, last) with 1 <= first <= last, "

@@ -69,7 +69,7 @@ def shared_replanner(base: AllocationProblem, prices: Mapping[Cell, float], conf
                      ) -> Replanner:
     """One re-planner per content (templates, prices, start-up weight, settings) per process."""
     key = (base.templates, tuple(sorted(prices.items())), base.startup_weight, config.demand_round,
-           config.memoize, config.solver_time_limit, config.solver_gap)
+           config.memoize, config.solver_time_limit, config.solver_gap, config.risk)
     hit = _REPLANNERS.get(key)
     if hit is None:
         hit = Replanner(base, demand_round=config.demand_round, memoize=config.memoize)
@@ -104,8 +104,11 @@ class FleetModel:
         k = config.startup_weight
         if k is None:
             k = self.median_startup / config.step_s
+        risk = None if config.risk.neutral else dict.fromkeys(
+            dict.fromkeys(t.service.model for t in templates), config.risk)
         self.base = AllocationProblem(tuple(templates), {}, None, prices, startup_weight=k,
-                                      time_limit=config.solver_time_limit, gap=config.solver_gap)
+                                      time_limit=config.solver_time_limit, gap=config.solver_gap,
+                                      risk=risk)
         self.replanner = shared_replanner(self.base, prices, config)
         self.templates: dict[str, Template] = dict(self.base.index.by_key)
         self.gpu_types: tuple[str, ...] = tuple(dict.fromkeys(gpu_type_of(cfg) for _, cfg in prices))
@@ -359,7 +362,8 @@ class FleetModel:
             templates = self.base.index.rescaled(factor[self._family_ids]).templates
             base = AllocationProblem(templates, {}, None, self.prices,
                                      startup_weight=self.base.startup_weight,
-                                     time_limit=self.base.time_limit, gap=self.base.gap)
+                                     time_limit=self.base.time_limit, gap=self.base.gap,
+                                     risk=self.base.risk)
             hit = Replanner(base, demand_round=self.config.demand_round, memoize=self.config.memoize)
             self._corrected[rounded] = hit
             while len(self._corrected) > _CORRECTED_MAX:

@@ -273,6 +273,26 @@ class Risk:
         if not (_is_number(self.ondemand_floor) and 0 <= self.ondemand_floor <= 1):
             raise ValueError(f"Risk: field 'ondemand_floor' must be in [0, 1], got {self.ondemand_floor!r}")
 
+    @classmethod
+    def parse(cls, text: str) -> Risk:
+        """The inverse of :meth:`label`: ``h0.8,s0.5,f0.2`` (any subset, any order) or ``neutral``."""
+        fields = {"h": "headroom", "s": "spread", "f": "ondemand_floor"}
+        values: dict[str, float] = {}
+        text = text.strip()
+        if text in ("", "neutral"):
+            return cls()
+        for part in text.split(","):
+            tag, num = part.strip()[:1], part.strip()[1:]
+            if tag not in fields or fields[tag] in values:
+                raise ValueError(f"risk {text!r}: part {part!r} must be h<headroom>, s<spread> or "
+                                 f"f<on-demand floor>, each at most once (e.g. h0.85,s0.5,f0.2)")
+            try:
+                values[fields[tag]] = float(num)
+            except ValueError:
+                raise ValueError(f"risk {text!r}: {part!r} needs a number after {tag!r} "
+                                 f"(e.g. h0.85,s0.5,f0.2)") from None
+        return cls(**values)
+
     @property
     def neutral(self) -> bool:
         """No constraint beyond the plain ILP's."""
