@@ -5,8 +5,8 @@ test days. Prints ONE JSON document (progress on stderr).
 The world is the contest's: the calibration world (``capacity_error="calibration"``), the
 latency SLO model (late requests count as missed), spot and hedged markets. Selection, per
 market, on the validation days only: the variant of least effective cost (node $ + lost tokens
-at the reward's $/M, a lost token being one not served within the SLO) among those whose SLO attainment is at least the neutral plan's minus
-0.001. Every variant is reported on the test days, the chosen one marked; nothing on the test
+at the reward's $/M, a lost token being one not served within the SLO) among those whose SLO
+attainment is at least the neutral plan's minus 0.001. Every variant is reported on the test days, the chosen one marked; nothing on the test
 days chooses anything.
 
     .venv/bin/python benchmarks/risk.py [--scenario core] [--markets spot,hedged]
@@ -56,7 +56,8 @@ def _run(scenario: str, market: str, risk: Risk, days: list[int], seed: int) -> 
     out = {k: round(float(totals.get(k, 0.0)), 6) for k in KEYS}
     lost = max(totals["demand_tokens"] - totals["goodput_tokens"], 0.0)  # not served within the SLO
     out["lost_mtok"] = round(lost / 1e6, 4)
-    out["effective_cost_usd"] = round(totals["cost_usd"] + config.reward.unserved_usd_per_mtok * lost / 1e6, 4)
+    price = config.reward.unserved_usd_per_mtok
+    out["effective_cost_usd"] = round(totals["cost_usd"] + price * lost / 1e6, 4)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     out["load"] = round(os.getloadavg()[0], 2)
     return out
