@@ -6,8 +6,8 @@ The world is the contest's: the calibration world (``capacity_error="calibration
 latency SLO model (late requests count as missed), spot and hedged markets. Selection, per
 market, on the validation days only: the variant of least effective cost (node $ + lost tokens
 at the reward's $/M, a lost token being one not served within the SLO) among those whose SLO
-attainment is at least the neutral plan's minus 0.001. Every variant is reported on the test days, the chosen one marked; nothing on the test
-days chooses anything.
+attainment is at least the neutral plan's minus 0.001. Every variant is reported on the test
+days, the chosen one marked; nothing on the test days chooses anything.
 
     .venv/bin/python benchmarks/risk.py [--scenario core] [--markets spot,hedged]
         [--validation-days 8-10] [--test-days 11-14] [--variants neutral,h0.85,...] [--out FILE]
