@@ -1,0 +1,227 @@
+"""How fast the simulator world runs: the figures of the speed table, as one JSON document on
+stdout (progress on stderr), written to benchmarks/results/speed.json.
+
+Parts (``--parts``, comma-separated; default all):
+
+- ``extended_day``: ``atoll simulate --scenario extended --days 11 --policy fixed:1
+  --availability spot --capacity-error calibration`` in a fresh process, run twice: the first run
+  fills whatever cache is missing, the second is the warm-cache figure (wall, peak RSS of the
+  process, and the day's totals);
+- ``core_2_days``: ``atoll simulate --scenario core --days 11-12 --policy fixed:1``, the same way;
+- ``env_steps``: re-optimizing env steps/s on extended (spot, calibration world, warm caches):
+  the env's set-up seconds, then ``fixed:1`` over day 11 (every model re-solved every step);
+- ``setup``: the extended day's set-up pieces in an empty cache folder (sampling the demand,
+  the forecast pass) and again warm (loaded from the cache);
+- ``help``: wall of ``atoll --help`` (best of 3 fresh interpreters);
+- ``ppo``: PPO on extended with two SubprocVecEnv workers: env steps/s of ``learn`` after the
+  workers are up (warm caches), and the steps that rate gives in 30 minutes.
+
+Figures this script does not take in bounded time are listed under ``not_measured`` with the
+reason. Every part records ``os.getloadavg()`` before and after it: the machine has 2 cores and
+other work may share them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Run as a script, this file's folder leads sys.path and its name would shadow the package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
+ATOLL = str(Path(sys.executable).with_name("atoll"))
+PARTS = ("extended_day", "core_2_days", "env_steps", "setup", "help", "ppo")
+EXTENDED_DAY = ["simulate", "--scenario", "extended", "--days", "11", "--policy", "fixed:1",
+                "--availability", "spot", "--capacity-error", "calibration", "--json"]
+CORE_2_DAYS = ["simulate", "--scenario", "core", "--days", "11-12", "--policy", "fixed:1", "--json"]
+NOT_MEASURED = {
+    "fleet20_day_wall": "the fleet20 env build alone took ~5 min before this change; not run in this "
+                        "session's time box",
+    "one_fleet20_contest_cell": "grid + training + test days x 3 seeds is hours of 2-core compute",
+    "ppo_steps_in_30_min_measured": "projected from the ppo part's measured rate instead of a 30-minute run",
+    "sliced_ilp": "the allocation solver's figure: benchmarks/slices.py",
+    "fresh_make_test_and_demo": "a fresh venv and the whole suite; not run beside other work on 2 cores",
+    "1000_models_x_36_configs_re_solve": "the allocation solver's figure; not built here",
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def load() -> list[float]:
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+def run_process(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Wall seconds, peak RSS (MB) and the parsed JSON stdout of one fresh process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    doc: dict[str, Any] = {"wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+                           "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "exit": proc.returncode}
+    try:
+        doc["result"] = json.loads(out)
+    except ValueError:
+        doc["result"] = None
+    return doc
+
+
+def simulate_twice(args: list[str]) -> dict[str, Any]:
+    runs = []
+    for label in ("first", "warm"):
+        before = load()
+        r = run_process([ATOLL, *args])
+        totals = (r.pop("result") or {}).get("totals")
+        runs.append({"run": label, **r, "totals": totals, "load_before": before, "load_after": load()})
+        log(f"  {label}: {r['wall_s']} s, {r['peak_rss_mb']} MB")
+    return {"command": "atoll " + " ".join(args), "runs": runs}
+
+
+def part_extended_day() -> dict[str, Any]:
+    return simulate_twice(EXTENDED_DAY)
+
+
+def part_core_2_days() -> dict[str, Any]:
+    return simulate_twice(CORE_2_DAYS)
+
+
+def extended_config() -> Any:
+    from atoll.envs.config import FleetConfig
+
+    return FleetConfig(scenario="extended", days=(11, 11), availability="spot", capacity_error="calibration")
+
+
+def part_env_steps() -> dict[str, Any]:
+    from atoll.envs.fleet_env import FleetEnv
+    from atoll.envs.policies import make_policy
+    from atoll.envs.rollout import run_policy
+
+    before = load()
+    t0 = time.perf_counter()
+    env = FleetEnv(extended_config())
+    setup = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ep = run_policy(env, make_policy("fixed:1", len(env.models)), days=[11], seed=0)
+    seconds = time.perf_counter() - t0
+    return {"env_setup_s": round(setup, 2), "episode_s": round(seconds, 2), "steps": len(ep.steps),
+            "steps_per_s": round(len(ep.steps) / seconds, 2), "totals": ep.totals(),
+            "load_before": before, "load_after": load()}
+
+
+def part_setup() -> dict[str, Any]:
+    import numpy as np
+
+    from atoll.envs import demand
+    from atoll.envs.actions import ActionCodec
+    from atoll.envs.config import FleetConfig
+    from atoll.solvers.scenarios import SCENARIOS
+
+    spec = SCENARIOS["extended"]
+    c = FleetConfig(scenario="extended")
+    levels = ActionCodec.for_config(c.planning_quantile, c.action_levels).levels
+    out: dict[str, Any] = {"load_before": load()}
+    old = os.environ.get("ATOLL_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["ATOLL_CACHE_DIR"] = tmp
+        try:
+            for label in ("cold", "warm"):
+                demand._named_series.cache_clear()
+                t0 = time.perf_counter()
+                series = demand.workload_series("servegen", spec.models, spec.req_per_s, c.step_s,
+                                                resample="sampled", seed=0)
+                sampled = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                demand.build_book(spec.models, series, forecaster=c.forecaster, horizon=c.look_ahead_steps,
+                                  quantile=c.planning_quantile, levels=levels)
+                passed = time.perf_counter() - t0
+                out[label] = {"demand_s": round(sampled, 2), "forecast_pass_s": round(passed, 2)}
+                log(f"  {label}: {out[label]}")
+            out["mean_req_per_s"] = [round(float(np.mean(s.requests_per_s)), 3) for s in series]
+        finally:
+            if old is None:
+                os.environ.pop("ATOLL_CACHE_DIR", None)
+            else:
+                os.environ["ATOLL_CACHE_DIR"] = old
+    out["load_after"] = load()
+    return out
+
+
+def part_help() -> dict[str, Any]:
+    before = load()
+    walls = [run_process([ATOLL, "--help"])["wall_s"] for _ in range(3)]
+    return {"best_s": min(walls), "runs_s": walls, "load_before": before, "load_after": load()}
+
+
+def part_ppo(timesteps: int) -> dict[str, Any]:
+    import torch
+    from stable_baselines3 import PPO
+
+    from atoll.training.train import TrainSettings, make_vec_env
+
+    torch.set_num_threads(1)
+    st = TrainSettings()
+    before = load()
+    t0 = time.perf_counter()
+    vec = make_vec_env(dataclasses.replace(extended_config(), days=(4, 7)), st.n_envs, 0, st.gamma)
+    setup = time.perf_counter() - t0
+    try:
+        n_steps = max(timesteps // st.n_envs, 8)
+        model = PPO("MlpPolicy", vec, n_steps=n_steps, batch_size=min(st.batch_size, n_steps * st.n_envs),
+                    n_epochs=st.n_epochs, device="cpu", seed=0, verbose=0)
+        t0 = time.perf_counter()
+        model.learn(total_timesteps=n_steps * st.n_envs)
+        seconds = time.perf_counter() - t0
+    finally:
+        vec.close()
+    steps = n_steps * st.n_envs
+    return {"n_envs": st.n_envs, "vec_env_setup_s": round(setup, 2), "steps": steps,
+            "learn_s": round(seconds, 2), "steps_per_s": round(steps / seconds, 2),
+            "projected_steps_in_30_min": int(steps / seconds * 1800), "load_before": before,
+            "load_after": load()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    ap.add_argument("--ppo-steps", type=int, default=256, help="PPO env steps timed in the ppo part")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    parts = [p for p in args.parts.split(",") if p]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        ap.error(f"unknown part(s) {', '.join(unknown)}; valid: {', '.join(PARTS)}")
+    doc: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_at_start": load()}, "parts": {}}
+    try:
+        doc["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                       text=True, cwd=Path(__file__).parent, check=False).stdout.strip()
+    except OSError:
+        doc["commit"] = None
+    for part in parts:
+        log(f"{part} ...")
+        t0 = time.perf_counter()
+        doc["parts"][part] = part_ppo(args.ppo_steps) if part == "ppo" else globals()[f"part_{part}"]()
+        doc["parts"][part]["part_wall_s"] = round(time.perf_counter() - t0, 2)
+    doc["not_measured"] = NOT_MEASURED
+    doc["machine"]["load_at_end"] = load()
+    text = json.dumps(doc, indent=1, default=float)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
