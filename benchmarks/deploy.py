@@ -219,7 +219,10 @@ def scrape_metrics(work: Path, port: int, version: str) -> dict[str, Any]:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
-    final = json.loads(out)
+    # one JSON document per tick, then the summary (JSON lines), or one document with both
+    docs = [json.loads(line) for line in out.splitlines() if line.strip()]
+    final = docs[-1] if len(docs) == 1 else {
+        "summary": docs[-1].get("summary"), "last": next((d for d in reversed(docs) if "tick" in d), None)}
     desired: dict[str, float] = {}
     sequence = None
     labels: dict[str, dict[str, str]] = {}
