@@ -229,6 +229,7 @@ class PeakForecaster(Forecaster):
         # _paths(h) of the current state: update() issues the same quantiles forecast(h) gave
         # (the env calls both every step), so they are computed once per state
         self._path_cache: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+        self._peak_cache: dict[int, np.ndarray] = {}  # _point_peaks(h) of the current state
         self.cap_binds = 0
         # validation record: (target, issued SELECT_LEVEL quantile) of matured look-ahead-H targets
         self.validation: list[tuple[float, float]] = []
@@ -246,7 +247,6 @@ class PeakForecaster(Forecaster):
         # The point models are re-fitted on the whole history; scores, working levels and the
         # volatility (which has run through the whole history by now) stay.
         self._reset(y)
-        self._path_cache.clear()
         self._pending.clear()
         return self
 
@@ -287,7 +287,7 @@ class PeakForecaster(Forecaster):
                 raise ForecastError(f"observation {float(v)!r} at step {self.t}: must be finite and >= 0")
             v = float(v)
             # what is issued now for the peaks over the next 1..H steps, kept until they mature
-            self._pending.appendleft([self._point_peaks(self.horizon), self.score_scale,
+            self._pending.appendleft([self._peaks_now(self.horizon), self.score_scale,
                                       self._paths(self.horizon)[0], 0.0])
             for k, entry in enumerate(self._pending):  # entry made k steps ago: look-ahead k + 1
                 point, scale, issued, runmax = entry
@@ -302,6 +302,7 @@ class PeakForecaster(Forecaster):
                     self.validation.append((runmax, float(issued[k, sel])))
             self._sorted = None
             self._path_cache.clear()
+            self._peak_cache.clear()
             self._step_point(v)
 
     @property
@@ -313,7 +314,10 @@ class PeakForecaster(Forecaster):
 
     def _reset(self, y: np.ndarray) -> None:
         super()._reset(y)
+        # new point models: what was computed from the old ones goes
         self._scale_now: float | None = None
+        self._path_cache = {}
+        self._peak_cache = {}
 
     def _step_point(self, v: float) -> None:
         # the point models absorb the observation (each its own robust clip)
@@ -351,8 +355,14 @@ class PeakForecaster(Forecaster):
             self._path_cache[h] = self._compute_paths(h)
         return self._path_cache[h]
 
+    def _peaks_now(self, h: int) -> np.ndarray:
+        """:meth:`_point_peaks` of the current state (update and the paths both read it)."""
+        if h not in self._peak_cache:
+            self._peak_cache[h] = self._point_peaks(h)
+        return self._peak_cache[h]
+
     def _compute_paths(self, h: int) -> tuple[np.ndarray, np.ndarray, float]:
-        point = self._point_peaks(h)
+        point = self._peaks_now(h)
         thr = self._thresholds()[np.minimum(np.arange(h), self.horizon - 1)]
         thr = np.sort(thr, axis=1)  # rearrangement: quantiles never cross
         vals = np.maximum(point[:, None] + thr * self.score_scale, 0.0)
