@@ -386,12 +386,19 @@ class Controller:
     def _limits(self, now: float) -> dict[str, tuple[float, float]]:
         """model -> the highest believable (prompt, generation) tokens/s in the metrics' time:
         the fleet's ceiling, and once the model has a recent range, ``outlier_factor`` x its
-        recent maximum (at least one instance's throughput, so traffic coming back is not held)."""
+        recent maximum — or, after a gap, the last one known — (at least one instance's throughput,
+        so traffic coming back is not held)."""
         s = self.settings
         window = max(3600.0, 3 * s.interval_s)
         out: dict[str, tuple[float, float]] = {}
         for i, m in enumerate(self.fleet.models):
-            recent = [p for p in self.state.history.get(m, ())[-4096:] if p.time_s > now - window]
+            points = self.state.history.get(m, ())
+            recent = [p for p in points[-4096:] if p.time_s > now - window]
+            if len(recent) < 3:
+                # after a gap (an outage, a restart days later) the last range known still bounds
+                # what is believable: a counter lying over a 30-day interval must not pass as a
+                # rate below the fleet's ceiling
+                recent = list(points[-12:])
             pair = []
             for ph in range(2):
                 limit = float(self._ceiling[i, ph]) or math.inf

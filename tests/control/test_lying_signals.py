@@ -152,3 +152,20 @@ def test_a_second_signal_confirms_what_a_gate_held() -> None:
     assert any("more than the interval's arrivals could build" in why for why in verdict.held)
     _, verdict = PlausibilityGate().check(rate, replace(limits, planned_tps=None))  # no plan: held
     assert verdict.held and not verdict.confirmed
+
+
+def test_a_bad_sample_after_a_long_outage_is_held_not_planned(tmp_path: Path) -> None:
+    from test_live_faults import INPUT, Harness, _fleet
+
+    h = Harness(_fleet(), tmp_path)
+    for _ in range(4):
+        h.tick()
+    normal = h.source.rates["Phi-4-14B"] * INPUT
+    h.source.advance(30 * DAY)  # down for 30 days; the counters kept rising
+    h.controller = h.new()
+    h.source.override["Phi-4-14B"] = 1e12  # and the first scrape after it lies
+    reports = [h.tick() for _ in range(4)]
+    assert reports[0].metrics["rates"]["Phi-4-14B"]["status"] == "outlier"
+    planned = [r.metrics["demand"].get("Phi-4-14B", {}).get("planned_tokens_per_s", [0.0])[0]
+               for r in reports]
+    assert max(planned) < 2 * normal, planned
