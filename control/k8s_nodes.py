@@ -19,8 +19,7 @@ node config (``4xL40S``, or a slice ``2/8xH100`` of an 8-GPU node). A pod of it 
   on-demand pod gets a required node affinity ``cloud.google.com/gke-spot NotIn ["true"]``
   (which an absent label satisfies) rather than a selector no node has.
 - **anything else -> ``gfd``** (on-premises, ``lab:`` regions): ``nvidia.com/gpu.product``,
-  ``nvidia.com/gpu.count``, ``karpenter.sh/capacity-type``, the region label (atoll's labels
-  before issue 26).
+  ``nvidia.com/gpu.count``, ``karpenter.sh/capacity-type``, the region label.
 
 A fleet file's ``kubernetes.node_labels`` maps a cloud prefix to a preset name or to a cluster's
 own labels (:class:`NodeLabels` fields); each field is validated and an error names it.

@@ -119,7 +119,7 @@ class PlanRecord:
     measured, ratio, mix, source, tolerance, drifted, message), so a plan solved for a drifted
     shape says so. correction: family -> the capacity factor the plan was solved with (learned
     online from the servers' latency and throughput, :mod:`atoll.envs.correction`; families
-    absent are 1). packing: for a fleet with slices (several instances per node, issue 28), the
+    absent are 1). packing: for a fleet with slices (several instances per node), the
     nodes the plan holds (:func:`atoll.solvers.packing.describe_packing`: ``nodes_per_pool``
     "region/config" -> nodes, ``nodes`` [{region, config, gpus, used_gpus, slices [[template,
     instance, stage, GPUs]]}], ``extra_nodes`` when a pool holds more than ceil(use)); running

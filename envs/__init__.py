@@ -12,7 +12,7 @@ from gymnasium.envs.registration import register, registry
 ENV_ID = "atoll/Fleet-v1"
 ENV_ID_V0 = "atoll/Fleet-v0"
 ENV_ID_V2 = "atoll/Fleet-v2"
-# the closed-loop world (issue 23): capacities differ from the model by the calibration's spread,
+# the closed-loop world: capacities differ from the model by the calibration's spread,
 # the SLO is latency-based, the planner corrects its capacities online, the policy sees the signals
 CLOSED_LOOP = {"capacity_error": "calibration", "correction": True, "slo_model": "latency",
                "observation": "v2"}

@@ -52,8 +52,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     1 + 2 j ``full`` (re-solve freely) and 2 + 2 j ``grow`` (re-solve keeping every instance it
     has planned: counts may only rise) for the planning level ``levels[j]``, where
     ``levels = (planning_quantile, *action_levels without it)`` — L = 3 by default (0.9, 0.7,
-    0.95). Code 1 is ``full`` at ``planning_quantile``, so a 0/1 vector means what it meant in
-    ``v0``. (``atoll/Fleet-v0``, ``action="binary"``: ``MultiBinary(M)``, bit 1 = code 1.)
+    0.95). Code 1 is ``full`` at ``planning_quantile``, so a 0/1 vector means the same as ``v0``'s
+    bits. (``atoll/Fleet-v0``, ``action="binary"``: ``MultiBinary(M)``, bit 1 = code 1.)
     The models not on hold are re-optimized together in one exact allocation ILP, the others
     held at their planned counts, warm-started from the running plan, for the planning demand:
     per service the largest forecast at the model's chosen level over the next
@@ -137,7 +137,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     under ``hedged`` only spot instances are preempted. ``info["total"]`` has the step's
     node-hours and on-demand node-hours.
 
-    **The world and the servers** (issue 23). ``capacity_error``: each template family's true
+    **The world and the servers** (``atoll/Fleet-v2``). ``capacity_error``: each template family's true
     throughput is the model's x a factor drawn at reset (:mod:`atoll.envs.capacity_error`; the
     draw and the servers' sampling noise come from two child seeds of ``self.np_random``, taken
     whatever the spec, so worlds of one seed meet the same availability and preemptions). Served
@@ -164,25 +164,31 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     **Termination**: never (the fleet has no terminal state). **Truncation**: after
     ``episode_steps`` steps.
 
-    **Version history**
+    **Version history** (newest first)
 
-    * ``v2`` (issue 23): the closed loop — ``capacity_error="calibration"``, latency-based SLO,
-      online capacity correction, and the observation's closed-loop block (``latency_ratio``,
-      ``waiting_share``, ``correction`` per model, appended after the ``v1`` features).
+    * ``v2``: the closed-loop world on ``v1``'s action — true capacities off the model
+      (``capacity_error="calibration"``), SLO attainment from the latency model, online
+      capacity correction; the observation appends the closed-loop block (``latency_ratio``,
+      ``waiting_share``, ``correction`` per model): ``15 M + G + 4`` values.
+    * ``v1``: ``MultiDiscrete([1 + 2 L] * M)`` action — per model hold, grow or full at one of
+      the planning levels (code 1 = ``v0``'s bit 1); the observation gains ``forecast_trend``,
+      ``interval_width``, ``surplus``, ``since_preempt`` per model and ``spare_ondemand``:
+      ``12 M + G + 4`` values.
+    * ``v0``: ``MultiBinary(M)`` action, a set bit re-optimizing the model fully at the
+      configured planning quantile. Its world and observation were revised in place three times
+      where Gymnasium's rule asks for a new id each time, so ``v0`` figures logged at different
+      times are not comparable:
 
-    * ``v1`` (issue 15): ``MultiDiscrete`` action — per model hold, grow or full at one of the
-      planning levels; the observation gains ``forecast_trend``, ``interval_width``,
-      ``surplus``, ``since_preempt`` per model and ``spare_ondemand``. ``atoll/Fleet-v0`` now
-      means ``action="binary"`` on the same world and observation.
-    * ``v0`` (issue 13): demand sampled per step from the arrival processes (default;
-      ``resample="hold"`` for the old series), make-before-break transitions (default;
-      ``transition="break-before-make"`` for the old ones), the ``hedged`` market.
-    * ``v0`` (issue 12): one observation path shared with the live controller
-      (``fleet_signals``); ``since_reopt`` counts the step of the re-optimization itself (a model
-      re-optimized at step t reads 1 at t + 1, it read 0 before); draining nodes are billed
-      until their drain ends everywhere (``node_hours_cost`` billed them for the whole interval).
-    * ``v0`` (first release): ``MultiBinary(M)`` action re-optimizing a model fully at the
-      configured planning quantile; spot, scarce and ample availability.
+        - first release: ``8 M + G + 3`` observation values, the held 600 s window rate as
+          demand, break-before-make transitions, ``ample``, ``scarce`` and ``spot`` markets;
+        - revised in place: one observation path with the live controller
+          (``fleet_signals``); ``since_reopt`` counts the step of the re-optimization itself
+          (1 at t + 1 for a model re-optimized at t, where it read 0); draining nodes are
+          billed until their drain ends (they were billed for the whole interval);
+        - revised in place: demand sampled per step from the arrival processes,
+          make-before-break transitions, the ``hedged`` market;
+        - revised with ``v1``: ``v1``'s world and observation under the ``MultiBinary``
+          action (``action="binary"``).
     """
 
     metadata: dict[str, Any] = {"render_modes": []}

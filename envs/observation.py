@@ -49,7 +49,8 @@ FLEET_FEATURES: tuple[tuple[str, str, float, float], ...] = (
      0.0, 1.0),
 )
 
-# what the servers report and what the planner learned from it (issue 23), per model
+# the closed loop's features (``atoll/Fleet-v2``), per model: what the servers report and what the
+# planner learned from it
 CLOSED_LOOP_FEATURES: tuple[tuple[str, str, float, float], ...] = (
     ("latency_ratio", "max over phases of last step's mean latency (TTFT, inter-token) / its SLO budget, "
      "capped at 2, / 2", 0.0, 1.0),

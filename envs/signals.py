@@ -62,9 +62,10 @@ def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Cell, int]
     billed over the last ``last_seconds``; cost_scale_usd_h: the initial plan's $/h (None: no plan
     yet, the ratio is 1); preempted: [M] whether an instance was preempted at the last boundary;
     since_preempt: [M] steps since the last preemption (``SINCE_CAP`` or more: none seen).
-    Closed loop (issue 23): ``factors`` (family -> learned capacity factor) makes every capacity
-    the planner's corrected belief and gives the ``correction`` feature; ``latency_ratio`` and
-    ``waiting_share`` ([M]) are what the servers reported over the last step.
+    Closed loop (``atoll/Fleet-v2``): ``factors`` (family -> learned capacity factor) makes
+    every capacity the planner's corrected belief and gives the ``correction`` feature;
+    ``latency_ratio`` and ``waiting_share`` ([M]) are what the servers reported over the last
+    step.
     """
     ready, planned = fleet.capacity(state, 0.0, factors)
     correction = None

@@ -1,4 +1,4 @@
-"""Baselines that isolate where the ILP's gain comes from (DESIGN.md §4).
+"""Baselines that isolate where the ILP's gain comes from.
 
 - ``homo``: every replica on nodes of one config (a template whose nodes are all one config);
   greedy, round-robin over services: each service short of its demand adds the homogeneous

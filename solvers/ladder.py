@@ -1,4 +1,5 @@
-"""The ladder of baselines: where the joint ILP's saving comes from (DESIGN.md §4).
+"""The ladder of baselines: where the joint ILP's saving comes from (its figures:
+docs/results/decomposition.md).
 
 Each rung is the exact allocation ILP over a restricted template set, solved by one code path
 (:func:`atoll.solvers.allocation.solve_allocation`); from the most restricted to the full ILP:

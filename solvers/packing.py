@@ -1,4 +1,4 @@
-"""Which slices share which node: the packing of a plan (issue 28, DESIGN.md §4).
+"""Which slices share which node: the packing of a plan.
 
 The allocation ILP buys integer nodes per (region, config) >= the GPUs its slices use / G and
 never says which slice goes where. That aggregate row is exact because slice sizes and node

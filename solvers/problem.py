@@ -174,7 +174,8 @@ class TemplateIndex:
         self.k = np.asarray(k, dtype=np.float64)
         self.entry_template = np.repeat(np.arange(len(templates)), np.diff(self.ptr))
         # (region, config) pairs some template uses a slice of: the ILP buys their nodes as
-        # integer variables and packs the slices (DESIGN.md §4); none in whole-node libraries
+        # integer variables and packs the slices (:mod:`atoll.solvers.packing`); none in
+        # whole-node libraries
         self.sliced_rcs = frozenset((t.region, node_config_of(c)) for t in templates if t.has_slices
                                     for c, _ in t.nodes if node_config_of(c) != c)
         self.sliced = np.asarray([rc in self.sliced_rcs for rc in self.rcs], dtype=bool)
@@ -183,8 +184,8 @@ class TemplateIndex:
         """The index of this index's templates, in the same order, each serving its throughput
         x ``scale[i]`` (the planner's capacity correction): the templates with a factor of 1 are
         this index's own objects, and keys, services, rows and prices are shared. Rebuilding the
-        index instead costs seconds per correction on a 1e5-template library (issue 25's
-        profile: 86% of an extended closed-loop day)."""
+        index instead costs seconds per correction on a 1e5-template library (86% of an
+        extended closed-loop day's time in a profile)."""
         scale = np.asarray(scale, dtype=np.float64)
         if scale.shape != self.throughput.shape or not (np.isfinite(scale).all() and (scale > 0).all()):
             raise ValueError(f"TemplateIndex.rescaled: 'scale' must hold {len(self.templates)} finite "

@@ -21,7 +21,7 @@ Any contiguous layer split is fine (``VLLM_PP_LAYER_PARTITION``), and GPU types 
 between stages. A data-parallel copy of a whole model is simply another instance of a
 one-stage template, so nothing is lost by excluding data parallelism inside a template.
 
-**Slices** (issue 28, a library built with ``slices=True``, ``vllm`` only): a stage may use g of
+**Slices** (a library built with ``slices=True``, ``vllm`` only): a stage may use g of
 the G GPUs of one node (g a power of two below G, a pod asking ``nvidia.com/gpu: g``), written
 "g/GxTYPE" (:class:`~atoll.solvers.types.NodeConfig`). Every rule above reads the slice as a
 g-GPU node: one slice per stage, one tensor-parallel size g on every stage (a slice's g, not its

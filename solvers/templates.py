@@ -97,7 +97,7 @@ class LibrarySpec:
     ``model_shapes`` optionally overrides ``shape`` per model, as (model name, shape) pairs.
     ``runtime``: ``any`` (every pipeline shape) or ``vllm`` (what stock vLLM runs), see
     :mod:`atoll.solvers.runtime`. ``slices`` (``vllm`` only): stages may also use g of a node's
-    G GPUs (issue 28); the ILP then buys whole nodes and packs the slices.
+    G GPUs; the ILP then buys whole nodes and packs the slices.
     """
 
     models: tuple[str, ...]

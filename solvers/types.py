@@ -69,7 +69,7 @@ class GpuType:
 @dataclass(frozen=True)
 class NodeConfig:
     """A node: ``count`` GPUs of one type, written like "2xH100"; or a *slice* of a node:
-    ``count`` of the ``node_gpus`` GPUs of one node, written like "2/8xH100" (DESIGN.md §2).
+    ``count`` of the ``node_gpus`` GPUs of one node, written like "2/8xH100".
 
     A slice performs as a ``count``-GPU node of the same type (same cards, same intra-node
     link), so the performance model reads ``count`` and ``gpu`` only; what differs is what is

@@ -1,4 +1,6 @@
-"""The online allocation ILP (DESIGN.md §4): template instances per (template, region).
+"""The online allocation ILP: template instances per (template, region) that meet each service's
+demand at least cost within the availability, or serve the most when they cannot (goodput mode).
+The guide: docs/guide/allocation.md.
 
 One concept per module:
 

@@ -42,9 +42,9 @@ from atoll.solvers.problem import SolveStatus, within_tolerance
 # faster (median and p90); small per-service blocks would pay it ten times over their solve.
 #
 # One thread: HiGHS's default starts a worker pool whose hand-offs cost more than these models'
-# whole solve. Measured on a 21-column one-row block (2 cores, load ~8): median 0.9 ms a run with
-# one thread against 28-42 ms with the default; the branch-and-bound itself is serial either way,
-# and the simulator's parallelism is its worker processes, one solver each.
+# whole solve: on a 21-column one-row block, a median 0.9 ms a run with one thread against
+# 28-42 ms with the default; the branch-and-bound itself is serial either way, and the
+# simulator's parallelism is its worker processes, one solver each.
 HIGHS_OPTIONS: dict[str, object] = {"mip_heuristic_run_feasibility_jump": False, "threads": 1}
 
 

@@ -1,4 +1,4 @@
-"""The allocation ILP of one round (DESIGN.md §4) as a PuLP model, its MIP start and its plan.
+"""The allocation ILP of one round as a PuLP model, its MIP start and its plan.
 
 Sets: templates t (each of one service s(t) of model m(t), one region), node configs c.
 Data: n_tc nodes of config c in t; p_t = sum_c n_tc x price(region, c) ($/h); theta_t tokens/s;
@@ -11,7 +11,7 @@ d_s demand; A_rc availability; r_t running instances; K start-up weight.
                                                      :mod:`~atoll.solvers.allocation.reduction`)
     minimize    sum_t p_t x_t + K sum_t p_t a_t
 
-Slices (issue 28): for a (region, config) some template uses a slice of ("2/8xH100" is 0.25 of an
+Slices: for a (region, config) some template uses a slice of ("2/8xH100" is 0.25 of an
 8xH100 node; n_tc fractional), the row above becomes integer nodes y_rc and their idle share
 i_rc >= 0,
 
