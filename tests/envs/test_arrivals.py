@@ -3,6 +3,8 @@ the fitted inter-arrival distribution says, and no step a copy of the one before
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from arrivals_oracle import oracle_counts
@@ -158,3 +160,38 @@ def test_many_clients_sum_and_an_empty_client_list_is_all_zero() -> None:
     total = sample_counts(w, range(6), 1.0, 300.0, np.random.default_rng(1))
     assert total.shape == (80,) and total.sum() > 0
     assert not sample_counts(w, [], 1.0, 300.0, np.random.default_rng(1)).any()
+
+
+def test_sampled_series_are_cached_on_disk_and_loaded_not_sampled_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from atoll.envs import demand
+
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
+    models = ("a", "b")
+    demand._named_series.cache_clear()
+    first = demand.workload_series("servegen", models, 10.0, 300.0, resample="sampled", seed=3)
+    (path,) = (tmp_path / "demand").glob("*.npz")
+
+    def no_sampling(*args: object, **kwargs: object) -> None:
+        raise AssertionError("sampled again instead of loading the cache")
+
+    monkeypatch.setattr(demand, "sample_counts", no_sampling)
+    demand._named_series.cache_clear()
+    again = demand.workload_series("servegen", models, 10.0, 300.0, resample="sampled", seed=3)
+    for a, b in zip(first, again, strict=True):
+        assert a.name == b.name and a.step_s == b.step_s
+        for field in ("requests_per_s", "input_tokens", "output_tokens"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    # another seed is another file; a damaged file is sampled again, with a warning
+    monkeypatch.undo()
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
+    demand._named_series.cache_clear()
+    demand.workload_series("servegen", models, 10.0, 300.0, resample="sampled", seed=4)
+    assert len(list((tmp_path / "demand").glob("*.npz"))) == 2
+    path.write_bytes(path.read_bytes()[:100])
+    demand._named_series.cache_clear()
+    with caplog.at_level("WARNING"):
+        redone = demand.workload_series("servegen", models, 10.0, 300.0, resample="sampled", seed=3)
+    assert "demand cache" in caplog.text
+    np.testing.assert_array_equal(redone[0].requests_per_s, first[0].requests_per_s)  # same seed, same draws
+    demand._named_series.cache_clear()

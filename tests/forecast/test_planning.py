@@ -195,3 +195,27 @@ def test_the_env_and_the_controller_default_to_the_planning_forecaster_chosen_on
     assert FleetConfig().forecaster == DEFAULT_FORECASTER
     assert inspect.signature(LiveForecast).parameters["forecaster"].default == DEFAULT_FORECASTER
     assert FleetConfig(forecaster="ets").forecaster == "ets"
+
+
+def test_score_quantiles_are_np_interp_of_each_sorted_window_to_the_bit() -> None:
+    # the thresholds are computed for every look-ahead at once; the reference is one sort and
+    # one np.interp per look-ahead, the plain reading of the definition
+    from atoll.forecast.forecasters import QUANTILES
+
+    rng = np.random.default_rng(5)
+    n = 9 * SEASON
+    y = np.maximum(30 + 10 * np.sin(2 * np.pi * np.arange(n) / SEASON) + 4 * rng.standard_normal(n), 0)
+    f = PeakForecaster(SEASON, horizon=4, base="persistence").fit(y[: 3 * SEASON])
+    steady = 0
+    for g in range(3 * SEASON, n):
+        f.update(y[g])
+        if g % 7:
+            continue
+        m = np.minimum(f._n_scores, f._scores.shape[1])
+        steady += bool(np.all(m == m[0]))  # windows of one length: the shared sort's case
+        ref = np.empty((4, len(QUANTILES)))
+        for k in range(4):
+            s = np.sort(f._scores[k, : m[k]])
+            ref[k] = np.interp(np.clip(f._work[k], 0.0, 1.0) * (m[k] - 1), np.arange(m[k]), s)
+        assert np.array_equal(f._thresholds(), ref)
+    assert steady > 10
