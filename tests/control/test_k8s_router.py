@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,7 +21,7 @@ import yaml
 from fake_vllm import PREFILL_ANSWER_KV, FakeVllm
 from prometheus_client.parser import text_string_to_metric_families
 
-from atoll.control.k8s import K8sManifestSink, validate_object
+from atoll.control.k8s import K8sApplySink, K8sManifestSink, KubeObjects, validate_object
 from atoll.control.k8s_pd_router import PREFILL_KV_PARAMS, Router, serve
 from atoll.control.k8s_render import (
     COMPONENT_LABEL,
@@ -484,3 +485,68 @@ def test_the_manifest_sink_writes_vllm_router_with_its_rbac_by_default(tmp_path:
     kustomization = yaml.safe_load((tmp_path / "k8s" / "kustomization.yaml").read_text())
     assert set(kustomization["resources"]) == files - {"kustomization.yaml"}
     assert not [f for f in files if f.endswith(".configmap.yaml")]
+
+
+class FakeApiServer(ThreadingHTTPServer):
+    """Records what the kubernetes client asks; answers a PATCH with the object as an API server
+    would (resource quantities as strings), a list with no items."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), FakeApiHandler)
+        self.calls: list[tuple[str, str]] = []
+
+
+class FakeApiHandler(BaseHTTPRequestHandler):
+    server: FakeApiServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _answer(self, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_PATCH(self) -> None:
+        self.server.calls.append(("PATCH", self.path.split("?")[0]))
+        def served(node: Any, key: str = "") -> Any:
+            if isinstance(node, dict):
+                return {k: str(v) if key in ("limits", "requests") else served(v, k) for k, v in node.items()}
+            return [served(v) for v in node] if isinstance(node, list) else node
+
+        self._answer(json.dumps(served(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))).encode())
+
+    def do_GET(self) -> None:
+        self.server.calls.append(("GET", self.path.split("?")[0]))
+        self._answer(b'{"items": []}')
+
+
+def test_k8s_apply_sends_the_router_identity_first_through_the_real_client() -> None:
+    from kubernetes import client
+
+    api = FakeApiServer()
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    try:
+        cfg = client.Configuration(host=f"http://127.0.0.1:{api.server_address[1]}")
+        cfg.client_side_validation = False
+        sink = K8sApplySink(K8sOptions(namespace="llm"), apply=True,
+                            api_factory=lambda: KubeObjects(client.ApiClient(cfg)))
+        assert sink.write(record((PHI_P, PHI_D))).ok
+    finally:
+        api.shutdown()
+        api.server_close()
+    name = router_name("Phi-4-14B", "acme-0a1b2c")
+    patched = [p for m, p in api.calls if m == "PATCH"]
+    identity = [f"/api/v1/namespaces/llm/serviceaccounts/{name}",
+                f"/apis/rbac.authorization.k8s.io/v1/namespaces/llm/roles/{name}",
+                f"/apis/rbac.authorization.k8s.io/v1/namespaces/llm/rolebindings/{name}"]
+    assert set(identity) <= set(patched)
+    router = patched.index(f"/apis/apps/v1/namespaces/llm/deployments/{name}")
+    assert all(patched.index(p) < router for p in identity)  # the pod's account exists before it
+    listed = {p for m, p in api.calls if m == "GET"}
+    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/llm"
+    assert {"/api/v1/namespaces/llm/serviceaccounts", f"{rbac}/roles", f"{rbac}/rolebindings"} <= listed
