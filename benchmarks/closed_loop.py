@@ -1,4 +1,4 @@
-"""Figures of the closed-loop issue (23), as one JSON document on stdout (progress on stderr).
+"""Figures of the closed loop, as one JSON document on stdout (progress on stderr).
 
 ``sim`` part: per scenario, rule and world, SLO attainment (latency-based, :mod:`atoll.envs.latency`),
 the fluid served share beside it, and cost over the test days (default 11-14) and seeds (default

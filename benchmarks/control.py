@@ -1,4 +1,4 @@
-"""Figures of the live-controller issue, as one JSON document on stdout (progress on stderr).
+"""Figures of the live controller, as one JSON document on stdout (progress on stderr).
 
 1. ``tick``: ticks of the controller on a scenario (default ``extended``) against the replay
    exporter serving the scenario's ServeGen demand from day 11, each tick advancing the trace

@@ -1,4 +1,4 @@
-"""Figures of the deployable-output issue (26), as one JSON document on stdout (progress on stderr).
+"""Figures of the deployable output, as one JSON document on stdout (progress on stderr).
 
 1. ``readme``: the README's own example, run as a user runs it: ``atoll replay`` (three ServeGen
    workloads as Phi-4-14B, GPT-OSS-20B, Qwen3-32B, 60x, day 11) in the background and two

@@ -1,4 +1,4 @@
-"""Figures of the fleet-world issue (13), as one JSON document on stdout (progress on stderr).
+"""Figures of the fleet world (``FleetEnv``), as one JSON document on stdout (progress on stderr).
 
 Parts (``--parts``, comma-separated; default all):
 

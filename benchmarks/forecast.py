@@ -1,4 +1,4 @@
-"""Figures of the forecasting issues, as one JSON document on stdout: the robustness suite.
+"""Figures of the forecasters, as one JSON document on stdout: the robustness suite.
 
 Series (5-min steps): the seeded synthetic shapes of ``atoll.forecast.synthetic`` (10 days: fit on
 7, roll over 3), ServeGen m-large, m-mid, m-small (14 days: fit on 7, roll over 7), the six
@@ -8,7 +8,7 @@ mm-image (the short-history path: a 1-hour season, fit on 12 h, roll over 12 h).
 Per series at 30 min: the forecaster's MASE and seasonal naive's and persistence's, 80/90%
 coverage, the model auto chose (and every re-selection), and the planning demand (the 0.9
 quantile's peak over 15 min) over the realized 15-min peak, median over origins.
-Targets (issue 19): MASE <= min(naive, persistence) everywhere; <= 0.8 x naive on the ServeGen
+Targets: MASE <= min(naive, persistence) everywhere; <= 0.8 x naive on the ServeGen
 models; 90% coverage in [0.85, 0.95]; median planning ratio <= 2. Both cores: one process per
 series (``--jobs``).
 """
@@ -75,7 +75,7 @@ def _one(args: tuple[str, str, np.ndarray, int, int, str]) -> dict[str, object]:
 
 
 def simulate_heavy_tailed(forecaster: str, mean_rate: float = 10.0) -> dict[str, object]:
-    """Issue 19's figure: one day (day 11) of the heavy-tailed synthetic series on core, every
+    """The heavy-tailed figure: one day (day 11) of the heavy-tailed synthetic series on core, every
     model's demand a Pareto-burst series (seeds 0-2) scaled to ``mean_rate`` req/s, spot
     availability, fixed:1: the wall time of the forecast pass plus the simulated day."""
     import numpy as np

@@ -1,6 +1,6 @@
-"""Long fuzz run of the input paths (issue 18): the user catalog file loader, the /metrics parser
+"""Long fuzz run of the input paths: the user catalog file loader, the /metrics parser
 path, the Prometheus API answer path and the fleet file loader, and the metamorphic cases of a
-request log and fleet (issue 30: ``metamorphic``, counting silent misreadings), each through the
+request log and fleet (``metamorphic``, counting silent misreadings), each through the
 same targets as the Hypothesis tests (tests/fuzz_targets.py). Prints one JSON document: per
 target, examples tried and the distinct unintended exceptions found (anything not an AtollError),
 with one example message each.
@@ -92,7 +92,7 @@ def fleet_file(examples: int) -> dict[str, Any]:
 
 
 def metamorphic(examples: int) -> dict[str, Any]:
-    """Issue 30: seeded log + fleet, each case one perturbation (tests/metamorphic_targets.py);
+    """Seeded log + fleet, each case one perturbation (tests/metamorphic_targets.py);
     a neutral one must leave the demand solve and simulate get unchanged, a corrupting one must
     give that or an AtollError. Counts the silent misreadings (anything else)."""
     from metamorphic_targets import KINDS, MetamorphicTarget

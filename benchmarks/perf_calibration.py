@@ -1,7 +1,7 @@
-"""Figures of the foundation issue, as one JSON document on stdout.
+"""Figures of the performance model's calibration, as one JSON document on stdout.
 
 - held-out median absolute percentage error per dataset (target <= 0.15 each), per GPU, and per
-  phase and tensor-parallel degree (issue 16: Splitwise decode <= 0.10 at TP 2, 4 and 8);
+  phase and tensor-parallel degree (target: Splitwise decode <= 0.10 at TP 2, 4 and 8);
 - leave-one-GPU-out error per measured GPU;
 - time of ``atoll perf table`` for the six default models over the 20 default configs
   (target < 1 s), in-process and as a whole command (interpreter start included).
@@ -46,7 +46,8 @@ def main() -> None:
         "heldout_mape_by_phase_tp": report["heldout_mape_by_phase_tp"],
         "splitwise_decode_target_0.10_met": {tp: v <= 0.10 for tp, v in
                                              report["heldout_mape_by_phase_tp"]["splitwise"]["decode"].items()},
-        # the same split and fit without the decode terms (the model before issue 16)
+        # the same split and fit without the decode synchronization terms, for comparison:
+        # constants, since the code holds no fit without those terms
         "before_issue_16": {
             "heldout_mape": {"helix": 0.125, "splitwise": 0.087, "llm-inference-bench": 0.141},
             "splitwise_decode_by_tp": {"2": 0.047, "4": 0.153, "8": 0.462}},

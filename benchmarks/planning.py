@@ -1,4 +1,4 @@
-"""Figures of issue 24 (the planning target), as one JSON document on stdout (progress on stderr).
+"""Figures of the planning target, as one JSON document on stdout (progress on stderr).
 
 Target: per service the peak of the demand over the env's 15-min look-ahead (3 steps),
 ``max(y[g .. g + 2])``, forecast at step g having seen steps < g — what a re-plan sizes for.
@@ -9,22 +9,22 @@ Parts (``--parts``, comma-separated; default all):
   days 1-3 (the env's warm-up) and updated step by step (the env's causal pass, through
   ``build_book``, so the closed-loop part reuses the cached books). Per forecaster and day set —
   **validation days 4-10, test days 11-14** — pinball loss of the 0.9 quantile of the peak
-  (relative to today's ``ets``, per model and seed, then averaged), 0.9 coverage, the point
+  (relative to the level forecaster ``ets``, per model and seed, then averaged), 0.9 coverage, the point
   forecast's MAPE, the pass's wall time (or the cache read's); ``peak:auto``'s choices per
   model. The forecaster the closed loop runs is the one with the lowest validation pinball
   ratio (chosen on days 4-10 only).
 - ``robustness``: the same target on the forecasting robustness suite's series
   (``benchmarks/forecast.py``: the seeded synthetic shapes, ServeGen m-large/m-mid/m-small and
   the six client groups; the 1-day short-history traces are left out, their 1-hour season has
-  no 3-day warm-up) with today's ``ets``, the trivial candidates and ``peak:auto`` (the other
-  candidates run inside ``peak:auto``; today's ``auto`` is left out, its SARIMAX and UC fits take
+  no 3-day warm-up) with ``ets``, the trivial candidates and ``peak:auto`` (the other
+  candidates run inside ``peak:auto``; the level forecaster ``auto`` is left out, its SARIMAX and UC fits take
   minutes per series). Fit on days 1-3;
   validation days 4-6, test days 7-10 (synthetic, 10 days)
   or validation days 4-10, test days 11-14 (14 days).
 - ``loop``: ``fixed:1`` at levels 0.8/0.9/0.95 per scenario/market cell (``--loop-cells``, e.g.
   core/spot,core/hedged,extended/spot,extended/hedged), test days ``--loop-days``, the same seeds,
   with ``ets`` and with ``--chosen``; ``oracle-rate`` and ``hindsight``. Per cell the frontier
-  cost ratio (:func:`loop_summary`): the new forecaster's cost over ``ets``'s at the same SLO
+  cost ratio (:func:`loop_summary`): the chosen forecaster's cost over ``ets``'s at the same SLO
   attainment, read in both directions inside the other curve's range. Rows go to
   ``--loop-out`` as they finish (``os.getloadavg()`` before and after each run recorded).
 
@@ -64,9 +64,11 @@ from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
 DAY = 288
 H = 3  # the env's default look-ahead: 15 min at 5-min steps
 LEVEL = 0.9
-TODAY = ("ets", "auto")
-NEW = ("peak:persistence", "peak:ewma", "peak:naive", "peak:ets", "peak:llt", "peak:blend", "peak:auto")
-FORECASTERS = (*TODAY, *NEW)
+# forecasters of the next steps' level, and of the peak over the look-ahead
+LEVEL_FORECASTERS = ("ets", "auto")
+PEAK_FORECASTERS = ("peak:persistence", "peak:ewma", "peak:naive", "peak:ets", "peak:llt", "peak:blend",
+                    "peak:auto")
+FORECASTERS = (*LEVEL_FORECASTERS, *PEAK_FORECASTERS)
 ROBUST = ("ets", "peak:persistence", "peak:naive", "peak:auto")
 SERVEGEN = ("m-large", "m-mid", "m-small")
 
@@ -129,7 +131,7 @@ def core_pass(args: tuple[int, str]) -> dict[str, Any]:
 
 
 def core_peak_pass(seed: int) -> list[dict[str, Any]]:
-    """Rows as :func:`core_pass`'s for every ``peak:*`` forecaster of ``NEW`` from one causal
+    """Rows as :func:`core_pass`'s for every forecaster of ``PEAK_FORECASTERS`` from one causal
     ``peak:auto`` pass per model: its candidates are the standalone ``peak:<base>`` forecasters,
     fitted on the same warm-up and updated with the same steps, so their forecasts are theirs
     (one pass instead of seven; ``pass_seconds_or_cache`` is that pass's time for all)."""
@@ -139,14 +141,14 @@ def core_peak_pass(seed: int) -> list[dict[str, Any]]:
     rates = rates[:, : (rates.shape[1] // DAY) * DAY]
     steps, warm = rates.shape[1], WARMUP_DAYS * DAY
     t = time.perf_counter()
-    upper = {f: np.full(rates.shape, np.nan) for f in NEW}
-    point = {f: np.full(rates.shape, np.nan) for f in NEW}
+    upper = {f: np.full(rates.shape, np.nan) for f in PEAK_FORECASTERS}
+    point = {f: np.full(rates.shape, np.nan) for f in PEAK_FORECASTERS}
     choices: dict[str, list[tuple[int, str]]] = {}
     for i, m in enumerate(spec.models):
         auto = make_forecaster("peak:auto", DAY, horizon=H)
         assert isinstance(auto, PeakAuto)
         auto.fit(rates[i, :warm])
-        if set(auto._live) != {f.split(":")[1] for f in NEW if f != "peak:auto"}:
+        if set(auto._live) != {f.split(":")[1] for f in PEAK_FORECASTERS if f != "peak:auto"}:
             raise RuntimeError(f"seed {seed} {m}: peak:auto fitted {sorted(auto._live)}, not every base")
         for g in range(warm, steps):
             for name, f in (*((f"peak:{b}", c) for b, c in auto._live.items()), ("peak:auto", auto)):
@@ -156,7 +158,7 @@ def core_peak_pass(seed: int) -> list[dict[str, Any]]:
         choices[m] = [(int(s) // DAY + 1, n) for s, n in auto.selections]
     seconds = time.perf_counter() - t
     rows = []
-    for f in NEW:
+    for f in PEAK_FORECASTERS:
         out: dict[str, Any] = {"seed": seed, "forecaster": f, "pass_seconds_or_cache": seconds,
                                "pass": "one peak:auto pass (its candidates)"}
         for split, (a, b) in (("validation", (4, 10)), ("test", (11, 14))):
@@ -254,7 +256,7 @@ def matched_cost(curve: list[tuple[float, float]], slo: float) -> float | None:
 
 
 def mean_ratio(rows: list[dict[str, Any]], split: str, base: dict[tuple[int, str], float]) -> float:
-    """Mean over (seed, model) of pinball / today's ets pinball."""
+    """Mean over (seed, model) of pinball / ets's pinball."""
     ratios = [r[split][m]["pinball_0.9"] / base[(r["seed"], m)] for r in rows for m in r[split]]
     return float(np.mean(ratios))
 
@@ -267,10 +269,10 @@ def loop_summary(rows: list[dict[str, Any]], chosen: str) -> dict[str, Any]:
     levels (means over the seeds on which *both* forecasters ran that level, so the two curves
     are over the same demand), the frontier cost ratio and the references.
 
-    - ``matched_slo``: at each of ``ets``'s points, the new forecaster's cost interpolated (in
+    - ``matched_slo``: at each of ``ets``'s points, the chosen forecaster's cost interpolated (in
       SLO attainment, between its levels) at ``ets``'s SLO attainment, over ``ets``'s cost; None
-      where that SLO lies outside the new curve.
-    - ``at_new_points``: at each of the new forecaster's points, its cost over ``ets``'s
+      where that SLO lies outside the chosen forecaster's curve.
+    - ``at_new_points``: at each of the chosen forecaster's points, its cost over ``ets``'s
       frontier cost at its SLO attainment (:func:`atoll.training.frontier.frontier_cost_at`;
       ``position`` says whether the point lay inside ``ets``'s range or above / below it).
     - ``frontier_cost_ratio``: the mean of every reading inside the other curve's range, both
@@ -356,12 +358,12 @@ def main() -> None:
                         help="files of earlier closed-loop rows (one JSON object a line) to summarize with")
     parser.add_argument("--speed-forecasters", default="ets,peak:blend,peak:auto")
     parser.add_argument("--carry", type=Path,
-                        help="an earlier document whose core figures of today's forecasters not re-run "
+                        help="an earlier document whose core figures of the level forecasters not re-run "
                              "(--core-today) are carried over, marked as such")
     parser.add_argument("--core-today", default="ets,auto",
-                        help="today's forecasters the core part runs (ets is the reference and must be one)")
+                        help="the level forecasters the core part runs (ets, the reference, must be one)")
     parser.add_argument("--chosen", default="peak:auto",
-                        help="the loop's new forecaster when the core part (which chooses it) does not run")
+                        help="the loop's forecaster beside ets when the core part (which picks it) is off")
     args = parser.parse_args()
     parts = args.parts.split(",")
     seeds = list(range(args.seeds))
@@ -372,14 +374,14 @@ def main() -> None:
     chosen = args.chosen
     with ProcessPoolExecutor(args.jobs) as pool:
         if "core" in parts:
-            today = [f for f in args.core_today.split(",") if f]
-            rows = list(pool.map(core_pass, [(s, f) for s in seeds for f in today]))
+            level = [f for f in args.core_today.split(",") if f]
+            rows = list(pool.map(core_pass, [(s, f) for s in seeds for f in level]))
             rows += [r for rs in pool.map(core_peak_pass, seeds) for r in rs]
             base = {(r["seed"], m): {sp: r[sp][m]["pinball_0.9"] for sp in ("validation", "test")}
                     for r in rows if r["forecaster"] == "ets" for m in r["validation"]}
             core_base = base
             summary: dict[str, Any] = {}
-            for f in (*today, *NEW):
+            for f in (*level, *PEAK_FORECASTERS):
                 mine = [r for r in rows if r["forecaster"] == f]
                 summary[f] = {}
                 for sp in ("validation", "test"):
@@ -392,10 +394,10 @@ def main() -> None:
                         "point_mape": float(np.mean([r[sp][m]["point_mape"] for r in mine for m in r[sp]])),
                     }
                 summary[f]["pass_seconds_max"] = float(max(r["pass_seconds_or_cache"] for r in mine))
-            chosen = min(NEW, key=lambda f: summary[f]["validation"]["pinball_vs_ets"])
-            if args.carry:  # today's forecasters not re-run (their code unchanged): the earlier figures
+            chosen = min(PEAK_FORECASTERS, key=lambda f: summary[f]["validation"]["pinball_vs_ets"])
+            if args.carry:  # level forecasters not re-run (their code unchanged): the earlier figures
                 earlier = json.loads(args.carry.read_text())["core"]["summary"]
-                for f in TODAY:
+                for f in LEVEL_FORECASTERS:
                     if f not in summary and f in earlier:
                         summary[f] = {**earlier[f], "carried_from": str(args.carry)}
             doc["core"] = {"summary": summary, "chosen_on_validation": chosen, "rows": rows}
@@ -421,10 +423,10 @@ def main() -> None:
                             for f, r in mine.items()}
             doc["robustness"] = table
             if "core" in doc:
-                # The env default: of the new forecasters both parts ran, the lowest validation
+                # The env default: of the peak forecasters both parts ran, the lowest validation
                 # pinball ratio to ets over every validation series (core's 9 and the suite's),
                 # each series counted once — a default must hold on traces beyond core.
-                both = [f for f in ROBUST if f in NEW]
+                both = [f for f in ROBUST if f in PEAK_FORECASTERS]
                 per_series = {
                     f: [r["validation"][m]["pinball_0.9"] / core_base[(r["seed"], m)]["validation"]
                         for r in doc["core"]["rows"] if r["forecaster"] == f for m in r["validation"]]

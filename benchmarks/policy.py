@@ -1,5 +1,5 @@
-"""Figures of the learned-policy issue (and the contest's), as one JSON document on stdout
-(progress on stderr).
+"""Figures of the learned policy and the contest, as one JSON document on stdout (progress on
+stderr).
 
 Per scenario and availability:
 
@@ -20,7 +20,7 @@ Per scenario and availability:
 Reports the frontier, its test-day points, both headline ratios (mean and std over seeds),
 re-optimizations per day against fixed:1@0.9's, and the wall times.
 
-Issue 25 (``--worlds``): a cell is scenario x availability x world — ``exact`` (``atoll/Fleet-v1``)
+Worlds (``--worlds``): a cell is scenario x availability x world — ``exact`` (``atoll/Fleet-v1``)
 or ``calibration`` (``atoll/Fleet-v2``: capacities off the model by the calibration's spread,
 drawn at every reset, online correction, latency SLO; the policy trains on its observation with
 the closed-loop signals). Beside the one-rule frontier the contest reports the per-model

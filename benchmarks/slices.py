@@ -1,4 +1,4 @@
-"""Issue 28's figures: what GPU slices (several vLLM instances per node, TP x PP inside a node)
+"""Figures of GPU slices: what slices (several vLLM instances per node, TP x PP inside a node)
 buy, as one JSON document on stdout.
 
 Fleets (the extended scenario's six models, its request shapes and its even-mix demand, ample
@@ -10,7 +10,7 @@ availability, cost mode, ``runtime: vllm``):
 - ``aws``: the extended fleet (its GPU types) limited to its two AWS regions, offers as in the
   catalog.
 
-Per fleet, three plans: ``whole_nodes`` (vllm, each stage a whole node: today's library),
+Per fleet, three plans: ``whole_nodes`` (vllm, each stage a whole node: the default library),
 ``slices`` (vllm with slices: stages of g of a node's G GPUs, the ILP buys whole nodes and
 packs them) and ``emulation`` (whole-node vllm on a catalog where every G-GPU offer is also sold
 as 1/2/4-GPU pieces at G-proportional prices, keeping a cheaper existing offer: perfect packing

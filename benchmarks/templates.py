@@ -1,4 +1,4 @@
-"""Figures of the template-library issue, as one JSON document on stdout.
+"""Figures of the template library, as one JSON document on stdout.
 
 For the ``core`` and ``extended`` libraries (:data:`atoll.solvers.templates.SCENARIO_LIBRARIES`, default
 request shape): cold build seconds into a fresh temporary cache folder (targets: core <= 60 s,

@@ -14,10 +14,10 @@ policy starts from a plan for the day's peak, ``hindsight`` plans with the true 
   more than 1% of its demand with nothing starting, or after one of its instances was preempted;
   the re-plan is for the q quantile.
 
-The rule family (DESIGN §2, "rule family") is ``fixed:K@q`` for K in :data:`FIXED_INTERVALS`
+The rule family is ``fixed:K@q`` for K in :data:`FIXED_INTERVALS`
 and ``threshold:LOW:HIGH@q`` for the bands in :data:`THRESHOLD_BANDS`, q over every planning
 level (:data:`PLANNING_LEVELS`); :func:`rule_grid` lists it. Without ``@q`` a rule plans at the
-environment's configured level (``FleetConfig.planning_quantile``, 0.9 by default): today's
+environment's configured level (``FleetConfig.planning_quantile``, 0.9 by default): the
 names ``fixed:K``, ``threshold`` and ``threshold:LOW:HIGH`` are aliases of the ``@0.9`` rules
 there. A rule's level is its ``planning_quantile`` attribute (None: the environment's); the
 evaluation runs it on an environment configured for that level, so its observation's

@@ -1,4 +1,4 @@
-"""The rules' cost-SLO frontier and the contest's headline ratios (DESIGN §7), as plain arithmetic.
+"""The rules' cost-SLO frontier and the contest's headline ratios, as plain arithmetic.
 
 A *point* is a rule's (cost $, SLO attainment) — means over seeds on some days. On the
 validation days the frontier is the set of rules no other rule dominates (no more cost and at

@@ -1,4 +1,4 @@
-"""The contest's second reference: a rule per model, found by coordinate descent (DESIGN §7).
+"""The contest's second reference: a rule per model, found by coordinate descent.
 
 One ``fixed:K@q`` for every model is a poor fit when the models differ (extended, 20 models): a
 model with a flat day wants a long interval, a spiky one a short interval and a high level. The

@@ -1,4 +1,4 @@
-"""Registry names per fleet, and whether a logged policy fits a fleet (DESIGN §7).
+"""Registry names per fleet, and whether a logged policy fits a fleet.
 
 A policy acts on one fleet's observation (its models' features, its GPU types, with or without
 the closed-loop block of ``atoll/Fleet-v2``) and answers one code per model of that fleet: it
@@ -7,8 +7,8 @@ never crosses fleets. Each fleet therefore has its own registered model,
 (``core``, ``extended``, a fleet file's ``name``), or the scenario with a digest of the models
 when a config narrows the scenario to other models.
 
-``learned:champion`` and the one-name spelling of issue 15 (``learned:atoll-trigger@ALIAS``)
-resolve to the fleet's own registered model where the fleet is known (the contest, the demo, the
+``learned:champion`` and the spelling without a fleet (``learned:atoll-trigger@ALIAS``) resolve
+to the fleet's own registered model where the fleet is known (the contest, the demo, the
 controller). Loading a policy whose observation size or action space does not fit the fleet is an
 :class:`InputError` naming both (:func:`check_fits`).
 

@@ -268,7 +268,7 @@ def evaluate_run(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int], se
             "policies": {r.name: r.summary() for r in results}}
 
 
-# ----- the contest (DESIGN §7) ---------------------------------------------------------------------
+# ----- the contest -------------------------------------------------------------------------------
 def short_name(spec: str) -> str:
     """A run name a person reads: a learned policy's registered name and version (or alias), or
     the first 8 characters of its logged model or run id; a rule's own name."""
