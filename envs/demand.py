@@ -247,12 +247,13 @@ def _servegen_series(n_models: int, spec: Scale, step_s: float, resample: str, s
     """The ServeGen scenario's series, read from the sampled-demand cache when it holds them.
 
     The cache (``<cache>/demand``) keys on everything the series depend on: the settings, the
-    seed, :data:`atoll.envs.arrivals.SAMPLER_VERSION` and the size and modification time of
-    every ServeGen file read; so every worker of a grid, a training run or a contest loads what
-    the first one sampled instead of parsing the traces and sampling again."""
+    seed, :data:`atoll.envs.arrivals.SAMPLER_VERSION`, the source of the modules that build them
+    and the size and modification time of every ServeGen file read; so every worker of a grid, a
+    training run or a contest loads what the first one sampled instead of parsing the traces and
+    sampling again."""
     files = _servegen_files()
-    key = (SERIES_FORMAT, SAMPLER_VERSION, n_models, spec.kind, float(spec.value), float(step_s), resample,
-           int(seed) if resample == "sampled" else 0, files)
+    key = (SERIES_FORMAT, SAMPLER_VERSION, _code_digest(), n_models, spec.kind, float(spec.value),
+           float(step_s), resample, int(seed) if resample == "sampled" else 0, files)
     path = cache_root() / "demand" / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.npz"
     cached = _read_series(path, n_models)
     if cached is not None:
@@ -262,6 +263,20 @@ def _servegen_series(n_models: int, spec: Scale, step_s: float, resample: str, s
     names = np.frombuffer("\n".join(srs.name for srs in out).encode(), dtype=np.uint8)
     _write_arrays(path, arrays, names=names, step_s=np.array([float(step_s)]))
     return out
+
+
+@lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """SHA-256 of the modules that turn the traces into series (grouping, scaling, sampling): an
+    edit to any of them is a new cache key, whether or not a version was bumped."""
+    import atoll.envs.arrivals
+    import atoll.forecast.scaling
+    import atoll.forecast.workloads
+
+    h = hashlib.sha256()
+    for module in (atoll.envs.arrivals, atoll.forecast.scaling, atoll.forecast.workloads):
+        h.update(Path(str(module.__file__)).read_bytes())
+    return h.hexdigest()
 
 
 def _servegen_files() -> tuple[tuple[str, int, int], ...]:
