@@ -3,9 +3,13 @@
 A server at capacity serves its capacity whatever arrives, so its served rate is a lower bound of
 demand, not demand. What arrived over an interval is what was served, plus what was left queued
 (the growth of the waiting queue) and what gave up before being served (requests that timed out
-or were cancelled: vLLM counts them as finished with reason ``abort``):
+or were cancelled: vLLM counts them as finished with reason ``abort``). Counted in requests —
+every request has a prefill and a decode, and the abort counter and the queue are per model, not
+per phase — the requests completed are those the slower phase got through:
 
-    arrivals = served + (waiting now - waiting before + aborted) x tokens per request / interval
+    requests = min over phases (served tokens / tokens per request)
+               + (waiting now - waiting before + aborted) / interval
+    arrivals = requests x tokens per request, per phase (never below what the phase served)
 
 One code path for the simulator and the live controller: the simulator's servers
 (:func:`atoll.envs.latency.phase_signals`) lose the excess ``lam - mu`` of an overloaded step,
@@ -35,7 +39,8 @@ def estimate_arrivals(served_tps: npt.ArrayLike, tokens_per_request: npt.ArrayLi
                       aborted_requests: npt.ArrayLike, interval_s: float) -> np.ndarray:
     """[M, 2] tokens/s that arrived per model and phase over an interval of ``interval_s``:
     ``served_tps`` [M, 2], ``tokens_per_request`` [M, 2], the waiting requests at its start and
-    end [M] and the requests aborted in it [M] (NaN or missing: 0). Never below what was served."""
+    end [M] and the requests aborted in it [M] (NaN or missing: 0); see the module docstring.
+    Never below what was served."""
     served = np.asarray(served_tps, dtype=float)
     tokens = np.asarray(tokens_per_request, dtype=float)
     before = np.nan_to_num(np.asarray(waiting_before, dtype=float))
@@ -43,8 +48,12 @@ def estimate_arrivals(served_tps: npt.ArrayLike, tokens_per_request: npt.ArrayLi
     aborted = np.nan_to_num(np.asarray(aborted_requests, dtype=float))
     if not interval_s > 0:
         return served.copy()
-    extra = (now - before + np.maximum(aborted, 0.0)) / interval_s  # requests/s not served
-    return np.maximum(served + extra[:, None] * tokens, served)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_phase = np.where(tokens > 0, served / np.where(tokens > 0, tokens, 1.0), np.inf)
+    completed = np.min(per_phase, axis=1)
+    completed = np.where(np.isfinite(completed), completed, 0.0)
+    requests = completed + (now - before + np.maximum(aborted, 0.0)) / interval_s
+    return np.maximum(np.maximum(requests, 0.0)[:, None] * tokens, served)
 
 
 def saturated(latency_ratio: npt.ArrayLike, unserved_requests: npt.ArrayLike) -> np.ndarray:
