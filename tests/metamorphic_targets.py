@@ -1,4 +1,4 @@
-"""Metamorphic cases over a seeded request log and fleet file (issue 30), shared by
+"""Metamorphic cases over a seeded request log and fleet file, shared by
 tests/test_metamorphic.py and benchmarks/fuzz.py (target ``metamorphic``).
 
 A case is (seed, perturbation). The clean fleet (two models of a three-model log, scaled) is

@@ -1,4 +1,4 @@
-"""Issue 30's metamorphic suite: over a seeded request log and fleet, changes that mean nothing
+"""The metamorphic suite: over a seeded request log and fleet, changes that mean nothing
 to a user leave what solve and simulate get unchanged; corruptions give an error naming the
 line or key, or the clean result — never a third figure (tests/metamorphic_targets.py)."""
 

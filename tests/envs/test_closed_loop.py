@@ -1,4 +1,4 @@
-"""The closed loop in the simulator (issue 23): a world off the model, the servers' signals, the
+"""The closed loop in the simulator: a world off the model, the servers' signals, the
 correction, atoll/Fleet-v2."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 28 in the simulator: a node holds several slices; a preemption withdraws nodes and takes
+"""Slices in the simulator: a node holds several slices; a preemption withdraws nodes and takes
 every slice on them; billing pays whole nodes."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The forecast cache is checksummed: a truncated or edited file is rebuilt with a warning
-(issue 18 item 8)."""
+"""The forecast cache is checksummed: a truncated or edited file is rebuilt with a warning."""
 
 from __future__ import annotations
 

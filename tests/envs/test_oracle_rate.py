@@ -1,4 +1,4 @@
-"""``oracle-rate`` (issue 24): plans on the trace's underlying rate, never on the sampled counts."""
+"""``oracle-rate``: plans on the trace's underlying rate, never on the sampled counts."""
 
 from __future__ import annotations
 

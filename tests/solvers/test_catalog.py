@@ -131,7 +131,8 @@ def test_user_file_missing(tmp_path: Path) -> None:
     (b"{1: a, gpus: []}\n", r"unknown top-level keys \[1\]"),
     (b"gpus: [" * 2000, r"not valid YAML"),
 ])
-def test_user_file_shapes_that_used_to_crash(tmp_path: Path, content: bytes, pattern: str) -> None:
+def test_malformed_user_file_shapes_are_errors_naming_the_file(tmp_path: Path, content: bytes,
+                                                               pattern: str) -> None:
     f = tmp_path / "bad.yaml"
     f.write_bytes(content)
     with pytest.raises(CatalogFileError, match=str(f) + ".*" + pattern):

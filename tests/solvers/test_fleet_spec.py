@@ -134,7 +134,8 @@ def test_pool_traces_parse_and_their_errors_name_the_line(tmp_path: Path) -> Non
                           ("time_s,nodes\n0,1\n0,2\n", "line 3: time_s 0 must be >= 0 and increasing"),
                           ("time_s,nodes\n0,1.5\n", "line 2: nodes '1.5' must be a whole number"),
                           ("time_s,nodes\n0,x\n", "line 2 '0,x' must be two numbers"),
-                          ("time_s,event,nodes\n5,capacity,3\n", "line 2: the first row must be '0,capacity,N'"),
+                          ("time_s,event,nodes\n5,capacity,3\n",
+                           "line 2: the first row must be '0,capacity,N'"),
                           ("time_s,event,nodes\n0,capacity,3\n9,lost,1\n", "line 3: unknown event 'lost'"),
                           ("time_s,event,nodes\n0,capacity,3\n9,preempt,4\n",
                            "line 3: preempts 4 node.s. at time_s 9 but the pool holds 3"),
@@ -147,8 +148,9 @@ def test_pool_traces_parse_and_their_errors_name_the_line(tmp_path: Path) -> Non
 
 
 
-# Found by the fleet file fuzz target (tests/test_fuzz_inputs.py): each of these ended in a bare
-# traceback (UnicodeDecodeError, ValueError, TypeError, OverflowError) or was read wrongly in silence.
+# Shapes of the fleet file fuzz target (tests/test_fuzz_inputs.py) that reach past the YAML parser:
+# each must be a FleetFileError naming the key, never a bare traceback (UnicodeDecodeError,
+# ValueError, TypeError, OverflowError) nor a silent misreading.
 CORE = (Path(__file__).resolve().parents[2] / "solvers" / "data" / "fleets" / "core.yaml").read_text()
 BIG = "9" * 400
 MI = "hbm_bandwidth_gbs: 1, bf16_tflops: 1, link_gbs: 1"
@@ -160,7 +162,7 @@ POOL = "availability: {traces: {'aws:us-east-2/1xL4': %s}}\n"
     ("name: 2024-13-01\n", r"cannot be read as YAML \(month must be in 1..12\)"),
     ("rho: !!int twelve\n", r"cannot be read as YAML \(invalid literal for int"),
     ("[" * 5000, r"cannot be read as YAML"),
-    ("1: a\nx: b\n", r"top level: unknown key 'x'; valid keys"),  # keys of two types: sorting them failed
+    ("1: a\nx: b\n", r"top level: unknown key 'x'; valid keys"),  # keys of two types: no sort order
     (CORE + "gpus: 5\n", r"gpus: must be a list \(GPU types the catalog lacks\), got int"),
     (CORE + "gpus: [{1: a, name: X}]\n", r"gpus\[0\] \('X'\): field names must be text, got 1 \(int\)"),
     (CORE + f"gpus: [{{name: X, memory_gb: {BIG}, {MI}}}]\n",
@@ -254,7 +256,7 @@ def test_a_folder_is_not_a_fleet_file(tmp_path: Path) -> None:
 ])
 def test_a_key_given_twice_is_an_error_naming_key_and_line(tmp_path: Path, text: str, key: str,
                                                           line: int) -> None:
-    # issue 30 item 5: YAML keeps the last value; the first was dropped without a word
+    # plain YAML keeps the last of two equal keys and drops the first without a word
     path = tmp_path / "fleet.yaml"
     path.write_text(text)
     with pytest.raises(FleetFileError, match=rf"fleet.yaml: line {line}: key '{key}' is given twice"):

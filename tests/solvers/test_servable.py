@@ -1,4 +1,4 @@
-"""Issue 30 item 4: pruning never removes a model's last templates while an offered config can
+"""Pruning never removes a model's last templates while an offered config can
 hold it, and a model nothing can serve is named with the reason."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _model(params_b: float, heads: int, kv_heads: int, layers: int = 24, hidden:
 def test_a_small_model_on_large_nodes_keeps_its_minimal_templates() -> None:
     eight_h100 = load_catalog().config("8xH100")
     m8 = ModelSpec("Acme-8B", 32, 4096, 32, 8, 128, 8.0, 8.0, 2, Slo(800, 40))
-    # 8xH100 holds 640 GB, far above rho x 16 GB: the cut used to leave nothing
+    # 8xH100 holds 640 GB, far above rho x 16 GB: the memory cut alone would leave nothing
     got = enumerate_multisets(m8, [eight_h100], n_max=6, rho=12.0, shape=SHAPE, runtime="vllm")
     assert got == [(0,)]  # the one node, not 2..6 of them
     small = _model(0.5, heads=16, kv_heads=2)

@@ -1,4 +1,4 @@
-"""Issue 28: slices of a node under the vllm runtime, the ILP that buys whole nodes, and the
+"""Slices of a node under the vllm runtime, the ILP that buys whole nodes, and the
 packing (node -> slices) a plan carries."""
 
 from __future__ import annotations
@@ -257,8 +257,8 @@ def test_check_packing_finds_overfull_nodes_and_lost_slices() -> None:
 
 
 def test_unlimited_availability_infeasible_names_the_service() -> None:
-    """A service without templates under availability None: infeasible naming it (the diagnosis
-    used to divide infinity and fail with an error status)."""
+    """A service without templates under availability None: infeasible naming it, never an error
+    status (the diagnosis divides by the availability, here infinite)."""
     svc = Service("Phi-4-14B", Phase.DECODE)
     t = Template(svc, REGION, (("2/8xH100", 1),), (Stage(40, ("2/8xH100",)),), 5.0)
     problem = AllocationProblem((t,), {svc.name: 10.0, "Phi-4-14B/prefill": 5.0}, None,

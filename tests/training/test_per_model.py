@@ -136,7 +136,7 @@ def test_the_contest_reports_the_per_model_reference_chosen_on_validation_days()
 
 def test_rounding_below_the_target_buys_nothing() -> None:
     """A uniform start whose table SLO is its measured SLO minus a rounding error stays put (the
-    extended grid's fixed:12@0.7 moved a model to fixed:3 at a cost before the tolerance)."""
+    extended grid's fixed:12@0.7 would move a model to fixed:3 at a cost without the tolerance)."""
     start = evaluate(TABLE, [(6, 0.5), (6, 0.5)])
     d = coordinate_descent(TABLE, [(6, 0.5), (6, 0.5)], slo_objective(start.slo_attainment + 1e-12))
     assert d.assignment.options == ((6, 0.5), (6, 0.5)) and d.moves == 0
