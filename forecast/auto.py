@@ -3,18 +3,22 @@ and changes its mind when the data does.
 
 1. **Season test.** The seasonal strength of the training part: omega-squared of a one-way
    ANOVA on the phase within the season (see :func:`season_strength`). Below
-   ``SEASON_STRENGTH_MIN`` the series has no usable season and no seasonal candidate is tried:
-   only simple exponential smoothing, persistence and the
-   rolling median.
+   ``SEASON_STRENGTH_MIN`` the series has no usable season and the seasonal models are not
+   tried; seasonal naive is (it costs nothing), as soon as two seasons of history exist, beside
+   simple exponential smoothing, persistence and the rolling median.
 2. **Validation.** Every candidate is fitted on the training part less its last two seasons and
    scored by its 30-min (``HORIZON``-step) mean absolute error on those two seasons, updating
    every step; the lowest wins, so ``auto`` never starts with a model that loses to seasonal
-   naive, persistence or the rolling median there.
+   naive, persistence or the rolling median there. A flat candidate (smoothing, persistence,
+   median: no season) is eligible only where it is no worse than seasonal naive at 30 min *and*
+   a quarter season ahead (6 h of a day) on that window: a flat line can win the next half hour of a daily
+   cycle and miss its afternoon.
 3. **Re-selection.** The chosen model, simple smoothing and the three baselines (all cheap to
    update) keep running;
    every ``RESELECT_EVERY`` steps (one season: a day at 5-min steps) auto compares their
    ``HORIZON``-step absolute errors over the last season and switches to the best if it beats
-   the current choice by more than ``SWITCH_MARGIN``. ``selections`` lists every (step, name).
+   the current choice by more than ``SWITCH_MARGIN`` (a flat one only where seasonal naive does
+   not beat it). ``selections`` lists every (step, name).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ PLAIN_MODELS: tuple[str, ...] = ("ses",)  # no season: tried on every series
 SEASONAL_BASELINES: tuple[str, ...] = ("naive",)
 BASELINES: tuple[str, ...] = ("persistence", "median")
 HORIZON = 6  # 30 min at 5-min steps: the horizon the choice is made for
+LONG_SEASON_SHARE = 4  # a quarter season (6 h of a day): where a flat forecast of a cycle shows its miss
+FLAT: tuple[str, ...] = PLAIN_MODELS + BASELINES
 SEASON_STRENGTH_MIN = 0.2
 RESELECT_EVERY_SEASONS = 1
 SWITCH_MARGIN = 0.05
@@ -74,6 +80,7 @@ class AutoForecaster(Forecaster):
         super().__init__(season)
         self.chosen: Forecaster | None = None
         self.scores: dict[str, float] = {}
+        self.long_scores: dict[str, float] = {}
         self.strength = float("nan")
         self.selections: list[tuple[int, str]] = []
         self._live: dict[str, Forecaster] = {}
@@ -92,7 +99,21 @@ class AutoForecaster(Forecaster):
     def candidates(self) -> tuple[str, ...]:
         if self.strength >= SEASON_STRENGTH_MIN:
             return MODELS + PLAIN_MODELS + SEASONAL_BASELINES + BASELINES
-        return PLAIN_MODELS + BASELINES
+        return PLAIN_MODELS + SEASONAL_BASELINES + BASELINES
+
+    def _eligible(self, scores: dict[str, float], long: dict[str, float] | None = None) -> list[str]:
+        """The candidates that may be chosen: a flat one only where seasonal naive does not beat
+        it (at 30 min, and at 6 h where that was scored)."""
+        naive = SEASONAL_BASELINES[0]
+        if naive not in scores:
+            return list(scores)
+
+        def beaten(name: str) -> bool:
+            if scores[naive] < scores[name]:
+                return True
+            return long is not None and naive in long and name in long and long[naive] < long[name]
+
+        return [n for n in scores if n not in FLAT or not beaten(n)]
 
     def fit(self, history: np.ndarray | pd.Series) -> Forecaster:
         y = check_history(history, self.season)
@@ -100,21 +121,28 @@ class AutoForecaster(Forecaster):
         # validate on the last two seasons, or on what is left after the two seasons every
         # candidate needs to fit (three days of history, as the simulator's warm-up gives: one)
         split = len(y) - min(2 * self.season, len(y) - 2 * self.season)
-        self.scores = {}
+        self.scores, self.long_scores = {}, {}
+        long_h = self.season // LONG_SEASON_SHARE
+        long_h = long_h if long_h > HORIZON and len(y) - split >= 2 * long_h else 0
         for name in self.candidates() if len(y) - split >= HORIZON else ():
             f = FORECASTERS[name](self.season)
             try:
                 f.fit(y[:split])
             except (ForecastError, np.linalg.LinAlgError, ValueError):
                 continue
-            errs = []
+            errs, long_errs = [], []
             for i in range(split, len(y) - HORIZON + 1):
-                errs.append(abs(y[i + HORIZON - 1] - f.forecast(HORIZON).mean[-1]))
+                mean = f.forecast(max(HORIZON, long_h)).mean
+                errs.append(abs(y[i + HORIZON - 1] - mean[HORIZON - 1]))
+                if long_h and i + long_h - 1 < len(y):
+                    long_errs.append(abs(y[i + long_h - 1] - mean[long_h - 1]))
                 f.update(y[i])
             self.scores[name] = float(np.mean(errs))
+            if long_errs:
+                self.long_scores[name] = float(np.mean(long_errs))
         if not self.scores:  # no room to validate (two seasons exactly): the trivial baseline
             self.scores = {"persistence": float("nan")}
-        best = min(self.scores, key=self.scores.__getitem__)
+        best = min(self._eligible(self.scores, self.long_scores), key=self.scores.__getitem__)
         cheap = PLAIN_MODELS + SEASONAL_BASELINES + BASELINES
         live = {best, *(b for b in cheap if b in self.scores)}
         self._live = {name: FORECASTERS[name](self.season).fit(y) for name in sorted(live)}
@@ -158,7 +186,7 @@ class AutoForecaster(Forecaster):
         err = {n: float(np.mean(e)) for n, e in self._abs_err.items() if len(e)}
         if self.chosen.name not in err:
             return
-        best = min(err, key=err.__getitem__)
+        best = min(self._eligible(err), key=err.__getitem__)
         if best != self.chosen.name and err[best] < (1 - SWITCH_MARGIN) * err[self.chosen.name]:
             self.chosen = self._live[best]
             self.selections.append((self.t, best))

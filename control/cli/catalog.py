@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from atoll.control.cli.common import add_json
-from atoll.control.cli.output import output_for
+from atoll.control.cli.output import UserError, output_for
 from atoll.solvers.catalog import (
     DEFAULT_REGIONS,
     Catalog,
@@ -17,6 +17,7 @@ from atoll.solvers.catalog import (
     load_user_file,
     with_user_gpus,
 )
+from atoll.solvers.fleet import FleetSpec
 from atoll.solvers.tables import catalog_document
 from atoll.solvers.types import ModelSpec
 
@@ -32,11 +33,33 @@ def catalog_and_models(user_file: Path | None, override: bool = False) -> tuple[
     return catalog, extra_models
 
 
+def fleet_catalog(fleet: str) -> tuple[Catalog, FleetSpec]:
+    """The catalog as a fleet file sees it (its GPU types and own offers overlaid) and its spec."""
+    from atoll.solvers.catalog import register_fleet_catalog
+    from atoll.solvers.fleet import load_fleet
+
+    spec = load_fleet(fleet)
+    register_fleet_catalog(spec.gpus, spec.offers)
+    return load_catalog(), spec
+
+
 def cmd_catalog(args: argparse.Namespace) -> int:
     out = output_for(args)
-    catalog, _ = catalog_and_models(args.user_file, args.override_gpus)
-    regions = args.regions.split(",") if args.regions else list(DEFAULT_REGIONS)
-    doc = catalog_document(catalog, regions)
+    if args.fleet:
+        if args.user_file or args.override_gpus:
+            raise UserError("--fleet names its own GPU types and offers; drop --user-file and "
+                            "--override-gpus (add GPU types under the fleet file's gpus)")
+        catalog, spec = fleet_catalog(args.fleet)
+        regions = args.regions.split(",") if args.regions else list(spec.regions)
+        doc = catalog_document(catalog, regions)
+        cells = {(o.region, o.config) for o in spec.offers}
+        doc["offers"] = [{**o, "market": spec.market_of((o["region"], o["config"]))} for o in doc["offers"]
+                         if (o["region"], o["config"]) in cells]
+        doc["fleet"] = args.fleet
+    else:
+        catalog, _ = catalog_and_models(args.user_file, args.override_gpus)
+        regions = args.regions.split(",") if args.regions else list(DEFAULT_REGIONS)
+        doc = catalog_document(catalog, regions)
     for table in catalog_tables(doc):
         out.result(table)
     out.json(doc)
@@ -51,18 +74,23 @@ def catalog_tables(doc: dict[str, Any]) -> list[Table]:
         gt.add_row(g["name"], f"{g['memory_gb']:g}", f"{g['hbm_bandwidth_gbs']:g}",
                    f"{g['bf16_tflops']:g}", f"{g['link_gbs']:g}")
     ot = Table(title="Offers ($/node-hour; * = spot estimated)")
-    for col in ("region", "config", "instance", "on-demand", "spot"):
+    markets = any("market" in o for o in doc["offers"])
+    for col in ("region", "config", "instance", "on-demand", "spot", *(("market",) if markets else ())):
         ot.add_column(col)
     for o in doc["offers"]:
         spot = "-" if o["spot_per_hour"] is None else f"{o['spot_per_hour']:.3f}"
         ot.add_row(o["region"], o["config"], o["instance"], f"{o['on_demand_per_hour']:.3f}",
-                   spot + ("*" if o["spot_estimated"] else ""))
+                   spot + ("*" if o["spot_estimated"] else ""), *((o["market"],) if markets else ()))
     return [gt, ot]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("catalog", help="GPU types, node configs and prices per region")
-    p.add_argument("--regions", help=f"comma-separated (default {','.join(DEFAULT_REGIONS)})")
+    p.add_argument("--regions", help=f"comma-separated (default {','.join(DEFAULT_REGIONS)}; with --fleet: "
+                                     f"the fleet's)")
+    p.add_argument("--fleet", default=None, metavar="FILE",
+                   help="show a fleet file's GPU types and offers, with each pool's market (or a bundled "
+                        "fleet: core, extended)")
     p.add_argument("--user-file", type=Path, help="YAML/TOML file adding GPU types and models")
     p.add_argument("--override-gpus", action="store_true",
                    help="let --user-file GPU types replace built-in ones of the same name")

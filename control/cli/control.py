@@ -291,7 +291,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="k8s sinks: check every object against this Kubernetes version's OpenAPI schemas "
                         "and the LeaderWorkerSet CRD's structural schema before writing or applying "
                         "(1.25-1.37; overrides the fleet file's kubernetes.kube_version)")
-    p.add_argument("--prices", default="on-demand", choices=PRICE_KINDS)
+    p.add_argument("--prices", default="on-demand", choices=PRICE_KINDS,
+                   help="node prices the plans are costed at (default on-demand)")
     p.add_argument("--state", required=True, metavar="DIR", help="where the controller persists its state")
     p.add_argument("--sink", required=True,
                    help=f"where plans go: {SINK_SPECS} (metrics: binds 127.0.0.1 unless a HOST is given)")

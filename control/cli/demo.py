@@ -78,11 +78,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train, evaluate and compare a re-planning policy on the default data")
     add_env_options(p)
-    p.add_argument("--train-days", default="4-7")
+    p.add_argument("--train-days", default="4-7",
+                   help="training days, e.g. 4-7 (day 1 is the first day of the data; days 1-3 warm the "
+                        "forecaster up)")
     p.add_argument("--validation-days", default="8-10", help="days the rule frontier is chosen on")
     p.add_argument("--eval-days", default="11-12", help="the test days")
     p.add_argument("--workers", type=int, default=2, help="worker processes running the rules")
-    p.add_argument("--timesteps", type=int, default=4_032)
+    p.add_argument("--timesteps", type=int, default=4_032,
+                   help="PPO environment steps after the bootstrap (default 4032: 14 days of 5-minute steps)")
     add_train_options(p, bootstrap_steps=1_440)
     p.add_argument("--retrain", action="store_true",
                    help="train even if a finished run trained a policy with the same settings")

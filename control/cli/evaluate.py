@@ -173,7 +173,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--policies", default=None,
                    help="comma-separated: learned:<model uri>, fixed:K[@q], threshold[:LOW:HIGH][@q], never, "
                         f"hindsight (default {DEFAULT_POLICIES}); with --rules grid only learned:<model uri>")
-    e.add_argument("--seeds", type=int, default=3)
+    e.add_argument("--seeds", type=int, default=3,
+                   help="seeds per policy (availability offsets, preemptions); results are mean ± std")
     e.add_argument("--rules", choices=("listed", "grid"), default="listed",
                    help="grid: tune the rule family on --validation-days, keep its cost-SLO frontier and "
                         "compare the learned policies with it on --eval-days (the contest)")

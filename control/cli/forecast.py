@@ -160,8 +160,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_json(b)
     b.set_defaults(handler=cmd_backtest, horizons=HORIZONS)
     pl = fsub.add_parser("plot", help="plot history, forecast and intervals to a PNG")
-    pl.add_argument("--workload", default="servegen:m-large")
-    pl.add_argument("--forecaster", default="auto")
+    pl.add_argument("--workload", default="servegen:m-large",
+                    help="servegen:<model>, azure:<trace> or csv:<path>#<model> (default servegen:m-large)")
+    pl.add_argument("--forecaster", default="auto",
+                    help=f"one of {', '.join(FORECASTERS)} (default auto)")
     pl.add_argument("--origin-day", type=float, default=8.0, help="forecast origin, in days")
     pl.add_argument("--hours", type=float, default=6.0, help="forecast length (at most a week)")
     pl.add_argument("--out", type=Path, required=True, help="image file; the extension picks the "

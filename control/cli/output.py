@@ -24,7 +24,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 from rich.text import Text
 
-from atoll.envs.rollout import RESULT_COLUMNS, result_cells
 from atoll.solvers.errors import AtollError, InputError
 
 # Rich reads sys.stdout / sys.stderr at print time (no file given), so redirections and
@@ -196,6 +195,8 @@ def results_table(title: str, policies: dict[str, dict[str, Any]]) -> Table:
     """The one results table of ``simulate``, ``evaluate`` and ``demo`` (columns and cells from
     ``atoll.envs.rollout``, shared with the MLflow comparison artifact): per policy either totals
     (``{key: value}``, one run) or summaries over seeds (``{key: {"mean", "std"}}``)."""
+    from atoll.envs.rollout import RESULT_COLUMNS, result_cells  # the simulator, only where it ran
+
     table = Table(title=title)
     table.add_column("policy")
     for _, header, _ in RESULT_COLUMNS:

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from atoll.control.cli.catalog import catalog_and_models
 from atoll.control.cli.common import add_json
-from atoll.control.cli.output import as_user_error, output_for
+from atoll.control.cli.output import UserError, as_user_error, output_for
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES
 from atoll.solvers.models import DEFAULT_MODELS, get_model
 from atoll.solvers.paths import ENV_CACHE_DIR
@@ -27,10 +27,22 @@ def _models_arg(value: str | None, extra: list[ModelSpec]) -> list[ModelSpec]:
 
 def cmd_perf_table(args: argparse.Namespace) -> int:
     out = output_for(args)
-    catalog, extra = catalog_and_models(args.user_file)
-    models = _models_arg(args.model, extra)
-    gpu_types = args.gpus.split(",") if args.gpus else list(DEFAULT_GPU_TYPES)
-    configs = catalog.configs(gpu_types)
+    if args.fleet:
+        from atoll.control.cli.catalog import fleet_catalog
+
+        if args.user_file:
+            raise UserError("--fleet names its own models and GPU types; drop --user-file")
+        catalog, spec = fleet_catalog(args.fleet)
+        extra = list(spec.user_models)
+        models = _models_arg(args.model, extra) if args.model else list(spec.models)
+        gpu_types = args.gpus.split(",") if args.gpus else list(spec.gpu_types)
+        offered = {o.config for o in spec.offers}
+        configs = [c for c in catalog.configs(gpu_types) if c.name in offered]
+    else:
+        catalog, extra = catalog_and_models(args.user_file)
+        models = _models_arg(args.model, extra)
+        gpu_types = args.gpus.split(",") if args.gpus else list(DEFAULT_GPU_TYPES)
+        configs = catalog.configs(gpu_types)
     shape = RequestShape(args.input_tokens, args.output_tokens)
     t0 = time.perf_counter()
     rows = perf_rows(models, configs, shape=shape)
@@ -100,10 +112,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     perf = sub.add_parser("perf", help="performance model: node profiles and calibration")
     psub = perf.add_subparsers(dest="perf_command", required=True, metavar="SUBCOMMAND")
     t = psub.add_parser("table", help="node profiles of models across node configs")
-    t.add_argument("--model", help="model name(s), comma-separated (default: the six defaults)")
-    t.add_argument("--gpus", help=f"GPU types (default {','.join(DEFAULT_GPU_TYPES)})")
-    t.add_argument("--input-tokens", type=float, default=RequestShape().input_tokens)
-    t.add_argument("--output-tokens", type=float, default=RequestShape().output_tokens)
+    t.add_argument("--model", help="model name(s), comma-separated (default: the six defaults; with --fleet: "
+                                   "the fleet's)")
+    t.add_argument("--gpus", help=f"GPU types (default {','.join(DEFAULT_GPU_TYPES)}; with --fleet: the "
+                                  f"fleet's, its offered configs only)")
+    t.add_argument("--fleet", default=None, metavar="FILE",
+                   help="profile a fleet file's models on its offered node configs (or core, extended)")
+    t.add_argument("--input-tokens", type=float, default=RequestShape().input_tokens,
+                   help=f"mean input tokens per request (default {RequestShape().input_tokens:g})")
+    t.add_argument("--output-tokens", type=float, default=RequestShape().output_tokens,
+                   help=f"mean output tokens per request (default {RequestShape().output_tokens:g})")
     t.add_argument("--user-file", type=Path, help="YAML/TOML file adding GPU types and models")
     add_json(t)
     t.set_defaults(handler=cmd_perf_table)

@@ -87,7 +87,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_env_options(p)
     p.add_argument("--train-days", default="4-10", help="training days, e.g. 4-10 (days 1-3 warm the "
                    "forecaster up)")
-    p.add_argument("--timesteps", type=int, default=20_000)
+    p.add_argument("--timesteps", type=int, default=20_000,
+                   help="PPO environment steps after the bootstrap (default 20000)")
     p.add_argument("--seed", type=int, default=0, help="seed of PPO and of the envs (>= 0)")
     add_train_options(p, bootstrap_steps=2_880)
     p.set_defaults(handler=cmd_train)

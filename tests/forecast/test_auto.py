@@ -1,5 +1,6 @@
 """auto: falls back to a baseline where models have nothing to learn, keeps a model where they
-do, skips seasonal candidates without a season, and re-selects online when it falls behind."""
+do, skips seasonal models without a season (seasonal naive is always a candidate), never starts
+with a flat model seasonal naive beats, and re-selects online when it falls behind."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def test_white_noise_falls_back_to_a_baseline_without_trying_seasonal_models() -
     f = make_forecaster("auto", SEASON).fit(y)
     assert isinstance(f, AutoForecaster)
     assert f.strength < amod.SEASON_STRENGTH_MIN
-    assert set(f.scores) == set(amod.PLAIN_MODELS + amod.BASELINES)
+    assert set(f.scores) == set(amod.PLAIN_MODELS + amod.SEASONAL_BASELINES + amod.BASELINES)
     # a level (smoothed or the median) beats the last value on iid noise
     assert f.chosen_name in ("ses", "median")
 
@@ -66,3 +67,18 @@ def test_auto_fits_on_the_simulators_short_warm_up(seasons: int) -> None:
     assert np.all(np.isfinite(fc.mean))
     if seasons == 3:  # two seasons leave no errors to calibrate intervals on, with any forecaster
         assert np.all(fc.quantile(0.9) >= fc.mean - 1e-9)
+
+
+def test_a_flat_model_is_never_chosen_where_seasonal_naive_beats_it() -> None:
+    """Simple smoothing wins the next half hour of a daily cycle and loses the next six hours to
+    seasonal naive (the scores of a seeded daily cycle under hour-long noise): it is not
+    eligible, the seasonal model behind it is; where naive loses at both horizons, smoothing
+    stays eligible."""
+    f = AutoForecaster()
+    half_hour = {"ets": 1.74, "sarimax": 1.58, "ses": 1.57, "naive": 5.06, "persistence": 1.57, "median": 6.9}
+    six_hours = {"ets": 5.84, "sarimax": 4.52, "ses": 7.73, "naive": 5.4, "persistence": 7.73, "median": 7.3}
+    eligible = f._eligible(half_hour, six_hours)  # noqa: SLF001 - the selection rule itself
+    assert set(eligible) == {"ets", "sarimax", "naive"}
+    assert min(eligible, key=half_hour.__getitem__) == "sarimax"
+    assert "ses" in f._eligible(half_hour, {**six_hours, "naive": 9.0})  # noqa: SLF001
+    assert set(f._eligible({"ses": 2.0, "naive": 1.0})) == {"naive"}  # noqa: SLF001 - one horizon
