@@ -275,6 +275,56 @@ class Router(ThreadingHTTPServer):
             self.slots.release()
 
 
+class ChunkedFraming:
+    """Where a chunked body ends, fed its bytes as they arrive: the router passes an upstream's
+    chunked answer through verbatim (one read and one write per burst instead of one per
+    event) and still knows the answer's end, and whether it was cut off."""
+
+    def __init__(self) -> None:
+        self.skip = 0  # bytes of chunk data (and its CRLF) still to come
+        self.line = bytearray()  # a size or trailer line not yet complete
+        self.trailers = False
+        self.done = False
+
+    @property
+    def at_boundary(self) -> bool:
+        """Between chunks: a chunk of the router's own may be sent here."""
+        return not self.skip and not self.line and not self.trailers and not self.done
+
+    def feed(self, data: bytes) -> int | None:
+        """The offset in ``data`` just past the body's end, or None if it goes on; ValueError
+        on a malformed size line."""
+        i, n = 0, len(data)
+        while i < n:
+            if self.skip:
+                step = min(self.skip, n - i)
+                i += step
+                self.skip -= step
+                continue
+            j = data.find(b"\n", i)
+            if j < 0:
+                self.line += data[i:]
+                if len(self.line) > 4096:
+                    raise ValueError("a chunk size line of over 4096 bytes")
+                return None
+            line = bytes(self.line + data[i:j + 1])
+            self.line.clear()
+            i = j + 1
+            if self.trailers:
+                if not line.strip():
+                    self.done = True
+                    return i
+                continue
+            size = line.split(b";", 1)[0].strip()
+            if not size or size.strip(b"0123456789abcdefABCDEF") or len(size) > 16:
+                raise ValueError(f"bad chunk size line {line[:40]!r}")
+            if int(size, 16) == 0:
+                self.trailers = True
+            else:
+                self.skip = int(size, 16) + 2
+        return None
+
+
 class DeadlineReader:
     """The connection's buffered reader, every socket read bounded by one total deadline."""
 
@@ -510,12 +560,24 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Transfer-Encoding", "chunked")
         first = True
+        # a chunked answer goes through as it came, framing and all; another is framed here
+        framing = ChunkedFraming() if resp.chunked else None
         try:
             while True:
-                chunk = resp.read1(65536)
-                if not chunk and resp.length:  # the upstream closed before its Content-Length
-                    raise http.client.IncompleteRead(b"", resp.length)
-                out = b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunk else b"0\r\n\r\n"
+                if framing is not None:
+                    chunk = resp.fp.read1(65536)
+                    if not chunk:
+                        raise http.client.IncompleteRead(b"")
+                    end = framing.feed(chunk)
+                    out = chunk if end is None else chunk[:end]
+                    if framing.done:  # read whole: free for the next hop before the client has it all
+                        resp._close_conn()  # type: ignore[attr-defined]  # as http.client marks it
+                        side.give_back(conn, resp)
+                else:
+                    chunk = resp.read1(65536)
+                    if not chunk and resp.length:  # the upstream closed before its Content-Length
+                        raise http.client.IncompleteRead(b"", resp.length)
+                    out = b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunk else b"0\r\n\r\n"
                 if first:  # the headers and the first bytes in one write
                     self.server.metrics.observe("decode_first_byte", time.monotonic() - self.t0)
                     self._headers_buffer.append(b"\r\n" + out)  # type: ignore[attr-defined]
@@ -526,19 +588,21 @@ class Handler(BaseHTTPRequestHandler):
                     else:
                         self.flush_headers()
                 except OSError:  # the client went away: nothing to tell it
-                    conn.close()
+                    if framing is None or not framing.done:  # (a whole answer's connection is pooled)
+                        conn.close()
                     self.server.metrics.error("client_gone")
                     self.close_connection = True
                     return
-                if not chunk:
+                if not chunk or (framing is not None and framing.done):
                     break
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:
             conn.close()
             self.server.metrics.error(f"{side.name}_broken")
             self.server.metrics.request(self.path, 502)
             self.log_error("%s side broke off its answer: %r", side.name, exc)
             data = b""
-            if stream:  # a stream's reader learns why before the connection ends
+            # a stream's reader learns why before the connection ends (when a chunk may begin)
+            if stream and (framing is None or framing.at_boundary):
                 event = json.dumps({"error": {"message": f"{side.name} side broke off: {exc!r}"[:500],
                                               "type": "upstream_error", "code": 502}})
                 data = f"event: error\ndata: {event}\n\n".encode()
@@ -553,7 +617,8 @@ class Handler(BaseHTTPRequestHandler):
                 pass
             self.close_connection = True  # no terminating chunk: the client sees an incomplete body
             return
-        side.give_back(conn, resp)
+        if framing is None:
+            side.give_back(conn, resp)
         self.server.metrics.request(self.path, resp.status)
         self.server.metrics.observe("total", time.monotonic() - self.t0)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import random
 import socket
 import threading
 import time
@@ -22,7 +23,7 @@ from fake_vllm import PREFILL_ANSWER_KV, FakeVllm
 from prometheus_client.parser import text_string_to_metric_families
 
 from atoll.control.k8s import K8sApplySink, K8sManifestSink, KubeObjects, validate_object
-from atoll.control.k8s_pd_router import PREFILL_KV_PARAMS, Router, serve
+from atoll.control.k8s_pd_router import PREFILL_KV_PARAMS, ChunkedFraming, Router, serve
 from atoll.control.k8s_render import (
     COMPONENT_LABEL,
     ENTRY_LABEL,
@@ -550,3 +551,32 @@ def test_k8s_apply_sends_the_router_identity_first_through_the_real_client() -> 
     listed = {p for m, p in api.calls if m == "GET"}
     rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/llm"
     assert {"/api/v1/namespaces/llm/serviceaccounts", f"{rbac}/roles", f"{rbac}/rolebindings"} <= listed
+
+
+def test_chunked_framing_finds_the_end_however_the_bytes_arrive() -> None:
+    body = (b"5;ext=1\r\nhello\r\n" + b"1a\r\n" + b"x" * 26 + b"\r\n" + b"0\r\nX-Trailer: t\r\n\r\n")
+    rng = random.Random(7)
+    for _ in range(200):  # any split of the same bytes: the same end, found in the last piece
+        cuts = sorted(rng.sample(range(1, len(body)), rng.randint(1, 8)))
+        pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+        framing, ends = ChunkedFraming(), []
+        for piece in pieces:
+            ends.append(framing.feed(piece))
+        assert ends[:-1] == [None] * (len(pieces) - 1) and ends[-1] == len(pieces[-1]) and framing.done
+    cut = ChunkedFraming()
+    assert cut.feed(body[:20]) is None and not cut.done and not cut.at_boundary  # mid-chunk
+    between = ChunkedFraming()
+    assert between.feed(b"5\r\nhello\r\n") is None and between.at_boundary
+    for bad in (b"zz\r\n", b"-5\r\n", b"0x5\r\n", b"\r\n"):
+        with pytest.raises(ValueError):
+            ChunkedFraming().feed(bad)
+
+
+def test_a_streamed_answer_passes_through_and_its_connection_is_reused(
+        pair: tuple[FakeVllm, FakeVllm, Router]) -> None:
+    _, decode, router = pair
+    for _ in range(3):
+        status, data = call(router, "POST", "/v1/completions", {"prompt": "x", "stream": True})
+        assert status == 200 and data.decode().count("data: ") == 4
+    # a keep-alive upstream's connection goes back to the pool after each whole answer
+    assert len(router.decode.pool) == (1 if decode.keep_alive else 0)
