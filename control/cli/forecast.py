@@ -19,12 +19,37 @@ from atoll.forecast.plot import plot_forecast
 from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
 from atoll.solvers.errors import UnknownNameError
 
+DEFAULT_WORKLOAD = "servegen:m-large"
+
 
 def _series(name: str, step_s: float) -> DemandSeries:
     try:
         return load_workload(name, step_s=step_s)
     except (WorkloadError, FileNotFoundError) as exc:
         raise as_user_error(exc) from exc
+
+
+def _named_series(args: argparse.Namespace, step_s: float) -> list[tuple[str, DemandSeries]]:
+    """(name, series) per requested series: a fleet's models (``--fleet``, scaled as its file
+    says; ``--model`` picks some), else each ``--workload``."""
+    if args.fleet:
+        if args.workload is not None:
+            raise UserError(f"--fleet {args.fleet} names each model's workload; drop --workload (or use "
+                            f"--model to pick models)")
+        from atoll.envs.fleet_file import activate
+
+        active = activate(args.fleet, step_s=step_s)
+        by_model = {s.name: s for s in active.series}
+        wanted = split_names(args.model, "--model") if args.model else list(by_model)
+        unknown = [m for m in wanted if m not in by_model]
+        if unknown:
+            raise UserError(f"--model {', '.join(unknown)}: not a model of fleet {active.name!r} "
+                            f"({', '.join(by_model)})")
+        return [(m, by_model[m]) for m in wanted]
+    if args.model:
+        raise UserError("--model picks models of a fleet; give --fleet FILE, or --workload per series")
+    names = split_names(args.workload or DEFAULT_WORKLOAD, "--workload")
+    return [(name, _series(name, step_s)) for name in names]
 
 
 def _forecasters(text: str) -> list[str]:
@@ -40,21 +65,21 @@ def cmd_backtest(args: argparse.Namespace) -> int:
         return _backtest_planning(args)
     out = output_for(args)
     logging.basicConfig(level=logging.WARNING)
-    names = split_names(args.workload, "--workload")
     forecasters = _forecasters(args.forecaster or "auto")
     args.train_days = 7 if args.train_days is None else args.train_days
     if args.train_days < 1:
         raise UserError(f"--train-days must be >= 1, got {args.train_days}")
     results = []
     timings = {}
-    for name in names:
-        series = _series(name, 300.0)
+    for name, series in _named_series(args, 300.0):
         y = series.requests_per_s
         train = args.train_days * DAY
         if len(y) < train + DAY:
             raise UserError(f"workload {name!r} has {len(y) // DAY} days; the backtest needs "
                             f"{args.train_days} training days plus at least one test day")
         for f in forecasters:
+            out.note(f"backtest {name} {f}: fitting on days 1-{args.train_days}, then stepping through "
+                     f"days {args.train_days + 1}-{len(y) // DAY} ({len(y) - train} steps)")
             with progress(f"backtest {name} {f}", len(y) - train) as advance:
                 try:
                     res, per_step = backtest(y, series=name, forecaster=f, train_steps=train,
@@ -64,11 +89,11 @@ def cmd_backtest(args: argparse.Namespace) -> int:
             results.extend(res)
             timings[f"{name}/{f}"] = per_step
     table = Table(title="Rolling-origin backtest (MASE scaled by in-sample daily seasonal naive)")
-    for col in ("series", "forecaster", "horizon", "MASE", "naive MASE", "ratio", "pinball",
+    for col in ("series", "forecaster", "chosen", "horizon", "MASE", "naive MASE", "ratio", "pinball",
                 "cov 80%", "cov 90%"):
         table.add_column(col, justify="right")
     for r in results:
-        table.add_row(r.series, r.forecaster, f"{r.horizon_min:g} min", f"{r.mase:.3f}",
+        table.add_row(r.series, r.forecaster, r.chosen, f"{r.horizon_min:g} min", f"{r.mase:.3f}",
                       f"{r.naive_mase:.3f}", f"{r.mase / r.naive_mase:.2f}", f"{r.pinball:.3f}",
                       f"{r.coverage_80:.2f}", f"{r.coverage_90:.2f}")
     out.result(table)
@@ -81,7 +106,6 @@ def _backtest_planning(args: argparse.Namespace) -> int:
     """``--target planning``: the peak over the look-ahead (see atoll.forecast.planning)."""
     out = output_for(args)
     logging.basicConfig(level=logging.WARNING)
-    names = split_names(args.workload, "--workload")
     forecasters = _forecasters(args.forecaster or ",".join(PLANNING_CANDIDATES))
     train_days = WARMUP_DAYS if args.train_days is None else args.train_days
     if args.look_ahead < 1:
@@ -89,8 +113,10 @@ def _backtest_planning(args: argparse.Namespace) -> int:
     if train_days < 2:
         raise UserError(f"--train-days must be >= 2 for --target planning, got {train_days}")
     rows: list[dict[str, object]] = []
-    for name in names:
-        y = _series(name, 300.0).requests_per_s
+    for name, series in _named_series(args, 300.0):
+        y = series.requests_per_s
+        out.note(f"planning backtest {name}: {', '.join(forecasters)} on days 1-{train_days}, then "
+                 f"rolling through days {train_days + 1}-{len(y) // DAY}")
         if len(y) < (train_days + 1) * DAY:
             raise UserError(f"workload {name!r} has {len(y) // DAY} days; the backtest needs "
                             f"{train_days} training days plus at least one test day")
@@ -125,27 +151,43 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise UserError(f"--hours {args.hours:g} is shorter than one {PLOT_STEP_S / 60:g}-minute step; "
                         f"use at least {PLOT_STEP_S / 3600:.3g}")
     if not math.isfinite(args.origin_day):
-        raise UserError(f"--origin-day {args.origin_day:g} must be a number of days, e.g. 8")
+        raise UserError(f"--origin-day {args.origin_day:g} must be a day of the data, e.g. 9 (day 1 is "
+                        f"its first)")
     _forecasters(args.forecaster)
     check_image_path(args.out, "--out")
-    series = _series(args.workload, PLOT_STEP_S)
-    origin = int(args.origin_day * DAY)
+    picked = _named_series(args, PLOT_STEP_S)
+    if len(picked) != 1:
+        raise UserError(f"forecast plot draws one series; pick one with --model (of {len(picked)}) or "
+                        f"--workload")
+    name, series = picked[0]
+    origin = int(round((args.origin_day - 1) * DAY))  # day 1 starts at the data's first step
     if not 2 * DAY <= origin < len(series):
-        raise UserError(f"--origin-day {args.origin_day:g} must leave >= 2 days of history and lie "
-                        f"inside the series' {len(series) / DAY:g} days")
+        raise UserError(f"--origin-day {args.origin_day:g} must leave >= 2 days of history (>= 3: day 1 "
+                        f"is the data's first) and lie inside the series' {len(series) / DAY:g} days")
+    out.note(f"forecast plot {name}: fitting {args.forecaster} on days 1-{args.origin_day - 1:g}, then "
+             f"{args.hours:g} h ahead")
     info = plot_forecast(series, forecaster=args.forecaster, origin_step=origin, horizon=horizon,
                          history_steps=2 * DAY, out=args.out)
     out.note(f"wrote {args.out}")
-    out.json({"out": str(args.out), **info})
+    out.json({"out": str(args.out), "series": name, "origin_day": args.origin_day, **info})
     return 0
+
+
+def _fleet_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fleet", default=None, metavar="FILE",
+                   help="forecast a fleet file's models on their scaled demand (or core, extended)")
+    p.add_argument("--model", default=None,
+                   help="with --fleet: the model(s) to forecast, comma-separated (default: every model)")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("forecast", help="demand forecasting: backtests and plots")
     fsub = p.add_subparsers(dest="forecast_command", required=True, metavar="SUBCOMMAND")
     b = fsub.add_parser("backtest", help="rolling-origin backtest over the test days")
-    b.add_argument("--workload", default="servegen:m-large",
-                   help="servegen:<model>, azure:<trace> or csv:<path>#<model>; comma-separated")
+    b.add_argument("--workload", default=None,
+                   help=f"servegen:<model>, azure:<trace> or csv:<path>#<model>; comma-separated "
+                        f"(default {DEFAULT_WORKLOAD})")
+    _fleet_options(b)
     b.add_argument("--forecaster", default=None,
                    help=f"one or more of {', '.join(FORECASTERS)} (default: auto; with --target "
                         f"planning: {', '.join(PLANNING_CANDIDATES)})")
@@ -160,11 +202,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_json(b)
     b.set_defaults(handler=cmd_backtest, horizons=HORIZONS)
     pl = fsub.add_parser("plot", help="plot history, forecast and intervals to a PNG")
-    pl.add_argument("--workload", default="servegen:m-large",
-                    help="servegen:<model>, azure:<trace> or csv:<path>#<model> (default servegen:m-large)")
+    pl.add_argument("--workload", default=None,
+                    help=f"servegen:<model>, azure:<trace> or csv:<path>#<model> "
+                         f"(default {DEFAULT_WORKLOAD})")
+    _fleet_options(pl)
     pl.add_argument("--forecaster", default="auto",
                     help=f"one of {', '.join(FORECASTERS)} (default auto)")
-    pl.add_argument("--origin-day", type=float, default=8.0, help="forecast origin, in days")
+    pl.add_argument("--origin-day", type=float, default=9.0,
+                    help="forecast from the start of this day (day 1 is the data's first; default 9: "
+                         "after 8 days of history; at least 3)")
     pl.add_argument("--hours", type=float, default=6.0, help="forecast length (at most a week)")
     pl.add_argument("--out", type=Path, required=True, help="image file; the extension picks the "
                     "format (.png, .svg, .pdf, ...)")

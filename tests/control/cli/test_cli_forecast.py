@@ -41,8 +41,8 @@ def test_cli_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
     (("--hours", "1e6"), "--hours 1e+06 must be > 0 and at most 168"),
     (("--hours", "nan"), "--hours nan must be > 0"),
     (("--hours", "0.01"), "shorter than one 5-minute step"),
-    (("--origin-day", "nan"), "--origin-day nan must be a number of days"),
-    (("--origin-day", "1"), "must leave >= 2 days of history"),
+    (("--origin-day", "nan"), "--origin-day nan must be a day of the data"),
+    (("--origin-day", "2"), "must leave >= 2 days of history"),
     (("--out", "plot.xyz"), "unknown image format 'xyz'"),
     (("--out", "plot"), "unknown image format '(no extension)'"),
     (("--forecaster", "prophet"), "unknown forecaster 'prophet'"),
@@ -64,3 +64,33 @@ def test_plot_writes_the_image(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code = main(["forecast", "plot", "--forecaster", "naive", "--hours", "2", "--out", str(out), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0 and out.stat().st_size > 0 and doc["horizon_steps"] == 24
+
+
+def test_plot_origin_day_counts_from_day_1(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           shared_data: object) -> None:
+    """Day 1 is the first day of the data, as in ``simulate --days``: day 3 starts at hour 48."""
+    code = main(["forecast", "plot", "--forecaster", "naive", "--hours", "1", "--origin-day", "3",
+                 "--out", str(tmp_path / "f.png"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["origin_hour"] == 48.0 and doc["origin_day"] == 3
+
+
+def test_forecast_takes_a_fleets_models(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        shared_data: object) -> None:
+    from metamorphic_targets import restored_registries
+
+    with restored_registries():
+        code = main(["forecast", "plot", "--fleet", "core", "--model", "Qwen3-32B", "--forecaster", "naive",
+                     "--hours", "1", "--out", str(tmp_path / "f.png"), "--json"])
+        doc = json.loads(capsys.readouterr().out)
+        assert code == 0 and doc["series"] == "Qwen3-32B"
+        assert main(["forecast", "plot", "--fleet", "core", "--out", str(tmp_path / "g.png")]) == 2
+        assert "draws one series; pick one with --model" in capsys.readouterr().err
+        assert main(["forecast", "backtest", "--fleet", "core", "--workload", "servegen:m-large"]) == 2
+        assert "drop --workload" in capsys.readouterr().err
+        code = main(["forecast", "backtest", "--fleet", "core", "--model", "Phi-4-14B", "--forecaster",
+                     "naive", "--train-days", "12", "--json"])
+        captured = capsys.readouterr()
+        rows = json.loads(captured.out)["results"]
+        assert code == 0 and {r["series"] for r in rows} == {"Phi-4-14B"} and rows[0]["chosen"] == "naive"
+        assert "backtest Phi-4-14B naive: fitting on days 1-12" in captured.err
