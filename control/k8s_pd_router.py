@@ -27,9 +27,11 @@ What a client or an upstream can do wrong, and the answer:
 - more than ``MAX_CONNECTIONS`` connections at once -> 503 at once on the extra ones;
 - a prefill answer 4xx -> the same status and body (the client's request was wrong); 5xx or
   unreachable -> 502 naming the side;
-- the decode answer broken off midway (connection lost, upstream time-out, a short body) -> the
-  client's response ends without the chunked terminator (after an SSE ``event: error`` when it
-  was a stream), so an HTTP client sees an error, never a clean but truncated 200.
+- the decode answer broken off midway (connection lost, upstream time-out, a short body): a
+  plain answer is read whole before it is sent, so that is a 502; a streamed one (relayed as it
+  arrives, an upstream's chunked framing passed through) ends without the chunked terminator,
+  after an SSE ``event: error`` when it broke between chunks, so an HTTP client sees an error,
+  never a clean but truncated 200.
 
 ``GET /health`` is the readiness path that says the pair works: 200 only when both the prefill
 and the decode Service answer their ``/health``; ``GET /live`` is the router's own liveness;
