@@ -179,6 +179,8 @@ class K8sOptions:
     router_replicas: int = 2
     # the longest answer (tokens) the router's request time-out allows at the model's SLO pace
     router_max_tokens: int = 8192
+    # the largest request body a router takes (MiB; larger: 413), well inside its 1Gi memory
+    router_max_body_mb: int = 16
     # a Secret holding the vLLM servers' API key (key ``api_key_key``): set as VLLM_API_KEY on
     # every vLLM pod and given to vllm-router, which sends it on both hops (clients then reach
     # the servers only through the router: guard the entry Service); None: the servers take no key
@@ -217,7 +219,7 @@ class K8sOptions:
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 1 <= self.port <= 65535:
             raise SinkError(f"{owner}: field 'port' must be an integer 1..65535, got {self.port!r}")
         for name in ("shm_gi", "memory_gi_per_gpu", "startup_timeout_s", "router_replicas",
-                     "router_max_tokens"):
+                     "router_max_tokens", "router_max_body_mb"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise SinkError(f"{owner}: field '{name}' must be an integer >= 1, got {v!r}")
@@ -577,7 +579,8 @@ def _router(options: K8sOptions, model: str, owner: str, sequence: int) -> list[
         "env": [{"name": "PREFILL_URL", "value": url.format(prefill)},
                 {"name": "DECODE_URL", "value": url.format(decode)},
                 {"name": "PORT", "value": str(options.port)},
-                {"name": "UPSTREAM_TIMEOUT_S", "value": str(options.startup_timeout_s)}],
+                {"name": "UPSTREAM_TIMEOUT_S", "value": str(options.startup_timeout_s)},
+                {"name": "MAX_BODY_BYTES", "value": str(options.router_max_body_mb * 2**20)}],
         "ports": [{"name": "http", "containerPort": options.port, "protocol": "TCP"}],
         # ready only when both sides answer /health: the pair works, not just the proxy
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, **probe, "failureThreshold": 3},
@@ -652,6 +655,7 @@ def vllm_router_args(options: K8sOptions, model: str, owner: str, prefill_instan
             "--decode-policy", _policy(decode_instances, "power_of_two"),
             "--health-check-interval-secs", "10", "--health-failure-threshold", "3",
             "--request-timeout-secs", str(request_timeout_s(model, options)),
+            "--max-payload-size", str(options.router_max_body_mb * 2**20),
             "--prometheus-host", "0.0.0.0", "--prometheus-port", str(VLLM_ROUTER_METRICS_PORT)]
     if options.api_key_secret:
         args += ["--api-key", f"$({VLLM_ROUTER_API_KEY_ENV})"]  # expanded by the kubelet from the Secret

@@ -119,6 +119,7 @@ VLLM_ROUTER_FLAGS: Mapping[str, str] = MappingProxyType({
     "--prometheus-host": "Host address to bind the Prometheus metrics server",
     "--prometheus-port": "Port to expose Prometheus metrics",
     "--api-key": "The API key used for authorization with workers",
+    "--max-payload-size": "Maximum payload size in bytes (a larger request body is answered 413)",
     # static workers, in place of discovery (the tests run the binary so)
     "--prefill": "Prefill server URL and optional bootstrap port",
     "--decode": "Decode server URL",

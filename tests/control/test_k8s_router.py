@@ -116,6 +116,7 @@ def test_one_entry_service_per_model_and_the_router_reaches_both_pools(router: s
                 assert c["command"] == ["python3", f"/atoll/{ROUTER_SCRIPT}"]
                 assert c["readinessProbe"]["httpGet"]["path"] == "/health"
                 env = {e["name"]: e["value"] for e in c["env"]}
+                assert env["MAX_BODY_BYTES"] == str(16 * 2**20)  # router_max_body_mb
                 host = urlsplit(env[f"{side.upper()}_URL"]).hostname
                 assert host is not None and host.endswith(".llm.svc")
                 selector = services[host.split(".")[0]]["spec"]["selector"]  # the URL names a Service

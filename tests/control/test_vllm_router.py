@@ -272,6 +272,27 @@ def test_malformed_requests_are_answered(running: tuple[Pool, Pool, RunningRoute
     assert not prefill.bodies
 
 
+def test_a_body_over_the_rendered_limit_is_refused(running: tuple[Pool, Pool, RunningRouter]) -> None:
+    prefill, _, router = running
+    args = rendered_container(K8sOptions())["args"]
+    limit = int(args[args.index("--max-payload-size") + 1])
+    assert limit == 16 * 2**20
+    body = json.dumps({"model": "m", "prompt": "x" * limit}).encode()
+    sock = socket.create_connection(("127.0.0.1", router.port), timeout=30)
+    try:
+        sock.sendall(HEAD + b"Content-Length: %d\r\n\r\n" % len(body))
+        try:
+            sock.sendall(body)
+        except OSError:
+            pass  # it may answer and close before the whole body is sent
+        resp = http.client.HTTPResponse(sock)
+        resp.begin()
+        assert resp.status == 413
+    finally:
+        sock.close()
+    assert not prefill.bodies
+
+
 def test_chunked_bodies_and_failing_servers(running: tuple[Pool, Pool, RunningRouter]) -> None:
     prefill, decode, router = running
     body = b'{"model": "m", "prompt": "chunked"}'
