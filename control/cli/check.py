@@ -154,7 +154,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                          else "left", overflow="fold")
     for m in doc["models"]:
         gaps = m.get("gaps")
-        table.add_row(m["model"], m["span"], str(m.get("rows", "-")),
+        table.add_row(m["model"], m["span"].split(",")[0], str(m.get("rows", "-")),
                       "-" if m["mean_rate_planned"] is None else f"{m['mean_rate_planned']:.4g}",
                       m["scaling"],
                       "-" if gaps is None else f"{len(gaps)} ({sum(g['hours'] for g in gaps):.1f} h)",

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atoll.control.cli.common import add_env_options, make_env, parse_days
 from atoll.control.cli.output import output_for, progress
 from atoll.envs import CLOSED_LOOP, ENV_ID, ENV_ID_V2
 from atoll.envs.config import FleetConfig, RewardWeights
-from atoll.training.train import TrainSettings, bootstrap_teacher
+
+if TYPE_CHECKING:
+    from atoll.training.train import TrainSettings
 
 BOOTSTRAP_RULE = "fixed:1"
 
@@ -29,6 +31,8 @@ def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int
                  ) -> tuple[FleetConfig, TrainSettings]:
     """The environment and PPO settings the options describe, all validated before MLflow starts
     a run, so bad input leaves no FAILED run (shared with ``atoll demo``)."""
+    from atoll.training.train import TrainSettings, bootstrap_teacher  # torch: only when training
+
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps,
                              bootstrap_rule=args.bootstrap_rule,
