@@ -10,7 +10,7 @@ model's capacity times what it has learned (:mod:`atoll.envs.correction`).
 Specs (:meth:`CapacityError.parse`):
 
 ==================  ==========================================================================
-``0`` / ``"none"``  the exact world (every factor 1): today's simulator, bit for bit
+``0`` / ``"none"``  the exact world (every factor 1), bit for bit the default
 ``"calibration"``   log-normal factors whose spread is the calibration's held-out error per GPU
                     type: sigma = median APE / 0.6745 (the median of abs(log f) for
                     log f ~ N(0, sigma^2) is 0.6745 sigma). Types profiled in the public data

@@ -109,7 +109,7 @@ def test_rule_family_names_and_aliases() -> None:
     assert (p.name, p.planning_quantile, p.every) == ("fixed:3@0.5", 0.5, 3)  # type: ignore[attr-defined]
     t = make_policy("threshold:0.7:1@0.95", 2)
     assert (t.low, t.high, t.planning_quantile) == (0.7, 1.0, 0.95)  # type: ignore[attr-defined]
-    assert make_policy("fixed:1", 2).planning_quantile is None  # today's name: the env's level
+    assert make_policy("fixed:1", 2).planning_quantile is None  # a name without @q: the env's level
     for bad, err in (("fixed:1@0.42", InputError), ("fixed:1@x", InputError), ("hindsight@0.9", InputError),
                      ("fixed:2:3@0.9", InputError), ("sometimes@0.9", UnknownNameError)):
         with pytest.raises(err):
