@@ -326,7 +326,8 @@ def _read_series(path: Path, n_models: int) -> tuple[DemandSeries, ...] | None:
     if stored != _checksum(arrays) or len(names) != n_models:
         log.warning("demand cache %s fails its checksum; sampling again", path)
         return None
-    return tuple(DemandSeries(names[i], step, *arrays[3 * i: 3 * i + 3]) for i in range(n_models))
+    return tuple(DemandSeries(names[i], step, arrays[3 * i], arrays[3 * i + 1], arrays[3 * i + 2])
+                 for i in range(n_models))
 
 
 def _write_arrays(path: Path, arrays: Sequence[np.ndarray], **extra: np.ndarray) -> None:

@@ -230,6 +230,7 @@ class PeakForecaster(Forecaster):
         # (the env calls both every step), so they are computed once per state
         self._path_cache: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
         self._peak_cache: dict[int, np.ndarray] = {}  # _point_peaks(h) of the current state
+        self._scale_now: float | None = None  # score_scale of the current state
         self.cap_binds = 0
         # validation record: (target, issued SELECT_LEVEL quantile) of matured look-ahead-H targets
         self.validation: list[tuple[float, float]] = []
@@ -309,13 +310,14 @@ class PeakForecaster(Forecaster):
     def score_scale(self) -> float:
         """What scores are divided by (see the module docstring); always > 0."""
         if self._scale_now is None:  # read twice per step: computed once per state
-            self._scale_now = self._vol + VOL_FLOOR * self.typical_level
+            self._scale_now = scale = self._vol + VOL_FLOOR * self.typical_level
+            return scale
         return self._scale_now
 
     def _reset(self, y: np.ndarray) -> None:
         super()._reset(y)
         # new point models: what was computed from the old ones goes
-        self._scale_now: float | None = None
+        self._scale_now = None
         self._path_cache = {}
         self._peak_cache = {}
 
