@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import highspy
 import numpy as np
@@ -241,7 +241,25 @@ class SolverRun:
         return within_tolerance(diff, self.column_objective, self.gap)
 
 
-def status_of(run: SolverRun) -> SolveStatus:
+class Run(Protocol):
+    """What a round reads of a solve, whoever built the model (PuLP or arrays)."""
+
+    sol_status: int
+    stop: str
+    bound: float | None
+    start_status: highspy.HighsStatus | None
+    guard_resolves: int
+    model_seconds: float
+    solve_seconds: float
+
+    @property
+    def proven(self) -> bool: ...
+
+    @property
+    def column_objective(self) -> float | None: ...
+
+
+def status_of(run: Run) -> SolveStatus:
     """``optimal`` only for a point proven within the gap by its own objective and the dual bound;
     an incumbent HiGHS called optimal that fails that proof is ``feasible``."""
     if run.sol_status == pulp.LpSolutionOptimal:
@@ -253,7 +271,7 @@ def status_of(run: SolverRun) -> SolveStatus:
     return SolveStatus.ERROR
 
 
-def failure_message(run: SolverRun, status: SolveStatus) -> str:
+def failure_message(run: Run, status: SolveStatus) -> str:
     if status is SolveStatus.INFEASIBLE:
         return "infeasible"
     if run.stop in ("kTimeLimit", "Not Solved"):

@@ -72,6 +72,10 @@ class Model:
     # sliced (region, config) -> (nodes y_rc, idle share i_rc)
     nodes: dict[tuple[str, str], tuple[pulp.LpVariable, pulp.LpVariable]] = field(default_factory=dict)
 
+    def values(self) -> dict[str, float | None]:
+        """Instances per template key as the last solve left them."""
+        return {key: var.varValue for key, var in self.count.items()}
+
 
 def build_model(inst: RoundInstance, stage: str, floor_share: float | None = None) -> Model:
     """stage: "cost" (demand rows), "share" (goodput stage 1) or "cost_at_share" (stage 2)."""
@@ -240,12 +244,11 @@ def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[s
     return values
 
 
-def extract(inst: RoundInstance, count: Mapping[str, pulp.LpVariable]) -> Allocation | str:
-    """The plan the solver found, with the fixed models and the grow models' floors added back;
-    a message if a value is not a non-negative integer."""
+def extract(inst: RoundInstance, values: Mapping[str, float | None]) -> Allocation | str:
+    """The plan the solver found (instances per template key), with the fixed models and the grow
+    models' floors added back; a message if a value is not a non-negative integer."""
     counts = inst.constants()
-    for key, var in count.items():
-        v = var.varValue
+    for key, v in values.items():
         if v is None or abs(v - round(v)) > 1e-5 or v < -1e-6:
             return f"solver returned a non-integer value {v!r} for {key}"
         if round(v):

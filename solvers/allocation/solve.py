@@ -14,20 +14,30 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-import pulp
-
+from atoll.solvers.allocation import direct
 from atoll.solvers.allocation.blocks import combined_start_status, split_blocks
 from atoll.solvers.allocation.diagnosis import FEAS_TOL, diagnose_infeasible
+from atoll.solvers.allocation.direct import DirectRun
 from atoll.solvers.allocation.highs import SolverRun, failure_message, status_of
-from atoll.solvers.allocation.model import Model, build_model, extract, start_values
+from atoll.solvers.allocation.model import build_model, extract, start_values
 from atoll.solvers.allocation.reduction import RoundInstance
 from atoll.solvers.packing import pack_plan
 from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus
 
 SOLVERS = ("highs", "cbc")
 MAX_ROUNDS = 12
+
+
+@dataclass
+class _Stage:
+    """One solved stage: the run, instances per template key, whether a start was given."""
+
+    run: SolverRun | DirectRun
+    values: Mapping[str, float | None]
+    started: bool
 
 
 @dataclass
@@ -77,18 +87,27 @@ class _Solver:
         return None if self.deadline is None else max(self.deadline - time.perf_counter(), 0.05)
 
     def _stage(self, inst: RoundInstance, stage: str, floor_share: float | None,
-               start_alloc: Allocation | None) -> tuple[SolverRun, Model, bool]:
-        """Build and solve one stage of ``inst``; returns the run, the model and whether a start
-        was handed to the solver."""
+               start_alloc: Allocation | None) -> _Stage:
+        """Build and solve one stage of ``inst``: straight into HiGHS's arrays where
+        :mod:`~atoll.solvers.allocation.direct` states the model, through PuLP otherwise."""
         tb = time.perf_counter()
-        model = build_model(inst, stage, floor_share)
-        start = start_values(inst, model, start_alloc) if start_alloc is not None else None
-        self.build += time.perf_counter() - tb
-        run = SolverRun(model.prob, self.solver, self.remaining(), self.problem.gap, start)
-        self.build += run.model_seconds
+        run: SolverRun | DirectRun
+        if direct.supports(inst, stage, self.solver):
+            run = DirectRun(inst, start_alloc, self.remaining(), self.problem.gap)
+            self.build += run.model_seconds
+            values = run.values()
+            started = start_alloc is not None
+        else:
+            model = build_model(inst, stage, floor_share)
+            start = start_values(inst, model, start_alloc) if start_alloc is not None else None
+            self.build += time.perf_counter() - tb
+            run = SolverRun(model.prob, self.solver, self.remaining(), self.problem.gap, start)
+            self.build += run.model_seconds
+            values = model.values()
+            started = start is not None
         self.solve += run.solve_seconds
         self.guard_resolves += run.guard_resolves
-        return run, model, start is not None
+        return _Stage(run, values, started)
 
     def round(self, inst: RoundInstance) -> _Round:
         if self.decompose and self.problem.mode == "cost" and self.problem.per_model_rule is None:
@@ -99,9 +118,10 @@ class _Solver:
         statuses: list[SolveStatus] = []
         floor_share: float | None = None
         start_alloc = self.warm_start
-        last: tuple[SolverRun, Model] | None = None
+        last: _Stage | None = None
         for stage in stages:
-            run, model, started = self._stage(inst, stage, floor_share, start_alloc)
+            out = self._stage(inst, stage, floor_share, start_alloc)
+            run, started = out.run, out.started
             if self.start_status is None and started:
                 self.start_status = run.start_status
             status = status_of(run)
@@ -110,15 +130,15 @@ class _Solver:
                     break
                 return _Round(status, message=failure_message(run, status))
             statuses.append(status)
-            last = (run, model)
+            last = out
             if stage == "share":
-                floor_share = (pulp.value(model.prob.objective) or 0.0) - FEAS_TOL * max(1, len(inst.models))
-                extracted = extract(inst, model.count)
+                floor_share = (run.column_objective or 0.0) - FEAS_TOL * max(1, len(inst.models))
+                extracted = extract(inst, out.values)
                 start_alloc = extracted if isinstance(extracted, Allocation) else None
         if last is None:  # unreachable: the loop returns before leaving it empty
             return _Round(SolveStatus.ERROR, message="no stage was solved")
-        run, model = last
-        allocation = extract(inst, model.count)
+        run = last.run
+        allocation = extract(inst, last.values)
         if isinstance(allocation, str):
             return _Round(SolveStatus.ERROR, message=allocation)
         complete = len(statuses) == len(stages)
@@ -139,14 +159,15 @@ class _Solver:
         starts: list[object] = []
         failed: _Round | None = None
         for block in blocks:
-            run, model, started = self._stage(block, "cost", None, self.warm_start)
-            if started:
+            out = self._stage(block, "cost", None, self.warm_start)
+            run = out.run
+            if out.started:
                 starts.append(run.start_status)
             status = status_of(run)
             if status in (SolveStatus.INFEASIBLE, SolveStatus.ERROR):
                 failed = _Round(status, message=failure_message(run, status))
                 break
-            part = extract(block, model.count)
+            part = extract(block, out.values)
             if isinstance(part, str):
                 failed = _Round(SolveStatus.ERROR, message=part)
                 break

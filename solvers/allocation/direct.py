@@ -1,0 +1,221 @@
+"""The cost stage of a round built straight into HiGHS's arrays, without PuLP.
+
+The simulator and the controller solve thousands of small cost-mode blocks a day; building each
+through PuLP (one Python object per variable and term, a name per column, a sort by name) cost
+several times what HiGHS spends solving them. This builder writes the same model as
+:func:`atoll.solvers.allocation.model.build_model` for stage ``cost`` — the same columns in the
+same order (PuLP orders them by name: every ``added`` column, then every ``inst`` column), the
+same rows in the same order (start-up rows, availability rows by (region, config), demand rows),
+the same costs and bounds — so HiGHS sees the identical model and returns the identical plan. It
+covers whole-node libraries without the one-type rule or risk rows; every other round goes
+through PuLP (:mod:`~atoll.solvers.allocation.model`), which stays the readable statement of the
+ILP and the oracle this builder is tested against.
+
+Runs are checked as :mod:`~atoll.solvers.allocation.highs` checks PuLP's: the returned point's
+own cost against HiGHS's objective and dual bound, repeated with presolve off, then cold.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+
+import highspy
+import numpy as np
+import pulp
+
+from atoll.solvers.allocation.highs import HIGHS_OPTIONS
+from atoll.solvers.allocation.reduction import RoundInstance
+from atoll.solvers.problem import Allocation, within_tolerance
+
+_INF = highspy.kHighsInf
+
+
+def supports(inst: RoundInstance, stage: str, solver: str) -> bool:
+    """Whether this builder states the round's model exactly (else PuLP builds it)."""
+    p = inst.problem
+    return (stage == "cost" and solver == "highs" and p.per_model_rule is None and not p.risk
+            and not p.index.sliced_rcs)
+
+
+class DirectRun:
+    """One cost-stage solve built as arrays: the interface of
+    :class:`~atoll.solvers.allocation.highs.SolverRun` that rounds read (``sol_status``,
+    ``proven``, ``bound``, ``stop``, ``start_status``, timings, ``guard_resolves``) and the
+    instances per template key (``values``)."""
+
+    def __init__(self, inst: RoundInstance, start: Allocation | None, time_limit: float | None,
+                 gap: float) -> None:
+        t0 = time.perf_counter()
+        self.gap = gap
+        self.guard_resolves = 0
+        self.guard_reasons: list[str] = []
+        self.start_status: highspy.HighsStatus | None = None
+        self.bound: float | None = None
+        self.reported_objective: float | None = None
+        self.solve_seconds = 0.0
+        self._build(inst)
+        self._start = self._start_vector(inst, start) if start is not None else None
+        self.model_seconds = time.perf_counter() - t0
+        attempts: list[tuple[np.ndarray | None, dict[str, object]]] = [(self._start, {})]
+        if self._start is not None:
+            attempts += [(self._start, {"presolve": "off"}), (None, {})]
+        for i, (begin, extra) in enumerate(attempts):
+            if i:
+                self.guard_resolves += 1
+            self._run(begin, time_limit, extra)
+            reason = self._check()
+            if reason is None:
+                break
+            self.guard_reasons.append(reason)
+
+    # ---- the model ----
+
+    def _build(self, inst: RoundInstance) -> None:
+        p = inst.problem
+        k = p.startup_weight
+        free = inst.free
+        n = len(free)
+        added: list[int] = []  # template position i of each added column, in i order
+        x_cost = np.empty(n)
+        for i, key in enumerate(free):
+            cost = p.template_cost(key)
+            if inst.running[key] == 0:
+                x_cost[i] = cost * (1.0 + k)
+            else:
+                x_cost[i] = cost
+                if k > 0:
+                    added.append(i)
+        n_add = len(added)
+        self.n_added = n_add
+        self.keys = free
+        bounds = np.asarray([float(inst.bound[key]) for key in free])
+        a_cost = np.asarray([p.template_cost(free[i]) * k for i in added])
+        self.costs = np.concatenate([a_cost, x_cost])
+        self.upper = np.concatenate([bounds[added] if n_add else np.zeros(0), bounds])
+        starts: list[int] = []
+        index: list[int] = []
+        value: list[float] = []
+        lower: list[float] = []
+        upper: list[float] = []
+
+        def row(terms: list[tuple[int, float]], lo: float, hi: float) -> None:
+            starts.append(len(index))
+            for col, coef in terms:
+                index.append(col)
+                value.append(coef)
+            lower.append(lo)
+            upper.append(hi)
+
+        for j, i in enumerate(added):  # a_t - x_t >= -r_t
+            row([(j, 1.0), (n_add + i, -1.0)], -float(inst.running[free[i]]), _INF)
+        by_rc: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        by_service: dict[str, list[tuple[int, float]]] = {}
+        for i, key in enumerate(free):
+            t = p.template(key)
+            for c, use in t.node_use:
+                if (t.region, c) in inst.rows:
+                    by_rc.setdefault((t.region, c), []).append((n_add + i, float(use)))
+            by_service.setdefault(t.service.name, []).append((n_add + i, t.throughput))
+        for rc in sorted(by_rc):
+            row(by_rc[rc], -_INF, inst.residual[rc])
+        for s in inst.services:
+            row(by_service.get(s, []), inst.target(s), _INF)
+        self._rows = (np.asarray(starts, dtype=np.int32), np.asarray(index, dtype=np.int32),
+                      np.asarray(value, dtype=np.float64), np.asarray(lower), np.asarray(upper))
+
+    def _start_vector(self, inst: RoundInstance, start: Allocation) -> np.ndarray:
+        """The start as a full column vector, as :func:`~atoll.solvers.allocation.model.start_values`
+        gives it: x clipped to its bound (less a grow model's floor), a = max(0, x - r)."""
+        x = np.asarray([min(max(start[key] - inst.floor.get(key, 0), 0), inst.bound[key])
+                        for key in self.keys], dtype=np.float64)
+        a = np.asarray([max(0.0, x[i] - inst.running[self.keys[i]])
+                        for i in range(len(self.keys)) if self._is_added(inst, i)])
+        return np.concatenate([a, x])
+
+    def _is_added(self, inst: RoundInstance, i: int) -> bool:
+        return inst.running[self.keys[i]] > 0 and inst.problem.startup_weight > 0
+
+    def _highs(self, time_limit: float | None, extra: Mapping[str, object]) -> highspy.Highs:
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("mip_rel_gap", self.gap)
+        if time_limit is not None:
+            h.setOptionValue("time_limit", float(time_limit))
+        for key, val in {**HIGHS_OPTIONS, **extra}.items():
+            h.setOptionValue(key, val)
+        n = len(self.costs)
+        h.addCols(n, self.costs, np.zeros(n), self.upper, 0, np.zeros(n, dtype=np.int32),
+                  np.zeros(0, dtype=np.int32), np.zeros(0))
+        ints = np.arange(self.n_added, n, dtype=np.int32)
+        if len(ints):
+            h.changeColsIntegrality(len(ints), ints, np.ones(len(ints), dtype=np.uint8))
+        starts, index, value, lower, upper = self._rows
+        if len(starts):
+            h.addRows(len(starts), lower, upper, len(index), starts, index, value)
+        return h
+
+    # ---- one run and its checks ----
+
+    def _run(self, start: np.ndarray | None, time_limit: float | None, extra: Mapping[str, object]) -> None:
+        h = self._highs(time_limit, extra)
+        if start is not None:
+            status = h.setSolution(len(start), np.arange(len(start), dtype=np.int32), start)
+            if self.start_status is None:
+                self.start_status = status
+        t0 = time.perf_counter()
+        h.run()
+        self.solve_seconds += time.perf_counter() - t0
+        info = h.getInfo()
+        model_status = h.getModelStatus()
+        self.stop = str(model_status).rsplit(".", 1)[-1]
+        self.bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
+        reported = info.objective_function_value
+        self.reported_objective = reported if math.isfinite(reported) else None
+        if model_status == highspy.HighsModelStatus.kOptimal:
+            self.sol_status = pulp.LpSolutionOptimal
+        elif model_status == highspy.HighsModelStatus.kInfeasible:
+            self.sol_status = pulp.LpSolutionInfeasible
+        elif info.primal_solution_status == 2:  # kSolutionStatusFeasible: stopped with an incumbent
+            self.sol_status = pulp.LpSolutionIntegerFeasible
+        else:
+            self.sol_status = pulp.LpSolutionNoSolutionFound
+        self._x = np.asarray(h.getSolution().col_value) if self.has_point else None
+
+    @property
+    def has_point(self) -> bool:
+        return self.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+
+    @property
+    def column_objective(self) -> float | None:
+        return None if self._x is None else float(self.costs @ self._x)
+
+    def _check(self) -> str | None:
+        own = self.column_objective
+        if own is None:
+            return None
+        if self.reported_objective is not None and \
+                abs(own - self.reported_objective) > 1e-6 * max(1.0, abs(own)):
+            return (f"objective {self.reported_objective:.6g} reported for a point whose columns "
+                    f"cost {own:.6g}")
+        if self.sol_status == pulp.LpSolutionOptimal and self.bound is not None \
+                and not within_tolerance(own - self.bound, own, self.gap):
+            return f"'optimal' at {own:.6g} with dual bound {self.bound:.6g} (gap above {self.gap:g})"
+        return None
+
+    @property
+    def proven(self) -> bool:
+        own = self.column_objective
+        if own is None:
+            return False
+        if self.bound is None:
+            return bool(self.sol_status == pulp.LpSolutionOptimal)
+        return within_tolerance(own - self.bound, own, self.gap)
+
+    def values(self) -> dict[str, float | None]:
+        """Instances per template key (beyond a grow model's floor), None without a point."""
+        if self._x is None:
+            return dict.fromkeys(self.keys)
+        x = self._x[self.n_added:]
+        return {key: float(x[i]) for i, key in enumerate(self.keys)}
