@@ -25,7 +25,7 @@ import highspy
 import numpy as np
 import pulp
 
-from atoll.solvers.allocation.highs import HIGHS_OPTIONS
+from atoll.solvers.allocation.highs import HIGHS_OPTIONS, HighsOption
 from atoll.solvers.allocation.reduction import RoundInstance
 from atoll.solvers.problem import Allocation, within_tolerance
 
@@ -58,7 +58,7 @@ class DirectRun:
         self._build(inst)
         self._start = self._start_vector(inst, start) if start is not None else None
         self.model_seconds = time.perf_counter() - t0
-        attempts: list[tuple[np.ndarray | None, dict[str, object]]] = [(self._start, {})]
+        attempts: list[tuple[np.ndarray | None, dict[str, HighsOption]]] = [(self._start, {})]
         if self._start is not None:
             attempts += [(self._start, {"presolve": "off"}), (None, {})]
         for i, (begin, extra) in enumerate(attempts):
@@ -137,7 +137,7 @@ class DirectRun:
     def _is_added(self, inst: RoundInstance, i: int) -> bool:
         return inst.running[self.keys[i]] > 0 and inst.problem.startup_weight > 0
 
-    def _highs(self, time_limit: float | None, extra: Mapping[str, object]) -> highspy.Highs:
+    def _highs(self, time_limit: float | None, extra: Mapping[str, HighsOption]) -> highspy.Highs:
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("mip_rel_gap", self.gap)
@@ -158,7 +158,8 @@ class DirectRun:
 
     # ---- one run and its checks ----
 
-    def _run(self, start: np.ndarray | None, time_limit: float | None, extra: Mapping[str, object]) -> None:
+    def _run(self, start: np.ndarray | None, time_limit: float | None,
+             extra: Mapping[str, HighsOption]) -> None:
         h = self._highs(time_limit, extra)
         if start is not None:
             status = h.setSolution(len(start), np.arange(len(start), dtype=np.int32), start)

@@ -45,7 +45,8 @@ from atoll.solvers.problem import SolveStatus, within_tolerance
 # whole solve: on a 21-column one-row block, a median 0.9 ms a run with one thread against
 # 28-42 ms with the default; the branch-and-bound itself is serial either way, and the
 # simulator's parallelism is its worker processes, one solver each.
-HIGHS_OPTIONS: dict[str, object] = {"mip_heuristic_run_feasibility_jump": False, "threads": 1}
+HighsOption = bool | int | float | str
+HIGHS_OPTIONS: dict[str, HighsOption] = {"mip_heuristic_run_feasibility_jump": False, "threads": 1}
 
 
 def _banner_to_stderr() -> None:
@@ -171,7 +172,7 @@ class SolverRun:
         self.minimize = prob.sense != constants.LpMaximize
         self.solve_seconds = self.model_seconds = 0.0
         if solver == "highs":
-            attempts: list[tuple[Mapping[str, float] | None, dict[str, object]]] = [(start, {})]
+            attempts: list[tuple[Mapping[str, float] | None, dict[str, HighsOption]]] = [(start, {})]
             if start:
                 attempts += [(start, {"presolve": "off"}), (None, {})]
             for i, (begin, extra) in enumerate(attempts):
@@ -199,7 +200,7 @@ class SolverRun:
         return self.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
 
     def _run_highs(self, prob: pulp.LpProblem, start: Mapping[str, float] | None,
-                   time_limit: float | None, gap: float, extra: Mapping[str, object]) -> None:
+                   time_limit: float | None, gap: float, extra: Mapping[str, HighsOption]) -> None:
         backend = WarmHiGHS(start=start, msg=False, timeLimit=time_limit, gapRel=gap,
                             **{**HIGHS_OPTIONS, **extra})
         prob.solve(backend)
