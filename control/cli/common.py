@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atoll.control.cli.output import UserError, console
-from atoll.envs.config import AVAILABILITY_KINDS, PRICE_KINDS, FleetConfig
-from atoll.envs.demand import DemandError
-from atoll.envs.fleet_env import FleetEnv
-from atoll.envs.fleet_file import ActiveFleet, activate, fleet_config
-from atoll.forecast.planning import DEFAULT_FORECASTER
-from atoll.forecast.scaling import with_scale
-from atoll.forecast.workloads import WorkloadError
 from atoll.solvers.errors import AtollError
-from atoll.solvers.scenarios import BUNDLED_SCENARIOS
+
+if TYPE_CHECKING:  # the simulator loads only in the commands that run it
+    from atoll.envs.fleet_env import FleetEnv
+    from atoll.envs.fleet_file import ActiveFleet
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -64,6 +60,8 @@ def activate_fleet(args: argparse.Namespace) -> ActiveFleet | None:
         what = "; ".join(f"{o}: {FLEET_OWNS[o]}" for o in clash)
         raise UserError(f"--fleet {args.fleet} sets {what}; drop {' and '.join(clash)}, or edit the fleet "
                         f"file (a workload's source, scale: or mean_rate:)")
+    from atoll.envs.fleet_file import activate
+
     active = activate(args.fleet)
     args.scenario = active.name
     args.active_fleet = active
@@ -77,6 +75,8 @@ def workloads_used(args: argparse.Namespace) -> str | dict[str, str]:
     if active is not None:
         said = dict(active.scalings)
         return {w.model: f"{w.source} ({said.get(w.model, 'as recorded')})" for w in active.spec.workloads}
+    from atoll.forecast.scaling import with_scale
+
     return with_scale(args.workload, args.scale)
 
 
@@ -114,6 +114,13 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
     """FleetEnv from the shared --scenario/--fleet/--workload/--availability/--prices options.
     With ``--fleet`` the env serves the fleet's own scaled workloads in the fleet file's market
     per pool (:func:`fleet_market`: ``--availability`` overrides it, and says so)."""
+    from atoll.envs.config import FleetConfig
+    from atoll.envs.demand import DemandError
+    from atoll.envs.fleet_env import FleetEnv
+    from atoll.envs.fleet_file import fleet_config
+    from atoll.forecast.scaling import with_scale
+    from atoll.forecast.workloads import WorkloadError
+
     limit = getattr(args, "solver_time_limit", None)
     if limit is not None:
         extra = {"solver_time_limit": limit, **extra}
@@ -144,6 +151,10 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
 
 
 def add_env_options(p: argparse.ArgumentParser) -> None:
+    from atoll.envs.config import AVAILABILITY_KINDS, PRICE_KINDS
+    from atoll.forecast.planning import DEFAULT_FORECASTER
+    from atoll.solvers.scenarios import BUNDLED_SCENARIOS
+
     p.add_argument("--scenario", default="core", action=Given,
                    help=f"solver scenario: {', '.join(BUNDLED_SCENARIOS)}")
     p.add_argument("--workload", default="servegen", action=Given,

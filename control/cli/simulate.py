@@ -16,6 +16,7 @@ from atoll.control.cli.common import (
     workloads_used,
 )
 from atoll.control.cli.output import UserError, output_for, progress, results_table
+from atoll.control.cli.plots import cost_slo_scatter, fleet_tiers, sibling
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
 from atoll.envs.policies import Policy, make_policy
@@ -81,6 +82,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                       f"days {args.days}")
         doc["plot"] = str(written)
         out.note(f"plot written to {written}")
+        where = f"{args.scenario}, {env.config.availability}, days {args.days}"
+        drawn = [e for e in episodes if args.plot_policy is None or e.policy == args.plot_policy]
+        doc["plots"] = {
+            "capacity": str(written),
+            "cost_slo": str(cost_slo_scatter(results, sibling(Path(args.plot), "cost-slo"), where)),
+            "tiers": str(fleet_tiers(drawn, sibling(Path(args.plot), "tiers"), env.config.step_s, where)),
+        }
+        out.note(f"cost vs SLO scatter written to {doc['plots']['cost_slo']}; nodes by tier with "
+                 f"preemptions to {doc['plots']['tiers']}")
     out.json(doc)
     return 130 if partial else 0
 
@@ -95,7 +105,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "several comma-separated")
     p.add_argument("--plot-policy", default=None, help="draw only this policy (default: one panel each)")
     p.add_argument("--seed", type=int, default=0, help="seed of availability offsets and preemptions")
-    p.add_argument("--plot", default=None, metavar="FILE.png", help="draw demand vs capacity and cost")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="draw demand vs capacity and cost; beside it FILE-cost-slo.png (each policy's cost "
+                        "vs SLO attainment) and FILE-tiers.png (nodes by price tier, preemptions marked)")
     p.add_argument("--allow-unservable", action="store_true",
                    help="simulate even when a model has no serving template (it is served by nothing)")
     p.set_defaults(handler=cmd_simulate)

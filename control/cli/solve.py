@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
-from atoll.control.cli.common import Given, activate_fleet, add_fleet_option, add_json, fleet_market
+from atoll.control.cli.common import (
+    Given,
+    activate_fleet,
+    add_fleet_option,
+    add_json,
+    check_image_path,
+    fleet_market,
+)
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
 from atoll.solvers.catalog import load_catalog
@@ -170,6 +178,10 @@ def _print_ladder(out: Output, doc: dict[str, Any]) -> None:
 
 def cmd_solve(args: argparse.Namespace) -> int:
     out = output_for(args)
+    if args.plot:
+        if not args.decompose:
+            raise UserError("--plot draws the ladder of --decompose; add --decompose or drop --plot")
+        check_image_path(Path(args.plot), "--plot")
     active = activate_fleet(args)
     if not args.scenario:
         raise UserError(f"give --scenario ({', '.join(BUNDLED_SCENARIOS)}) or --fleet FILE")
@@ -197,6 +209,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.decompose:
         doc = decompose(problem, hypothetical=args.what_if_2gpu, **context)
         _print_ladder(out, doc)
+        if args.plot:
+            from atoll.control.cli.plots import ladder_bars
+
+            doc["plot"] = str(ladder_bars(doc, Path(args.plot)))
+            out.note(f"$/h per rung drawn to {doc['plot']}")
         out.json(doc)
         return 0 if doc["all_ilp_rungs_optimal"] else 1
     if args.what_if_2gpu:
@@ -234,6 +251,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gap", type=float, default=1e-4, help="relative optimality gap (default 1e-4)")
     p.add_argument("--decompose", action="store_true",
                    help="the ladder of baselines (homo-node ... joint) and each rung over the next")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="with --decompose: a bar chart of $/h per rung")
     p.add_argument("--what-if-2gpu", action="store_true",
                    help="HYPOTHETICAL catalog: add 2-GPU AWS nodes at 2x the 1-GPU price (paper comparison)")
     p.add_argument("--slices", action="store_true",

@@ -111,3 +111,32 @@ def test_solve_prints_a_bill_at_the_pools_tier(tmp_path: Path, capsys: pytest.Ca
     code, doc, _ = _run(capsys, "solve", "--fleet", fleet, "--availability", "ample")
     assert code == 0 and {b["tier"] for b in doc["bill"]} == {"on-demand"}
     assert doc["cost_per_hour"] == pytest.approx(sum(b["nodes"] for b in doc["bill"]) * ON_DEMAND)
+
+
+def test_simulate_plots_cost_vs_slo_and_nodes_by_tier_with_preemptions(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import matplotlib
+
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text, so the picture can be read back
+    fleet = str(spot_fleet(tmp_path, market="hedged", ondemand_quota={"lab:rack-1/1xL4": 1}))
+    code, doc, _ = _run(capsys, "simulate", "--fleet", fleet, "--days", "4-5", "--policy", "fixed:1,never",
+                        "--plot", str(tmp_path / "run.svg"))
+    assert code == 0 and set(doc["plots"]) == {"capacity", "cost_slo", "tiers"}
+    scatter = Path(doc["plots"]["cost_slo"]).read_text()
+    assert "fixed:1" in scatter and "never" in scatter and "SLO attainment" in scatter
+    tiers = Path(doc["plots"]["tiers"]).read_text()
+    lost = int(sum(p["extra"]["preemptions"] for p in doc["policies"].values() if p["extra"]["preemptions"]))
+    assert "spot nodes" in tiers and "on-demand nodes" in tiers and lost > 0 and "preemption (" in tiers
+
+
+def test_solve_decompose_draws_the_ladder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import matplotlib
+
+    matplotlib.rcParams["svg.fonttype"] = "none"
+    fleet = str(spot_fleet(tmp_path))
+    code, doc, _ = _run(capsys, "solve", "--fleet", fleet, "--plot", str(tmp_path / "l.svg"))
+    assert code == 2 and "--plot draws the ladder of --decompose" in doc["error"]["message"]
+    main(["solve", "--fleet", fleet, "--decompose", "--plot", str(tmp_path / "l.svg"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    picture = Path(doc["plot"]).read_text()
+    assert all(r["rung"] in picture for r in doc["rungs"]) and "$/h per rung" in picture
