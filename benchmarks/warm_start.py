@@ -4,9 +4,10 @@ the env's planner recorded, as one JSON document on stdout (progress on stderr).
 Three runs per scenario, same seed and day (``fixed:1``, spot availability):
 
 - ``checked``: the solver as shipped — each HiGHS answer checked against its own columns and
-  dual bound, re-solved with presolve off, then cold, when a check fails;
-- ``unchecked``: one HiGHS run per stage, its status taken as it comes (how the solver ran
-  before the checks): how many of its ``optimal`` labels had a gap above 1e-3, and what the day
+  dual bound, re-solved with presolve off, then cold, when a check fails (cost rounds built as
+  arrays, :mod:`atoll.solvers.allocation.direct`);
+- ``unchecked``: one HiGHS run per stage through PuLP, its status taken as it comes (the solver
+  without its checks): how many of its ``optimal`` labels had a gap above 1e-3, and what the day
   cost with those plans;
 - ``presolve_off``: every solve with presolve off from the start (the alternative to the
   checks): its solver seconds, for the price of that alternative on large libraries.
@@ -30,6 +31,7 @@ from typing import Any
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import atoll.envs.planner as planner  # noqa: E402
+import atoll.solvers.allocation.direct as direct  # noqa: E402
 import atoll.solvers.allocation.highs as highs  # noqa: E402
 import atoll.solvers.allocation.solve as solve  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
@@ -82,10 +84,11 @@ class _Recorder:
 
 def _day(scenario: str, day: int, variant: str) -> dict[str, Any]:
     saved = (solve.SolverRun, solve.status_of, planner.solve_allocation, dict(highs.HIGHS_OPTIONS),
-             AllocationResult.from_allocation)
+             AllocationResult.from_allocation, direct.supports)
     recorder = _Recorder()
     planner.solve_allocation = recorder
     if variant == "unchecked":
+        direct.supports = lambda *args: False  # every round through the unchecked PuLP run
         solve.SolverRun = _Unchecked
 
         def trusting(run: highs.SolverRun) -> SolveStatus:
@@ -115,6 +118,7 @@ def _day(scenario: str, day: int, variant: str) -> dict[str, Any]:
         highs.HIGHS_OPTIONS.clear()
         highs.HIGHS_OPTIONS.update(saved[3])
         AllocationResult.from_allocation = saved[4]  # type: ignore[method-assign]
+        direct.supports = saved[5]
     res = recorder.results
     optimal = [r for r in res if r.status is SolveStatus.OPTIMAL]
     gaps = [r.gap for r in optimal if not math.isnan(r.gap)]
