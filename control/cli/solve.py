@@ -206,6 +206,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                "availability_means": AVAILABILITY_MEANS[args.availability],
                **({"market": active.spec.market_summary} if active is not None else {}), "mix": args.mix,
                "mode": problem.mode, **({"slices": True} if sliced else {})}
+    out.note(f"availability {args.availability}: {AVAILABILITY_MEANS[args.availability]}")
     if args.decompose:
         doc = decompose(problem, hypothetical=args.what_if_2gpu, **context)
         _print_ladder(out, doc)

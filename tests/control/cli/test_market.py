@@ -140,3 +140,22 @@ def test_solve_decompose_draws_the_ladder(tmp_path: Path, capsys: pytest.Capture
     doc = json.loads(capsys.readouterr().out)
     picture = Path(doc["plot"]).read_text()
     assert all(r["rung"] in picture for r in doc["rungs"]) and "$/h per rung" in picture
+
+
+def test_overrides_say_what_they_did_and_name_the_fix(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = str(spot_fleet(tmp_path, market="on-demand", traces={}, static={"lab:rack-1/1xL4": 4}))
+    code, doc, err = _run(capsys, "solve", "--fleet", fleet, "--availability", "scarce")
+    assert code == 0 and doc["availability"] == "scarce"
+    assert "capped at (1 + headroom)" in doc["availability_means"]
+    assert "--availability scarce overrides the fleet file's market (on-demand)" in err
+    assert "availability scarce: every pool on-demand, capped" in err
+    # spot or hedged on a region of the user's own without a trace: the error says what to give
+    for command in ("solve", "simulate"):
+        code, doc, _ = _run(capsys, command, "--fleet", fleet, "--availability", "hedged",
+                            *(["--days", "4"] if command == "simulate" else []))
+        if command == "solve":  # a static plan needs no trace: both tiers at the pool's cap
+            assert code == 0 and {b["tier"] for b in doc["bill"]} <= {"spot", "on-demand"}
+        else:
+            assert code == 2 and "lab:rack-1/1xL4 have no availability trace" in doc["error"]["message"]
+            assert "availability.traces" in doc["error"]["message"]
