@@ -14,6 +14,7 @@ light commands never load torch, MLflow, Ray or the simulator.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -83,14 +84,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     json_mode = "--json" in argv
     name = _command(argv)
+    guard: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if json_mode:
         from atoll.control.cli.output import native_stdout_to_stderr
 
         guard = native_stdout_to_stderr()
-    else:
-        import contextlib
-
-        guard = contextlib.nullcontext()
     with guard:
         try:
             args = build_parser(name if name in COMMANDS else None).parse_args(argv)
