@@ -148,6 +148,14 @@ class FleetConfig:
         if self.availability not in AVAILABILITY_KINDS:
             raise InputError(f"{owner}: field 'availability' must be one of {', '.join(AVAILABILITY_KINDS)}, "
                              f"got {self.availability!r}")
+        if self.availability == "market":
+            from atoll.solvers.scenarios import SCENARIOS
+
+            spec = SCENARIOS[self.scenario] if self.scenario in SCENARIOS else None
+            if spec is not None and not spec.markets:
+                raise InputError(f"{owner}: field 'availability' 'market' is a fleet file's own market per "
+                                 f"pool and scenario {self.scenario!r} has none; use one of ample, scarce, "
+                                 f"spot, hedged")
         if self.availability == "market" and self.prices is not None:
             raise InputError(f"{owner}: field 'prices' must be None with availability 'market' (each pool "
                              f"bills at its market's tier), got {self.prices!r}")

@@ -169,3 +169,11 @@ def test_the_fleets_scaling_is_logged_and_given_once(fleet_file: Path,
     mc = dict(active.model_checks)["Acme-8B"]
     span = active.series[1].requests_per_s[mc.first_step: mc.last_step + 1]
     assert np.mean(span) == pytest.approx(3.0)
+
+
+def test_the_market_availability_belongs_to_fleet_files() -> None:
+    from atoll.envs.config import FleetConfig
+    from atoll.solvers.errors import InputError
+
+    with pytest.raises(InputError, match="'market' is a fleet file's own market per pool"):
+        FleetConfig(scenario="core", availability="market")
