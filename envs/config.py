@@ -66,7 +66,8 @@ class FleetConfig:
     ``availability="market"`` (a fleet file's scenario only): each pool in the market its file
     says, billed at that tier (prices then follow the pools and ``prices`` must be None); a fleet
     file's scenario under ``spot`` or ``hedged`` puts every pool in that market, its own traces
-    kept (:func:`atoll.envs.availability.market_availability`).
+    and on-demand quotas kept (``ondemand_quota`` applies to the bundled scenarios only;
+    :func:`atoll.envs.availability.market_availability`).
     ``action``: ``reopt`` (``atoll/Fleet-v1``: per model hold, grow or full at one of the planning
     levels — ``planning_quantile`` then ``action_levels``, see :mod:`atoll.envs.actions`) or
     ``binary`` (``atoll/Fleet-v0``: MultiBinary, re-plan fully at ``planning_quantile``).
