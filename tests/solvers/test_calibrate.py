@@ -104,3 +104,18 @@ def test_the_package_table_is_written_only_on_purpose(tmp_path: Path,
     with pytest.raises(InputError, match="--write-package-table"):
         write_factors({"factors": PerfFactors().to_json()}, paths.PERF_FACTORS_PATH)
     assert _package_state() == before
+
+
+def test_the_maintainer_command_writes_the_package_table_only_when_asked(
+        shared_data: Path, report: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from atoll.solvers import calibrate as cal
+
+    table = tmp_path / "package" / "perf_factors.json"  # stands in for the installed package's file
+    monkeypatch.setattr(cal, "PERF_FACTORS_PATH", table)
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path / "cache"))
+    assert cal.main(["--data", str(shared_data), "--write-package-table"]) == 0
+    assert json.loads(capsys.readouterr().out)["factors"] == json.loads(table.read_text())["factors"]
+    # the same bytes a user's calibration of the same data gets
+    assert table.read_bytes() == write_factors(report, tmp_path / "user.json").read_bytes()
+    assert not (tmp_path / "cache").exists()  # the maintainer command writes no user calibration
