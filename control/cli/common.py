@@ -12,6 +12,7 @@ from atoll.solvers.errors import AtollError
 if TYPE_CHECKING:  # the simulator loads only in the commands that run it
     from atoll.envs.fleet_env import FleetEnv
     from atoll.envs.fleet_file import ActiveFleet
+    from atoll.solvers.problem import Risk
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -124,6 +125,9 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
     limit = getattr(args, "solver_time_limit", None)
     if limit is not None:
         extra = {"solver_time_limit": limit, **extra}
+    risk = getattr(args, "risk", None)
+    if risk is not None and "risk" not in extra:
+        extra = {"risk": parse_risk(risk), **extra}
     # the closed loop (issue 23): a world off the model, the planner's correction, the SLO's model
     for name in ("capacity_error", "correction", "slo_model"):
         value = getattr(args, name, None)
@@ -187,7 +191,26 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--solver-time-limit", type=float, default=None, metavar="SECONDS",
                    help="time limit of each re-optimization's solve (default 20 s); a solve that hits it "
                         "keeps its best plan found (counted as time_limited_solves) or holds the fleet")
+    add_risk_option(p)
     add_json(p)
+
+
+def add_risk_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--risk", default=None, metavar="SPEC",
+                   help="the risk every re-plan takes for every model: h<headroom> (plan at that "
+                        "utilization), s<spread> (largest share of demand one spot pool may carry), "
+                        "f<floor> (share of demand on-demand capacity covers), e.g. h0.85,s0.5,f0.3; "
+                        "default: none (the cheapest plan)")
+
+
+def parse_risk(text: str) -> Risk:
+    """``--risk`` as a :class:`~atoll.solvers.problem.Risk`, or a user error naming the option."""
+    from atoll.solvers.problem import Risk
+
+    try:
+        return Risk.parse(text)
+    except ValueError as exc:
+        raise UserError(f"--risk {text}: {exc}") from exc
 
 
 def check_image_path(path: Path, option: str) -> None:

@@ -15,8 +15,10 @@ from atoll.control.cli.common import (
     activate_fleet,
     add_fleet_option,
     add_json,
+    add_risk_option,
     check_image_path,
     fleet_market,
+    parse_risk,
 )
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
@@ -200,12 +202,21 @@ def cmd_solve(args: argparse.Namespace) -> int:
                                     slices=True if args.slices else None)  # None: the fleet's own
     except (KeyError, ValueError, FileNotFoundError) as exc:
         raise as_user_error(exc) from exc
+    risk = parse_risk(args.risk) if args.risk is not None else None
+    if risk is not None and not risk.neutral:
+        if args.decompose or args.method != "ilp":
+            raise UserError(f"--risk {args.risk} applies to the ILP's one plan; the ladder (--decompose) "
+                            f"and the baselines (--method {args.method}) compare plain plans: drop --risk, "
+                            f"or solve with --method ilp")
+        models = dict.fromkeys(t.service.model for t in problem.templates)
+        problem = problem.with_changes(risk=dict.fromkeys(models, risk))
     sliced = args.slices or SCENARIOS[args.scenario].slices
     context = {"scenario": args.scenario, "fleet": args.fleet, "runtime": args.runtime or
                SCENARIOS[args.scenario].runtime, "availability": args.availability,
                "availability_means": AVAILABILITY_MEANS[args.availability],
                **({"market": active.spec.market_summary} if active is not None else {}), "mix": args.mix,
-               "mode": problem.mode, **({"slices": True} if sliced else {})}
+               "mode": problem.mode, **({"slices": True} if sliced else {}),
+               **({"risk": risk.label()} if risk is not None else {})}
     out.note(f"availability {args.availability}: {AVAILABILITY_MEANS[args.availability]}")
     if args.decompose:
         doc = decompose(problem, hypothetical=args.what_if_2gpu, **context)
@@ -259,5 +270,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slices", action="store_true",
                    help="with --runtime vllm: stages may use g of a node's G GPUs (several vLLM pods per "
                         "node, TP x PP inside a node); the plan buys whole nodes and shows the packing")
+    add_risk_option(p)
     add_json(p)
     p.set_defaults(handler=cmd_solve)
