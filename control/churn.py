@@ -38,7 +38,8 @@ def record(log: Sequence[Change], now_s: float, added: int, removed: int) -> tup
     return tuple(kept)
 
 
-def figure(log: Sequence[Change], now_s: float, fleet_size: int, window_s: float = WINDOW_S) -> dict[str, Any]:
+def figure(log: Sequence[Change], now_s: float, fleet_size: int,
+           window_s: float = WINDOW_S) -> dict[str, Any]:
     """The last ``window_s`` seconds' churn: instances added and removed, the running plan's
     size, and (added + removed) per hour / size (None for an empty fleet)."""
     recent = [c for c in log if now_s - window_s < c[0] <= now_s + 1e-9]

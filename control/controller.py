@@ -430,9 +430,8 @@ class Controller:
         state = self.state
         fresh = [m for m in self.fleet.models if m in rates.models and rates.models[m].ok]
         last_tick = state.last_tick_s
-        elapsed = now - last_tick if last_tick is not None and now > last_tick else 0.0
-        ready = self.fleet.model.instances_ready(
-            self.fleet_state(last_tick if elapsed else now, deployed=True), elapsed)
+        since = last_tick if last_tick is not None and now > last_tick else now
+        ready = self.fleet.model.instances_ready(self.fleet_state(since, deployed=True), now - since)
         # a saturated phase is planned from its estimated arrivals, not from what it served
         demand = self.arrivals.demand(rates, fresh, ready, self.settings.time_scale)
         for m in fresh:
