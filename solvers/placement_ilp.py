@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import pulp
 
+from atoll.solvers.allocation.highs import WarmHiGHS
 from atoll.solvers.perf import PerfFactors, RequestShape
 from atoll.solvers.placement import DEFAULT_SHAPE, Placement, ProfileTable, profile_table, to_stages
 from atoll.solvers.types import ModelSpec, NodeConfig, Phase, Stage
@@ -30,7 +31,7 @@ SOLVERS = ("highs", "cbc")
 def _solver(name: str, time_limit: float | None) -> pulp.LpSolver:
     # A zero relative gap: the oracle must prove optimality, not stop within 0.01 %.
     if name == "highs":
-        return pulp.HiGHS(msg=False, gapRel=0.0, timeLimit=time_limit)
+        return WarmHiGHS(msg=False, gapRel=0.0, timeLimit=time_limit)  # the process's HiGHS options
     if name == "cbc":
         return pulp.PULP_CBC_CMD(msg=False, gapRel=0.0, timeLimit=time_limit)
     raise ValueError(f"solver {name!r} is not supported; valid solvers: {', '.join(SOLVERS)}")

@@ -73,10 +73,13 @@ _banner_to_stderr()
 
 
 class WarmHiGHS(pulp.HiGHS):
-    """HiGHS through highspy with an optional MIP start (variable name -> value)."""
+    """HiGHS through highspy with an optional MIP start (variable name -> value), always with
+    :data:`HIGHS_OPTIONS` under the caller's options. Why always: HiGHS's thread pool is one per
+    process, sized by the first run; a later run asking another size fails before it starts
+    (status ``kNotset``), so every HiGHS of the process must ask the same."""
 
     def __init__(self, *, start: Mapping[str, float] | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**{**HIGHS_OPTIONS, **kwargs})
         self.start = dict(start) if start else None
         self.start_status: highspy.HighsStatus | None = None
         self.model_seconds = 0.0
