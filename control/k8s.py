@@ -67,6 +67,23 @@ _DNS = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """YAML without anchors and aliases: an object the renderer shares between two places
+    (a label map, a port list) is written out twice, as kubectl and every reader expect."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(doc: Any) -> str:
+    """One manifest as plain YAML (keys in their given order, no anchors)."""
+    return yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False)
+
+
+def dump_yaml_all(docs: Iterable[Any]) -> str:
+    return yaml.dump_all(docs, Dumper=_PlainDumper, sort_keys=False)
+
+
 def _get(doc: Any, path: str) -> Any:
     cur = doc
     for part in path.split("."):
@@ -239,13 +256,13 @@ class K8sManifestSink:
             if name in texts:
                 raise SinkError(f"{self.name}: two objects render to {name}; plan {record.sequence} "
                                 f"not written")
-            text = yaml.safe_dump(doc, sort_keys=False)
+            text = dump_yaml(doc)
             validate_object(yaml.safe_load(text), name)
             if self.options.kube_version:
                 check_api(yaml.safe_load(text), self.options.kube_version, f"{self.name}: {name}")
             texts[name] = text
         files = sorted(texts)
-        texts["kustomization.yaml"] = yaml.safe_dump({"apiVersion": "kustomize.config.k8s.io/v1beta1",
+        texts["kustomization.yaml"] = dump_yaml({"apiVersion": "kustomize.config.k8s.io/v1beta1",
                                                       "kind": "Kustomization", "resources": files})
         d, owner = self.directory, record.owner
         try:

@@ -36,12 +36,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from atoll.control.k8s import K8sApplySink, K8sManifestSink, K8sOptions
+from atoll.control.k8s import K8sApplySink, K8sManifestSink, K8sOptions, dump_yaml_all
 from atoll.control.k8s_scale import DESIRED, NODES, SEQUENCE, desired_rows, pool_rows, scaled_objects
 from atoll.control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
 
@@ -212,7 +211,7 @@ class MetricsSink:
             record = self.record
         if record is None:
             return ""
-        return yaml.safe_dump_all(scaled_objects(record, self.options, self.prometheus_url), sort_keys=False)
+        return dump_yaml_all(scaled_objects(record, self.options, self.prometheus_url))
 
     def write(self, record: PlanRecord) -> SinkResult:
         with self.lock:
@@ -355,7 +354,7 @@ class DryRunSink:
             return "dry run: no plan to deliver"
         docs = [m for d in self.rendered for m in d.get("manifests", [])] or \
             [d["plan"] for d in self.rendered]
-        return yaml.safe_dump_all(docs, sort_keys=False)
+        return dump_yaml_all(docs)
 
 
 def make_sink(spec: str, *, apply: bool = False, image: str | None = None,
