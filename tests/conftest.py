@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,13 @@ def _isolated_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # atoll.training.tracking.configure() calls mlflow.set_tracking_uri, a process global that
     # outranks the variable: clear it for each test, and restore the cleared value afterwards.
     monkeypatch.setattr("mlflow.tracking._tracking_service.utils._tracking_uri", None)
+
+
+@pytest.fixture(autouse=True)
+def _shipped_registries() -> Iterator[None]:
+    """Activating a fleet overlays its catalog, models and scenario on this process: each test
+    gets back what it found, so no test's fleet leaks into a later test's solves."""
+    from metamorphic_targets import restored_registries
+
+    with restored_registries():
+        yield
