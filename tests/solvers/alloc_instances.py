@@ -67,3 +67,18 @@ def brute_force(problem: AllocationProblem) -> tuple[float, float] | None:
         if best is None or score < (-round(best[0], 9), best[1]):
             best = (ev.goodput_fraction, ev.objective)
     return best
+
+
+def with_spot_tier(base: AllocationProblem, rng: random.Random, *, discount: tuple[float, float] = (0.3, 0.7),
+                   pool_max: int = 2) -> AllocationProblem:
+    """``base`` with each template also in its region's spot tier, at a seeded discount and with a
+    seeded spot pool (0..pool_max nodes) per (region, config); gap 0 for brute-force checks."""
+    from atoll.solvers.tiers import spot_twins, tiered_region
+
+    prices = dict(base.prices)
+    avail = dict(base.availability or {})
+    for (r, c), p in base.prices.items():
+        prices[(tiered_region(r, "spot"), c)] = round(p * rng.uniform(*discount), 3)
+        avail[(tiered_region(r, "spot"), c)] = rng.randint(0, pool_max)
+    return AllocationProblem(base.templates + spot_twins(base.templates), base.demand, avail, prices,
+                             gap=0.0)

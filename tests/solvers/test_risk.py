@@ -7,25 +7,17 @@ from __future__ import annotations
 import random
 
 import pytest
-from alloc_instances import brute_force, random_problem
+from alloc_instances import brute_force, random_problem, with_spot_tier
 
 from atoll.solvers.allocation import evaluate_plan, solve_allocation
 from atoll.solvers.problem import Allocation, AllocationProblem, Risk, SolveStatus
-from atoll.solvers.tiers import spot_twins, tiered_region
 from atoll.solvers.types import Phase, Service, Stage, Template
 
 
 def _market(seed: int, *, regions: tuple[str, ...] = ("r1", "r2")) -> AllocationProblem:
     """Templates in two regions, each also in its region's spot tier (cheaper), small pools."""
-    rng = random.Random(seed)
     base = random_problem(seed, n_models=1, regions=regions, max_templates=4, avail_max=2, demand_max=12)
-    spot = spot_twins(base.templates)
-    prices = dict(base.prices)
-    avail = dict(base.availability or {})
-    for (r, c), p in base.prices.items():
-        prices[(tiered_region(r, "spot"), c)] = round(p * rng.uniform(0.3, 0.6), 3)
-        avail[(tiered_region(r, "spot"), c)] = rng.randint(0, 2)
-    return AllocationProblem(base.templates + spot, base.demand, avail, prices, gap=0.0)
+    return with_spot_tier(base, random.Random(seed), discount=(0.3, 0.6))
 
 
 RISKS = [Risk(spread=0.5), Risk(spread=0.7), Risk(ondemand_floor=0.3), Risk(headroom=0.8),

@@ -11,7 +11,7 @@ import random
 
 import pulp
 import pytest
-from alloc_instances import brute_force, random_problem
+from alloc_instances import brute_force, random_problem, with_spot_tier
 from test_slices import _brute_cost, _synthetic
 
 from atoll.solvers.allocation import evaluate_plan, solve_allocation
@@ -23,7 +23,6 @@ from atoll.solvers.problem import (
     SolveStatus,
     within_tolerance,
 )
-from atoll.solvers.tiers import spot_twins, tiered_region
 from atoll.solvers.types import Phase, Service, Stage, Template
 
 # One prefill block of Qwen3-32B on aws:us-east-2 (L4/A10G/L40S/H100, vllm runtime, Azure
@@ -215,13 +214,8 @@ def test_tiered_warm_start_reaches_the_cold_optimum() -> None:
     for seed in range(8):
         rng = random.Random(350 + seed)
         base = random_problem(350 + seed, n_models=2, max_templates=5, avail_max=2)
-        spot = spot_twins(base.templates)
-        prices = dict(base.prices)
-        avail = dict(base.availability or {})
-        for (r, c), p in base.prices.items():
-            prices[(tiered_region(r, "spot"), c)] = round(p * rng.uniform(0.3, 0.7), 3)
-            avail[(tiered_region(r, "spot"), c)] = rng.randint(0, 2)
-        problem = AllocationProblem(base.templates + spot, base.demand, avail, prices, gap=0.0)
+        problem = with_spot_tier(base, rng)
+        spot = problem.templates[len(base.templates):]
         cold = solve_allocation(problem)
         if cold.allocation is None:
             continue
