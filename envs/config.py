@@ -85,7 +85,9 @@ class FleetConfig:
     the forecast error, and it cuts the worst solve times of the extended scenario severalfold.
     ``risk``: the :class:`~atoll.solvers.problem.Risk` every re-plan takes for every model
     (headroom, spread over spot pools, on-demand floor; rows of the same exact ILP); neutral by
-    default, which is the plain ILP.
+    default, which is the plain ILP. ``removal_weight`` R: each running instance a re-plan removes
+    costs R x its $/h in the re-plan's objective (the ILP's price of churn, beside the start-up
+    weight for additions); 0 by default.
     """
 
     scenario: str = "core"
@@ -121,9 +123,14 @@ class FleetConfig:
     slo_model: str = "fluid"
     observation: str = "v1"
     risk: Risk = Risk()
+    removal_weight: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "FleetConfig"
+        if not (isinstance(self.removal_weight, int | float) and math.isfinite(self.removal_weight)
+                and self.removal_weight >= 0):
+            raise InputError(f"{owner}: field 'removal_weight' must be finite and >= 0, "
+                             f"got {self.removal_weight!r}")
         if not isinstance(self.risk, Risk):
             raise InputError(f"{owner}: field 'risk' must be a Risk (e.g. Risk.parse('h0.85,s0.5')), "
                              f"got {self.risk!r}")

@@ -69,7 +69,7 @@ def shared_replanner(base: AllocationProblem, prices: Mapping[Cell, float], conf
                      ) -> Replanner:
     """One re-planner per content (templates, prices, start-up weight, settings) per process."""
     key = (base.templates, tuple(sorted(prices.items())), base.startup_weight, config.demand_round,
-           config.memoize, config.solver_time_limit, config.solver_gap, config.risk)
+           config.memoize, config.solver_time_limit, config.solver_gap, config.risk, config.removal_weight)
     hit = _REPLANNERS.get(key)
     if hit is None:
         hit = Replanner(base, demand_round=config.demand_round, memoize=config.memoize)
@@ -108,7 +108,7 @@ class FleetModel:
             dict.fromkeys(t.service.model for t in templates), config.risk)
         self.base = AllocationProblem(tuple(templates), {}, None, prices, startup_weight=k,
                                       time_limit=config.solver_time_limit, gap=config.solver_gap,
-                                      risk=risk)
+                                      risk=risk, removal_weight=config.removal_weight)
         self.replanner = shared_replanner(self.base, prices, config)
         self.templates: dict[str, Template] = dict(self.base.index.by_key)
         self.gpu_types: tuple[str, ...] = tuple(dict.fromkeys(gpu_type_of(cfg) for _, cfg in prices))
@@ -363,7 +363,7 @@ class FleetModel:
             base = AllocationProblem(templates, {}, None, self.prices,
                                      startup_weight=self.base.startup_weight,
                                      time_limit=self.base.time_limit, gap=self.base.gap,
-                                     risk=self.base.risk)
+                                     risk=self.base.risk, removal_weight=self.base.removal_weight)
             hit = Replanner(base, demand_round=self.config.demand_round, memoize=self.config.memoize)
             self._corrected[rounded] = hit
             while len(self._corrected) > _CORRECTED_MAX:

@@ -322,9 +322,12 @@ class AllocationProblem:
     nodes that can be held; a pair missing from the mapping has none; ``None`` = unlimited.
     prices: (region, config) -> $/node-hour, for every pair a template uses. running: the plan
     in place (start-up penalty and fixed models refer to it). startup_weight K = start-up time /
-    re-plan interval. reoptimize: model names to re-solve, the others held at their running
-    counts (``None`` = all). grow: re-optimized models whose running instances stay (each
-    template's count may only rise above its running count: a ``grow`` re-optimization).
+    re-plan interval. removal_weight R: each running instance a re-plan removes costs R x its $/h
+    (what a removal costs a cluster: caches dropped, requests drained; the churn's price), so
+    objective = $/h + K x added $/h + R x removed $/h. reoptimize: model names to re-solve, the
+    others held at their running counts (``None`` = all). grow: re-optimized models whose running
+    instances stay (each template's count may only rise above its running count: a ``grow``
+    re-optimization).
     gap: relative optimality gap at which the solver may stop.
     one_gpu_type_per_model / one_config_per_model: every template a model uses (both services)
     has nodes of one GPU type / one node config, the same for all of them, chosen by the ILP
@@ -338,6 +341,7 @@ class AllocationProblem:
     running: Allocation | None = None
     startup_weight: float = 0.0
     reoptimize: frozenset[str] | None = None
+    removal_weight: float = 0.0
     mode: str = "cost"
     grow: frozenset[str] = frozenset()
     time_limit: float | None = None
@@ -391,6 +395,9 @@ class AllocationProblem:
         k = self.startup_weight
         if not (_is_number(k) and math.isfinite(k) and k >= 0):
             raise ValueError(f"{owner}: field 'startup_weight' must be finite and >= 0, got {k!r}")
+        rw = self.removal_weight
+        if not (_is_number(rw) and math.isfinite(rw) and rw >= 0):
+            raise ValueError(f"{owner}: field 'removal_weight' must be finite and >= 0, got {rw!r}")
         if self.reoptimize is not None:
             reopt = frozenset(self.reoptimize)
             known = self.models
@@ -493,6 +500,13 @@ class AllocationProblem:
                 use[(t.region, c)] += k * n
         return dict(use)
 
+    def removed_cost(self, allocation: Allocation | Mapping[str, int]) -> float:
+        """$/h of the running instances ``allocation`` removes (the removal weight's base)."""
+        if self.running is None:
+            return 0.0
+        counts = allocation.as_dict() if isinstance(allocation, Allocation) else allocation
+        return sum(max(0, n - counts.get(k, 0)) * self.template_cost(k) for k, n in self.running.counts)
+
     def idle_cost(self, allocation: Allocation | Mapping[str, int]) -> float:
         """$/h of the GPUs left idle on nodes bought for slices: each sliced (region, config)
         buys ceil(its use) nodes (exact: power-of-two slices pack by first-fit decreasing,
@@ -574,7 +588,8 @@ class AllocationResult:
             t = problem.template(key)
             capacity[t.service.name] += n * t.throughput
         cost += problem.idle_cost(allocation)  # whole nodes bought for slices
-        objective = cost + problem.startup_weight * startup
+        objective = cost + problem.startup_weight * startup + problem.removal_weight * problem.removed_cost(
+            allocation)
         served, shares, goodput = served_shares(problem.demand, capacity, problem.models)
         if bound is not None:
             gap = max(0.0, objective - bound) / max(abs(objective), 1e-9)

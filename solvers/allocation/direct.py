@@ -7,7 +7,7 @@ several times what HiGHS spends solving them. This builder writes the same model
 same order (PuLP orders them by name: every ``added`` column, then every ``inst`` column), the
 same rows in the same order (start-up rows, availability rows by (region, config), demand rows),
 the same costs and bounds — so HiGHS sees the identical model and returns the identical plan. It
-covers whole-node libraries without the one-type rule or risk rows; every other round goes
+covers whole-node libraries without the one-type rule, risk rows or a removal price; every other round goes
 through PuLP (:mod:`~atoll.solvers.allocation.model`), which stays the readable statement of the
 ILP and the oracle this builder is tested against.
 
@@ -36,7 +36,7 @@ def supports(inst: RoundInstance, stage: str, solver: str) -> bool:
     """Whether this builder states the round's model exactly (else PuLP builds it)."""
     p = inst.problem
     return (stage == "cost" and solver == "highs" and p.per_model_rule is None and not p.risk
-            and not p.index.sliced_rcs)
+            and not p.index.sliced_rcs and p.removal_weight == 0)
 
 
 class DirectRun:

@@ -28,7 +28,8 @@ _TOL = 1e-6
 
 @dataclass(frozen=True)
 class PlanEvaluation:
-    """feasible = no violations; objective = cost_per_hour + K x startup_cost_per_hour."""
+    """feasible = no violations; objective = cost_per_hour + K x startup_cost_per_hour + R x the $/h
+    of the running instances the plan removes."""
 
     feasible: bool
     violations: tuple[str, ...]
@@ -167,7 +168,9 @@ def evaluate_plan(problem: AllocationProblem,
                 violations.append(f"{m}: uses node configs {sorted(configs)}, one allowed")
     return PlanEvaluation(
         feasible=not violations, violations=tuple(violations), cost_per_hour=cost,
-        startup_cost_per_hour=startup, objective=cost + problem.startup_weight * startup,
+        startup_cost_per_hour=startup,
+        objective=cost + problem.startup_weight * startup + problem.removal_weight * problem.removed_cost(
+            {k: int(round(v)) for k, v in counts.items() if isinstance(v, int | float) and math.isfinite(v)}),
         node_usage=dict(usage), capacity=dict(capacity), served=served, served_share=shares,
         goodput_fraction=goodput,
     )

@@ -65,6 +65,7 @@ class Model:
     prob: pulp.LpProblem
     count: dict[str, pulp.LpVariable]  # template key -> instances x_t
     added: dict[str, pulp.LpVariable] = field(default_factory=dict)  # template key -> a_t
+    removed: dict[str, pulp.LpVariable] = field(default_factory=dict)  # template key -> e_t
     fraction: dict[str, pulp.LpVariable] = field(default_factory=dict)  # model -> f_m
     # (model, GPU type or config) -> y_mg, under the one-type / one-config rule
     choice: dict[tuple[str, str], pulp.LpVariable] = field(default_factory=dict)
@@ -116,6 +117,11 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
                 objective.append((add, cost * p.startup_weight))
                 prob += (pulp.LpAffineExpression([(add, 1.0), (var, -1.0)]) >= -r,
                          f"startup{i:06d}_{names[key]}")
+            if p.removal_weight > 0:  # e_t >= r_t - x_t: the running instances removed
+                rem = model.removed[key] = prob.add_variable(f"removed{i:06d}_{names[key]}", 0, r)
+                objective.append((rem, cost * p.removal_weight))
+                prob += (pulp.LpAffineExpression([(rem, 1.0), (var, 1.0)]) >= r,
+                         f"removal{i:06d}_{names[key]}")
     sliced = p.index.sliced_rcs
     for j, (rc, terms) in enumerate(sorted(by_rc.items())):
         name = f"{j:05d}_{label(rc[0])}_{label(rc[1])}"
@@ -216,6 +222,8 @@ def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[s
         values[var.name] = v
         if key in model.added:
             values[model.added[key].name] = max(0, v - inst.running[key])
+        if key in model.removed:
+            values[model.removed[key].name] = max(0, inst.running[key] - v)
         cap[p.template(key).service.name] += v * p.template(key).throughput
     for s, h in inst.held.items():
         cap[s] += h

@@ -7,7 +7,8 @@ with x_t = r_t + y_t, y_t >= 0, its variables are the instances y_t *added* (eac
 start-up weight, as any instance beyond the running ones does), its running nodes leave the
 availability and its running capacity (``held``) is subtracted from its demand — the same ILP
 as x_t >= r_t, with the floor's cost a constant. Templates of services without demand get no
-variable. x_t <= u_t = min(ceil(d_s / theta_t), min_c floor(A_rc / n_tc)) loses no optimum:
+variable. x_t <= u_t = min(ceil(d_s / theta_t), min_c floor(A_rc / n_tc)) (with a removal price,
+max(that, r_t) before the availability cap: keeping what runs may pay) loses no optimum:
 beyond ceil(d_s / theta_t) instances t alone covers d_s, so dropping one keeps every constraint
 and cannot raise the objective. Dominated templates are dropped too (see
 :meth:`RoundInstance._undominated`). ``rows`` are the availability rows the round enforces (row
@@ -86,6 +87,14 @@ class RoundInstance:
                            for s in ix.services])
         d = demand[ix.service]
         free = d > 0
+        # with a removal price a running instance may be worth keeping beyond what demand needs:
+        # its template is a variable whatever its demand, bounded by its running count at least
+        held = np.zeros(len(ix.keys))
+        if problem.removal_weight > 0:
+            for k, n in self.running.counts:
+                if model_of(p.template(k).service.name) in free_models:
+                    held[ix.position[k]] = n
+            free |= held > 0
         rule = problem.per_model_rule
         if rule is not None:
             free &= ~(ix.multi_config if rule == "config" else ix.multi_type)
@@ -93,6 +102,7 @@ class RoundInstance:
         enforced = np.array([rc in self.rows for rc in ix.rcs], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
             u = np.ceil(np.where(free, d, 0.0) / ix.throughput - 1e-9)
+        u = np.maximum(u, held)
         entry_cap = np.where(enforced[ix.rc], np.floor(resid[ix.rc] / ix.k), np.inf)
         u = np.minimum(u, np.minimum.reduceat(entry_cap, ix.ptr[:-1]))
         bound = np.maximum(u, 0.0)
@@ -106,6 +116,11 @@ class RoundInstance:
             chosen = self._undominated(cand, touches, enforced, pinned)
         self.free = [ix.keys[i] for i in chosen]
         self.bound = {ix.keys[i]: int(bound[i]) for i in chosen}
+        if problem.removal_weight > 0:  # a kept template's service joins, demand or none
+            extra = {p.template(k).service.name for k in self.free} - set(self.services)
+            if extra:
+                self.services = sorted(set(self.services) | extra)
+                self.models = sorted({model_of(s) for s in self.services})
 
     def target(self, service: str) -> float:
         """Demand the round's variables must cover: the service's planning demand (its demand over
