@@ -128,6 +128,9 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
     risk = getattr(args, "risk", None)
     if risk is not None and "risk" not in extra:
         extra = {"risk": parse_risk(risk), **extra}
+    removal = getattr(args, "removal_weight", None)
+    if removal is not None and "removal_weight" not in extra:
+        extra = {"removal_weight": removal, **extra}
     # the closed loop (issue 23): a world off the model, the planner's correction, the SLO's model
     for name in ("capacity_error", "correction", "slo_model"):
         value = getattr(args, name, None)
@@ -192,6 +195,9 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
                    help="time limit of each re-optimization's solve (default 20 s); a solve that hits it "
                         "keeps its best plan found (counted as time_limited_solves) or holds the fleet")
     add_risk_option(p)
+    p.add_argument("--removal-weight", type=float, default=None, metavar="R",
+                   help="each running instance a re-plan removes costs R x its $/h in the re-plan's "
+                        "objective (the price of churn; default 0)")
     add_json(p)
 
 
