@@ -89,12 +89,12 @@ class RoundInstance:
         free = d > 0
         # with a removal price a running instance may be worth keeping beyond what demand needs:
         # its template is a variable whatever its demand, bounded by its running count at least
-        held = np.zeros(len(ix.keys))
+        keepable = np.zeros(len(ix.keys))
         if problem.removal_weight > 0:
-            for k, n in self.running.counts:
-                if model_of(p.template(k).service.name) in free_models:
-                    held[ix.position[k]] = n
-            free |= held > 0
+            for key, n in self.running.counts:
+                if model_of(p.template(key).service.name) in free_models:
+                    keepable[ix.position[key]] = n
+            free |= keepable > 0
         rule = problem.per_model_rule
         if rule is not None:
             free &= ~(ix.multi_config if rule == "config" else ix.multi_type)
@@ -102,7 +102,7 @@ class RoundInstance:
         enforced = np.array([rc in self.rows for rc in ix.rcs], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
             u = np.ceil(np.where(free, d, 0.0) / ix.throughput - 1e-9)
-        u = np.maximum(u, held)
+        u = np.maximum(u, keepable)
         entry_cap = np.where(enforced[ix.rc], np.floor(resid[ix.rc] / ix.k), np.inf)
         u = np.minimum(u, np.minimum.reduceat(entry_cap, ix.ptr[:-1]))
         bound = np.maximum(u, 0.0)
