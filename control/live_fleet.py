@@ -125,10 +125,13 @@ def _fail(path: Path, what: str) -> FleetFileError:
 
 def live_fleet(active: ActiveFleet, **settings: Any) -> LiveFleet:
     """The :class:`LiveFleet` of an activated YAML fleet file (:mod:`atoll.envs.fleet_file`): its
-    scenario, runtime, request shapes and node caps; prices on-demand unless ``settings`` say."""
+    scenario, runtime, request shapes and node caps; priced at its market's tier — spot prices for
+    a fleet whose every pool is spot, on-demand otherwise (a hedged or mixed market is priced at
+    on-demand: the live plan holds one tier), unless ``settings`` say."""
     spec = active.spec
     shapes = dict(active.scenario.shapes)
     settings.setdefault("runtime", spec.runtime)
+    settings.setdefault("prices", "spot" if spec.market_summary == "spot" else "on-demand")
     if spec.min_instances is not None:
         settings.setdefault("min_instances", dict(spec.min_instances))
     return LiveFleet(active.name, models=spec.model_names, availability=spec.availability,
@@ -176,7 +179,8 @@ def load_fleet_file(path: Path | str, **settings: Any) -> LiveFleet:
             availability[(region, cfg)] = int(n)
     try:
         settings.setdefault("runtime", str(doc.get("runtime", DEPLOY_RUNTIME)))
-        return LiveFleet(str(doc["scenario"]), models=models, prices=str(doc.get("prices", "on-demand")),
+        prices = settings.pop("prices", None) or str(doc.get("prices", "on-demand"))
+        return LiveFleet(str(doc["scenario"]), models=models, prices=prices,
                          availability=availability, **settings)
     except (KeyError, ValueError) as exc:
         raise _fail(path, str(exc).strip("'\"")) from exc

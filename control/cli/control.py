@@ -86,12 +86,13 @@ def _max_bytes(mb: float) -> int:
 
 
 def _fleet(args: argparse.Namespace) -> LiveFleet:
-    settings = {"solver_time_limit": args.solver_time_limit}
+    limit: float = args.solver_time_limit
     # a bundled fleet's name (core, extended) as well as a path
     try:
         if args.fleet:
-            return load_fleet_file(args.fleet, **settings)
-        return LiveFleet(args.scenario, prices=args.prices, **settings)
+            given = {"prices": args.prices} if args.prices else {}  # else the fleet's market says
+            return load_fleet_file(args.fleet, solver_time_limit=limit, **given)
+        return LiveFleet(args.scenario, prices=args.prices or "on-demand", solver_time_limit=limit)
     except (KeyError, ValueError) as exc:
         raise as_user_error(exc) from exc
 
@@ -291,8 +292,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="k8s sinks: check every object against this Kubernetes version's OpenAPI schemas "
                         "and the LeaderWorkerSet CRD's structural schema before writing or applying "
                         "(1.25-1.37; overrides the fleet file's kubernetes.kube_version)")
-    p.add_argument("--prices", default="on-demand", choices=PRICE_KINDS,
-                   help="node prices the plans are costed at (default on-demand)")
+    p.add_argument("--prices", default=None, choices=PRICE_KINDS,
+                   help="node prices the plans are costed at (default: a fleet file's market — spot "
+                        "for a fleet whose every pool is spot — else on-demand)")
     p.add_argument("--state", required=True, metavar="DIR", help="where the controller persists its state")
     p.add_argument("--sink", required=True,
                    help=f"where plans go: {SINK_SPECS} (metrics: binds 127.0.0.1 unless a HOST is given)")

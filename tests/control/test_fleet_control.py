@@ -93,3 +93,12 @@ def test_a_fleet_file_with_slices_plans_and_controls_packed_nodes(fleet_file: Pa
     fleet_file.write_text(yaml.safe_dump({**doc, "slices": True, "runtime": "any"}, sort_keys=False))
     assert main(["solve", "--fleet", str(fleet_file), "--json"]) != 0
     assert "slices" in capsys.readouterr().err
+
+
+def test_a_spot_fleet_is_priced_at_spot_by_the_controller() -> None:
+    """The bundled fleets buy in the spot market: the live plan is costed at spot prices unless
+    the user says otherwise."""
+    from atoll.control.live_fleet import load_fleet_file
+
+    assert load_fleet_file("core").config.prices == "spot"
+    assert load_fleet_file("core", prices="on-demand").config.prices == "on-demand"
