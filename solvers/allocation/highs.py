@@ -6,10 +6,11 @@ time. This subclass keeps PuLP's status mapping (``findSolutionValues`` sets ``p
 ``prob.sol_status``) but builds the matrix with one ``addCols``/``addRows`` call each and hands
 the start to ``Highs.setSolution`` after the rows exist, right before ``run()``.
 
-**A start HiGHS's presolve mistranslates.** HiGHS (1.16.0, the newest release; 1.14-1.15 too)
-maps a MIP start into the presolved space by dropping the columns presolve removed. When presolve
-fixes a column the start uses (a dominated column of a one-row block, say) the start becomes
-"feasible in the reduced space" with that space's objective, 0 when every kept column is 0 there;
+**A start HiGHS's presolve mistranslates.** HiGHS 1.16.0 (the newest release; 1.14.0 and 1.15.1
+solve the same warm-started block correctly, so it is a regression) maps a MIP start into the
+presolved space by dropping the columns presolve removed. When presolve fixes a column the start
+uses (a dominated column of a one-row block, say) the start becomes "feasible in the reduced space"
+with that space's objective, 0 when every kept column is 0 there;
 HiGHS takes it as the incumbent, its dual bound meets it at once, and the run ends ``kOptimal``
 with objective 0 while the returned point is the start itself, whose columns cost what they
 cost. Nothing in HiGHS's own status tells the two apart, so every run is checked against its
