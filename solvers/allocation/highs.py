@@ -209,9 +209,12 @@ class SolverRun:
                             **{**HIGHS_OPTIONS, **extra})
         prob.solve(backend)
         info = prob.solverModel.getInfo()
-        self.bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
-        reported = info.objective_function_value
-        self.reported_objective = reported if math.isfinite(reported) else None
+        # HiGHS minimizes: a maximization reaches it negated (buildSolverModel), so its objective
+        # and dual bound come back negated too
+        sign = 1.0 if self.minimize else -1.0
+        bound, reported = info.mip_dual_bound, info.objective_function_value
+        self.bound = sign * bound if math.isfinite(bound) else None
+        self.reported_objective = sign * reported if math.isfinite(reported) else None
         if start and self.start_status is None:
             self.start_status = backend.start_status
         self.solve_seconds += backend.run_seconds

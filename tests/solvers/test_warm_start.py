@@ -266,3 +266,26 @@ def test_every_rung_of_the_ladder_that_says_optimal_is(tmp_path, capsys, region:
             assert r["gap"] <= 1e-4 + 1e-9, r
     assert rungs["joint"]["cost_per_hour"] == pytest.approx(cold["cost_per_hour"], rel=1e-6)
     assert rungs["independent"]["cost_per_hour"] == pytest.approx(cold["cost_per_hour"], rel=1e-6)
+
+
+def test_a_maximizing_stage_is_checked_in_its_own_sense() -> None:
+    """Goodput mode's first stage maximizes the served share: HiGHS sees it negated, and its
+    objective and dual bound are read back in the stage's own sense, so a proven run needs no
+    repeat and its bound is an upper bound."""
+    from atoll.solvers.allocation.model import build_model
+    from atoll.solvers.allocation.reduction import RoundInstance
+
+    for seed in range(100, 106):
+        problem = random_problem(seed, mode="goodput", max_templates=5, avail_max=3)
+        inst = RoundInstance(problem, None)
+        if not inst.free:
+            continue
+        cold = solve_allocation(problem)
+        model = build_model(inst, "share")
+        from atoll.solvers.allocation.model import start_values
+
+        run = SolverRun(model.prob, "highs", None, 1e-4, start_values(inst, model, cold.allocation))
+        assert run.guard_resolves == 0, run.guard_reasons
+        assert run.reported_objective == pytest.approx(run.column_objective)
+        assert run.bound is not None and run.bound >= run.column_objective - 1e-9
+        assert status_of(run) is SolveStatus.OPTIMAL
