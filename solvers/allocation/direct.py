@@ -25,9 +25,9 @@ import highspy
 import numpy as np
 import pulp
 
-from atoll.solvers.allocation.highs import HIGHS_OPTIONS, HighsOption
+from atoll.solvers.allocation.highs import HIGHS_OPTIONS, HighsOption, doubt, proven, repeats, run_checked
 from atoll.solvers.allocation.reduction import RoundInstance
-from atoll.solvers.problem import Allocation, within_tolerance
+from atoll.solvers.problem import Allocation
 
 _INF = highspy.kHighsInf
 
@@ -49,8 +49,6 @@ class DirectRun:
                  gap: float) -> None:
         t0 = time.perf_counter()
         self.gap = gap
-        self.guard_resolves = 0
-        self.guard_reasons: list[str] = []
         self.start_status: highspy.HighsStatus | None = None
         self.bound: float | None = None
         self.reported_objective: float | None = None
@@ -58,17 +56,14 @@ class DirectRun:
         self._build(inst)
         self._start = self._start_vector(inst, start) if start is not None else None
         self.model_seconds = time.perf_counter() - t0
-        attempts: list[tuple[np.ndarray | None, dict[str, HighsOption]]] = [(self._start, {})]
-        if self._start is not None:
-            attempts += [(self._start, {"presolve": "off"}), (None, {})]
-        for i, (begin, extra) in enumerate(attempts):
-            if i:
-                self.guard_resolves += 1
-            self._run(begin, time_limit, extra)
-            reason = self._check()
-            if reason is None:
-                break
-            self.guard_reasons.append(reason)
+
+        def attempt(use_start: bool, extra: Mapping[str, HighsOption]) -> str | None:
+            self._run(self._start if use_start else None, time_limit, extra)
+            return doubt(self.column_objective, self.reported_objective, self.bound, self.sol_status, gap)
+
+        warm = self._start is not None
+        self.guard_reasons = run_checked(attempt, warm)
+        self.guard_resolves = repeats(self.guard_reasons, warm)
 
     # ---- the model ----
 
@@ -89,6 +84,7 @@ class DirectRun:
                     added.append(i)
         n_add = len(added)
         self.n_added = n_add
+        self._added = added
         self.keys = free
         bounds = np.asarray([float(inst.bound[key]) for key in free])
         a_cost = np.asarray([p.template_cost(free[i]) * k for i in added])
@@ -130,12 +126,8 @@ class DirectRun:
         gives it: x clipped to its bound (less a grow model's floor), a = max(0, x - r)."""
         x = np.asarray([min(max(start[key] - inst.floor.get(key, 0), 0), inst.bound[key])
                         for key in self.keys], dtype=np.float64)
-        a = np.asarray([max(0.0, x[i] - inst.running[self.keys[i]])
-                        for i in range(len(self.keys)) if self._is_added(inst, i)])
+        a = np.asarray([max(0.0, x[i] - inst.running[self.keys[i]]) for i in self._added])
         return np.concatenate([a, x])
-
-    def _is_added(self, inst: RoundInstance, i: int) -> bool:
-        return inst.running[self.keys[i]] > 0 and inst.problem.startup_weight > 0
 
     def _highs(self, time_limit: float | None, extra: Mapping[str, HighsOption]) -> highspy.Highs:
         h = highspy.Highs()
@@ -192,27 +184,9 @@ class DirectRun:
     def column_objective(self) -> float | None:
         return None if self._x is None else float(self.costs @ self._x)
 
-    def _check(self) -> str | None:
-        own = self.column_objective
-        if own is None:
-            return None
-        if self.reported_objective is not None and \
-                abs(own - self.reported_objective) > 1e-6 * max(1.0, abs(own)):
-            return (f"objective {self.reported_objective:.6g} reported for a point whose columns "
-                    f"cost {own:.6g}")
-        if self.sol_status == pulp.LpSolutionOptimal and self.bound is not None \
-                and not within_tolerance(own - self.bound, own, self.gap):
-            return f"'optimal' at {own:.6g} with dual bound {self.bound:.6g} (gap above {self.gap:g})"
-        return None
-
     @property
     def proven(self) -> bool:
-        own = self.column_objective
-        if own is None:
-            return False
-        if self.bound is None:
-            return bool(self.sol_status == pulp.LpSolutionOptimal)
-        return within_tolerance(own - self.bound, own, self.gap)
+        return proven(self.column_objective, self.bound, self.sol_status, self.gap)
 
     def values(self) -> dict[str, float | None]:
         """Instances per template key (beyond a grow model's floor), None without a point."""

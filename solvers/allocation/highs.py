@@ -27,7 +27,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import highspy
@@ -157,6 +157,54 @@ class WarmHiGHS(pulp.HiGHS):
         self.run_seconds = time.perf_counter() - t0
 
 
+def doubt(own: float | None, reported: float | None, bound: float | None, sol_status: int, gap: float,
+          minimize: bool = True) -> str | None:
+    """Why a run's answer cannot be taken as labelled (module docstring), or None when it can:
+    ``own`` is the returned point's objective from the model's own costs (None: no point),
+    ``reported`` and ``bound`` HiGHS's objective and dual bound in the model's sense."""
+    if own is None:
+        return None  # infeasible, or stopped without an incumbent: nothing to check
+    if reported is not None and abs(own - reported) > 1e-6 * max(1.0, abs(own)):
+        return f"objective {reported:.6g} reported for a point whose columns cost {own:.6g}"
+    if sol_status == pulp.LpSolutionOptimal and not proven(own, bound, sol_status, gap, minimize):
+        return f"'optimal' at {own:.6g} with dual bound {bound:.6g} (gap above {gap:g})"
+    return None
+
+
+def proven(own: float | None, bound: float | None, sol_status: int, gap: float,
+           minimize: bool = True) -> bool:
+    """The point's own objective is within ``gap`` of the dual bound; without a bound (CBC
+    through PuLP) the status is all there is to go on."""
+    if own is None:
+        return False
+    if bound is None:
+        return bool(sol_status == pulp.LpSolutionOptimal)
+    return within_tolerance(own - bound if minimize else bound - own, own, gap)
+
+
+def run_checked(attempt: Callable[[bool, Mapping[str, HighsOption]], str | None], warm: bool
+                ) -> list[str]:
+    """Run ``attempt(use_start, extra_options)``, which solves and returns its :func:`doubt`,
+    until an answer can be taken: as given, then (a warm run only) with presolve off, then cold.
+    Returns the doubts of the runs whose answer was not taken; when every run is doubted, the
+    last run's answer stands, labelled by its own proof."""
+    plan: list[tuple[bool, dict[str, HighsOption]]] = [(True, {})]
+    if warm:
+        plan += [(True, {"presolve": "off"}), (False, {})]
+    reasons: list[str] = []
+    for use_start, extra in plan:
+        reason = attempt(use_start, extra)
+        if reason is None:
+            break
+        reasons.append(reason)
+    return reasons
+
+
+def repeats(reasons: list[str], warm: bool) -> int:
+    """HiGHS runs repeated by :func:`run_checked` for these doubts."""
+    return min(len(reasons), 2 if warm else 0)
+
+
 class SolverRun:
     """One solve of a built model: HiGHS (with an optional MIP start, variable name -> value) or
     CBC. Keeps PuLP's solution status, HiGHS's dual bound and stop reason, the start status, the
@@ -176,17 +224,13 @@ class SolverRun:
         self.minimize = prob.sense != constants.LpMaximize
         self.solve_seconds = self.model_seconds = 0.0
         if solver == "highs":
-            attempts: list[tuple[Mapping[str, float] | None, dict[str, HighsOption]]] = [(start, {})]
-            if start:
-                attempts += [(start, {"presolve": "off"}), (None, {})]
-            for i, (begin, extra) in enumerate(attempts):
-                if i:
-                    self.guard_resolves += 1
-                self._run_highs(prob, begin, time_limit, gap, extra)
-                reason = self._check(prob)
-                if reason is None:
-                    break
-                self.guard_reasons.append(reason)
+            def attempt(use_start: bool, extra: Mapping[str, HighsOption]) -> str | None:
+                self._run_highs(prob, start if use_start else None, time_limit, gap, extra)
+                own = (pulp.value(prob.objective) or 0.0) if self.has_point else None
+                return doubt(own, self.reported_objective, self.bound, self.sol_status, gap, self.minimize)
+
+            self.guard_reasons = run_checked(attempt, warm=bool(start))
+            self.guard_resolves = repeats(self.guard_reasons, warm=bool(start))
         else:
             if start:
                 for v in prob.variables():
@@ -205,8 +249,7 @@ class SolverRun:
 
     def _run_highs(self, prob: pulp.LpProblem, start: Mapping[str, float] | None,
                    time_limit: float | None, gap: float, extra: Mapping[str, HighsOption]) -> None:
-        backend = WarmHiGHS(start=start, msg=False, timeLimit=time_limit, gapRel=gap,
-                            **{**HIGHS_OPTIONS, **extra})
+        backend = WarmHiGHS(start=start, msg=False, timeLimit=time_limit, gapRel=gap, **extra)
         prob.solve(backend)
         info = prob.solverModel.getInfo()
         # HiGHS minimizes: a maximization reaches it negated (buildSolverModel), so its objective
@@ -222,31 +265,11 @@ class SolverRun:
         self.stop = str(prob.solverModel.getModelStatus()).rsplit(".", 1)[-1]
         self.sol_status = prob.sol_status
 
-    def _check(self, prob: pulp.LpProblem) -> str | None:
-        """Why this run's answer cannot be taken as labelled, or None when it can."""
-        if not self.has_point:
-            return None  # infeasible, or stopped without an incumbent: nothing to check
-        own = pulp.value(prob.objective) or 0.0
-        scale = max(1.0, abs(own))
-        if self.reported_objective is not None and abs(own - self.reported_objective) > 1e-6 * scale:
-            return (f"objective {self.reported_objective:.6g} reported for a point whose columns "
-                    f"cost {own:.6g}")
-        if self.sol_status == pulp.LpSolutionOptimal and self.bound is not None:
-            diff = (own - self.bound) if self.minimize else (self.bound - own)
-            if not within_tolerance(diff, own, self.gap):
-                return f"'optimal' at {own:.6g} with dual bound {self.bound:.6g} (gap above {self.gap:g})"
-        return None
-
     @property
     def proven(self) -> bool:
         """The returned point's own objective is within the tolerance of the dual bound (HiGHS);
         CBC gives no bound through PuLP and is trusted on its status."""
-        if self.column_objective is None:
-            return False
-        if self.bound is None:  # nothing to check the status against
-            return bool(self.sol_status == pulp.LpSolutionOptimal)
-        diff = (self.column_objective - self.bound) if self.minimize else (self.bound - self.column_objective)
-        return within_tolerance(diff, self.column_objective, self.gap)
+        return proven(self.column_objective, self.bound, self.sol_status, self.gap, self.minimize)
 
 
 class Run(Protocol):

@@ -148,9 +148,11 @@ class RoundInstance:
         group = ix.service * n_kinds + kind
         if not p.risk:
             return group
-        regions = {r: i for i, r in enumerate(sorted({t.region for t in p.templates}))}
-        region = np.asarray([regions[t.region] if t.service.model in p.risk else -1
-                             for t in p.templates], dtype=np.int64)
+        # from the index's arrays: a template's region is its first entry's (one region each)
+        regions = {r: i for i, r in enumerate(sorted({r for r, _ in ix.rcs}))}
+        region_of_rc = np.asarray([regions[r] for r, _ in ix.rcs], dtype=np.int64)
+        risky = np.asarray([model_of(s) in p.risk for s in ix.services], dtype=bool)[ix.service]
+        region = np.where(risky, region_of_rc[ix.rc[ix.ptr[:-1]]], -1)
         return group * (len(regions) + 1) + region + 1
 
     def _undominated_sliced(self, cand: np.ndarray, enforced: np.ndarray, pinned: set[int]) -> list[int]:
