@@ -104,11 +104,9 @@ class FleetModel:
         k = config.startup_weight
         if k is None:
             k = self.median_startup / config.step_s
-        risk = None if config.risk.neutral else dict.fromkeys(
-            dict.fromkeys(t.service.model for t in templates), config.risk)
         self.base = AllocationProblem(tuple(templates), {}, None, prices, startup_weight=k,
                                       time_limit=config.solver_time_limit, gap=config.solver_gap,
-                                      risk=risk, removal_weight=config.removal_weight)
+                                      removal_weight=config.removal_weight).with_risk(config.risk)
         self.replanner = shared_replanner(self.base, prices, config)
         self.templates: dict[str, Template] = dict(self.base.index.by_key)
         self.gpu_types: tuple[str, ...] = tuple(dict.fromkeys(gpu_type_of(cfg) for _, cfg in prices))

@@ -442,6 +442,10 @@ class AllocationProblem:
     def risk_of(self, model: str) -> Risk:
         return (self.risk or {}).get(model, NEUTRAL_RISK)
 
+    def with_risk(self, risk: Risk) -> AllocationProblem:
+        """This problem with every model taking ``risk`` (a rule's lever: one risk for all)."""
+        return self.with_changes(risk=None if risk.neutral else dict.fromkeys(self.models, risk))
+
     def planning_demand(self, service: str) -> float:
         """The demand the ILP covers for ``service``: its demand over its model's headroom."""
         d = self.demand.get(service, 0.0)

@@ -208,8 +208,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             raise UserError(f"--risk {args.risk} applies to the ILP's one plan; the ladder (--decompose) "
                             f"and the baselines (--method {args.method}) compare plain plans: drop --risk, "
                             f"or solve with --method ilp")
-        models = dict.fromkeys(t.service.model for t in problem.templates)
-        problem = problem.with_changes(risk=dict.fromkeys(models, risk))
+        problem = problem.with_risk(risk)
     sliced = args.slices or SCENARIOS[args.scenario].slices
     context = {"scenario": args.scenario, "fleet": args.fleet, "runtime": args.runtime or
                SCENARIOS[args.scenario].runtime, "availability": args.availability,
