@@ -48,7 +48,7 @@ def main() -> None:
                                              report["heldout_mape_by_phase_tp"]["splitwise"]["decode"].items()},
         # the same split and fit without the decode synchronization terms, for comparison:
         # constants, since the code holds no fit without those terms
-        "before_issue_16": {
+        "without_decode_sync_terms": {
             "heldout_mape": {"helix": 0.125, "splitwise": 0.087, "llm-inference-bench": 0.141},
             "splitwise_decode_by_tp": {"2": 0.047, "4": 0.153, "8": 0.462}},
         "factors": report["factors"],

@@ -31,7 +31,7 @@ A tick:
 Metrics unavailable (after the retries): the tick holds every model, reports the data as
 stale (seconds since the last good read) and still persists.
 
-Guard rails (issue 29): every model and phase keeps at least its fleet's ``min_instances``
+Guard rails: every model and phase keeps at least its fleet's ``min_instances``
 (default 1: a model planned to zero has no server left whose counters could show its traffic
 coming back, so it would be held at zero for good); a rate beyond what the fleet could ever
 serve, or ``outlier_factor`` x above the model's recent range, is held as an outlier until a
@@ -121,7 +121,7 @@ class ControllerSettings:
     growth_factor: float = 2.0
     growth_add: int = 4
     outlier_factor: float = 10.0
-    # online capacity correction (issue 23): learn a factor per template family from the servers'
+    # online capacity correction: learn a factor per template family from the servers'
     # latency and throughput, and plan with the corrected capacities
     correction: bool = True
 

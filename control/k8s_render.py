@@ -420,7 +420,7 @@ def _pool(d: Mapping[str, Any], config: str) -> str:
 
 
 def node_pools(record: PlanRecord) -> dict[str, int]:
-    """Nodes per pool the plan pays for: the record's packing when it carries one (issue 28; a
+    """Nodes per pool the plan pays for: the record's packing when it carries one (a
     repacked plan may hold more than the fewest), else first-fit decreasing of each pool's stage
     slices (for power-of-two slices exactly ceil(GPUs used / G), the count the ILP bought;
     :mod:`atoll.solvers.packing`). Whole-node stages are one node each."""

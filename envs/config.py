@@ -56,10 +56,10 @@ class FleetConfig:
     runtime; ``vllm``: what vLLM can run, as the controller deploys). ``prices`` None means spot
     prices with spot availability, on-demand otherwise. ``transition``: ``make-before-break``
     (replaced instances serve until their replacement is ready) or ``break-before-make``
-    (removed instances stop serving at once, the behaviour before issue 13). ``resample`` and
+    (removed instances stop serving at once). ``resample`` and
     ``demand_seed`` (the ``servegen`` workload): ``sampled`` draws every step's requests from the
     clients' arrival processes with a generator seeded by ``demand_seed``; ``hold`` repeats each
-    600 s window's rate (the series before issue 13). ``availability="hedged"``: every
+    600 s window's rate in every step it covers. ``availability="hedged"``: every
     (region, config) offers a spot pool that follows the spot traces (as ``spot``) and an
     on-demand pool with its own quota (``ondemand_quota``: the ``scarce`` or ``ample`` level) at
     on-demand prices; the ILP picks the tier per instance and preemption hits spot only.
@@ -71,12 +71,12 @@ class FleetConfig:
     ``action``: ``reopt`` (``atoll/Fleet-v1``: per model hold, grow or full at one of the planning
     levels — ``planning_quantile`` then ``action_levels``, see :mod:`atoll.envs.actions`) or
     ``binary`` (``atoll/Fleet-v0``: MultiBinary, re-plan fully at ``planning_quantile``).
-    ``capacity_error`` (issue 23, :mod:`atoll.envs.capacity_error`): how the true throughput of
+    ``capacity_error`` (:mod:`atoll.envs.capacity_error`): how the true throughput of
     each template family differs from the performance model — ``0`` the exact world,
     ``"calibration"`` the calibration's held-out spread, a sigma, ``"stress:S"``, ``"scale:F"``
     or ``"file:PATH"``; drawn at reset from the env's generator. ``correction``: the planner
     solves with capacities corrected online from the servers' signals
-    (:mod:`atoll.envs.correction`); off, it plans on the model's capacities as before.
+    (:mod:`atoll.envs.correction`); off, it plans on the performance model's capacities.
     ``slo_model``: ``fluid`` (a request meets the SLO when its share of capacity is there:
     served / demand) or ``latency`` (the queueing approximation of :mod:`atoll.envs.latency`:
     late requests within capacity count as missed). ``observation``: ``v1`` (the 12 M + G + 4
@@ -96,7 +96,7 @@ class FleetConfig:
     step_s: float = 300.0
     episode_steps: int = 288
     drain_s: float = 60.0
-    forecaster: str = DEFAULT_FORECASTER  # peak:auto (issue 24); "ets" before
+    forecaster: str = DEFAULT_FORECASTER  # peak:auto
     planning_quantile: float = 0.9
     look_ahead_s: float = 900.0
     availability: str = "spot"

@@ -361,8 +361,8 @@ def workload_series(workload: str, models: Sequence[str], mean_rate: float, step
 
     ``resample`` (``servegen`` only): ``sampled`` draws each step's requests from the clients'
     own arrival processes (:mod:`atoll.envs.arrivals`) with the generator seeded by ``seed``, at
-    the scaled rates; ``hold`` repeats each 600 s window's rate in every step it covers (the
-    series before issue 13). Request logs and counts files (Azure, CSV) are already counts per
+    the scaled rates; ``hold`` repeats each 600 s window's rate in every step it covers.
+    Request logs and counts files (Azure, CSV) are already counts per
     step: both give the same.
     """
     if resample not in RESAMPLES:

@@ -11,7 +11,7 @@ Semantics (DESIGN.md §6):
 - when availability of a (region, config) drops below the nodes held, instances holding that
   config are preempted at once (starting ones first, then running; among templates in an order
   drawn from the caller's generator, so the same seed preempts the same instances);
-- with slices (several instances per node, issue 28) a (region, config) holds ceil(its GPUs
+- with slices (several instances per node) a (region, config) holds ceil(its GPUs
   used / G) nodes (first-fit decreasing packs them, :mod:`atoll.solvers.packing`), billed whole,
   and a preemption takes nodes: the held slices are packed, nodes drawn from the generator are
   withdrawn, and every instance with a slice on one of them is lost (fleets without slices keep

@@ -1,4 +1,4 @@
-"""The planning target as its own forecasting problem (issue 24).
+"""The planning target as its own forecasting problem.
 
 A re-optimization sizes a service for a quantile of its demand's **peak over the look-ahead**
 (``max(y[t .. t + H - 1])``, H at least the start-up time), so that peak — not the mean path —

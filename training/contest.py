@@ -323,7 +323,7 @@ def validation_grid(config: FleetConfig, settings: ContestSettings | None = None
     return validation, time.perf_counter() - t0
 
 
-REFERENCE_RULE = "fixed:1@0.9"  # SLO attainment the learned policy must not fall below (issue 15)
+REFERENCE_RULE = "fixed:1@0.9"  # SLO attainment the learned policy must not fall below
 
 
 def reference_rule(grid: Sequence[str]) -> str | None:

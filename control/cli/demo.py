@@ -23,8 +23,8 @@ from atoll.control.cli.train import add_train_options, train_config
 DEMO_INTERVALS = (1, 3, 12)
 DEMO_LEVELS = (0.5, 0.7, 0.9, 0.95, 0.99)  # 20 rules: the demo stays within 10 minutes on 2 cores
 DEMO_BANDS = ((0.5, 1.0),)
-# the per-model reference's SLO targets: one (plus its least-effective-cost assignment), so at most
-# two more policies on the test days than before issue 25
+# the per-model reference's SLO targets: one (plus its least-effective-cost assignment), so the
+# per-model reference adds at most two policies on the test days
 DEMO_PER_MODEL_TARGETS = 1
 
 

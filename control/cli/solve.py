@@ -104,7 +104,7 @@ def solve_document(problem: AllocationProblem, result: MethodResult, **context: 
 
 
 def packing_document(problem: AllocationProblem, result: MethodResult) -> dict[str, Any]:
-    """With slices (issue 28): which slices share which node, nodes per pool, and what the
+    """With slices: which slices share which node, nodes per pool, and what the
     packing evaluator finds (empty: every slice placed once, no node over its GPUs, the node
     counts the ILP paid for). Nothing for whole-node libraries."""
     if result.allocation is None or not problem.index.sliced_rcs:

@@ -130,7 +130,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--runtime", default=None, choices=RUNTIMES,
                    help="keep what this serving runtime can run: vllm or any (default: any; a fleet's own)")
     b.add_argument("--slices", action="store_true",
-                   help="with --runtime vllm: stages may also use g of a node's G GPUs (issue 28)")
+                   help="with --runtime vllm: stages may also use g of a node's G GPUs")
     b.add_argument("--models", help="comma-separated model names (default: the six defaults)")
     b.add_argument("--regions", help=f"comma-separated (default {','.join(DEFAULT_REGIONS)})")
     b.add_argument("--gpus", help=f"GPU types (default {','.join(DEFAULT_GPU_TYPES)})")

@@ -1,4 +1,4 @@
-"""The closed loop live (issue 23): a replay that serves the delivered plan in a world 25% below
+"""The closed loop live: a replay that serves the delivered plan in a world 25% below
 the model, and the controller learning that world from the replay's vLLM metrics."""
 
 from __future__ import annotations

@@ -195,7 +195,7 @@ def test_the_lws_schema_catches_a_bad_object() -> None:
 
 
 def test_slice_pods_request_their_gpus_on_the_nodes_they_share() -> None:
-    """Issue 28: a one-stage slice is a Deployment whose pod asks for g GPUs (TP g) and selects
+    """A one-stage slice is a Deployment whose pod asks for g GPUs (TP g) and selects
     the G-GPU node; TP x PP inside a node (four 2-GPU stages of an 8xH100) is a LeaderWorkerSet
     whose four pods ask for 2 GPUs each."""
     one = Template(Service("Phi-4-14B", Phase.DECODE), "aws:us-east-2", (("2/8xH100", 1),),
@@ -222,7 +222,7 @@ def test_slice_pods_request_their_gpus_on_the_nodes_they_share() -> None:
 
 
 def test_packed_plans_state_the_nodes_each_pool_pays_for() -> None:
-    """Issue 28: 3 TP-2 slices and one PP-4 engine of 2-GPU slices use 14 of the 8-GPU H100s'
+    """3 TP-2 slices and one PP-4 engine of 2-GPU slices use 14 of the 8-GPU H100s'
     GPUs: 2 nodes (ceil(14 / 8), what the ILP buys); a 2-instance pipeline of whole 4xL40S
     nodes: 4 nodes; a spot pool is its own. Every workload names the pools it uses."""
     tp2 = Template(Service("Phi-4-14B", Phase.DECODE), "aws:us-east-2", (("2/8xH100", 1),),

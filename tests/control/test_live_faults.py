@@ -1,6 +1,6 @@
-"""Issue 29: the live controller under real faults — scale from zero, guard rails, clocks,
+"""The live controller under real faults — scale from zero, guard rails, clocks,
 ownership, names, sinks, bounded growth, one Prometheus instant, and the small ones. Each test
-reproduces a probe of the issue and fails without its fix."""
+reproduces one fault and fails when the controller mishandles it."""
 
 from __future__ import annotations
 

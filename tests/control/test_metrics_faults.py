@@ -1,5 +1,5 @@
 """One bad sample never stops the controller: bad pages and API answers, counters that go back or
-stay flat, and requests bounded in time and size (issue 18, items 2-4)."""
+stay flat, and requests bounded in time and size."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def library() -> tuple[Template, ...]:
 
 
 def sliced_library() -> tuple[Template, ...]:
-    """The same services on slices of 4-GPU nodes (several instances per node, issue 28): the
+    """The same services on slices of 4-GPU nodes (several instances per node): the
     env bills whole nodes (ceil of each pool's use) and the controller's plans carry a packing."""
     out = []
     for m in MODELS:

@@ -1,4 +1,4 @@
-"""Each phase planned from its own measured token rate (issue 23, item 3).
+"""Each phase planned from its own measured token rate.
 
 The README's live example replays the ServeGen services under the core models' names; their
 prompt:generation mix is far from the scenario's request shape (Phi-4-14B: ~3:1 measured,

@@ -75,7 +75,7 @@ def test_the_controller_reads_prometheus_and_writes_plans(start_prometheus: Call
 
         def planned_from_demand(report: object) -> bool:
             # before Prometheus has the series, a tick may already raise every model to its floor
-            # (min_instances, issue 29): wait for a plan made from measured rates
+            # (min_instances): wait for a plan made from measured rates
             rates = report.metrics["rates"]  # type: ignore[attr-defined]
             return bool(report.plan_changed) and all(  # type: ignore[attr-defined]
                 rates.get(m, {}).get("status") == "ok" for m in models)

@@ -1,5 +1,5 @@
-"""One controller per state folder, and a state folder that cannot be read or written (issue 18,
-items 1 and 5): real subprocesses hold and die holding the lock."""
+"""One controller per state folder, and a state folder that cannot be read or written:
+real subprocesses hold and die holding the lock."""
 
 from __future__ import annotations
 

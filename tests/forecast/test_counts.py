@@ -1,4 +1,4 @@
-"""The counts format (issue 19 item 4): requests per interval and model, streamed into the same
+"""The counts format: requests per interval and model, streamed into the same
 series the per-request log gives; its errors; one parse per file; re-binning of any interval."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _counts_file(tmp_path: Path, times: np.ndarray, models: list[str], ins: np.n
 @pytest.mark.parametrize("shuffle", [False, True], ids=["sorted", "shuffled"])
 def test_streaming_counts_equal_the_per_request_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    means: bool, shuffle: bool) -> None:
-    # The issue's test: the streaming loader on a small counts file gives the series the
+    # The streaming loader on a small counts file gives the series the
     # per-request loader gives on the equivalent per-request file. Tiny chunks make it stream.
     monkeypatch.setattr(counts, "CHUNK_ROWS", 16)
     req, times, models, ins, outs = _request_log(tmp_path)

@@ -1,4 +1,4 @@
-"""Issue 30: a user's data that is slightly wrong gives an error or the clean result, never a
+"""A user's data that is slightly wrong gives an error or the clean result, never a
 silent third figure. Stray rows, copied blocks, gaps and other models' rows, through both
 formats of the CSV loaders."""
 

@@ -1,4 +1,4 @@
-"""The planning target's forecasters (issue 24): conformal coverage under a level shift, auto's
+"""The planning target's forecasters: conformal coverage under a level shift, auto's
 choices, the local-linear-trend filter against statsmodels, causality of every choice, and the
 env's and the controller's forecasts from the same object."""
 

@@ -1,5 +1,5 @@
-"""Request-log timestamps and encodings: each case of issue 18 item 6 (each failed before the
-fix), and a Hypothesis fuzz test that only the project's input errors come out of the loader."""
+"""Request-log timestamps and encodings: each timestamp format and encoding a user's log may
+carry, and a Hypothesis fuzz test that only the project's input errors come out of the loader."""
 
 from __future__ import annotations
 

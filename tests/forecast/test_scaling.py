@@ -1,4 +1,4 @@
-"""Scaling only when asked (issue 19 item 4): a user's csv: workload is served as recorded, a
+"""Scaling only when asked: a user's csv: workload is served as recorded, a
 scale spec (workload suffix, ``scale=`` / ``--scale``) scales it and says so in one line; the
 bundled traces keep the scenario's rate (its definition)."""
 

@@ -1,4 +1,4 @@
-"""``atoll check --fleet`` and the fleet-file items of issue 30 through the command line: what
+"""``atoll check --fleet`` and a user's fleet file through the command line: what
 was read and corrected is said, an unusable fleet exits 2 naming why, flags the fleet overrides
 are refused."""
 

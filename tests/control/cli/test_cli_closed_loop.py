@@ -1,4 +1,4 @@
-"""CLI of the closed loop (issue 23): simulate's closed-loop flags, replay serving a plan."""
+"""CLI of the closed loop: simulate's closed-loop flags, replay serving a plan."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``atoll forecast backtest --target planning`` (issue 24): the peak over the look-ahead."""
+"""``atoll forecast backtest --target planning``: the peak over the look-ahead."""
 
 from __future__ import annotations
 
