@@ -29,23 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium import spaces
 
+from atoll.envs.vocabulary import KINDS, Reoptimization
 from atoll.solvers.errors import InputError
 
-KINDS: tuple[str, ...] = ("hold", "full", "grow")
 DEFAULT_ACTION_LEVELS: tuple[float, ...] = (0.7, 0.9, 0.95)
 ACTION_KINDS: tuple[str, ...] = ("reopt", "binary")  # Fleet-v1's MultiDiscrete, Fleet-v0's MultiBinary
-
-
-@dataclass(frozen=True)
-class Reopt:
-    """One model's decoded action: ``kind`` in :data:`KINDS`, ``level`` its planning quantile
-    (None for ``hold``)."""
-
-    kind: str
-    level: float | None
-
-    def label(self) -> str:
-        return self.kind if self.level is None else f"{self.kind}@{self.level:g}"
 
 
 @dataclass(frozen=True)
@@ -71,14 +59,14 @@ class ActionCodec:
     def space(self, n_models: int) -> spaces.MultiDiscrete:
         return spaces.MultiDiscrete(np.full(n_models, self.n, dtype=np.int64))
 
-    def decode(self, code: int) -> Reopt:
+    def decode(self, code: int) -> Reoptimization:
         c = int(code)
         if not 0 <= c < self.n:
             raise ValueError(f"action code {c} is outside 0..{self.n - 1}")
         if c == 0:
-            return Reopt("hold", None)
+            return Reoptimization("hold", None)
         j, r = divmod(c - 1, 2)
-        return Reopt("full" if r == 0 else "grow", self.levels[j])
+        return Reoptimization("full" if r == 0 else "grow", self.levels[j])
 
     def encode(self, kind: str, level: float | None = None) -> int:
         """The code of ``kind`` at ``level`` (None: the configured level)."""

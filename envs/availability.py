@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from atoll.envs.vocabulary import Pool
+
 SPOT_TRACE_DIR = Path("spot-traces-cantbelate") / "availability" / "16-node" / "aws-08-27-2023"
 SPOT_TRACES: dict[str, str] = {
     "aws:us-east-2": "us-east-2b_v100_1.json",
@@ -46,8 +48,6 @@ SPOT_TRACES: dict[str, str] = {
     "gcp:us-central1": "us-west-2c_v100_1.json",
 }
 SPOT_TRACE_NODES = 16
-
-Cell = tuple[str, str]  # (region, config)
 
 
 @dataclass(frozen=True)
@@ -87,12 +87,12 @@ def load_spot_trace(data: Path, region: str) -> SpotTrace:
 class StaticAvailability:
     """A fixed cap per (region, config)."""
 
-    caps: Mapping[Cell, int]
+    caps: Mapping[Pool, int]
 
     def reset(self, rng: np.random.Generator) -> None:  # noqa: ARG002 - same interface as spot
         return None
 
-    def capacity(self, seconds: float) -> dict[Cell, int]:  # noqa: ARG002
+    def capacity(self, seconds: float) -> dict[Pool, int]:  # noqa: ARG002
         return dict(self.caps)
 
 
@@ -100,9 +100,9 @@ class StaticAvailability:
 class SpotAvailability:
     """Caps that follow real spot traces, one trace per region, seeded offsets per config."""
 
-    base: Mapping[Cell, int]
+    base: Mapping[Pool, int]
     traces: Mapping[str, SpotTrace]
-    offsets: dict[Cell, float] = field(default_factory=dict)
+    offsets: dict[Pool, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         missing = sorted({r for r, _ in self.base} - set(self.traces))
@@ -116,7 +116,7 @@ class SpotAvailability:
             span = len(trace.values) * trace.gap_seconds
             self.offsets[cell] = float(rng.integers(0, len(trace.values))) * trace.gap_seconds % span
 
-    def capacity(self, seconds: float) -> dict[Cell, int]:
+    def capacity(self, seconds: float) -> dict[Pool, int]:
         if not self.offsets:
             raise RuntimeError("SpotAvailability.capacity called before reset(rng)")
         return {cell: math.floor(cap * self.traces[cell[0]].fraction(seconds + self.offsets[cell]))
@@ -134,7 +134,7 @@ class HedgedAvailability:
     def reset(self, rng: np.random.Generator) -> None:
         self.spot.reset(rng)
 
-    def capacity(self, seconds: float) -> dict[Cell, int]:
+    def capacity(self, seconds: float) -> dict[Pool, int]:
         return {**self.on_demand.capacity(seconds), **self.spot.capacity(seconds)}
 
 
@@ -145,15 +145,15 @@ class MarketAvailability:
     episode's own time, no random offset) and ``bundled`` spot tiers on their region's bundled
     trace (seeded offsets, as :class:`SpotAvailability`)."""
 
-    static: Mapping[Cell, int]
-    own: Mapping[Cell, Any]
+    static: Mapping[Pool, int]
+    own: Mapping[Pool, Any]
     bundled: SpotAvailability | None = None
 
     def reset(self, rng: np.random.Generator) -> None:
         if self.bundled is not None:
             self.bundled.reset(rng)
 
-    def capacity(self, seconds: float) -> dict[Cell, int]:
+    def capacity(self, seconds: float) -> dict[Pool, int]:
         out = dict(self.static)
         out.update({cell: int(trace.at(seconds)) for cell, trace in self.own.items()})
         if self.bundled is not None:
@@ -161,14 +161,14 @@ class MarketAvailability:
         return out
 
 
-def untraced_spot_pools(markets: Mapping[Cell, str], traces: Mapping[Cell, Any]) -> list[Cell]:
+def untraced_spot_pools(markets: Mapping[Pool, str], traces: Mapping[Pool, Any]) -> list[Pool]:
     """Spot or hedged pools with no trace of their own in a region without a bundled trace: no
     availability process can move them."""
     return sorted(cell for cell, m in markets.items()
                   if m != "on-demand" and cell not in traces and cell[0] not in SPOT_TRACES)
 
 
-def market_availability(spec: Any, markets: Mapping[Cell, str], data: Path | None = None
+def market_availability(spec: Any, markets: Mapping[Pool, str], data: Path | None = None
                         ) -> MarketAvailability:
     """The availability process of a scenario's pools under ``markets`` (every offered cell ->
     on-demand, spot or hedged); ValueError naming the pools when a spot pool has no trace."""

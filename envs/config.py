@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from atoll.envs.actions import ACTION_KINDS, DEFAULT_ACTION_LEVELS
 from atoll.envs.capacity_error import CapacityError
+from atoll.envs.vocabulary import DEFAULT_LEVEL
 from atoll.forecast.forecasters import FORECASTERS, QUANTILES
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.forecast.workloads import DemandSeries
@@ -97,7 +98,7 @@ class FleetConfig:
     episode_steps: int = 288
     drain_s: float = 60.0
     forecaster: str = DEFAULT_FORECASTER  # peak:auto
-    planning_quantile: float = 0.9
+    planning_quantile: float = DEFAULT_LEVEL
     look_ahead_s: float = 900.0
     availability: str = "spot"
     prices: str | None = None

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from atoll.envs.actions import ActionCodec, Reopt
+from atoll.envs.actions import ActionCodec
 from atoll.envs.availability import (
     HedgedAvailability,
     MarketAvailability,
@@ -27,6 +27,7 @@ from atoll.envs.observation import SINCE_CAP, build_observation, observation_spa
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.servers import ServerReport, learn, server_report, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
+from atoll.envs.vocabulary import Reoptimization
 from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.problem import SolveStatus
 from atoll.solvers.scenarios import SCENARIOS, ample_availability, fleet_markets, scarce_availability
@@ -34,7 +35,6 @@ from atoll.solvers.tiers import split_tier, tiered_region
 
 __all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
 
-Cell = tuple[str, str]
 Availability = StaticAvailability | SpotAvailability | HedgedAvailability | MarketAvailability
 INITIAL_PLANS = ("forecast", "peak")
 PLANNING = ("forecast", "oracle", "oracle-rate")
@@ -282,7 +282,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                 steps=self.book.rates.shape[1], demand=c.demand)
         return self._underlying
 
-    def decode(self, action: Any) -> list[Reopt]:
+    def decode(self, action: Any) -> list[Reoptimization]:
         """The re-optimization each model gets from ``action`` (either version's encoding)."""
         a = np.asarray(action)
         m = len(self.models)

@@ -27,6 +27,7 @@ from atoll.envs.capacity_error import family_of
 from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.fleet import FleetState, StartupTimes
 from atoll.envs.planner import PlanOutcome, Replanner
+from atoll.envs.vocabulary import Pool
 from atoll.solvers.catalog import load_catalog
 from atoll.solvers.errors import InputError
 from atoll.solvers.models import get_model
@@ -43,7 +44,6 @@ from atoll.solvers.scenarios import (
 from atoll.solvers.tiers import market_tiers, split_tier, spot_twins, tiered_region
 from atoll.solvers.types import Template
 
-Cell = tuple[str, str]
 _REPLANNERS_MAX = 8
 _CORRECTED_MAX = 4
 CORRECTION_GRID = 0.02  # learned factors are rounded to a 2% geometric grid before solving
@@ -65,7 +65,7 @@ def _scenario_library(spec: ScenarioSpec, runtime: str) -> tuple[Template, ...]:
     return scenario_templates(spec, runtime=runtime, slices=spec.slices)
 
 
-def shared_replanner(base: AllocationProblem, prices: Mapping[Cell, float], config: FleetConfig
+def shared_replanner(base: AllocationProblem, prices: Mapping[Pool, float], config: FleetConfig
                      ) -> Replanner:
     """One re-planner per content (templates, prices, start-up weight, settings) per process."""
     key = (base.templates, tuple(sorted(prices.items())), base.startup_weight, config.demand_round,
@@ -93,10 +93,10 @@ class FleetModel:
     """
 
     def __init__(self, config: FleetConfig, models: Sequence[str], templates: Sequence[Template],
-                 prices: Mapping[Cell, float], shape: np.ndarray) -> None:
+                 prices: Mapping[Pool, float], shape: np.ndarray) -> None:
         self.config = config
         self.models: tuple[str, ...] = tuple(models)
-        self.prices: dict[Cell, float] = dict(prices)
+        self.prices: dict[Pool, float] = dict(prices)
         self.shape = np.asarray(shape, dtype=float).reshape(len(self.models), 2)
         catalog = load_catalog()
         self.startup = StartupTimes({name: catalog.config(name) for _, name in prices})
@@ -280,7 +280,7 @@ class FleetModel:
         """$ per model of the idle GPUs on nodes bought for slices (a sliced cell holds
         ceil(use) whole nodes; template costs count a slice's share only), split over the models
         by their share of the cell, at what is held now for the whole interval."""
-        shares: dict[Cell, np.ndarray] = defaultdict(lambda: np.zeros(len(self.models)))
+        shares: dict[Pool, np.ndarray] = defaultdict(lambda: np.zeros(len(self.models)))
         for key in set(state.running) | set(state.starting) | set(state.draining) | set(state.replaced):
             t = self.templates[key]
             n = state.held(key)
@@ -296,14 +296,14 @@ class FleetModel:
                 out += by_model / use * idle * self.base.prices[cell] * seconds / 3600.0
         return out
 
-    def nodes_held(self, state: FleetState) -> dict[Cell, int]:
+    def nodes_held(self, state: FleetState) -> dict[Pool, int]:
         return state.nodes_held(self.templates)
 
-    def draining_by_cell(self, state: FleetState) -> dict[Cell, int]:
+    def draining_by_cell(self, state: FleetState) -> dict[Pool, int]:
         """Nodes still held by draining and replaced instances (the solver may not hand them
         out yet); leaving slices count the ceil of their share (their nodes stay until they
         drain: conservative when they share a node with staying slices)."""
-        use: dict[Cell, float] = defaultdict(float)
+        use: dict[Pool, float] = defaultdict(float)
         for key, entries in [*state.draining.items(), *state.replaced.items()]:
             n = sum(int(e[0]) for e in entries)
             if n:
@@ -312,7 +312,7 @@ class FleetModel:
                     use[(t.region, cfg)] += n * k
         return {cell: math.ceil(u - 1e-9) for cell, u in use.items()}
 
-    def headroom(self, state: FleetState, caps: Mapping[Cell, int]) -> np.ndarray:
+    def headroom(self, state: FleetState, caps: Mapping[Pool, int]) -> np.ndarray:
         """[GPU types] (nodes offered - nodes held) / nodes offered; 0 where none are offered."""
         held = self.nodes_held(state)
         out = np.zeros(len(self.gpu_types))
@@ -322,7 +322,7 @@ class FleetModel:
             out[j] = (cap - use) / cap if cap > 0 else 0.0
         return out
 
-    def spare_ondemand(self, state: FleetState, caps: Mapping[Cell, int]) -> float:
+    def spare_ondemand(self, state: FleetState, caps: Mapping[Pool, int]) -> float:
         """Under ``hedged``: (on-demand nodes offered - held) / offered over every on-demand
         cell; 0 in the other markets (they have no separate on-demand quota)."""
         if self.config.availability not in ("hedged", "market"):
@@ -370,7 +370,7 @@ class FleetModel:
         return hit
 
     def replan(self, state: FleetState, models: frozenset[str], demand: np.ndarray,
-               caps: Mapping[Cell, int], replanner: Replanner | None = None,
+               caps: Mapping[Pool, int], replanner: Replanner | None = None,
                grow: frozenset[str] = frozenset(), factors: Mapping[str, float] | None = None) -> PlanOutcome:
         """Re-optimize ``models`` for ``demand`` ([M, 2] tokens/s) within ``caps`` minus the nodes
         draining instances still hold, the others fixed at their planned counts; the ``grow``

@@ -20,10 +20,10 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from atoll.envs.vocabulary import Pool
 from atoll.solvers.allocation import solve_allocation
 from atoll.solvers.problem import Allocation, AllocationProblem, SolveStatus, model_of
 
-Cell = tuple[str, str]
 _SOLVED = (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE_TIME_LIMIT, SolveStatus.FEASIBLE)
 
 
@@ -65,7 +65,7 @@ class Replanner:
         self.hits = 0
         self.misses = 0
 
-    def plan(self, models: frozenset[str], demand: Mapping[str, float], availability: Mapping[Cell, int],
+    def plan(self, models: frozenset[str], demand: Mapping[str, float], availability: Mapping[Pool, int],
              running: Allocation, grow: frozenset[str] = frozenset()) -> PlanOutcome:
         """Re-optimize ``models`` for ``demand`` (tokens/s per service) within ``availability``;
         the ``grow`` models keep their running instances (a subset of ``models``)."""
@@ -88,7 +88,7 @@ class Replanner:
         return outcome
 
     def _solve(self, models: frozenset[str], demand: Mapping[str, float],
-               availability: Mapping[Cell, int], running: Allocation,
+               availability: Mapping[Pool, int], running: Allocation,
                grow: frozenset[str] = frozenset()) -> PlanOutcome:
         problem = self.base.with_changes(demand=demand, availability=availability, running=running,
                                          reoptimize=models, mode="cost", grow=grow)

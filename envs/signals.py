@@ -18,8 +18,8 @@ import numpy as np
 from atoll.envs.fleet import FleetState
 from atoll.envs.fleet_model import FleetModel
 from atoll.envs.observation import Signals
+from atoll.envs.vocabulary import Pool
 
-Cell = tuple[str, str]
 UNSERVED_WINDOW = 3  # steps the unserved share is averaged over
 
 
@@ -44,7 +44,7 @@ def push_window(window: np.ndarray, shares: np.ndarray) -> np.ndarray:
     return out
 
 
-def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Cell, int], *,
+def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Pool, int], *,
                   demand: np.ndarray, forecast_mean: np.ndarray, forecast_upper: np.ndarray,
                   forecast_first: np.ndarray, forecast_last: np.ndarray,
                   since: np.ndarray, unserved_window: np.ndarray, last_cost: np.ndarray,

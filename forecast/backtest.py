@@ -21,6 +21,7 @@ import numpy as np
 from atoll.forecast.auto import AutoForecaster
 from atoll.forecast.forecasters import (
     DAY,
+    DEFAULT_LEVEL,
     MAX_H,
     Forecaster,
     ForecastError,
@@ -30,8 +31,8 @@ from atoll.forecast.forecasters import (
 
 HORIZONS: tuple[int, ...] = (1, 6, 12, 72)  # 5 min, 30 min, 1 h, 6 h at 5-min steps
 # The planning demand: the PLAN_LEVEL quantile's maximum over the next PLAN_STEPS steps (the
-# env's default 15-min look-ahead at its default 0.9 planning level).
-PLAN_LEVEL = 0.9
+# env's default 15-min look-ahead at its default planning level).
+PLAN_LEVEL = DEFAULT_LEVEL
 PLAN_STEPS = 3
 
 

@@ -55,6 +55,9 @@ FORECAST_VERSION = 2
 # Planning levels a re-plan may provision for (the rule family's @q); the two lower levels
 # complete the 80% and 90% central intervals.
 PLANNING_LEVELS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+# The level a re-plan provisions for unless told otherwise (the environment's, the controller's and
+# the level the planning target's forecasters are chosen and scored at).
+DEFAULT_LEVEL = 0.9
 QUANTILES: tuple[float, ...] = (0.05, 0.1, *PLANNING_LEVELS)
 MAX_H = 72  # 6 h at 5-min steps: the longest horizon intervals are calibrated for
 CALIBRATION_DAYS = 3

@@ -62,6 +62,7 @@ import pandas as pd
 from atoll.forecast.forecasters import (
     CALIBRATION_DAYS,
     DAY,
+    DEFAULT_LEVEL,
     FORECASTERS,
     OUTAGE_FRACTION,
     PEAK_CAP,
@@ -88,7 +89,7 @@ VOL_RATE = 0.1  # EWMA weight of the volatility: a ~10-step memory
 VOL_FLOOR = 0.02  # share of the season's mean level added to the volatility scale
 CONFORMAL_SEASONS = 2  # scores kept per look-ahead: the last two seasons
 BURN_IN = 24  # matured targets before a score window is trusted for selection (2 h)
-SELECT_LEVEL = 0.9  # the pinball loss auto chooses by: the env's default planning level
+SELECT_LEVEL = DEFAULT_LEVEL  # the pinball loss auto chooses by: the env's default planning level
 SWITCH_MARGIN = 0.05  # auto switches only to a candidate that is this much better
 BASES: tuple[str, ...] = ("persistence", "ewma", "naive", "ets", "llt", "blend")
 # The planning forecaster the env (FleetConfig.forecaster) and the controller (LiveForecast)

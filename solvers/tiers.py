@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from atoll.solvers.types import Template
+from atoll.solvers.types import Pool, Template
 
 TIERS: tuple[str, ...] = ("on-demand", "spot")
 MARKETS: tuple[str, ...] = ("on-demand", "spot", "hedged")
-Cell = tuple[str, str]  # (region, node config)
 _TAG = "~"
 
 
@@ -47,9 +46,9 @@ def tiers_of(market: str) -> tuple[str, ...]:
     return TIERS if market == "hedged" else (market,)
 
 
-def market_tiers(templates: Sequence[Template], markets: Mapping[Cell, str],
-                 on_demand: Mapping[Cell, float], spot: Mapping[Cell, float],
-                 ) -> tuple[tuple[Template, ...], dict[Cell, float]]:
+def market_tiers(templates: Sequence[Template], markets: Mapping[Pool, str],
+                 on_demand: Mapping[Pool, float], spot: Mapping[Pool, float],
+                 ) -> tuple[tuple[Template, ...], dict[Pool, float]]:
     """Templates and prices of a market per pool (cells left out of ``markets`` are on-demand):
     a template keeps its plain region where every pool it uses sells on-demand, and gets a spot
     twin where every pool it uses sells spot; each tier's cell is priced at its tier's price.
@@ -61,7 +60,7 @@ def market_tiers(templates: Sequence[Template], markets: Mapping[Cell, str],
 
     plain = tuple(t for t in templates if sells(t, "on-demand"))
     twins = spot_twins([t for t in templates if sells(t, "spot")])
-    prices: dict[Cell, float] = {}
+    prices: dict[Pool, float] = {}
     for cell, price in on_demand.items():
         tiers = tiers_of(markets.get(cell, "on-demand"))
         if "on-demand" in tiers:

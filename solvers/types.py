@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 
 NODE_GPU_COUNTS: tuple[int, ...] = (1, 2, 4, 8)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+# A pool: (region, node config), the unit availability, prices and markets are given for (the
+# region may carry a price tier, atoll.solvers.tiers).
+Pool = tuple[str, str]
 
 
 def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:

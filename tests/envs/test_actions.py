@@ -11,7 +11,8 @@ import pytest
 from test_fleet_env import rich_config
 
 from atoll import envs
-from atoll.envs.actions import ActionCodec, Reopt
+from atoll.envs.actions import ActionCodec
+from atoll.envs.vocabulary import Reoptimization
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
 from atoll.envs.rollout import run_policy
@@ -25,7 +26,7 @@ def test_codec_round_trip_and_level_zero_is_the_configured_one() -> None:
     for code in range(codec.n):
         r = codec.decode(code)
         assert codec.encode(r.kind, r.level) == code
-    assert codec.decode(1) == Reopt("full", 0.9)  # v0's bit 1
+    assert codec.decode(1) == Reoptimization("full", 0.9)  # v0's bit 1
     np.testing.assert_array_equal(codec.relevel(np.array([0, 1, 2]), 0.7), [0, 3, 4])
     with pytest.raises(InputError, match="not one of this env's action levels"):
         codec.encode("grow", 0.5)

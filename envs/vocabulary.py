@@ -1,0 +1,245 @@
+"""atoll's typed vocabulary: the one place a policy, a planning level or a re-optimization is
+parsed from text and printed back to it.
+
+Policies and levels reach atoll as text — a command's ``--policy fixed:3@0.95``, a contest grid,
+a per-model assignment in a results file, a controller decision ``grow@0.95``. Each is parsed
+here, once, at that edge, into a frozen value; everything past the edge takes the value (or calls
+these parsers), and ``str(value)`` prints the canonical text back (``parse_policy(str(p)) == p``).
+
+The grammar (``q`` a planning level of :data:`PLANNING_LEVELS`; without ``@q`` a rule plans at
+the environment's configured level, :data:`DEFAULT_LEVEL` unless set):
+
+==============================  ==================================================================
+``fixed:K[@q]``                 every model every K >= 1 steps
+``threshold[:LOW:HIGH][@q]``    a model whose forecast / planned capacity leaves [LOW, HIGH]
+``grow:K[@q]``                  a grow every step, a full re-plan every K-th
+``never``                       one plan for the day's peak
+``hindsight``                   the true demand (a bound, not a policy)
+``oracle-rate``                 the trace's own rate (a reference)
+``per-model:K1@q1,K2@q2,...``   model i fully every K_i steps at q_i, one entry per model
+``learned:<model uri>``         a logged policy (an MLflow URI or ``name@alias`` / ``name/N``)
+==============================  ==================================================================
+
+A re-optimization (:class:`Reoptimization`) is ``hold``, ``full@q`` or ``grow@q``. A pool
+(:data:`Pool`) is a (region, node config) pair, the unit availability and prices are given for.
+
+The levels are the forecast's own quantiles, so their values live in
+:mod:`atoll.forecast.forecasters` (the layer below) and are named here; the same holds for
+:data:`Pool`, which the solvers' layer needs (:mod:`atoll.solvers.types`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from atoll.forecast.forecasters import DEFAULT_LEVEL, PLANNING_LEVELS
+from atoll.solvers.errors import InputError, UnknownNameError
+from atoll.solvers.types import Pool
+
+__all__ = ["DEFAULT_LEVEL", "KINDS", "PER_MODEL_PREFIX", "PLANNING_LEVELS", "POLICY_USAGE",
+           "RULE_KINDS", "Level", "PolicySpec", "Pool", "Reoptimization", "check_level",
+           "format_level", "parse_level", "parse_policy"]
+
+Level: TypeAlias = float  # a planning level: the forecast quantile a re-plan provisions for
+
+# Re-optimization kinds, in the order of the Fleet-v1 action's codes.
+KINDS: tuple[str, ...] = ("hold", "full", "grow")
+# Rule kinds make_policy builds, and the kinds that take no argument and no level.
+RULE_KINDS: tuple[str, ...] = ("fixed", "threshold", "grow", "never", "hindsight", "oracle-rate")
+_BARE: tuple[str, ...] = ("never", "hindsight", "oracle-rate")
+PER_MODEL_PREFIX = "per-model:"
+LEARNED_PREFIX = "learned:"
+
+POLICY_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], grow:K[@q], never, hindsight, "
+                "oracle-rate; q a planning level in " + ", ".join(f"{q:g}" for q in PLANNING_LEVELS))
+_PER_MODEL_USAGE = "per-model:K1@q1,K2@q2,... (one K@q per model, in the fleet's order)"
+
+
+def format_level(q: float) -> str:
+    """A level as the grammar writes it (``0.9``, ``0.95``)."""
+    return f"{q:g}"
+
+
+def check_level(q: float, what: str = "planning level") -> Level:
+    """``q`` when it is one of :data:`PLANNING_LEVELS`, else an InputError listing them."""
+    if q not in PLANNING_LEVELS:
+        raise InputError(f"{what} {q!r} is not forecast; use one of "
+                         f"{', '.join(format_level(v) for v in PLANNING_LEVELS)}")
+    return float(q)
+
+
+def parse_level(text: str, spec: str = "") -> Level:
+    """A planning level from its text (``"0.95"``); ``spec`` names the text it came from."""
+    where = f"bad policy {spec!r}: " if spec else ""
+    try:
+        q = float(text)
+    except ValueError:
+        raise InputError(f"{where}planning level {text!r} is not a number; use {POLICY_USAGE}") from None
+    if q not in PLANNING_LEVELS:
+        raise InputError(f"{where}planning level {q:g} is not forecast; use one of "
+                         f"{', '.join(format_level(v) for v in PLANNING_LEVELS)}")
+    return q
+
+
+@dataclass(frozen=True)
+class Reoptimization:
+    """One model's re-optimization: ``kind`` in :data:`KINDS`, ``level`` its planning level
+    (None for ``hold``; for ``full`` / ``grow`` without a level: the configured one)."""
+
+    kind: str
+    level: Level | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise InputError(f"Reoptimization: field 'kind' must be one of {', '.join(KINDS)}, "
+                             f"got {self.kind!r}")
+        if self.kind == "hold" and self.level is not None:
+            raise InputError(f"Reoptimization: field 'level' must be None for hold, got {self.level!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Reoptimization:
+        """``hold``, ``full``, ``full@0.9``, ``grow@0.95``."""
+        kind, sep, level = text.strip().partition("@")
+        try:
+            return cls(kind, float(level) if sep else None)
+        except ValueError:
+            raise InputError(f"bad re-optimization {text!r}: level {level!r} is not a number; "
+                             f"use hold, full@q or grow@q") from None
+
+    def label(self) -> str:
+        return self.kind if self.level is None else f"{self.kind}@{format_level(self.level)}"
+
+    def __str__(self) -> str:
+        return self.label()
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy as a value (the grammar is in the module's docstring).
+
+    ``kind``: a rule kind of :data:`RULE_KINDS`, ``per-model`` or ``learned``; ``every``: K of
+    ``fixed`` / ``grow``; ``band``: (LOW, HIGH) of a ``threshold`` that names one (None: the
+    rule's default band); ``level``: ``@q`` (None: the environment's); ``entries``: a per-model
+    assignment's (K, q) per model; ``uri``: a learned policy's model URI as written."""
+
+    kind: str
+    every: int | None = None
+    band: tuple[float, float] | None = None
+    level: Level | None = None
+    entries: tuple[tuple[int, Level], ...] = ()
+    uri: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in (*RULE_KINDS, "per-model", "learned"):
+            raise UnknownNameError(f"unknown policy {self.kind!r}; valid: {POLICY_USAGE}, "
+                                   f"per-model:K1@q1,..., learned:<model uri>")
+        if (self.every is not None) != (self.kind in ("fixed", "grow")):
+            raise InputError(f"PolicySpec: field 'every' is for fixed and grow only, got {self.every!r} "
+                             f"for {self.kind}")
+        if self.band is not None and self.kind != "threshold":
+            raise InputError(f"PolicySpec: field 'band' is for threshold only, got {self.band!r}")
+        if self.level is not None:
+            if self.kind in (*_BARE, "per-model", "learned"):
+                raise InputError(f"PolicySpec: {self.kind} takes no planning level, got {self.level!r}")
+            check_level(self.level)
+        if bool(self.entries) != (self.kind == "per-model"):
+            raise InputError("PolicySpec: field 'entries' holds a per-model assignment's (K, q) per "
+                             f"model, got {self.entries!r} for {self.kind}")
+        if (self.kind == "learned") != bool(self.uri):
+            raise InputError("learned:<uri> needs the MLflow model URI that 'atoll train' printed, or a "
+                             "registered name such as atoll-trigger-core@champion" if self.kind == "learned"
+                             else f"PolicySpec: field 'uri' is for learned policies only, got {self.uri!r}")
+
+    @property
+    def is_rule(self) -> bool:
+        """A rule :func:`atoll.envs.policies.make_policy` builds (not per-model, not learned)."""
+        return self.kind in RULE_KINDS
+
+    @property
+    def is_learned(self) -> bool:
+        return self.kind == "learned"
+
+    @property
+    def is_per_model(self) -> bool:
+        return self.kind == "per-model"
+
+    @property
+    def levels(self) -> tuple[Level, ...]:
+        """Every level the spec names (a per-model assignment's per model; empty: the env's)."""
+        if self.is_per_model:
+            return tuple(q for _, q in self.entries)
+        return () if self.level is None else (self.level,)
+
+    def planning_level(self, default: Level) -> Level:
+        """The level its environment is configured at: its ``@q``; a per-model assignment's most
+        common level (ties: the highest); else ``default``."""
+        if self.is_per_model:
+            qs = self.levels
+            return max(set(qs), key=lambda q: (qs.count(q), q))
+        return default if self.level is None else self.level
+
+    def __str__(self) -> str:
+        if self.kind == "learned":
+            return LEARNED_PREFIX + self.uri
+        if self.kind == "per-model":
+            return PER_MODEL_PREFIX + ",".join(f"{k}@{format_level(q)}" for k, q in self.entries)
+        body = self.kind
+        if self.every is not None:
+            body += f":{self.every}"
+        if self.band is not None:
+            body += f":{self.band[0]:g}:{self.band[1]:g}"
+        return body if self.level is None else f"{body}@{format_level(self.level)}"
+
+
+def _per_model(text: str) -> PolicySpec:
+    body = text.removeprefix(PER_MODEL_PREFIX)
+    parts = [p.strip() for p in body.split(",") if p.strip()]
+    entries = []
+    for part in parts:
+        k, sep, q = part.partition("@")
+        try:
+            every, level = int(k), (float(q) if sep else math.nan)
+        except ValueError:
+            raise InputError(f"policy {text!r}: entry {part!r} is not K@q; use {_PER_MODEL_USAGE}") from None
+        if every < 1:
+            raise InputError(f"policy {text!r}: entry {part!r} needs K >= 1 steps; use {_PER_MODEL_USAGE}")
+        if level not in PLANNING_LEVELS:
+            raise InputError(f"policy {text!r}: {level!r} of entry {part!r} is not a planning level; use "
+                             f"{', '.join(format_level(v) for v in PLANNING_LEVELS)}")
+        entries.append((every, level))
+    if not entries:
+        raise InputError(f"policy {text!r} gives no K@q entries; use {_PER_MODEL_USAGE}")
+    return PolicySpec("per-model", entries=tuple(entries))
+
+
+def parse_policy(text: str | PolicySpec) -> PolicySpec:
+    """The :class:`PolicySpec` a policy's text names (a PolicySpec is returned as it is); an
+    InputError (or UnknownNameError for an unknown kind) that names the text and the grammar."""
+    if isinstance(text, PolicySpec):
+        return text
+    spec = text.strip()
+    if spec.startswith(LEARNED_PREFIX):
+        return PolicySpec("learned", uri=spec.removeprefix(LEARNED_PREFIX))
+    if spec.startswith(PER_MODEL_PREFIX):
+        return _per_model(spec)
+    body, sep, level_text = spec.partition("@")
+    level = parse_level(level_text, spec) if sep else None
+    kind, *args = body.split(":")
+    if kind not in RULE_KINDS:
+        raise UnknownNameError(f"unknown policy {spec!r}; valid: {POLICY_USAGE}"
+                               f"{', learned:<model uri>' if kind == 'learned' else ''}")
+    try:
+        if kind in ("fixed", "grow") and len(args) != 1 or kind == "threshold" and len(args) not in (0, 2) \
+                or kind in _BARE and args:
+            raise ValueError("wrong number of arguments")
+        if kind in _BARE and level is not None:
+            raise ValueError(f"{kind} takes no planning level")
+        every = int(args[0]) if kind in ("fixed", "grow") else None
+        if every is not None and every < 1:
+            raise ValueError(f"{kind}:K needs K >= 1 steps, got {every}")
+        band = (float(args[0]), float(args[1])) if kind == "threshold" and args else None
+    except ValueError as exc:
+        raise InputError(f"bad policy {spec!r} ({exc}); use {POLICY_USAGE}") from exc
+    return PolicySpec(kind, every=every, band=band, level=level)
