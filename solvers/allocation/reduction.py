@@ -110,7 +110,11 @@ class RoundInstance:
         touches = np.add.reduceat(enforced[ix.rc].astype(np.int64), ix.ptr[:-1]) > 0
         pinned = {ix.position[k] for k in keep if k in ix.position}
         pinned |= {ix.position[k] for k, _ in self.running.counts}
-        if ix.sliced_rcs:
+        if ix.sliced_rcs and rule is None:
+            # the model over slice kinds (atoll.solvers.allocation.kinds) folds the templates of
+            # one engine shape into one column: it needs every member, and prunes by folding
+            chosen = cand.tolist()
+        elif ix.sliced_rcs:
             chosen = self._undominated_sliced(cand, enforced, pinned)
         else:
             chosen = self._undominated(cand, touches, enforced, pinned)

@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from atoll.solvers.allocation import direct
+from atoll.solvers.allocation import direct, kinds
 from atoll.solvers.allocation.blocks import combined_start_status, split_blocks
 from atoll.solvers.allocation.diagnosis import FEAS_TOL, diagnose_infeasible
 from atoll.solvers.allocation.direct import DirectRun
@@ -97,6 +97,14 @@ class _Solver:
             self.build += run.model_seconds
             values = run.values()
             started = start_alloc is not None
+        elif kinds.supports(inst):
+            km = kinds.build_kind_model(inst, stage, floor_share)
+            start = kinds.kind_start_values(inst, km, start_alloc) if start_alloc is not None else None
+            self.build += time.perf_counter() - tb
+            run = SolverRun(km.prob, self.solver, self.remaining(), self.problem.gap, start)
+            self.build += run.model_seconds
+            values = km.values()
+            started = start is not None
         else:
             model = build_model(inst, stage, floor_share)
             start = start_values(inst, model, start_alloc) if start_alloc is not None else None

@@ -1,0 +1,418 @@
+"""The sliced allocation ILP over slice *kinds*: one column per engine shape, not per placement.
+
+A slice config "g/GxT" performs as a g-GPU node of type T whatever its node's G (the
+performance model reads g and T only), so a sliced library holds many templates of one engine
+that differ only in the node sizes their stages sit on ("1xL4", "1/4xL4", "1/8xL4"). Their
+columns are identical but for the nodes they fill, which makes the ILP's relaxation degenerate
+and its search slow. This module states the same ILP over *kinds* (region, T, g):
+
+- a **group** is the templates of one service and region with one engine shape: n stages, a
+  lead stage of kind a and n - 1 worker stages of kind b (the vllm runtime's rules: one GPU count
+  on every stage, at most two configs with the odd one leading). Its members are every
+  (lead config, worker config) of those kinds, all with the same throughput;
+- a group's column counts its *new* instances. Its lead slice (and for n = 2 its one worker
+  slice) is a slice of its kind, placed by integer variables z_{kappa,c} >= 0, the slices of
+  kind kappa on config c, with sum_c z_{kappa,c} = sum_k m_{k,kappa} x_k. Workers of an engine
+  with n >= 3 share one config (one worker pod template), so such a group has one column per
+  worker config, the lead still free;
+- running instances keep their own template's column, bounded by the running count (an added
+  instance of that template is a new instance of its group at the same price), with the
+  removal price of the plain model;
+- node rows per sliced (region, config) read the slices placed there, y - idle - use = held;
+  whole-node rows (never sliced) read them as nodes.
+
+The objective is the plain model's: new instances at (1 + K) x their share of the node price,
+kept ones at their share, idle GPUs at the node price. Every plan of one model maps to a plan of
+the other at the same objective (a new instance of template t = its group's column with its
+slices placed on t's configs; the other way, the placement gives each new instance a member), so
+the optimum is the plain sliced ILP's, with a column count near the whole-node library's.
+Groups whose members are not the full product of their kinds' configs, or differ in throughput,
+keep per-template columns (exact either way). The per-model rules (one type or config per
+model, the ladder's rungs) keep the plain model.
+
+Variables ``kinst<i>_...`` (a group's column), ``place<j>_<kind>_<config>`` (z), rows
+``kind<j>_...``; the rest is named as in :mod:`~atoll.solvers.allocation.model`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pulp
+
+from atoll.solvers.allocation.model import STAGES, label
+from atoll.solvers.allocation.reduction import RoundInstance
+from atoll.solvers.problem import Allocation, is_spot_region, model_of
+from atoll.solvers.types import node_config_of, node_share, parse_config_name
+
+Kind = tuple[str, str, int]  # (region, GPU type, GPUs per stage)
+
+
+def kind_of(region: str, config: str) -> Kind:
+    g, _, gpu = parse_config_name(config)
+    return region, gpu, g
+
+
+@dataclass(frozen=True)
+class Group:
+    """One engine shape of one service in one region; ``members`` maps (lead config, worker
+    config) to the template key (for n = 2 with one kind, the pair in sorted order)."""
+
+    service: str
+    region: str
+    lead: Kind
+    worker: Kind | None
+    n: int
+    throughput: float
+    members: Mapping[tuple[str, str | None], str]
+
+
+def _shape(stage_configs: list[str]) -> tuple[str, str | None] | None:
+    """(lead config, worker config) of a one-config-per-stage engine, canonical; None when the
+    stages do not have the vllm shape (then the template keeps its own column)."""
+    n = len(stage_configs)
+    if n == 1:
+        return stage_configs[0], None
+    if n == 2:
+        a, b = stage_configs
+        return (a, b) if a <= b else (b, a)
+    counts: dict[str, int] = defaultdict(int)
+    for c in stage_configs:
+        counts[c] += 1
+    if len(counts) == 1:
+        return stage_configs[0], stage_configs[0]
+    if len(counts) == 2 and min(counts.values()) == 1:
+        lone = next(c for c, k in counts.items() if k == 1)
+        many = next(c for c, k in counts.items() if k > 1)
+        return lone, many
+    return None
+
+
+def group_templates(inst: RoundInstance) -> tuple[list[Group], list[str]]:
+    """The round's free templates as complete groups, and the keys left as their own columns."""
+    p = inst.problem
+    raw: dict[tuple[str, str, Kind, Kind | None, int], dict[tuple[str, str | None], str]] = defaultdict(dict)
+    thr: dict[tuple[str, str, Kind, Kind | None, int], set[float]] = defaultdict(set)
+    configs: dict[Kind, set[str]] = defaultdict(set)
+    loose: list[str] = []
+    for key in inst.free:
+        t = p.template(key)
+        stage_configs = [s.nodes[0] for s in t.stages]
+        shape = _shape(stage_configs) if all(len(s.nodes) == 1 for s in t.stages) else None
+        if shape is None:
+            loose.append(key)
+            continue
+        lead, worker = shape
+        a = kind_of(t.region, lead)
+        b = None if worker is None else kind_of(t.region, worker)
+        if len(stage_configs) == 2 and b is not None and b < a:  # unordered pair of kinds
+            a, b, lead, worker = b, a, worker, lead
+        sig = (t.service.name, t.region, a, b, len(stage_configs))
+        if (lead, worker) in raw[sig]:  # two layer splits of one shape: keep both as columns
+            loose.append(key)
+            continue
+        raw[sig][(lead, worker)] = key
+        thr[sig].add(round(t.throughput, 9))
+        configs[a].add(lead)
+        if b is not None and worker is not None:
+            configs[b].add(worker)
+    groups: list[Group] = []
+    for sig, members in raw.items():
+        service, region, a, b, n = sig
+        want = {(la, None) for la in configs[a]} if b is None else {
+            (min(la, w), max(la, w)) if n == 2 and a == b else (la, w)
+            for la in configs[a] for w in configs[b]}
+        if len(thr[sig]) != 1 or set(members) != want:
+            loose.extend(members.values())
+            continue
+        t0 = p.template(next(iter(members.values())))
+        groups.append(Group(service, region, a, b, n, t0.throughput, dict(members)))
+    loose.sort(key=lambda k: p.index.position[k])
+    return groups, loose
+
+
+def supports(inst: RoundInstance) -> bool:
+    """Whether this module states ``inst``'s ILP: a sliced library without a per-model rule."""
+    return bool(inst.problem.index.sliced_rcs) and inst.problem.per_model_rule is None
+
+
+@dataclass
+class _Column:
+    var: pulp.LpVariable
+    group: Group
+    worker: str | None  # the shared worker config of an n >= 3 column
+
+
+@dataclass
+class KindModel:
+    """A built round over kinds: the PuLP problem, the plain columns (template key -> x_t), the
+    group columns and the placement variables."""
+
+    prob: pulp.LpProblem
+    count: dict[str, pulp.LpVariable]
+    columns: list[_Column] = field(default_factory=list)
+    place: dict[tuple[Kind, str], pulp.LpVariable] = field(default_factory=dict)
+    removed: dict[str, pulp.LpVariable] = field(default_factory=dict)
+    added: dict[str, pulp.LpVariable] = field(default_factory=dict)
+    fraction: dict[str, pulp.LpVariable] = field(default_factory=dict)
+    nodes: dict[tuple[str, str], tuple[pulp.LpVariable, pulp.LpVariable]] = field(default_factory=dict)
+    capped: set[str] = field(default_factory=set)  # plain columns of running templates, x <= r
+    grouped: dict[str, tuple[int, str | None]] = field(default_factory=dict)  # key -> (column, lead)
+
+    def values(self) -> dict[str, float | None]:
+        """Instances per template key as the last solve left them: the plain columns', and each
+        group column's instances given members by the placement (a slot of kind kappa on config
+        c per unit of z_{kappa,c})."""
+        out: dict[str, float | None] = {k: v.varValue for k, v in self.count.items()}
+        slots: dict[Kind, list[str]] = defaultdict(list)
+        for (kind, c), var in self.place.items():
+            v = var.varValue
+            if v is None or abs(v - round(v)) > 1e-5 or v < -1e-6:
+                return {**out, f"place {kind} on {c}": v}
+            slots[kind].extend([c] * int(round(v)))
+        for col in self.columns:
+            v = col.var.varValue
+            if v is None or abs(v - round(v)) > 1e-5 or v < -1e-6:
+                return {**out, col.var.name: v}
+            g = col.group
+            for _ in range(int(round(v))):
+                lead = slots[g.lead].pop() if slots[g.lead] else None
+                worker = col.worker
+                if g.n == 2 and g.worker is not None:
+                    worker = slots[g.worker].pop() if slots[g.worker] else None
+                if lead is None or (g.n > 1 and worker is None):
+                    return {**out, f"placement of {col.var.name}": None}
+                pair = (min(lead, worker), max(lead, worker)) if (
+                    g.n == 2 and g.lead == g.worker and worker is not None) else (lead, worker)
+                key = g.members[pair]
+                out[key] = (out.get(key) or 0.0) + 1.0
+        if any(slots.values()):
+            return {**out, "placement": None}
+        return out
+
+
+def build_kind_model(inst: RoundInstance, stage: str, floor_share: float | None = None) -> KindModel:
+    """The round's ILP over kinds (module docstring); stages as in
+    :func:`~atoll.solvers.allocation.model.build_model`."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; valid stages: {', '.join(STAGES)}")
+    p = inst.problem
+    sense = pulp.LpMaximize if stage == "share" else pulp.LpMinimize
+    prob = pulp.LpProblem("allocation", sense)
+    groups, loose = group_templates(inst)
+    km = KindModel(prob, {})
+    K = p.startup_weight
+    pays = stage != "share"
+    objective: list[tuple[pulp.LpVariable, float]] = []
+    by_rc: dict[tuple[str, str], list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
+    by_service: dict[str, list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
+    by_region: dict[str, list[tuple[str, pulp.LpVariable, float]]] = defaultdict(list)
+    grouped_keys = {k for g in groups for k in g.members.values()}
+    running = inst.running
+    plain = loose + sorted((k for k in grouped_keys if running[k] > 0), key=lambda k: p.index.position[k])
+    for i, key in enumerate(plain):
+        t = p.template(key)
+        r = running[key]
+        capped = key in grouped_keys  # added instances of a grouped template are its group's
+        bound = min(inst.bound[key], r) if capped else inst.bound[key]
+        var = km.count[key] = prob.add_variable(f"inst{i:06d}_{label(key)}", 0, bound, cat=pulp.LpInteger)
+        if capped:
+            km.capped.add(key)
+        cost = p.template_cost(key)
+        if r == 0:
+            objective.append((var, cost * (1.0 + K)))
+        else:
+            objective.append((var, cost))
+            if K > 0 and not capped:
+                add = km.added[key] = prob.add_variable(f"added{i:06d}_{label(key)}", 0, inst.bound[key])
+                objective.append((add, cost * K))
+                prob += (pulp.LpAffineExpression([(add, 1.0), (var, -1.0)]) >= -r,
+                         f"startup{i:06d}_{label(key)}")
+            if p.removal_weight > 0:
+                rem = km.removed[key] = prob.add_variable(f"removed{i:06d}_{label(key)}", 0, r)
+                objective.append((rem, cost * p.removal_weight))
+                prob += (pulp.LpAffineExpression([(rem, 1.0), (var, 1.0)]) >= r,
+                         f"removal{i:06d}_{label(key)}")
+        for c, k in t.node_use:
+            by_rc[(t.region, c)].append((var, float(k)))
+        by_service[t.service.name].append((var, t.throughput))
+        by_region[t.service.name].append((t.region, var, t.throughput))
+    free_slices: dict[Kind, list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
+    kind_configs: dict[Kind, set[str]] = defaultdict(set)
+    for j, g in enumerate(groups):
+        # each member's bound is min(ceil(demand / throughput), its pools' room): the group's new
+        # instances need no more than the demand's share of it, nor more than all members' room
+        bounds = [inst.bound[k] for k in g.members.values()]
+        need = math.ceil(max(inst.target(g.service), 0.0) / g.throughput - 1e-9)
+        bound = min(sum(bounds), max(need, *bounds))
+        workers: list[str | None] = [None] if g.n <= 2 else sorted({w for _, w in g.members})
+        for w in workers:
+            name = f"kinst{j:06d}_{label(g.service)}_{label(g.region)}_{g.lead[1]}x{g.lead[2]}_n{g.n}" + (
+                f"_{label(w)}" if w else "")
+            var = prob.add_variable(name, 0, bound, cat=pulp.LpInteger)
+            km.columns.append(_Column(var, g, w))
+            free_slices[g.lead].append((var, 1.0))
+            kind_configs[g.lead].update(la for la, _ in g.members)
+            if g.n == 2 and g.worker is not None:
+                free_slices[g.worker].append((var, 1.0))
+                kind_configs[g.worker].update(x for pair in g.members for x in pair if x is not None
+                                              and kind_of(g.region, x) == g.worker)
+            if w is not None:  # n - 1 workers on w, a new instance's
+                rc = (g.region, node_config_of(w))
+                share = (g.n - 1) * node_share(w)
+                by_rc[rc].append((var, share))
+                if pays:
+                    objective.append((var, (1.0 + K) * share * p.prices[rc]))
+            by_service[g.service].append((var, g.throughput))
+            by_region[g.service].append((g.region, var, g.throughput))
+    for j, (kind, terms) in enumerate(sorted(free_slices.items())):
+        places = []
+        for c in sorted(kind_configs[kind]):
+            z = km.place[(kind, c)] = prob.add_variable(f"place{j:05d}_{label(kind[0])}_{label(c)}", 0,
+                                                        cat=pulp.LpInteger)
+            places.append((z, 1.0))
+            rc = (kind[0], node_config_of(c))
+            by_rc[rc].append((z, node_share(c)))
+            if pays:
+                objective.append((z, (1.0 + K) * node_share(c) * p.prices[rc]))
+        need: dict[pulp.LpVariable, float] = defaultdict(float)  # an n = 2 engine of one kind needs 2
+        for v, m in terms:
+            need[v] += m
+        prob += (pulp.LpAffineExpression([*places, *((v, -m) for v, m in need.items())]) == 0,
+                 f"kind{j:05d}_{label(kind[0])}_{kind[1]}x{kind[2]}")
+    sliced = p.index.sliced_rcs
+    for j, (rc, terms) in enumerate(sorted(by_rc.items())):
+        name = f"{j:05d}_{label(rc[0])}_{label(rc[1])}"
+        if rc not in sliced:
+            if rc in inst.rows:
+                prob += pulp.LpAffineExpression(terms) <= inst.residual[rc], f"avail{name}"
+            continue
+        cap = p.available(rc)
+        y = prob.add_variable(f"nodes{name}", 0, None if math.isinf(cap) else math.floor(cap + 1e-9),
+                              cat=pulp.LpInteger)
+        idle = prob.add_variable(f"idle{name}", 0)
+        km.nodes[rc] = (y, idle)
+        prob += (pulp.LpAffineExpression([(y, 1.0), (idle, -1.0), *((v, -k) for v, k in terms)])
+                 == inst.fixed_use.get(rc, 0.0), f"pack{name}")
+        if pays:
+            objective.append((idle, p.prices[rc]))
+    if stage == "cost":
+        for j, s in enumerate(inst.services):
+            prob += pulp.LpAffineExpression(by_service[s]) >= inst.target(s), f"demand{j:05d}_{label(s)}"
+    else:
+        f = km.fraction
+        for j, m in enumerate(inst.models):
+            f[m] = prob.add_variable(f"fraction{j:05d}_{label(m)}", 0, 1)
+        for j, s in enumerate(inst.services):
+            prob += (pulp.LpAffineExpression([*by_service[s], (f[model_of(s)], -p.planning_demand(s))])
+                     >= -inst.held.get(s, 0.0), f"share{j:05d}_{label(s)}")
+        if stage == "share":
+            objective = [(v, 1.0) for v in f.values()]
+        else:
+            prob += pulp.lpSum(f.values()) >= floor_share, "share_floor"
+    if p.risk:
+        _risk_rows(inst, km, by_region, stage)
+    prob.setObjective(pulp.LpAffineExpression(objective))
+    return km
+
+
+def _risk_rows(inst: RoundInstance, km: KindModel,
+               terms: Mapping[str, list[tuple[str, pulp.LpVariable, float]]], stage: str) -> None:
+    """The risk rows of :func:`atoll.solvers.allocation.model._risk_rows` over this model's
+    columns (a group's column sits in its region)."""
+    p = inst.problem
+    held: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for key, n in inst.floor.items():
+        t = p.template(key)
+        held[t.service.name].append((t.region, n * t.throughput))
+    pools = {r for ts in terms.values() for r, _, _ in ts} | {r for hs in held.values() for r, _ in hs}
+    spot = sorted(z for z in pools if is_spot_region(z))
+    for j, s in enumerate(inst.services):
+        risk = p.risk_of(model_of(s))
+        rows: list[tuple[float, frozenset[str], str]] = []
+        if risk.spread < 1:
+            rows += [(1 - risk.spread, frozenset(pools - {z}), f"spread{j:05d}_{label(s)}_{label(z)}")
+                     for z in spot]
+        if risk.ondemand_floor > 0:
+            rows.append((risk.ondemand_floor, frozenset(r for r in pools if not is_spot_region(r)),
+                         f"floor{j:05d}_{label(s)}"))
+        need = p.planning_demand(s)
+        share = km.fraction.get(model_of(s)) if stage != "cost" else None
+        for coef, counted, name in rows:
+            lhs = [(v, th) for r, v, th in terms.get(s, []) if r in counted]
+            const = sum(h for r, h in held[s] if r in counted)
+            if share is not None:
+                km.prob += pulp.LpAffineExpression([*lhs, (share, -coef * need)]) >= -const, name
+            else:
+                km.prob += pulp.LpAffineExpression(lhs) >= coef * need - const, name
+
+
+def kind_start_values(inst: RoundInstance, km: KindModel, start: Allocation) -> dict[str, float]:
+    """A full MIP start from an allocation of templates: running templates on their own columns up
+    to their running count, every other instance on its group's column with its slices placed
+    where the template has them; nodes as ceil(use), idle the rest."""
+    p = inst.problem
+    values: dict[str, float] = {}
+    column_of: dict[tuple[int, str | None], int] = {}
+    member: dict[str, tuple[int, str, str | None]] = {}  # key -> (group id, lead, worker)
+    group_ids: dict[int, Group] = {}
+    for ci, col in enumerate(km.columns):
+        gid = id(col.group)
+        group_ids[gid] = col.group
+        column_of[(gid, col.worker)] = ci
+        for (lead, worker), key in col.group.members.items():
+            member[key] = (gid, lead, worker)
+    for col in km.columns:
+        values[col.var.name] = 0.0
+    for z in km.place.values():
+        values[z.name] = 0.0
+    cap: dict[str, float] = defaultdict(float)
+    use: dict[tuple[str, str], float] = defaultdict(float)
+    for var in km.count.values():
+        values[var.name] = 0.0
+    for key, n in start.counts:
+        n -= inst.floor.get(key, 0)
+        if n <= 0:
+            continue
+        t = p.template(key)
+        if key in km.count:
+            var = km.count[key]
+            v = min(n, int(var.upBound if var.upBound is not None else n))
+            values[var.name] = v
+            n -= v
+            for c, k in t.node_use:
+                use[(t.region, c)] += k * v
+            cap[t.service.name] += v * t.throughput
+        if n <= 0 or key not in member:
+            continue
+        gid, lead, worker = member[key]
+        g = group_ids[gid]
+        ci = column_of.get((gid, worker if g.n > 2 else None))
+        if ci is None:
+            continue
+        col = km.columns[ci]
+        values[col.var.name] += n
+        values[km.place[(g.lead, lead)].name] += n
+        if g.n == 2 and g.worker is not None and worker is not None:
+            values[km.place[(g.worker, worker)].name] += n
+        for c, k in t.node_use:
+            use[(t.region, c)] += k * n
+        cap[t.service.name] += n * t.throughput
+    for key, var in km.count.items():
+        r = inst.running[key]
+        if key in km.added:
+            values[km.added[key].name] = max(0.0, values[var.name] - r)
+        if key in km.removed:
+            values[km.removed[key].name] = max(0.0, r - values[var.name])
+    for s, h in inst.held.items():
+        cap[s] += h
+    for m, var in km.fraction.items():
+        values[var.name] = min([1.0] + [cap[s] / p.demand[s] for s in inst.services if model_of(s) == m])
+    for rc, (y, idle) in km.nodes.items():
+        u = inst.fixed_use.get(rc, 0.0) + use[rc]
+        values[y.name] = float(math.ceil(u - 1e-9))
+        values[idle.name] = values[y.name] - u
+    return values
