@@ -48,7 +48,7 @@ from atoll.control.k8s_render import (
     workload_name,
 )
 from atoll.control.k8s_validate import check_api
-from atoll.control.plans import PlanRecord, SinkError, SinkResult
+from atoll.control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
 
 __all__ = ["CAPACITY_LABEL", "DEFAULT_GPU_PRODUCTS", "DEFAULT_MODEL_SOURCES", "GPU_COUNT_LABEL",
            "GPU_PRODUCT_LABEL", "REGION_LABEL", "K8sApplySink", "K8sManifestSink", "K8sOptions",
@@ -205,16 +205,20 @@ def _file_name(doc: Mapping[str, Any]) -> str:
 
 class K8sManifestSink:
     """``k8s:DIR``: one YAML file per object (``<name>.<kind>.yaml``) plus a kustomization.yaml
-    listing them (``kubectl apply -k DIR``; the LeaderWorkerSet CRD must be installed).
+    listing them, in a real folder that ``kubectl apply -f DIR`` and ``kubectl apply -k DIR``
+    both read (the LeaderWorkerSet CRD must be installed).
 
-    Every object is rendered, dumped, re-loaded and validated before anything is written; then
-    the whole plan goes into a new hidden folder beside DIR (``.DIR.<owner>.<sequence>.<random>``)
-    and DIR — a symbolic link to it — is switched in one ``rename``: a reader (``kubectl``, a
-    GitOps agent) sees the previous plan's files or the new plan's, never a mix, and a failing
-    plan leaves none of its files. The folder belongs to one controller (the plan's ``owner``):
-    DIR pointing at another controller's folder, or a real folder holding files this sink did not
-    write, is refused by name; a real folder of atoll's own files (an older atoll's layout) is
-    taken over."""
+    Every object is rendered, dumped, re-loaded and validated before anything is written, so a
+    failing plan leaves none of its files. Then each changed file is written beside its final
+    name and renamed over it (a reader sees a whole file, old or new, never a torn one), in the
+    plan's order: objects first, the kustomization.yaml naming exactly the new set after them,
+    and the files of objects the plan deleted last — a reader between two renames sees every
+    object of the new plan that is already written and none missing that both plans hold, as
+    make-before-break delivers. Unchanged files are not touched. The folder belongs to one
+    controller (the plan's ``owner``): a folder holding files this sink did not write, or
+    another controller's, is refused by name; the symbolic link an older atoll kept at DIR
+    (to ``.DIR.<owner>.<sequence>.<random>`` beside it) becomes a real folder, its versions
+    removed."""
 
     def __init__(self, directory: Path | str, options: K8sOptions | None = None) -> None:
         self.directory = Path(directory)
@@ -226,7 +230,7 @@ class K8sManifestSink:
 
     def _check_owner(self, owner: str) -> None:
         d = self.directory
-        if d.is_symlink():
+        if d.is_symlink():  # an older atoll's layout: a link to a versioned folder
             target = os.readlink(d)
             if not Path(target).name.startswith(self._prefix(owner)):
                 raise SinkError(f"{self.name}: {d} points at {target}, the manifests of another controller "
@@ -238,15 +242,42 @@ class K8sManifestSink:
         if not d.is_dir():
             raise SinkError(f"{self.name}: {d} is a file; give k8s: a folder path")
         for f in sorted(d.iterdir()):
-            theirs = f.name != "kustomization.yaml" and not f.name.endswith(".tmp")
+            theirs = f.name != "kustomization.yaml" and not _temporary(f.name)
+            writer = None
             if f.name.startswith("atoll-") and f.suffix == ".yaml":
                 with contextlib.suppress(OSError, yaml.YAMLError, AttributeError, TypeError):
                     labels = yaml.safe_load(f.read_text())["metadata"]["labels"]
-                    theirs = labels.get(CONTROLLER_LABEL, owner) != owner
+                    writer = labels.get(CONTROLLER_LABEL, owner)
+                    theirs = writer != owner
             if theirs:
                 who = owner or "unnamed"
+                if writer:
+                    raise SinkError(f"{self.name}: {d} holds {f.name}, the manifests of another controller "
+                                    f"({writer!r}; this one is {who!r}); give each controller its own "
+                                    f"k8s:DIR folder")
                 raise SinkError(f"{self.name}: {d} holds {f.name}, which this controller ({who!r}) did not "
                                 f"write; give it an empty or new k8s:DIR folder")
+
+    def _real_folder(self, owner: str) -> None:
+        """DIR as a real folder: made when missing; an older atoll's symbolic link replaced by a
+        real folder holding the files it pointed at (then the versioned folders go)."""
+        d = self.directory
+        d.parent.mkdir(parents=True, exist_ok=True)
+        if d.is_symlink():
+            staged = d.parent / f"{self._prefix(owner)}real.{secrets.token_hex(4)}"
+            shutil.copytree(d, staged, symlinks=False)
+            d.unlink()
+            os.replace(staged, d)
+            _fsync_dir(d.parent)
+        d.mkdir(exist_ok=True)
+        for old in d.parent.glob(f"{self._prefix(owner)}*"):  # versions and a crash's leftovers
+            if old.is_symlink() or not old.is_dir():
+                old.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(old, ignore_errors=True)
+        for tmp in d.iterdir():  # a write killed mid-way
+            if _temporary(tmp.name):
+                tmp.unlink(missing_ok=True)
 
     def write(self, record: PlanRecord) -> SinkResult:
         docs = render_manifests(record, self.options)
@@ -265,35 +296,34 @@ class K8sManifestSink:
         texts["kustomization.yaml"] = dump_yaml({"apiVersion": "kustomize.config.k8s.io/v1beta1",
                                                       "kind": "Kustomization", "resources": files})
         d, owner = self.directory, record.owner
+        changed: list[str] = []
         try:
             self._check_owner(owner)
-            before = {f.name for f in d.iterdir() if f.name.startswith("atoll-")} if d.is_dir() else set()
-            d.parent.mkdir(parents=True, exist_ok=True)
-            prefix = self._prefix(owner)
-            new = d.parent / f"{prefix}{record.sequence:06d}.{secrets.token_hex(4)}"
-            new.mkdir()
-            for name, text in texts.items():
-                (new / name).write_text(text, encoding="utf-8")
-                os.chmod(new / name, 0o644)
-            _fsync_dir(new)
-            if d.is_dir() and not d.is_symlink():  # an older layout's real folder, checked above
-                os.replace(d, d.parent / f"{prefix}old.{secrets.token_hex(4)}")
-            link = d.parent / f"{prefix}link.{secrets.token_hex(4)}"
-            os.symlink(new.name, link)
-            os.replace(link, d)  # the switch: one rename
-            _fsync_dir(d.parent)
-            for old in d.parent.glob(f"{prefix}*"):  # earlier plans' folders, and a crash's leftovers
-                if old != new:
-                    if old.is_symlink() or not old.is_dir():
-                        old.unlink(missing_ok=True)
-                    else:
-                        shutil.rmtree(old, ignore_errors=True)
+            self._real_folder(owner)
+            before = {f.name for f in d.iterdir() if f.name.startswith("atoll-") and f.suffix == ".yaml"}
+            for name in [*files, "kustomization.yaml"]:  # the kustomization after the objects it names
+                path = d / name
+                with contextlib.suppress(OSError):
+                    if path.read_text(encoding="utf-8") == texts[name]:
+                        continue
+                atomic_write_text(path, texts[name])
+                changed.append(name)
+            stale = sorted(before - set(files))
+            for name in stale:  # deleted objects last
+                (d / name).unlink(missing_ok=True)
+            _fsync_dir(d)
         except OSError as exc:
             raise SinkError(f"{self.name}: cannot write manifests ({exc}); check that the folder is "
                             f"writable") from exc
         written = tuple(str(d / name) for name in texts)
-        removed = tuple(str(d / name) for name in sorted(before - set(files)))
-        return SinkResult(self.name, True, written, removed, f"{_summary(docs)} for plan {record.sequence}")
+        removed = tuple(str(d / name) for name in stale)
+        return SinkResult(self.name, True, written, removed,
+                          f"{_summary(docs)} for plan {record.sequence} ({len(changed)} file(s) changed)")
+
+
+def _temporary(name: str) -> bool:
+    """A file :func:`atomic_write_text` stages before its rename (``.<name>.<random>.tmp``)."""
+    return name.startswith(".") and name.endswith(".tmp")
 
 
 def _fsync_dir(path: Path) -> None:

@@ -398,12 +398,12 @@ def test_a_half_written_kubeconfig_is_a_failed_delivery(tmp_path: Path) -> None:
     assert not result.ok and "kept as pending" in result.message and "kubeconfig" in result.message
 
 
-def test_k8s_dir_validates_everything_before_writing_and_switches_in_one_rename(tmp_path: Path) -> None:
+def test_k8s_dir_validates_everything_before_writing_and_replaces_whole_files(tmp_path: Path) -> None:
     d = tmp_path / "manifests"
     sink = K8sManifestSink(d)
     sink.write(_record(1, (PHI,), "fleet-a-000001"))
     good = {p.name: p.read_text() for p in d.iterdir()}
-    assert d.is_symlink()
+    assert d.is_dir() and not d.is_symlink()
     small = Template(Service("Phi-4-14B", Phase.DECODE), USE2, (("1xL4", 1),), (Stage(40, ("1xL4",)),), 200.0)
     bad = K8sManifestSink(d, K8sOptions(gpu_products={"L40S": "NVIDIA-L40S", "L4": "not a label!"}))
     with pytest.raises(SinkError, match="not a valid label value"):
@@ -412,7 +412,7 @@ def test_k8s_dir_validates_everything_before_writing_and_switches_in_one_rename(
     result = sink.write(_record(3, (small,), "fleet-a-000001"))
     names = sorted(p.name for p in d.iterdir())
     assert len(names) == 3 and all(Path(r).name not in names for r in result.removed)
-    assert len(list(tmp_path.glob(".manifests.*"))) == 1  # the earlier plan's folder is gone
+    assert not list(tmp_path.glob(".manifests.*")) and not list(d.glob(".*"))  # nothing staged is left
 
 
 # ----- 7. bounded growth ----------------------------------------------------------------------
