@@ -1,5 +1,9 @@
 """Gymnasium environment of the heterogeneous fleet (``atoll/Fleet-v1``) and rule policies.
 
+``atoll/Fleet-v3``: the closed-loop world where a re-plan costs what a cluster charges
+(``CHARGED``: start-up drawn by model size and cache state, zone-correlated preemptions, spot
+acquisition that fails when the trace has no node) and the observation of risk (``v3``).
+
 ``atoll/Fleet-v2``: the closed-loop world — true capacities differ from the model
 (``capacity_error="calibration"``), SLO attainment from the latency model, online capacity
 correction, and the observation's closed-loop block (latency, queue, correction per model).
@@ -12,15 +16,22 @@ from gymnasium.envs.registration import register, registry
 ENV_ID = "atoll/Fleet-v1"
 ENV_ID_V0 = "atoll/Fleet-v0"
 ENV_ID_V2 = "atoll/Fleet-v2"
+ENV_ID_V3 = "atoll/Fleet-v3"
 # the closed-loop world: capacities differ from the model by the calibration's spread,
 # the SLO is latency-based, the planner corrects its capacities online, the policy sees the signals
 CLOSED_LOOP = {"capacity_error": "calibration", "correction": True, "slo_model": "latency",
                "observation": "v2"}
+# what a cluster charges for a re-plan, on top of the closed loop (FleetConfig's docstring has
+# each setting and its public source); scale-down keeps its drain with a grace period
+CHARGED = {**CLOSED_LOOP, "startup": "sampled", "preemption": "zone", "spot_acquisition": "trace",
+           "observation": "v3"}
 
 if ENV_ID not in registry:
     register(id=ENV_ID, entry_point="atoll.envs.fleet_env:FleetEnv", kwargs={"action": "reopt"})
 if ENV_ID_V2 not in registry:
     register(id=ENV_ID_V2, entry_point="atoll.envs.fleet_env:FleetEnv",
              kwargs={"action": "reopt", **CLOSED_LOOP})
+if ENV_ID_V3 not in registry:
+    register(id=ENV_ID_V3, entry_point="atoll.envs.fleet_env:FleetEnv", kwargs={"action": "reopt", **CHARGED})
 if ENV_ID_V0 not in registry:
     register(id=ENV_ID_V0, entry_point="atoll.envs.fleet_env:FleetEnv", kwargs={"action": "binary"})

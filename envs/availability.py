@@ -25,7 +25,17 @@
 
   Configs of one region read the region's trace at different seeded offsets (drawn at reset from
   the environment's generator), so they are not preempted in lockstep; the same seed gives the
-  same offsets, hence the same capacities.
+  same offsets, hence the same capacities. With ``correlation="zone"`` (``FleetConfig.preemption``)
+  the configs of one GPU type in one region — one instance family in one zone — share the offset
+  of the first of them, so a drop interrupts them together: SpotHedge/SkyServe (Mao et al.,
+  EuroSys'25) find co-interruptions of one instance type in one zone within 3 minutes in over 92%
+  of cases, inside one 5-minute step. Every config still draws its offset, so the two settings
+  consume the generator alike and meet the same later draws.
+
+Every process also tells what its spot pools offer at most (:meth:`SpotAvailability.offered`):
+under ``FleetConfig.spot_acquisition="trace"`` that, not the trace's current count, is what the
+planner sees of a spot pool until a failed acquisition or a preemption there shows it full
+(for ``ACQUIRE_BACKOFF_S``).
 """
 
 from __future__ import annotations
@@ -48,6 +58,13 @@ SPOT_TRACES: dict[str, str] = {
     "gcp:us-central1": "us-west-2c_v100_1.json",
 }
 SPOT_TRACE_NODES = 16
+# after a failed acquisition or a preemption a spot pool is believed full for a back-off that
+# doubles with each failure in a row until an acquisition there succeeds: the Kubernetes Cluster
+# Autoscaler's node-group back-off, --initial-node-group-backoff-duration (5 minutes) and
+# --max-node-group-backoff-duration (30 minutes) by default
+ACQUIRE_BACKOFF_S = 300.0
+ACQUIRE_BACKOFF_MAX_S = 1800.0
+CORRELATIONS: tuple[str, ...] = ("independent", "zone")
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,10 @@ class StaticAvailability:
     def reset(self, rng: np.random.Generator) -> None:  # noqa: ARG002 - same interface as spot
         return None
 
+    def offered(self) -> dict[Pool, int]:
+        """No spot pools: nothing moves."""
+        return {}
+
     def capacity(self, seconds: float) -> dict[Pool, int]:  # noqa: ARG002
         return dict(self.caps)
 
@@ -103,18 +124,32 @@ class SpotAvailability:
     base: Mapping[Pool, int]
     traces: Mapping[str, SpotTrace]
     offsets: dict[Pool, float] = field(default_factory=dict)
+    correlation: str = "independent"
 
     def __post_init__(self) -> None:
         missing = sorted({r for r, _ in self.base} - set(self.traces))
         if missing:
             raise ValueError(f"SpotAvailability: no trace for regions {missing}")
+        if self.correlation not in CORRELATIONS:
+            raise ValueError(f"SpotAvailability: correlation must be one of {', '.join(CORRELATIONS)}, "
+                             f"got {self.correlation!r}")
 
     def reset(self, rng: np.random.Generator) -> None:
+        from atoll.solvers.problem import gpu_type_of
+
         self.offsets = {}
+        shared: dict[tuple[str, str], float] = {}
         for cell in sorted(self.base):
             trace = self.traces[cell[0]]
             span = len(trace.values) * trace.gap_seconds
-            self.offsets[cell] = float(rng.integers(0, len(trace.values))) * trace.gap_seconds % span
+            own = float(rng.integers(0, len(trace.values))) * trace.gap_seconds % span
+            if self.correlation == "zone":  # one instance family in one zone moves as one
+                own = shared.setdefault((cell[0], gpu_type_of(cell[1])), own)
+            self.offsets[cell] = own
+
+    def offered(self) -> dict[Pool, int]:
+        """The most nodes each spot pool offers (its base cap)."""
+        return dict(self.base)
 
     def capacity(self, seconds: float) -> dict[Pool, int]:
         if not self.offsets:
@@ -133,6 +168,9 @@ class HedgedAvailability:
 
     def reset(self, rng: np.random.Generator) -> None:
         self.spot.reset(rng)
+
+    def offered(self) -> dict[Pool, int]:
+        return self.spot.offered()
 
     def capacity(self, seconds: float) -> dict[Pool, int]:
         return {**self.on_demand.capacity(seconds), **self.spot.capacity(seconds)}
@@ -153,6 +191,12 @@ class MarketAvailability:
         if self.bundled is not None:
             self.bundled.reset(rng)
 
+    def offered(self) -> dict[Pool, int]:
+        out = {cell: int(max(trace.nodes)) for cell, trace in self.own.items()}
+        if self.bundled is not None:
+            out.update(self.bundled.offered())
+        return out
+
     def capacity(self, seconds: float) -> dict[Pool, int]:
         out = dict(self.static)
         out.update({cell: int(trace.at(seconds)) for cell, trace in self.own.items()})
@@ -168,8 +212,8 @@ def untraced_spot_pools(markets: Mapping[Pool, str], traces: Mapping[Pool, Any])
                   if m != "on-demand" and cell not in traces and cell[0] not in SPOT_TRACES)
 
 
-def market_availability(spec: Any, markets: Mapping[Pool, str], data: Path | None = None
-                        ) -> MarketAvailability:
+def market_availability(spec: Any, markets: Mapping[Pool, str], data: Path | None = None,
+                        correlation: str = "independent") -> MarketAvailability:
     """The availability process of a scenario's pools under ``markets`` (every offered cell ->
     on-demand, spot or hedged); ValueError naming the pools when a spot pool has no trace."""
     from atoll.solvers.scenarios import market_caps
@@ -195,5 +239,5 @@ def market_availability(spec: Any, markets: Mapping[Pool, str], data: Path | Non
         where = data or shared_data_dir()
         regions = sorted({split_tier(r)[0] for r, _ in base})
         bundled = SpotAvailability(base, {tiered_region(r, "spot"): load_spot_trace(where, r)
-                                          for r in regions})
+                                          for r in regions}, correlation=correlation)
     return MarketAvailability(static, own, bundled)

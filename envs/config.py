@@ -25,7 +25,13 @@ PRICE_KINDS: tuple[str, ...] = ("on-demand", "spot")
 TRANSITIONS: tuple[str, ...] = ("make-before-break", "break-before-make")
 RESAMPLES: tuple[str, ...] = ("sampled", "hold")
 SLO_MODELS: tuple[str, ...] = ("fluid", "latency")
-OBSERVATIONS: tuple[str, ...] = ("v1", "v2")
+OBSERVATIONS: tuple[str, ...] = ("v1", "v2", "v3")
+# what a cluster charges for a re-plan (the ``atoll/Fleet-v3`` world; the first of each is the
+# world of the earlier ids)
+STARTUPS: tuple[str, ...] = ("fixed", "sampled")
+PREEMPTIONS: tuple[str, ...] = ("independent", "zone")
+ACQUISITIONS: tuple[str, ...] = ("seen", "trace")
+SCALE_DOWNS: tuple[str, ...] = ("drain", "lose")
 
 
 @dataclass(frozen=True)
@@ -81,7 +87,8 @@ class FleetConfig:
     ``slo_model``: ``fluid`` (a request meets the SLO when its share of capacity is there:
     served / demand) or ``latency`` (the queueing approximation of :mod:`atoll.envs.latency`:
     late requests within capacity count as missed). ``observation``: ``v1`` (the 12 M + G + 4
-    features) or ``v2`` (plus latency, queue and correction per model, ``atoll/Fleet-v2``).
+    features) or ``v2`` (plus latency, queue and correction per model, ``atoll/Fleet-v2``) or
+    ``v3`` (plus the observations of risk, ``atoll/Fleet-v3``).
     ``solver_gap``: re-optimizations stop at a proven relative gap of 0.1% by default — far below
     the forecast error, and it cuts the worst solve times of the extended scenario severalfold.
     ``risk``: the :class:`~atoll.solvers.problem.Risk` every re-plan takes for every model
@@ -89,6 +96,31 @@ class FleetConfig:
     default, which is the plain ILP. ``removal_weight`` R: each running instance a re-plan removes
     costs R x its $/h in the re-plan's objective (the ILP's price of churn, beside the start-up
     weight for additions); 0 by default.
+
+    What a cluster charges for a re-plan (each first value is the world of ``atoll/Fleet-v0`` to
+    ``-v2``; ``atoll/Fleet-v3`` sets the second of the first three):
+
+    ``startup``: ``fixed`` (node boot 180 s + the weights of the stage a node holds at 1 GB/s,
+    the same every time) or ``sampled`` (per instance, drawn from the env's generator, by model
+    size and cache state: a new node's provisioning 1-10 min, the serving image pulled, weights
+    from object storage, a cold torch.compile and CUDA graph capture; or a free node of the
+    (region, config) a scale-down left in the warm pool for the Cluster Autoscaler's 10-minute
+    ``--scale-down-unneeded-time``, held and billed meanwhile: no boot, image present, weights
+    and compile cache local when it served the same model; figures and their public sources in
+    :mod:`atoll.envs.fleet`). ``preemption``: ``independent`` (every (region, config) reads
+    its region's spot trace at its own seeded offset) or ``zone`` (the configs of one GPU type
+    in one region share one offset, so they are interrupted together: SpotHedge/SkyServe,
+    EuroSys'25, find co-interruptions of one instance type in one zone within 3 minutes in over
+    92% of cases; :mod:`atoll.envs.availability`). ``spot_acquisition``: ``seen`` (the planner
+    sees each spot pool's current trace count and every requested node arrives) or ``trace``
+    (clouds publish no spot capacity: the planner sees each spot pool's offered nodes, and a
+    requested node arrives only when the trace has it at that moment; the rest of the request
+    fails, and the pool is believed full at what it holds for ``ACQUIRE_BACKOFF_S`` — the
+    Cluster Autoscaler's ``--initial-node-group-backoff-duration``, 5 minutes — after a failure
+    or a preemption). ``scale_down``: ``drain`` (a removed instance finishes its in-flight
+    requests within the grace period ``drain_s``, billed) or ``lose`` (it stops at once,
+    unbilled, and its in-flight requests — by Little's law its share of the model's request
+    rate x a request's duration at the SLO budgets — are lost).
     """
 
     scenario: str = "core"
@@ -125,9 +157,18 @@ class FleetConfig:
     observation: str = "v1"
     risk: Risk = Risk()
     removal_weight: float = 0.0
+    startup: str = "fixed"
+    preemption: str = "independent"
+    spot_acquisition: str = "seen"
+    scale_down: str = "drain"
 
     def __post_init__(self) -> None:
         owner = "FleetConfig"
+        for name, valid in (("startup", STARTUPS), ("preemption", PREEMPTIONS),
+                            ("spot_acquisition", ACQUISITIONS), ("scale_down", SCALE_DOWNS)):
+            if getattr(self, name) not in valid:
+                raise InputError(f"{owner}: field {name!r} must be one of {', '.join(valid)}, "
+                                 f"got {getattr(self, name)!r}")
         if not (isinstance(self.removal_weight, int | float) and math.isfinite(self.removal_weight)
                 and self.removal_weight >= 0):
             raise InputError(f"{owner}: field 'removal_weight' must be finite and >= 0, "
@@ -234,7 +275,7 @@ class FleetConfig:
         """Whether a step computes the servers' signals (latency, queues) at all: the world differs
         from the model, the planner corrects, the SLO is latency-based or a policy observes them."""
         return (not self.capacity_error_spec.exact or self.correction or self.slo_model == "latency"
-                or self.observation == "v2")
+                or self.observation in ("v2", "v3"))
 
     @property
     def price_kind(self) -> str:

@@ -149,9 +149,9 @@ class FleetState:
     # instances removed without a drain, whose nodes join the warm pool at the next advance
     released: dict[str, int] = field(default_factory=dict)
 
-    def warm_nodes(self) -> dict[Cell, int]:
+    def warm_nodes(self) -> dict[Pool, int]:
         """Free nodes held in the warm pool per (region, config)."""
-        out: dict[Cell, int] = defaultdict(int)
+        out: dict[Pool, int] = defaultdict(int)
         for (region, config, _), entries in self.warm.items():
             out[(region, config)] += sum(int(e[0]) for e in entries)
         return {cell: n for cell, n in out.items() if n}
@@ -364,11 +364,33 @@ class FleetState:
                     break
         return dict(lost)
 
-    def _drop_warm(self, capacity: Mapping[Cell, int], templates: Mapping[str, Template]) -> dict[Cell, int]:
+    def fail_acquisitions(self, capacity: Mapping[Pool, int], templates: Mapping[str, Template],
+                          rng: np.random.Generator) -> dict[str, int]:
+        """Take back instances the last :meth:`apply_plan` started where a (region, config) now
+        holds more nodes than ``capacity``: the market did not have the nodes they asked for.
+        Which of them, among the templates holding the cell, in an order drawn from ``rng``."""
+        lost: dict[str, int] = defaultdict(int)
+        use: dict[Pool, float] = defaultdict(float, self.nodes_held(templates))
+        for cell in sorted(use):
+            if use[cell] - capacity.get(cell, 0) <= 1e-9:
+                continue
+            holders = sorted(k for k, n in self.fresh.items() if n > 0 and k in templates
+                             and cell in {(templates[k].region, c) for c, _ in templates[k].node_use})
+            for key in [holders[i] for i in rng.permutation(len(holders))]:
+                t = templates[key]
+                while use[cell] - capacity.get(cell, 0) > 1e-9 and self.fresh.get(key, 0) > 0:
+                    self._drop_one(key)  # the newest starting entry: this plan's
+                    self.fresh[key] -= 1
+                    lost[key] += 1
+                    for config, k in t.node_use:
+                        use[(t.region, config)] -= k
+        return dict(lost)
+
+    def _drop_warm(self, capacity: Mapping[Pool, int], templates: Mapping[str, Template]) -> dict[Pool, int]:
         """Free nodes taken back where a (region, config) holds more than ``capacity``; per cell."""
         if not self.warm:
             return {}
-        dropped: dict[Cell, int] = {}
+        dropped: dict[Pool, int] = {}
         use = self.nodes_held(templates)
         for cell, free in sorted(self.warm_nodes().items()):
             excess = n = min(free, use.get(cell, 0) - capacity.get(cell, 0))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -11,6 +12,8 @@ from gymnasium import spaces
 
 from atoll.envs.actions import ActionCodec
 from atoll.envs.availability import (
+    ACQUIRE_BACKOFF_MAX_S,
+    ACQUIRE_BACKOFF_S,
     HedgedAvailability,
     MarketAvailability,
     SpotAvailability,
@@ -21,15 +24,16 @@ from atoll.envs.availability import (
 from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.correction import CapacityCorrection
 from atoll.envs.demand import DemandBook, build_book, underlying_rates, workload_series
-from atoll.envs.fleet import FleetState
+from atoll.envs.fleet import WARM_S, FleetState
 from atoll.envs.fleet_model import FleetModel
-from atoll.envs.observation import SINCE_CAP, build_observation, observation_space
+from atoll.envs.observation import RISK_WINDOW, SINCE_CAP, build_observation, observation_space
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.servers import ServerReport, learn, server_report, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
-from atoll.envs.vocabulary import Reoptimization
+from atoll.envs.vocabulary import Pool, Reoptimization
+from atoll.solvers.models import get_model
 from atoll.solvers.paths import shared_data_dir
-from atoll.solvers.problem import SolveStatus
+from atoll.solvers.problem import SolveStatus, gpu_type_of
 from atoll.solvers.scenarios import SCENARIOS, ample_availability, fleet_markets, scarce_availability
 from atoll.solvers.tiers import split_tier, tiered_region
 
@@ -61,24 +65,39 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     (minus the nodes of draining and replaced instances), with start-up weight K = the median
     template start-up / ``step_s``.
     Cost mode first; goodput mode (serve the most, then cheapest) when the demand cannot be met;
-    the plan is held when no plan is found. Added instances serve after their start-up (node
-    boot 180 s + loading the weights of the stage a node holds at 1 GB/s, slowest node — a
-    constant: no public GPU-node start-up measurements give it a spread). Removals cancel
+    the plan is held when no plan is found. Added instances serve after their start-up: with
+    ``startup="fixed"`` node boot 180 s + loading the weights of the stage a node holds at
+    1 GB/s, slowest node, the same every time; with ``startup="sampled"`` (``v3``) drawn per
+    instance by model size and cache state — a new node (provisioning 1-10 min, image pull,
+    weights from object storage, cold compile) or a free node a scale-down left in the warm
+    pool for 10 minutes (held and billed meanwhile; no boot, no pull, local weights and compile
+    cache when it served the same model) — from a generator seeded by ``self.np_random`` at reset
+    (figures and sources: :mod:`atoll.envs.fleet`). The planner's start-up weight stays the fixed
+    model's median. Removals cancel
     instances still starting first (unbilled); ``transition="make-before-break"`` (default): a
     running instance removed from a service to which the plan adds instances keeps serving and
     billing until the slowest of those additions is ready, then drains for ``drain_s``; a pure
     scale-down (and every removal under ``"break-before-make"``) stops serving at once and is
-    billed for ``drain_s`` more.
+    billed for ``drain_s`` more. ``scale_down="lose"``: removed instances stop at once, unbilled,
+    and lose their in-flight requests (Little's law: the stopped share of the model's capacity x
+    its request rate x a request's duration at the SLO budgets), which miss the SLO.
 
     **Demand** (``workload="servegen"``): per step, sampled from the trace's per-client arrival
     processes (:mod:`atoll.envs.arrivals`) with the generator seeded by ``demand_seed``
     (``resample="hold"``: each 600 s window's rate repeated); forecasts are one causal pass per
     (trace, seed), cached. **Market** ``availability``: ``ample`` / ``scarce`` (static caps),
     ``spot`` (every pool follows a spot trace), ``hedged`` (spot pools beside an on-demand quota
-    at on-demand prices; the ILP picks the tier per instance).
+    at on-demand prices; the ILP picks the tier per instance). ``preemption="zone"`` (``v3``):
+    the configs of one GPU type in one region read their trace at one offset and are
+    interrupted together. ``spot_acquisition="trace"`` (``v3``): the planner and the policy see
+    each spot pool at what it offers; a requested node arrives only when the trace has it at
+    that moment, the rest of the request fails (unbilled; ``info["total"]["failed_acquisitions"]``)
+    and the pool is seen full at what it holds for a back-off (5 min, doubling per failure in
+    a row up to 30 min); a preemption starts the same back-off.
 
     **Observation** ``Box(float32)`` of ``12 M + G + 4`` values (M models, G GPU types of the
-    scenario's prices), built by :func:`atoll.envs.signals.fleet_signals` and
+    scenario's prices; ``v2``: ``15 M + G + 4``; ``v3``: ``19 M + 3 G + 4``), built by
+    :func:`atoll.envs.signals.fleet_signals` and
     :func:`atoll.envs.observation.build_observation` — the live controller builds its own with
     the same two functions. Ratios are capped at 4 and divided by 4.
 
@@ -122,6 +141,24 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     + 3 m + 1
     12 M + G + 4    ``correction``              (planned capacity x learned factors) /         0      1
     + 3 m + 2                                   planned capacity, min over phases, - 0.5
+    12 M + G + 4    ``<model>/queue_growth``    ``v3`` only, 4 per model from here: (requests  -1     1
+    + 3 M + 4 m                                 waiting now - a step ago) / (waiting +
+    + 0                                         running) now, clipped to [-1, 1]
+    12 M + G + 4    ``latency_miss``            share of the last step's requests over a       0      1
+    + 3 M + 4 m                                 latency budget (TTFT or inter-token)
+    + 1
+    12 M + G + 4    ``spread``                  largest share of its planned capacity on one   0      1
+    + 3 M + 4 m                                 spot pool (a region's spot market), max over
+    + 2                                         phases (0: nothing on spot)
+    12 M + G + 4    ``ondemand_share``          share of its planned capacity on on-demand     0      1
+    + 3 M + 4 m                                 nodes, min over phases
+    + 3
+    12 M + G + 4    ``preempted/<gpu type>``    ``v3`` only, 2 per GPU type from here: nodes   0      1
+    + 7 M + 2 g                                 of the type preempted over the last 12 steps /
+    + 0                                         (those + nodes held now)
+    12 M + G + 4    ``refused/<gpu type>``      nodes of the type requested and refused (a     0      1
+    + 7 M + 2 g                                 failed acquisition) over the last 12 steps /
+    + 1                                         nodes requested
     ==============  ==========================  =============================================  =====  ====
 
     (``atoll.envs.observation.MODEL_FEATURES`` / ``FLEET_FEATURES`` hold the same table; a test
@@ -166,6 +203,14 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
 
     **Version history** (newest first)
 
+    * ``v3``: ``v2``'s closed loop in a world that charges what a cluster charges —
+      ``startup="sampled"``, ``preemption="zone"``, ``spot_acquisition="trace"`` (each in
+      FleetConfig's docstring with its public source; ``scale_down`` stays ``drain``) — and the
+      observation of risk appended to ``v2``'s: ``queue_growth``, ``latency_miss``, ``spread``,
+      ``ondemand_share`` per model, ``preempted`` and ``refused`` (failed acquisitions) per GPU type:
+      ``19 M + 3 G + 4`` values. ``info`` gains ``failed_acquisitions``, ``lost_in_flight`` and
+      ``free_nodes``. ``v0``-``v2`` keep their worlds (every new setting defaults to theirs).
+
     * ``v2``: the closed-loop world on ``v1``'s action — true capacities off the model
       (``capacity_error="calibration"``), SLO attainment from the latency model, online
       capacity correction; the observation appends the closed-loop block (``latency_ratio``,
@@ -207,7 +252,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                              f"median start-up time ({fleet.median_startup:.0f} s)")
         templates = fleet.base.templates
         if spec.markets and c.availability in MARKET_KINDS:  # a fleet file's pools in their markets
-            self._availability: Availability = market_availability(spec, fleet_markets(spec, c.availability))
+            self._availability: Availability = market_availability(spec, fleet_markets(spec, c.availability),
+                                                                   correlation=c.preemption)
         elif c.availability == "ample":
             self._availability = StaticAvailability(ample_availability(spec))
         elif c.availability == "scarce":
@@ -221,11 +267,12 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             self._availability = HedgedAvailability(
                 StaticAvailability(quota),
                 SpotAvailability(spot_pools, {tiered_region(r, "spot"): load_spot_trace(data, r)
-                                              for r in spec.regions}))
+                                              for r in spec.regions}, correlation=c.preemption))
         else:
             data = shared_data_dir()
             self._availability = SpotAvailability(ample_availability(spec),
-                                                  {r: load_spot_trace(data, r) for r in spec.regions})
+                                                  {r: load_spot_trace(data, r) for r in spec.regions},
+                                                  correlation=c.preemption)
         self.gpu_types: tuple[str, ...] = fleet.gpu_types
         series = c.demand if c.demand is not None else workload_series(
             c.workload, self.models, spec.req_per_s, c.step_s, resample=c.resample, seed=c.demand_seed)
@@ -240,8 +287,10 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         m = len(self.models)
         self.action_space: spaces.Space[np.ndarray] = (
             spaces.MultiBinary(m) if c.action == "binary" else self.codec.space(m))
-        self._obs_closed = c.observation == "v2"
-        self.observation_space = box = observation_space(m, len(self.gpu_types), closed_loop=self._obs_closed)
+        self._obs_closed = c.observation in ("v2", "v3")
+        self._obs_risk = c.observation == "v3"
+        self.observation_space = box = observation_space(m, len(self.gpu_types), closed_loop=self._obs_closed,
+                                                         risk=self._obs_risk)
         self._obs_space_low = box.low
         self._model_index = fleet.model_index
         self.state = FleetState()
@@ -253,6 +302,26 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._waiting_share = np.zeros(m)
         self.last_report: ServerReport | None = None
         self._exposed: list[str] = []
+        # what a cluster charges: the spot pools' offer, pools believed full until a time, the
+        # start-up generator, and the risk the policy observes
+        self._offered = self._availability.offered() if c.spot_acquisition == "trace" else {}
+        self._full_until: dict[Pool, float] = {}
+        self._fail_streak: dict[Pool, int] = {}
+        self._startup_rng: np.random.Generator | None = None
+        self._gpu_index = {g: j for j, g in enumerate(self.gpu_types)}
+        self._request_s = np.array([get_model(name).slo.ttft_ms / 1e3
+                                    + fleet.shape[i, 1] * get_model(name).slo.tpot_ms / 1e3
+                                    for i, name in enumerate(self.models)])
+        self._reset_risk()
+
+    def _reset_risk(self) -> None:
+        m, g = len(self.models), len(self.gpu_types)
+        self._preempted_nodes = np.zeros((RISK_WINDOW, g))
+        self._requested_nodes = np.zeros((RISK_WINDOW, g))
+        self._failed_nodes = np.zeros((RISK_WINDOW, g))
+        self._queue_growth = np.zeros(m)
+        self._latency_miss = np.zeros(m)
+        self._last_waiting = np.zeros(m)
 
     # ----- helpers ------------------------------------------------------------------------
     def _planning_demand(self, g: int, how: str, levels: list[float] | None = None) -> np.ndarray:
@@ -298,22 +367,73 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                              f"({names}) among {codes}; got {action!r}")
         return [self.codec.decode(int(v)) for v in a]
 
-    def _apply(self, outcome: PlanOutcome) -> None:
-        if outcome.allocation is not None:
-            self.fleet.apply(self.state, outcome.allocation)
+    def _apply(self, outcome: PlanOutcome) -> dict[str, int]:
+        """Apply a plan; the instances whose spot nodes the market did not have (per key)."""
+        if outcome.allocation is None:
+            return {}
+        self.fleet.apply(self.state, outcome.allocation, self._startup_rng)
+        requested = self._nodes_by_type(self.state.fresh)
+        failed: dict[str, int] = {}
+        if self.config.spot_acquisition == "trace":
+            failed = self.state.fail_acquisitions(self._cap, self.fleet.templates, self.np_random)
+            refused = self._cells_of(failed)
+            for cell in self._cells_of(self.state.fresh) - refused:
+                self._fail_streak.pop(cell, None)  # an acquisition there succeeded
+            for cell in refused:
+                self._block(cell)
+        self._requested_nodes[0] += requested
+        self._failed_nodes[0] += self._nodes_by_type(failed)
+        return failed
+
+    def _block(self, cell: Pool) -> None:
+        """Believe ``cell`` full for the back-off of its failures in a row (see
+        :data:`atoll.envs.availability.ACQUIRE_BACKOFF_S`)."""
+        if cell not in self._offered:
+            return
+        streak = self._fail_streak[cell] = self._fail_streak.get(cell, 0) + 1
+        backoff = min(ACQUIRE_BACKOFF_S * 2 ** (streak - 1), ACQUIRE_BACKOFF_MAX_S)
+        self._full_until[cell] = self._g * self.config.step_s + backoff
+
+    def _nodes_by_type(self, instances: dict[str, int]) -> np.ndarray:
+        """[G] nodes (a slice: its share) the given instances per template key use, per GPU type."""
+        out = np.zeros(len(self.gpu_types))
+        for key, n in instances.items():
+            for config, k in self.fleet.templates[key].node_use:
+                out[self._gpu_index[gpu_type_of(config)]] += n * k
+        return out
+
+    def _cells_of(self, instances: dict[str, int]) -> set[Pool]:
+        return {(self.fleet.templates[k].region, config) for k, n in instances.items() if n
+                for config, _ in self.fleet.templates[k].node_use}
+
+    def _planning_caps(self) -> dict[Pool, int]:
+        """What the planner (and the policy) sees of availability: the market's current caps; under
+        ``spot_acquisition="trace"`` each spot pool at what it offers, or at the nodes it holds
+        while it is believed full after a failed acquisition or a preemption."""
+        if not self._offered:
+            return self._cap
+        now = self._g * self.config.step_s
+        held = self.fleet.nodes_held(self.state)
+        caps = dict(self._cap)
+        for cell, offered in self._offered.items():
+            full = self._full_until.get(cell, -math.inf) >= now  # a back-off ending now still holds
+            caps[cell] = held.get(cell, 0) if full else offered
+        return caps
 
     def _factors(self) -> dict[str, float] | None:
         """The capacity factors the planner has learned (None: it plans on the model's)."""
         return self.correction.planning_factors() if self.config.correction else None
 
     def _replan(self, models: frozenset[str], demand: np.ndarray,
-                grow: frozenset[str] = frozenset()) -> PlanOutcome:
-        return self.fleet.replan(self.state, models, demand, self._cap, grow=grow, factors=self._factors())
+                grow: frozenset[str] = frozenset(), caps: dict[Pool, int] | None = None) -> PlanOutcome:
+        caps = caps if caps is not None else self._planning_caps()
+        return self.fleet.replan(self.state, models, demand, caps, grow=grow, factors=self._factors())
 
     def _observe(self) -> np.ndarray:
         g = self._g
         signals = fleet_signals(
-            self.fleet, self.state, self._cap, demand=self.fleet.tokens(self.book.rates[:, g - 1]),
+            self.fleet, self.state, self._planning_caps(),
+            demand=self.fleet.tokens(self.book.rates[:, g - 1]),
             forecast_mean=self.book.mean[:, g, :].max(axis=1),
             forecast_upper=self.book.upper[:, g, :].max(axis=1),
             forecast_first=self.book.mean[:, g, 0], forecast_last=self.book.mean[:, g, -1],
@@ -323,7 +443,20 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             seconds_of_day=(g % self.book.steps_per_day) * self.config.step_s, factors=self._factors(),
             latency_ratio=self._latency_ratio if self._obs_closed else None,
             waiting_share=self._waiting_share if self._obs_closed else None)
-        return build_observation(signals, closed_loop=self._obs_closed)
+        if self._obs_risk:
+            spread, ondemand = self.fleet.risk_exposure(self.state)
+            held = np.zeros(len(self.gpu_types))
+            for (_, config), n in self.fleet.nodes_held(self.state).items():
+                held[self._gpu_index[gpu_type_of(config)]] += n
+            preempted = self._preempted_nodes.sum(axis=0)
+            requested = self._requested_nodes.sum(axis=0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                pre = np.where(preempted > 0, preempted / np.maximum(preempted + held, 1e-9), 0.0)
+                failed = self._failed_nodes.sum(axis=0)
+                fail = np.where(requested > 0, failed / np.maximum(requested, 1e-9), 0.0)
+            signals = replace(signals, queue_growth=self._queue_growth, latency_miss=self._latency_miss,
+                              spread=spread, ondemand_share=ondemand, preempted_share=pre, failed_share=fail)
+        return build_observation(signals, closed_loop=self._obs_closed, risk=self._obs_risk)
 
     # ----- gymnasium API ------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -346,7 +479,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._t = 0
         self._availability.reset(self.np_random)
         self._cap = self._availability.capacity(self._g * self.config.step_s)
-        self.state = FleetState()
+        self.state = FleetState(warm_s=WARM_S if self.config.startup == "sampled" else 0.0)
+        self._full_until, self._fail_streak = {}, {}
+        self._reset_risk()
         m = len(self.models)
         self.correction = CapacityCorrection()
         self._latency_ratio, self._waiting_share = np.zeros(m), np.zeros(m)
@@ -359,8 +494,12 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             self.truth = ({} if spec.exact else
                           spec.draw(self.fleet.families(), np.random.default_rng(world_seed)))
             self._server_rng = np.random.default_rng(server_seed)
+        # drawn after the worlds' seeds, so a world without sampled start-ups meets the same draws
+        self._startup_rng = (np.random.default_rng(int(self.np_random.integers(0, 2**63 - 1)))
+                             if self.config.startup == "sampled" else None)
         demand = self._planning_demand(self._g, "peak" if initial == "peak" else self._planning)
-        outcome = self._replan(frozenset(self.models), demand)
+        # the episode starts from a fleet that holds what the market had
+        outcome = self._replan(frozenset(self.models), demand, caps=self._cap)
         if outcome.allocation is not None:
             self.state.running = {k: n for k, n in outcome.allocation.counts if n}
         self._since = np.zeros(m, dtype=int)
@@ -388,10 +527,15 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         chosen = frozenset(self.models[i] for i, r in enumerate(reopts) if r.kind != "hold")
         grow = frozenset(self.models[i] for i, r in enumerate(reopts) if r.kind == "grow")
         outcome = None
+        for window in (self._preempted_nodes, self._requested_nodes, self._failed_nodes):
+            window[:] = np.roll(window, 1, axis=0)
+            window[0] = 0.0
+        failed: dict[str, int] = {}
         if chosen:
             levels = [r.level if r.level is not None else self.codec.levels[0] for r in reopts]
             outcome = self._replan(chosen, self._planning_demand(g, self._planning, levels), grow)
-            self._apply(outcome)
+            failed = self._apply(outcome)
+        stopped, self.state.stopped = self.state.stopped, {}
         for name in chosen:
             self._since[self._model_index[name]] = 0
         self._since += 1  # observed at the next step: one step has passed since
@@ -415,13 +559,27 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self.last_report = report
         fluid = served_shares(demand, ready)
         share = report.slo_share if report is not None and c.slo_model == "latency" else fluid
+        lost_requests = np.zeros(m)
+        if c.scale_down == "lose" and stopped:
+            lost_requests = self._lost_in_flight(stopped, ready, rates)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lost_share = np.where(rates > 0, lost_requests / np.where(rates > 0, rates * dt, 1.0), 0.0)
+            share = np.clip(share - lost_share, 0.0, 1.0)
+        if report is not None:
+            total = report.waiting + report.running
+            with np.errstate(divide="ignore", invalid="ignore"):
+                change = report.waiting - self._last_waiting
+                growth = np.where(total > 0, change / np.where(total > 0, total, 1.0), 0.0)
+            self._queue_growth = np.clip(growth, -1.0, 1.0)
+            self._last_waiting = np.asarray(report.waiting, dtype=float)
+            self._latency_miss = np.where(rates > 0, 1.0 - np.asarray(report.slo_share, dtype=float), 0.0)
         demand_tok = demand.sum(axis=1) * dt
         goodput_tok = share * demand_tok
         unserved_tok = demand_tok - goodput_tok
         cost = self.fleet.cost(self.state, dt)
         node_hours = self.fleet.node_hours(self.state, dt)
         # time passes; availability moves; preemption at the boundary
-        self.state.advance(dt)
+        self.state.advance(dt, self.fleet.templates)
         self._g, self._t = g + 1, self._t + 1
         self._cap = self._availability.capacity(self._g * dt)
         held_keys = (set(self.state.running) | set(self.state.starting) | set(self.state.draining)
@@ -430,6 +588,10 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         lost_by_model = np.zeros(m, dtype=int)
         for key, n in lost.items():
             lost_by_model[self.fleet.info(key)[0]] += n
+        self._preempted_nodes[0] += self._nodes_by_type(lost)
+        if self._offered:  # a preempted spot pool is believed full for a while
+            for cell in self._cells_of(lost):
+                self._block(cell)
         self._preempted = lost_by_model > 0
         self._since_preempt = np.where(self._preempted, 0, np.minimum(self._since_preempt + 1, SINCE_CAP))
         if share is fluid:
@@ -463,7 +625,30 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         for name, r in zip(self.models, reopts, strict=True):
             info["models"][name]["action"] = r.label()
         info["total"]["node_hours"], info["total"]["ondemand_node_hours"] = node_hours
+        failed_by_model = np.zeros(m, dtype=int)
+        for key, n in failed.items():
+            failed_by_model[self.fleet.info(key)[0]] += n
+        for i, name in enumerate(self.models):
+            info["models"][name]["failed_acquisitions"] = int(failed_by_model[i])
+            info["models"][name]["lost_in_flight"] = float(lost_requests[i])
+        info["total"]["failed_acquisitions"] = int(failed_by_model.sum())
+        info["total"]["lost_in_flight"] = float(lost_requests.sum())
+        info["total"]["free_nodes"] = int(sum(self.state.warm_nodes().values()))
         return obs, float(reward), False, bool(truncated), info
+
+    def _lost_in_flight(self, stopped: dict[str, int], ready: np.ndarray, rates: np.ndarray) -> np.ndarray:
+        """[M] requests lost by instances stopped without a drain: by Little's law, the stopped
+        capacity's share of the model's serving (max over phases) x its request rate x a
+        request's duration at the SLO budgets (TTFT + output tokens x inter-token budget), at most
+        the step's requests."""
+        gone = np.zeros((len(self.models), 2))
+        for key, n in stopped.items():
+            mi, ph, thr, _ = self.fleet.info(key)
+            gone[mi, ph] += n * thr
+        total = ready + gone
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(total > 0, gone / np.where(total > 0, total, 1.0), 0.0).max(axis=1)
+        return np.minimum(frac * rates * self._request_s, rates * self.config.step_s)
 
     def _step_info(self, rates: np.ndarray, demand: np.ndarray, ready: np.ndarray, demand_tok: np.ndarray,
                    goodput_tok: np.ndarray, unserved_tok: np.ndarray, share: np.ndarray, cost: np.ndarray,

@@ -25,7 +25,7 @@ import numpy as np
 
 from atoll.envs.capacity_error import family_of
 from atoll.envs.config import MARKET_KINDS, FleetConfig
-from atoll.envs.fleet import FleetState, StartupTimes
+from atoll.envs.fleet import FleetState, StartupTimes, draw_startup
 from atoll.envs.planner import PlanOutcome, Replanner
 from atoll.envs.vocabulary import Pool
 from atoll.solvers.catalog import load_catalog
@@ -187,17 +187,36 @@ class FleetModel:
             total += hours
             if not all_spot and split_tier(t.region)[1] == "on-demand":
                 on_demand += hours
+        for (region, _config, _), n, span in self._warm_billed(state, seconds):
+            hours = n * span / 3600.0
+            total += hours
+            if not all_spot and split_tier(region)[1] == "on-demand":
+                on_demand += hours
         return total, on_demand
 
     @staticmethod
-    def _billed(state: FleetState, seconds: float) -> list[tuple[str, float, float]]:
-        """(key, instances, seconds billed) of every entry held over the next ``seconds``."""
+    def _warm_billed(state: FleetState, seconds: float) -> list[tuple[tuple[str, str, str], float, float]]:
+        """((region, config, model), free nodes, seconds billed) of the warm pool's entries."""
+        return [(wkey, c, min(left, seconds)) for wkey, es in state.warm.items() for c, left in es]
+
+    def _billed(self, state: FleetState, seconds: float) -> list[tuple[str, float, float]]:
+        """(key, instances, seconds billed) of every entry held over the next ``seconds``; with a
+        warm pool a whole node that stops within them stays billed to their end (as a free node),
+        and a node released without a drain for all of them."""
+        warm = state.warm_s
         out: list[tuple[str, float, float]] = [(k, float(n), seconds) for k, n in state.running.items() if n]
         out += [(k, c, seconds) for k, es in state.starting.items() for c, _ in es]
-        out += [(k, c, min(left, seconds)) for k, es in state.draining.items() for c, left in es]
-        out += [(k, c, min(left + drain, seconds)) for k, es in state.replaced.items()
-                for c, left, drain in es]
+        for k, es in state.draining.items():
+            after = warm if warm and not self.templates[k].has_slices else 0.0
+            out += [(k, c, min(left + after, seconds)) for c, left in es]
+        for k, es in state.replaced.items():
+            after = warm if warm and not self.templates[k].has_slices else 0.0
+            out += [(k, c, min(left + drain + after, seconds)) for c, left, drain in es]
+        if warm:
+            out += [(k, float(n), seconds) for k, n in state.released.items()
+                    if n and not self.templates[k].has_slices]
         return out
+
 
     def tokens(self, rates: np.ndarray) -> np.ndarray:
         """[M, 2] tokens/s per (prefill, decode) of request rates [M] (req/s)."""
@@ -272,6 +291,10 @@ class FleetModel:
         for key, n, span in self._billed(state, seconds):
             mi, _, _, per_h = self.info(key)
             cost[mi] += n * per_h * span / 3600.0
+        for (region, config, model), n, span in self._warm_billed(state, seconds):
+            if model in self.model_index:  # a free node is billed to the model it last served
+                price = self.base.prices.get((region, config), 0.0)
+                cost[self.model_index[model]] += n * price * span / 3600.0
         if self.base.index.sliced_rcs:
             cost += self._idle_cost(state, seconds)
         return cost
@@ -386,13 +409,57 @@ class FleetModel:
         avail = {cell: max(0, n - drain.get(cell, 0)) for cell, n in caps.items()}
         return (replanner or self.replanner).plan(models, svc, avail, state.planned(), grow=grow)
 
-    def apply(self, state: FleetState, allocation: Allocation) -> int:
+    def apply(self, state: FleetState, allocation: Allocation, rng: np.random.Generator | None = None) -> int:
         """Move ``state`` toward ``allocation`` with the config's transition (see
-        :meth:`FleetState.apply_plan`); instances started."""
+        :meth:`FleetState.apply_plan`); instances started. With ``startup="sampled"`` and a
+        generator each added instance's start-up is drawn from it (:func:`atoll.envs.fleet.
+        draw_startup`); ``scale_down="lose"`` stops removed instances without a drain."""
         for key in set(allocation.as_dict()) - set(self.startup.seconds):
             self.startup.of(self.templates[key])
         service_of = self._service_of if self.config.transition == "make-before-break" else None
-        return state.apply_plan(allocation, self.startup.seconds, self.config.drain_s, service_of=service_of)
+        draw = None
+        if self.config.startup == "sampled" and rng is not None:
+            def draw(key: str, n: int) -> list[float]:
+                t = self.templates[key]
+                model = get_model(t.service.model)
+                return [draw_startup(t, model, state, rng) for _ in range(n)]
+        drain = 0.0 if self.config.scale_down == "lose" else self.config.drain_s
+        return state.apply_plan(allocation, self.startup.seconds, drain, service_of=service_of, draw=draw)
+
+    def spot_pool(self, key: str) -> str | None:
+        """The spot pool a template's nodes are bought in (its region's spot tier; every region
+        when the whole fleet is on spot), None for on-demand."""
+        t = self.templates[key]
+        if self.config.availability != "hedged" and self.config.price_kind == "spot":
+            return t.region
+        return t.region if split_tier(t.region)[1] == "spot" else None
+
+    def risk_exposure(self, state: FleetState) -> tuple[np.ndarray, np.ndarray]:
+        """([M] spread, [M] on-demand share) of the planned fleet (running + starting): per model
+        the largest share of its planned capacity on one spot pool, max over phases, and the
+        share on on-demand, min over phases (0 and 0 for a model with no planned capacity)."""
+        m = len(self.models)
+        total = np.zeros((m, 2))
+        ondemand = np.zeros((m, 2))
+        pools: dict[tuple[int, int, str], float] = defaultdict(float)
+        for key, n in state.planned().counts:
+            if not n:
+                continue
+            mi, ph, thr, _ = self.info(key)
+            total[mi, ph] += n * thr
+            pool = self.spot_pool(key)
+            if pool is None:
+                ondemand[mi, ph] += n * thr
+            else:
+                pools[(mi, ph, pool)] += n * thr
+        largest = np.zeros((m, 2))
+        for (mi, ph, _), c in pools.items():
+            largest[mi, ph] = max(largest[mi, ph], c)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            safe = np.where(total > 0, total, 1.0)
+            spread = np.where(total > 0, largest / safe, 0.0).max(axis=1)
+            share = np.where(total > 0, ondemand / safe, 1.0)  # a phase without capacity: no say
+        return spread, np.where((total > 0).any(axis=1), share.min(axis=1), 0.0)
 
     def _service_of(self, key: str) -> tuple[int, int]:
         return self.info(key)[:2]

@@ -7,7 +7,10 @@ therefore sees the same features, scaled the same way, in production.
 Layout: ``MODEL_FEATURES`` for model 0, then model 1, ..., then ``headroom/<gpu type>`` for each
 GPU type, then ``FLEET_FEATURES``; the ``v2`` observation (``atoll/Fleet-v2``) appends
 ``CLOSED_LOOP_FEATURES`` for model 0, then model 1, ... — appended, so every ``v1`` index keeps its
-meaning. Every entry is finite and lies in its stated bounds.
+meaning; the ``v3`` observation (``atoll/Fleet-v3``) appends to ``v2``'s ``RISK_FEATURES`` for
+model 0, model 1, ..., then ``POOL_FEATURES`` for each GPU type (``preempted/<gpu type>``,
+``refused/<gpu type>``, the first type's pair first). Every entry is finite and lies
+in its stated bounds.
 """
 
 from __future__ import annotations
@@ -59,6 +62,25 @@ CLOSED_LOOP_FEATURES: tuple[tuple[str, str, float, float], ...] = (
      "(ratio - 0.5) / 1", 0.0, 1.0),
 )
 LATENCY_CAP = 2.0
+RISK_WINDOW = 12  # steps the preemption and acquisition counts look back (one hour of 5-min steps)
+
+# the observations of risk (``atoll/Fleet-v3``): per model, then per GPU type (its pools in every
+# region and tier)
+RISK_FEATURES: tuple[tuple[str, str, float, float], ...] = (
+    ("queue_growth", "change of requests waiting over the last step / (waiting + running) at its end, "
+     "clipped to [-1, 1]", -1.0, 1.0),
+    ("latency_miss", "share of the last step's requests over a latency budget (TTFT or inter-token)",
+     0.0, 1.0),
+    ("spread", "largest share of its planned capacity on one spot pool (a region's spot market), max over "
+     "phases", 0.0, 1.0),
+    ("ondemand_share", "share of its planned capacity on on-demand nodes, min over phases", 0.0, 1.0),
+)
+POOL_FEATURES: tuple[tuple[str, str, float, float], ...] = (
+    ("preempted", "nodes of the GPU type preempted over the last 12 steps / (those + nodes held now)",
+     0.0, 1.0),
+    ("refused", "nodes of the GPU type requested and refused (failed acquisitions) over the last 12 steps "
+     "/ nodes requested", 0.0, 1.0),
+)
 
 
 @dataclass(frozen=True)
@@ -86,30 +108,51 @@ class Signals:
     latency_ratio: np.ndarray | None = None  # [M] max over phases of mean latency / SLO budget
     waiting_share: np.ndarray | None = None  # [M] waiting / (waiting + running)
     correction: np.ndarray | None = None  # [M] min over phases of corrected / model planned capacity
+    # observations of risk (the v3 observation); None: not observed
+    queue_growth: np.ndarray | None = None  # [M] change of waiting / (waiting + running), in [-1, 1]
+    latency_miss: np.ndarray | None = None  # [M] share of requests over a latency budget
+    spread: np.ndarray | None = None  # [M] largest share of planned capacity on one spot pool
+    ondemand_share: np.ndarray | None = None  # [M] share of planned capacity on on-demand
+    preempted_share: np.ndarray | None = None  # [G] nodes preempted in the window / (those + held)
+    failed_share: np.ndarray | None = None  # [G] nodes not obtained in the window / requested
 
 
-def feature_names(models: Sequence[str], gpu_types: Sequence[str], closed_loop: bool = False) -> list[str]:
+def feature_names(models: Sequence[str], gpu_types: Sequence[str], closed_loop: bool = False,
+                  risk: bool = False) -> list[str]:
+    """Every entry's name in order; ``risk`` (the ``v3`` observation) implies ``closed_loop``."""
     names = [f"{m}/{f[0]}" for m in models for f in MODEL_FEATURES]
     names += [f"headroom/{g}" for g in gpu_types]
     names += [f[0] for f in FLEET_FEATURES]
-    if closed_loop:
+    if closed_loop or risk:
         names += [f"{m}/{f[0]}" for m in models for f in CLOSED_LOOP_FEATURES]
+    if risk:
+        names += [f"{m}/{f[0]}" for m in models for f in RISK_FEATURES]
+        names += [f"{f[0]}/{g}" for g in gpu_types for f in POOL_FEATURES]
     return names
 
 
-def observation_size(n_models: int, n_gpu_types: int, closed_loop: bool = False) -> int:
-    extra = len(CLOSED_LOOP_FEATURES) * n_models if closed_loop else 0
+def observation_size(n_models: int, n_gpu_types: int, closed_loop: bool = False, risk: bool = False) -> int:
+    extra = len(CLOSED_LOOP_FEATURES) * n_models if closed_loop or risk else 0
+    if risk:
+        extra += len(RISK_FEATURES) * n_models + len(POOL_FEATURES) * n_gpu_types
     return len(MODEL_FEATURES) * n_models + n_gpu_types + len(FLEET_FEATURES) + extra
 
 
-def observation_space(n_models: int, n_gpu_types: int, closed_loop: bool = False) -> spaces.Box:
-    extra_low = np.tile([f[2] for f in CLOSED_LOOP_FEATURES], n_models) if closed_loop else np.zeros(0)
-    extra_high = np.tile([f[3] for f in CLOSED_LOOP_FEATURES], n_models) if closed_loop else np.zeros(0)
-    low = np.concatenate([np.tile([f[2] for f in MODEL_FEATURES], n_models), np.zeros(n_gpu_types),
-                          [f[2] for f in FLEET_FEATURES], extra_low]).astype(np.float32)
-    high = np.concatenate([np.tile([f[3] for f in MODEL_FEATURES], n_models), np.ones(n_gpu_types),
-                           [f[3] for f in FLEET_FEATURES], extra_high]).astype(np.float32)
-    return spaces.Box(low=low, high=high, dtype=np.float32)
+def observation_space(n_models: int, n_gpu_types: int, closed_loop: bool = False,
+                      risk: bool = False) -> spaces.Box:
+    def block(features: tuple[tuple[str, str, float, float], ...], n: int, col: int) -> np.ndarray:
+        return np.tile([f[col] for f in features], n)
+
+    bounds = []
+    for col in (2, 3):
+        parts = [block(MODEL_FEATURES, n_models, col), np.full(n_gpu_types, float(col == 3)),
+                 np.asarray([f[col] for f in FLEET_FEATURES])]
+        if closed_loop or risk:
+            parts.append(block(CLOSED_LOOP_FEATURES, n_models, col))
+        if risk:
+            parts += [block(RISK_FEATURES, n_models, col), block(POOL_FEATURES, n_gpu_types, col)]
+        bounds.append(np.concatenate(parts).astype(np.float32))
+    return spaces.Box(low=bounds[0], high=bounds[1], dtype=np.float32)
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
@@ -126,9 +169,11 @@ def _signed_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.clip(r, -RATIO_CAP, RATIO_CAP)
 
 
-def build_observation(s: Signals, closed_loop: bool = False) -> np.ndarray:
+def build_observation(s: Signals, closed_loop: bool = False, risk: bool = False) -> np.ndarray:
     """The float32 observation vector (see the module docstring for the layout); ``closed_loop``
-    appends ``CLOSED_LOOP_FEATURES`` (the ``v2`` observation)."""
+    appends ``CLOSED_LOOP_FEATURES`` (the ``v2`` observation), ``risk`` those and then
+    ``RISK_FEATURES`` and ``POOL_FEATURES`` (the ``v3`` observation); a risk signal left None
+    reads as none seen (0)."""
     demand = _ratio(s.demand, s.ready_capacity).max(axis=1) / RATIO_CAP
     fmean = _ratio(s.forecast_mean, s.planned_capacity).max(axis=1) / RATIO_CAP
     fupper = _ratio(s.forecast_upper, s.planned_capacity).max(axis=1) / RATIO_CAP
@@ -153,7 +198,7 @@ def build_observation(s: Signals, closed_loop: bool = False) -> np.ndarray:
     cost = min(max(s.cost_rate_ratio, 0.0), COST_CAP) / COST_CAP if np.isfinite(s.cost_rate_ratio) else 1.0
     parts = [per_model.ravel(), np.clip(s.headroom, 0.0, 1.0),
              [np.sin(angle), np.cos(angle), cost, np.clip(s.spare_ondemand, 0.0, 1.0)]]
-    if closed_loop:
+    if closed_loop or risk:
         m = len(s.since_reopt)
         lat = s.latency_ratio if s.latency_ratio is not None else np.zeros(m)
         wait = s.waiting_share if s.waiting_share is not None else np.zeros(m)
@@ -161,6 +206,16 @@ def build_observation(s: Signals, closed_loop: bool = False) -> np.ndarray:
         lat = np.clip(np.nan_to_num(np.asarray(lat, dtype=float), nan=0.0), 0.0, LATENCY_CAP) / LATENCY_CAP
         corr = np.clip(np.nan_to_num(np.asarray(corr, dtype=float), nan=1.0) - 0.5, 0.0, 1.0)
         parts.append(np.stack([lat, np.clip(np.asarray(wait, dtype=float), 0.0, 1.0), corr], axis=1).ravel())
+    if risk:
+        m, g = len(s.since_reopt), len(s.headroom)
+
+        def arr(v: np.ndarray | None, n: int, lo: float = 0.0) -> np.ndarray:
+            a = np.zeros(n) if v is None else np.nan_to_num(np.asarray(v, dtype=float), nan=0.0)
+            return np.clip(a, lo, 1.0)
+
+        parts.append(np.stack([arr(s.queue_growth, m, -1.0), arr(s.latency_miss, m), arr(s.spread, m),
+                               arr(s.ondemand_share, m)], axis=1).ravel())
+        parts.append(np.stack([arr(s.preempted_share, g), arr(s.failed_share, g)], axis=1).ravel())
     return np.nan_to_num(np.concatenate(parts), nan=0.0).astype(np.float32)
 
 

@@ -265,14 +265,22 @@ def test_an_env_never_reuses_the_planner_of_freed_templates_whose_id_is_reused()
 def test_the_docstring_table_lists_every_observation_feature_in_order() -> None:
     import re
 
-    from atoll.envs.observation import CLOSED_LOOP_FEATURES, FLEET_FEATURES, MODEL_FEATURES
+    from atoll.envs.observation import (
+        CLOSED_LOOP_FEATURES,
+        FLEET_FEATURES,
+        MODEL_FEATURES,
+        POOL_FEATURES,
+        RISK_FEATURES,
+    )
 
     rows = re.findall(r"^\s*12 [mM][^`]*``([^`]+)``.*?\s(-?\d+)\s+(-?\d+)\s*$", FleetEnv.__doc__ or "",
                       flags=re.MULTILINE)
     listed = [(name.split("/")[-1], float(lo), float(hi)) for name, lo, hi in rows]
     expected = ([(f[0], f[2], f[3]) for f in MODEL_FEATURES] + [("<gpu type>", 0.0, 1.0)]
                 + [(f[0], f[2], f[3]) for f in FLEET_FEATURES]
-                + [(f[0], f[2], f[3]) for f in CLOSED_LOOP_FEATURES])
+                + [(f[0], f[2], f[3]) for f in CLOSED_LOOP_FEATURES]
+                + [(f[0], f[2], f[3]) for f in RISK_FEATURES]
+                + [("<gpu type>", f[2], f[3]) for f in POOL_FEATURES])
     assert listed == expected
 
 
