@@ -175,7 +175,8 @@ def extended_plan(version: str) -> dict[str, Any]:
     from atoll.solvers.scenarios import build_problem
 
     t = time.perf_counter()
-    problem = build_problem("extended", "ample", "even", runtime="vllm")
+    # the published plan is on whole nodes
+    problem = build_problem("extended", "ample", "even", runtime="vllm", slices=False)
     result = solve_allocation(problem)
     assert result.allocation is not None, "extended under runtime vllm has no plan"
     library = {k: problem.template(k) for k, _ in result.allocation.counts}

@@ -25,7 +25,7 @@ def measure(scenario: str, mixes: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for runtime in RUNTIMES:
         t0 = time.perf_counter()
-        templates = scenario_templates(SCENARIOS[scenario], runtime=runtime)
+        templates = scenario_templates(SCENARIOS[scenario], runtime=runtime, slices=False)  # whole nodes
         load_s = time.perf_counter() - t0
         row: dict[str, Any] = {"templates": len(templates), "library_seconds": round(load_s, 2),
                                "multi_node_templates": sum(t.node_count > 1 for t in templates),

@@ -8,13 +8,17 @@ Parts (``--parts``, comma-separated; default all):
   fills whatever cache is missing, the second is the warm-cache figure (wall, peak RSS of the
   process, and the day's totals);
 - ``core_2_days``: ``atoll simulate --scenario core --days 11-12 --policy fixed:1``, the same way;
+- ``fleet20_day``: ``atoll simulate --scenario fleet20 --days 11 --policy fixed:1``, the same way;
 - ``env_steps``: re-optimizing env steps/s on extended (spot, calibration world, warm caches):
   the env's set-up seconds, then ``fixed:1`` over day 11 (every model re-solved every step);
 - ``setup``: the extended day's set-up pieces in an empty cache folder (sampling the demand,
   the forecast pass) and again warm (loaded from the cache);
 - ``help``: wall of ``atoll --help`` (best of 3 fresh interpreters);
 - ``ppo``: PPO on extended with two SubprocVecEnv workers: env steps/s of ``learn`` after the
-  workers are up (warm caches), and the steps that rate gives in 30 minutes.
+  workers are up (warm caches), and the steps that rate gives in 30 minutes;
+- ``sliced_ilp``: the sliced ILP (extended's models, even mix, ample, vllm with slices) on the
+  AWS-only fleet and the extended scenario, over slice kinds and with a column per placement:
+  the seconds of each and whether the optima agree.
 
 Figures this script does not take in bounded time are listed under ``not_measured`` with the
 reason. Every part records ``os.getloadavg()`` before and after it: the machine has 2 cores and
@@ -39,16 +43,14 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
 ATOLL = str(Path(sys.executable).with_name("atoll"))
-PARTS = ("extended_day", "core_2_days", "env_steps", "setup", "help", "ppo")
+PARTS = ("extended_day", "core_2_days", "fleet20_day", "env_steps", "setup", "help", "ppo", "sliced_ilp")
 EXTENDED_DAY = ["simulate", "--scenario", "extended", "--days", "11", "--policy", "fixed:1",
                 "--availability", "spot", "--capacity-error", "calibration", "--json"]
 CORE_2_DAYS = ["simulate", "--scenario", "core", "--days", "11-12", "--policy", "fixed:1", "--json"]
+FLEET20_DAY = ["simulate", "--scenario", "fleet20", "--days", "11", "--policy", "fixed:1", "--json"]
 NOT_MEASURED = {
-    "fleet20_day_wall": "the fleet20 env build alone took ~5 min before this change; not run in this "
-                        "session's time box",
     "one_fleet20_contest_cell": "grid + training + test days x 3 seeds is hours of 2-core compute",
     "ppo_steps_in_30_min_measured": "projected from the ppo part's measured rate instead of a 30-minute run",
-    "sliced_ilp": "the allocation solver's figure: benchmarks/slices.py",
     "fresh_make_test_and_demo": "a fresh venv and the whole suite; not run beside other work on 2 cores",
     "1000_models_x_36_configs_re_solve": "the allocation solver's figure; not built here",
 }
@@ -97,6 +99,73 @@ def part_extended_day() -> dict[str, Any]:
 
 def part_core_2_days() -> dict[str, Any]:
     return simulate_twice(CORE_2_DAYS)
+
+
+def part_fleet20_day() -> dict[str, Any]:
+    return simulate_twice(FLEET20_DAY)
+
+
+def _sliced_problem(fleet: str) -> Any:
+    """The sliced ILP of the issue's table: the extended scenario's six models, even mix, ample
+    availability, cost mode, vllm with slices, on the AWS-only fleet or the whole scenario (the
+    fleets of benchmarks/slices.py)."""
+    import importlib.util
+
+    from atoll.solvers.scenarios import build_problem
+
+    if fleet == "extended":
+        return build_problem("extended", "ample", "even", runtime="vllm", slices=True)
+    spec_ = importlib.util.spec_from_file_location("slices_bench", Path(__file__).with_name("slices.py"))
+    assert spec_ is not None and spec_.loader is not None
+    bench = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(bench)
+    from atoll.solvers.catalog import load_catalog
+    from atoll.solvers.problem import AllocationProblem
+    from atoll.solvers.scenarios import SCENARIOS, library_spec, scenario_demand
+    from atoll.solvers.templates import build_library
+
+    catalog = load_catalog()
+    offers = bench.fleets(catalog)["aws"]
+    cat = dataclasses.replace(catalog, offers=offers)
+    regions = tuple(sorted({o.region for o in offers}))
+    gpus = tuple(sorted({cat.config(o.config).gpu.name for o in offers}))
+    spec = dataclasses.replace(library_spec(SCENARIOS["extended"], "vllm"), regions=regions, gpu_types=gpus,
+                               slices=True)
+    lib = build_library(spec, catalog=cat, workers=1, progress=False)
+    prices = {(o.region, o.config): o.on_demand_per_hour for o in offers}
+    return AllocationProblem(lib.templates, scenario_demand(SCENARIOS["extended"], "even"), None, prices)
+
+
+def part_sliced_ilp() -> dict[str, Any]:
+    """The sliced ILP over slice kinds, and (``every_placement``) the same ILP with a column per
+    placement: the same optimum, and the seconds of each."""
+    from atoll.solvers.allocation import evaluate_plan, kinds, solve_allocation
+
+    out: dict[str, Any] = {}
+    for fleet in ("aws_extended", "extended"):
+        problem = _sliced_problem("extended" if fleet == "extended" else "aws")
+        row: dict[str, Any] = {"templates": len(problem.templates)}
+        for label in ("kinds", "every_placement"):
+            supports = kinds.supports
+            if label == "every_placement":
+                kinds.supports = lambda inst: False  # type: ignore[assignment]
+            try:
+                before = load()
+                t0 = time.perf_counter()
+                res = solve_allocation(problem)
+                wall = time.perf_counter() - t0
+            finally:
+                kinds.supports = supports  # type: ignore[assignment]
+            ev = evaluate_plan(problem, res.allocation) if res.allocation is not None else None
+            row[label] = {"status": res.status.value, "cost_per_hour": round(res.cost_per_hour, 4),
+                          "gap": res.gap, "wall_s": round(wall, 2), "solve_s": round(res.solve_seconds, 2),
+                          "evaluator_feasible": None if ev is None else ev.feasible,
+                          "load_before": before, "load_after": load()}
+            log(f"sliced {fleet} {label}: {row[label]}")
+        a, b = row["kinds"]["cost_per_hour"], row["every_placement"]["cost_per_hour"]
+        row["same_optimum"] = abs(a - b) <= 1e-4 * b
+        out[fleet] = row
+    return out
 
 
 def extended_config() -> Any:

@@ -5,8 +5,9 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
 
     name: acme                      # DNS-style name; becomes the scenario name
     runtime: vllm                   # vllm (default) or any, see atoll.solvers.runtime
-    slices: true                    # optional (vllm only): several vLLM pods per node, each on g of
-                                    # its G GPUs, TP x PP inside a node; plans buy whole nodes
+    slices: true                    # vllm's default: several vLLM pods per node, each on g of its
+                                    # G GPUs, TP x PP inside a node; plans buy whole nodes.
+                                    # false: every stage owns whole nodes
     models:
       - Phi-4-14B                   # a catalog model, by name or alias
       - name: Acme-8B               # or a full definition (fields of ModelSpec) with its SLO
@@ -570,7 +571,8 @@ def load_fleet(path: Path | str) -> FleetSpec:
     runtime = doc.get("runtime", DEPLOY_RUNTIME)
     if runtime not in RUNTIMES:
         raise _fail(path, "runtime", f"must be one of {', '.join(RUNTIMES)}, got {_show(runtime)}")
-    slices = doc.get("slices", False)
+    # a Kubernetes pod asks for GPUs, it does not own a node: vllm fleets pack pods by default
+    slices = doc.get("slices", runtime == "vllm")
     if not isinstance(slices, bool):
         raise _fail(path, "slices", f"must be true or false, got {_show(slices)}")
     if slices and runtime != "vllm":

@@ -55,6 +55,15 @@ def runtime_tag(name: str) -> str:
     return f"{name}-{version}" if version else name
 
 
+def slices_default(runtime: str, own_runtime: str | None = None, own_slices: bool = False) -> bool:
+    """Whether a library for ``runtime`` uses slices when no flag says: the fleet's own choice when
+    it plans with its own runtime, else yes under ``vllm`` (a Kubernetes pod asks for GPUs, it does
+    not own a node) and never under ``any`` (Coral's whole nodes)."""
+    if own_runtime == runtime:
+        return own_slices
+    return runtime == "vllm"
+
+
 def check_runtime(name: str) -> str:
     if name not in RUNTIMES:
         raise UnknownNameError(f"unknown runtime {name!r}; valid runtimes: {', '.join(RUNTIMES)}")

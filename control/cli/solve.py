@@ -28,7 +28,7 @@ from atoll.solvers.models import get_model
 from atoll.solvers.packing import check_packing, describe_packing, pack_plan
 from atoll.solvers.perf import UNVALIDATED_NOTE, template_unvalidated
 from atoll.solvers.problem import AllocationProblem
-from atoll.solvers.runtime import RUNTIMES
+from atoll.solvers.runtime import RUNTIMES, slices_default
 from atoll.solvers.scenarios import BUNDLED_SCENARIOS, MIXES, SCENARIOS, SOLVE_AVAILABILITIES, build_problem
 from atoll.solvers.servable import unservable, unservable_message
 from atoll.solvers.tiers import split_tier
@@ -199,7 +199,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                                     time_limit=args.time_limit, gap=args.gap,
                                     progress=lambda n, total: advance(n, total=total),
                                     what_if_2gpu=args.what_if_2gpu, runtime=args.runtime,
-                                    slices=True if args.slices else None)  # None: the fleet's own
+                                    slices=args.slices)  # None: the fleet's own, or vllm's default
     except (KeyError, ValueError, FileNotFoundError) as exc:
         raise as_user_error(exc) from exc
     risk = parse_risk(args.risk) if args.risk is not None else None
@@ -209,7 +209,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
                             f"and the baselines (--method {args.method}) compare plain plans: drop --risk, "
                             f"or solve with --method ilp")
         problem = problem.with_risk(risk)
-    sliced = args.slices or SCENARIOS[args.scenario].slices
+    own = SCENARIOS[args.scenario]
+    sliced = args.slices if args.slices is not None else slices_default(
+        args.runtime or own.runtime, own.runtime, own.slices)
     context = {"scenario": args.scenario, "fleet": args.fleet, "runtime": args.runtime or
                SCENARIOS[args.scenario].runtime, "availability": args.availability,
                "availability_means": AVAILABILITY_MEANS[args.availability],
@@ -233,7 +235,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         out.result(Text(WHAT_IF_NOTE, style="bold red"))
         context.update(catalog="what-if-2gpu", warning=WHAT_IF_NOTE)
     # models with no template at all: the reason per model, not "infeasible within availability"
-    reasons = unservable(SCENARIOS[args.scenario], problem.templates, args.runtime)
+    reasons = unservable(SCENARIOS[args.scenario], problem.templates, args.runtime, slices=sliced)
     result = run_method(problem, args.method)
     doc = solve_document(problem, result, unservable=reasons, **context)
     if reasons:
@@ -266,9 +268,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --decompose: a bar chart of $/h per rung")
     p.add_argument("--what-if-2gpu", action="store_true",
                    help="HYPOTHETICAL catalog: add 2-GPU AWS nodes at 2x the 1-GPU price (paper comparison)")
-    p.add_argument("--slices", action="store_true",
-                   help="with --runtime vllm: stages may use g of a node's G GPUs (several vLLM pods per "
-                        "node, TP x PP inside a node); the plan buys whole nodes and shows the packing")
+    p.add_argument("--slices", action=argparse.BooleanOptionalAction, default=None,
+                   help="under runtime vllm (default there: slices): stages may use g of a node's G GPUs "
+                        "(several vLLM pods per node, TP x PP inside a node); the plan buys whole nodes and "
+                        "shows the packing. --no-slices: every stage owns whole nodes")
     add_risk_option(p)
     add_json(p)
     p.set_defaults(handler=cmd_solve)

@@ -14,7 +14,7 @@ from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS
 from atoll.solvers.errors import UnknownNameError
 from atoll.solvers.models import DEFAULT_MODELS
 from atoll.solvers.perf import RequestShape
-from atoll.solvers.runtime import RUNTIMES
+from atoll.solvers.runtime import DEFAULT_RUNTIME, RUNTIMES, slices_default
 from atoll.solvers.scenarios import library_spec
 from atoll.solvers.templates import SCENARIO_LIBRARIES, LibrarySpec, TemplateLibrary, build_library
 
@@ -50,8 +50,10 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
         except ValueError as exc:
             raise as_user_error(exc) from exc
     active = activate_fleet(args)
+    own: tuple[str | None, bool] = (None, False)  # the fleet's runtime and slices
     if active is not None:
         base = library_spec(active.scenario)
+        own = (base.runtime, base.slices)
         fields: dict[str, Any] = {"models": base.models, "regions": base.regions, "gpu_types": base.gpu_types,
                                   "n_max": base.n_max, "rho": base.rho, "shape": base.shape,
                                   "model_shapes": () if shape else base.model_shapes, "runtime": base.runtime}
@@ -76,8 +78,9 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
         fields["shape"] = shape
     if args.runtime is not None:
         fields["runtime"] = args.runtime
-    if args.slices:
-        fields["slices"] = True  # LibrarySpec refuses it without runtime vllm, naming the field
+    # LibrarySpec refuses slices without runtime vllm, naming the field
+    fields["slices"] = args.slices if args.slices is not None else slices_default(
+        fields.get("runtime", DEFAULT_RUNTIME), *own)
     kept = set(fields["models"])
     fields["model_shapes"] = tuple((m, s) for m, s in fields.get("model_shapes", ()) if m in kept)
     try:
@@ -129,8 +132,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_fleet_option(b)
     b.add_argument("--runtime", default=None, choices=RUNTIMES,
                    help="keep what this serving runtime can run: vllm or any (default: any; a fleet's own)")
-    b.add_argument("--slices", action="store_true",
-                   help="with --runtime vllm: stages may also use g of a node's G GPUs")
+    b.add_argument("--slices", action=argparse.BooleanOptionalAction, default=None,
+                   help="under runtime vllm (default there: slices): stages may also use g of a node's G "
+                        "GPUs; --no-slices: whole nodes only")
     b.add_argument("--models", help="comma-separated model names (default: the six defaults)")
     b.add_argument("--regions", help=f"comma-separated (default {','.join(DEFAULT_REGIONS)})")
     b.add_argument("--gpus", help=f"GPU types (default {','.join(DEFAULT_GPU_TYPES)})")

@@ -83,16 +83,19 @@ def test_check_reports_per_model_what_was_read(tmp_path: Path, capsys: pytest.Ca
 
 def test_check_exits_2_naming_an_unservable_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _log(tmp_path / "log.csv")
-    fleet = _fleet(tmp_path, name="rack",
-                   gpus=[{"name": "MI300X", "memory_gb": 192, "hbm_bandwidth_gbs": 5300,
-                          "bf16_tflops": 1307, "link_gbs": 448}],
-                   regions=[{"name": "lab:rack-1", "offers": [{"config": "8xMI300X", "on_demand": 28.0}]}])
+    rack = {"name": "rack", "gpus": [{"name": "MI300X", "memory_gb": 192, "hbm_bandwidth_gbs": 5300,
+                                       "bf16_tflops": 1307, "link_gbs": 448}],
+            "regions": [{"name": "lab:rack-1", "offers": [{"config": "8xMI300X", "on_demand": 28.0}]}]}
+    code, doc = _run(capsys, "check", "--fleet", str(_fleet(tmp_path, **rack)))
+    assert code == 0 and doc["ok"]  # slices (the vllm default): Tiny runs on 1 or 2 of the 8 GPUs
+    fleet = _fleet(tmp_path, slices=False, **rack)
     code, doc = _run(capsys, "check", "--fleet", str(fleet))
     assert code == 2 and not doc["ok"]
     tiny = next(m for m in doc["models"] if m["model"] == "Tiny-0.5B")
     acme = next(m for m in doc["models"] if m["model"] == "Acme-8B")
     assert acme["servable"]  # 8B on 8xMI300X: the rho cut no longer removes its one-node template
     assert not tiny["servable"] and "heads do not split" in tiny["unservable_reason"]
+    assert "slices" in tiny["unservable_reason"]  # the fix a whole-node vllm fleet needs first
     # simulate refuses before simulating; solve names the reason and the flag
     code, err = _run(capsys, "simulate", "--fleet", str(fleet), "--days", "4", "--forecaster", "naive")
     assert code == 2 and "Tiny-0.5B cannot be served: its heads do not split" in err["error"]["message"]

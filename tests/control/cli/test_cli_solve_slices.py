@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from atoll.control.cli.solve import solve_document
 from atoll.solvers.baselines import run_method
@@ -52,11 +53,45 @@ def test_templates_build_slices_flag(capsys: pytest.CaptureFixture[str], tmp_pat
 
     argv = ["templates", "build", "--models", "Phi-4-14B", "--regions", REGION, "--gpus", "H100",
             "--n-max", "2", "--workers", "1", "--cache-dir", str(tmp_path), "--json"]
-    assert main([*argv, "--runtime", "vllm"]) == 0
+    assert main([*argv, "--runtime", "vllm", "--no-slices"]) == 0
     whole = json.loads(capsys.readouterr().out)
-    assert main([*argv, "--runtime", "vllm", "--slices"]) == 0
+    assert main([*argv, "--runtime", "vllm"]) == 0  # slices are vllm's default
     sliced = json.loads(capsys.readouterr().out)
     assert sliced["spec"]["slices"] is True and "slices" not in whole["spec"]
     assert sliced["total_templates"] > whole["total_templates"]
-    assert main([*argv, "--slices"]) == 2  # the research runtime keeps whole nodes
+    assert main([*argv, "--runtime", "any"]) == 0  # never under the research runtime
+    assert "slices" not in json.loads(capsys.readouterr().out)["spec"]
+    assert main([*argv, "--runtime", "any", "--slices"]) == 2
     assert "needs runtime 'vllm'" in capsys.readouterr().err
+
+
+def test_slices_are_the_vllm_default_and_false_opts_out(tmp_path: Path) -> None:
+    from atoll.solvers.fleet import load_fleet
+
+    doc = {"name": "lab", "models": ["Phi-4-14B"],
+           "regions": [{"name": "lab:rack-1", "offers": [{"config": "8xH100", "on_demand": 55.04}]}],
+           "workloads": {"Phi-4-14B": {"source": "servegen:m-small", "mean_rate": 2.0}}}
+    got = {}
+    for label, extra in (("default", {}), ("off", {"slices": False}), ("any", {"runtime": "any"})):
+        path = tmp_path / f"{label}.yaml"
+        path.write_text(yaml.safe_dump({**doc, **extra}))
+        got[label] = load_fleet(path).slices
+    assert got == {"default": True, "off": False, "any": False}
+
+
+def test_an_unservable_whole_node_fleet_names_slices_as_the_fix(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Phi-4's 10 KV heads do not split over 8 GPUs: on 8xH100 nodes it needs slices."""
+    from atoll.control.cli import main
+
+    doc = {"name": "lab", "models": ["Phi-4-14B"], "slices": False,
+           "regions": [{"name": "lab:rack-1", "offers": [{"config": "8xH100", "on_demand": 55.04}]}],
+           "workloads": {"Phi-4-14B": {"source": "servegen:m-small", "mean_rate": 2.0}}}
+    path = tmp_path / "lab.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    main(["solve", "--fleet", str(path), "--json"])
+    whole = json.loads(capsys.readouterr().out)
+    assert "Phi-4-14B" in whole["message"] and "slices" in whole["message"]
+    assert main(["solve", "--fleet", str(path), "--slices", "--json"]) == 0
+    sliced = json.loads(capsys.readouterr().out)
+    assert sliced["status"] == "optimal" and sliced["packing_violations"] == []
