@@ -39,7 +39,7 @@ from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.perf import RequestShape
 from atoll.solvers.problem import AllocationProblem, SolveStatus
 from atoll.solvers.registry import Registry, UnknownNameError
-from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
+from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime, slices_default
 from atoll.solvers.types import NODE_GPU_COUNTS, Phase, Service, Template
 
 AMPLE_NODES = 1000
@@ -233,8 +233,9 @@ def register_scenario(spec: ScenarioSpec) -> None:
 
 
 def _slices(spec: ScenarioSpec, runtime: str, slices: bool | None) -> bool:
-    """``slices``, or the scenario's own when None; refused (InputError) unless ``runtime`` is vllm."""
-    want = spec.slices if slices is None else slices
+    """``slices``, or when None the scenario's own for its own runtime and vllm's default (slices)
+    otherwise; refused (InputError) unless ``runtime`` is vllm."""
+    want = slices_default(runtime, spec.runtime, spec.slices) if slices is None else slices
     if want and runtime != "vllm":
         said = "the fleet file's 'slices: true'" if slices is None else "slices"
         raise InputError(f"scenario {spec.name!r}: {said} needs runtime 'vllm', got runtime {runtime!r}; "
