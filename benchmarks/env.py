@@ -14,6 +14,11 @@ Parts (``--parts``, comma-separated; default all):
 - ``variants``: the same table on core/spot with ``resample="hold"`` and with
   ``transition="break-before-make"``, each change on its own.
 
+``--world`` picks the world every table runs in: ``plain`` (the default: ``atoll/Fleet-v1``'s),
+``charged`` (the plain world where a re-plan costs what a cluster charges: sampled start-ups,
+zone-correlated preemptions, spot acquisition that fails — each change of ``atoll/Fleet-v3``'s
+world except the closed loop) or ``v3`` (``atoll/Fleet-v3``'s whole world: the closed loop too).
+
 ``--seeds``, ``--days`` and ``--availability`` shrink the run; the document records what ran.
 ``--merge A.json B.json ...`` prints the union of earlier documents (parts run in parallel).
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,6 +38,7 @@ import numpy as np
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from atoll.envs import CHARGED, CLOSED_LOOP  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.demand import workload_series  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
@@ -43,6 +50,14 @@ from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
 POLICIES = ("fixed:1", "fixed:3", "fixed:6", "fixed:12", "threshold", "never", "hindsight")
 KEYS = ("cost_usd", "slo_attainment", "goodput_share", "usd_per_mtok", "reoptimizations", "preemptions",
         "ondemand_node_hour_share")
+# the settings of each world (observation settings left out: rules read the v1 features only)
+WORLDS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "charged": {k: v for k, v in CHARGED.items() if k not in CLOSED_LOOP},
+    "v3": {k: v for k, v in CHARGED.items() if k != "observation"},
+}
+# the figures only the charged worlds produce, summed over an episode's steps
+CHARGED_KEYS = ("failed_acquisitions", "lost_in_flight", "free_nodes")
 
 
 def log(msg: str) -> None:
@@ -112,11 +127,16 @@ def table(scenario: str, availability: str, days: list[int], seeds: list[int], *
         per_seed = []
         t = time.perf_counter()
         for s, env in envs.items():
-            totals = run_policy(env, make_policy(policy, len(env.models)), days=days, seed=s).totals()
-            per_seed.append({k: float(totals[k]) for k in KEYS})
+            episode = run_policy(env, make_policy(policy, len(env.models)), days=days, seed=s)
+            totals = episode.totals()
+            row = {k: float(totals[k]) for k in KEYS}
+            if changes.get("startup") == "sampled":
+                for k in CHARGED_KEYS:
+                    row[k] = float(sum(step.get(k, 0) for step in episode.steps))
+            per_seed.append(row)
         rows[policy] = {k: {"mean": float(np.mean([r[k] for r in per_seed])),
                             "min": float(np.min([r[k] for r in per_seed])),
-                            "max": float(np.max([r[k] for r in per_seed]))} for k in KEYS}
+                            "max": float(np.max([r[k] for r in per_seed]))} for k in per_seed[0]}
         rows[policy]["wall_seconds"] = time.perf_counter() - t
         log(f"{scenario}/{availability} {changes or ''} {policy}: "
             + ", ".join(f"{k}={rows[policy][k]['mean']:.4g}" for k in KEYS))
@@ -130,6 +150,7 @@ def main() -> None:
     parser.add_argument("--days", default="11-14")
     parser.add_argument("--availability", default="spot,ample")
     parser.add_argument("--merge", nargs="+", type=Path)
+    parser.add_argument("--world", choices=tuple(WORLDS), default="plain")
     args = parser.parse_args()
     if args.merge:
         merged: dict[str, Any] = {}
@@ -146,9 +167,12 @@ def main() -> None:
     seeds = list(range(args.seeds))
     avail = [a for a in args.availability.split(",") if a]
     parts = set(args.parts.split(","))
+    world = WORLDS[args.world]
     out: dict[str, Any] = {"run": {"days": days, "seeds": seeds, "availability": avail,
                                    "parts": sorted(parts), "policies": list(POLICIES),
-                                   "seed_meaning": "demand_seed and the env's reset seed"}}
+                                   "seed_meaning": "demand_seed and the env's reset seed",
+                                   "world": args.world, "world_settings": world,
+                                   "load_before": list(os.getloadavg())}}
     if "speed" in parts:
         out["speed"] = speed()
     if "demand" in parts:
@@ -157,13 +181,14 @@ def main() -> None:
     for scenario in ("core", "extended"):
         if scenario in parts:
             for a in avail:
-                tables[f"{scenario}/{a}"] = table(scenario, a, days, seeds)
+                tables[f"{scenario}/{a}"] = table(scenario, a, days, seeds, **world)
     if "variants" in parts:
         tables["core/spot/resample=hold"] = table("core", "spot", days, seeds, resample="hold")
         tables["core/spot/transition=break-before-make"] = table("core", "spot", days, seeds,
                                                                  transition="break-before-make")
     if tables:
         out["tables"] = tables
+    out["run"]["load_after"] = list(os.getloadavg())
     print(json.dumps(out, indent=2))
 
 

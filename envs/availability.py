@@ -64,6 +64,9 @@ SPOT_TRACE_NODES = 16
 # --max-node-group-backoff-duration (30 minutes) by default
 ACQUIRE_BACKOFF_S = 300.0
 ACQUIRE_BACKOFF_MAX_S = 1800.0
+# re-plans within one decision after a refusal: an insufficient-capacity error returns within
+# seconds and Karpenter falls back to other instance types in the same provisioning round
+ACQUIRE_RETRIES = 3
 CORRELATIONS: tuple[str, ...] = ("independent", "zone")
 
 

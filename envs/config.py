@@ -116,11 +116,13 @@ class FleetConfig:
     (clouds publish no spot capacity: the planner sees each spot pool's offered nodes, and a
     requested node arrives only when the trace has it at that moment; the rest of the request
     fails, and the pool is believed full at what it holds for ``ACQUIRE_BACKOFF_S`` — the
-    Cluster Autoscaler's ``--initial-node-group-backoff-duration``, 5 minutes — after a failure
-    or a preemption). ``scale_down``: ``drain`` (a removed instance finishes its in-flight
-    requests within the grace period ``drain_s``, billed) or ``lose`` (it stops at once,
-    unbilled, and its in-flight requests — by Little's law its share of the model's request
-    rate x a request's duration at the SLO budgets — are lost).
+    Cluster Autoscaler's ``--initial-node-group-backoff-duration``, 5 minutes, doubling up to its
+    30-minute maximum for failures in a row — after a failure or a preemption; a refused request
+    is re-planned at once without the pool, up to 3 times, as Karpenter falls back to other
+    instance types within one provisioning round). ``scale_down``: ``drain`` (a removed instance
+    finishes its in-flight requests within the grace period ``drain_s``, billed) or ``lose`` (it
+    stops at once, unbilled, and its in-flight requests — by Little's law its share of the
+    model's request rate x a request's duration at the SLO budgets — are lost).
     """
 
     scenario: str = "core"

@@ -14,6 +14,7 @@ from atoll.envs.actions import ActionCodec
 from atoll.envs.availability import (
     ACQUIRE_BACKOFF_MAX_S,
     ACQUIRE_BACKOFF_S,
+    ACQUIRE_RETRIES,
     HedgedAvailability,
     MarketAvailability,
     SpotAvailability,
@@ -93,7 +94,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     each spot pool at what it offers; a requested node arrives only when the trace has it at
     that moment, the rest of the request fails (unbilled; ``info["total"]["failed_acquisitions"]``)
     and the pool is seen full at what it holds for a back-off (5 min, doubling per failure in
-    a row up to 30 min); a preemption starts the same back-off.
+    a row up to 30 min); the planner re-plans at once without it, up to 3 times in a decision
+    (the refusal returns in seconds); a preemption starts the same back-off.
 
     **Observation** ``Box(float32)`` of ``12 M + G + 4`` values (M models, G GPU types of the
     scenario's prices; ``v2``: ``15 M + G + 4``; ``v3``: ``19 M + 3 G + 4``), built by
@@ -531,10 +533,21 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             window[:] = np.roll(window, 1, axis=0)
             window[0] = 0.0
         failed: dict[str, int] = {}
+        retry_s = 0.0
         if chosen:
             levels = [r.level if r.level is not None else self.codec.levels[0] for r in reopts]
-            outcome = self._replan(chosen, self._planning_demand(g, self._planning, levels), grow)
+            planning = self._planning_demand(g, self._planning, levels)
+            outcome = self._replan(chosen, planning, grow)
             failed = self._apply(outcome)
+            # a refused request comes back within seconds (the cloud's insufficient-capacity
+            # error): the planner re-plans at once without the pools that refused, a few times
+            for _ in range(ACQUIRE_RETRIES):
+                if not failed:
+                    break
+                retry_s += outcome.solver_seconds
+                outcome = self._replan(chosen, planning, grow)
+                more = self._apply(outcome)
+                failed = {k: failed.get(k, 0) + more.get(k, 0) for k in set(failed) | set(more)}
         stopped, self.state.stopped = self.state.stopped, {}
         for name in chosen:
             self._since[self._model_index[name]] = 0
@@ -602,7 +615,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         w = c.reward
         reward = -w.scale * (cost.sum() + w.unserved_usd_per_mtok * unserved_tok.sum() / 1e6
                              + w.reopt_usd * len(chosen))
-        solver_s = outcome.solver_seconds if outcome is not None else 0.0
+        solver_s = outcome.solver_seconds + retry_s if outcome is not None else 0.0
         at_end = self._g >= self.book.rates.shape[1]  # the trace ran out: no forecast to observe
         truncated = self._t >= c.episode_steps or at_end
         obs = self._obs_space_low.copy() if at_end else self._observe()
