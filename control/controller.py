@@ -268,7 +268,7 @@ class Controller:
                                                            CorrectionSettings(publish_band=PUBLISH_BAND))
         except ValueError as exc:  # InputError is a ValueError
             raise StateError(f"{state_path(self.state_dir)}: {exc}") from exc
-        self._latency = service_latencies(fleet.models, fleet.model.shape)
+        self._latency = service_latencies(fleet.model.specs, fleet.model.shape)
         self.learned: dict[str, float] = {}
         self._view = (np.zeros(len(fleet.models)), np.zeros(len(fleet.models)))
         sweep_temporary(self.state_dir)  # left by a controller killed mid-save
@@ -589,7 +589,7 @@ class Controller:
             r = rates.models.get(name)
             if r is not None and r.prompt_tokens_per_request and r.generation_tokens_per_request:
                 shape[i] = (r.prompt_tokens_per_request, r.generation_tokens_per_request)
-        pre, dec = service_latencies(self.fleet.models, shape)
+        pre, dec = service_latencies(self.fleet.model.specs, shape)
         for i, name in enumerate(self.fleet.models):
             r = rates.models.get(name)
             if name not in fresh or r is None:

@@ -72,7 +72,7 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,7 @@ from atoll.control.k8s_vllm import (
 from atoll.control.plans import PlanRecord, SinkError
 from atoll.solvers.packing import first_fit_decreasing
 from atoll.solvers.tiers import tiered_region
-from atoll.solvers.types import node_config_of, parse_config_name
+from atoll.solvers.types import ModelSpec, node_config_of, parse_config_name
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -189,6 +189,9 @@ class K8sOptions:
     # the API server version objects are checked against before any is written or applied
     # (atoll.control.k8s_validate); None: atoll's structural checks only
     kube_version: str | None = None
+    # a fleet file's own model definitions: their SLOs set the router's time-out (not a key of the
+    # file's kubernetes section; k8s_options takes them beside it)
+    user_models: tuple[ModelSpec, ...] = ()
 
     def __post_init__(self) -> None:
         owner = "K8sOptions"
@@ -617,11 +620,11 @@ def router_metrics_name(model: str, owner: str = "") -> str:
 def request_timeout_s(model: str, options: K8sOptions) -> int:
     """vllm-router's per-request time-out for ``model``: twice the time its SLO allows an answer
     of ``router_max_tokens`` tokens (TTFT budget + tokens x TPOT budget), at least 60 s; a model
-    outside the catalog (no SLO known here) gets ``startup_timeout_s``."""
+    outside the catalog and the fleet's own models (no SLO known here) gets ``startup_timeout_s``."""
     from atoll.solvers.models import get_model  # the catalog: only needed for this
 
     try:
-        slo = get_model(model).slo
+        slo = get_model(model, options.user_models).slo
     except (KeyError, ValueError):
         return options.startup_timeout_s
     return max(60, math.ceil(2 * (slo.ttft_ms + options.router_max_tokens * slo.tpot_ms) / 1000))
@@ -729,10 +732,12 @@ def _vllm_router(options: K8sOptions, model: str, owner: str, sequence: int, pre
     return [account, role, binding, deployment, service, metrics]
 
 
-def k8s_options(section: Mapping[str, Any], where: str = "kubernetes") -> K8sOptions:
-    """:class:`K8sOptions` from a fleet file's ``kubernetes`` section; unknown or bad fields fail
-    with ``where`` (the file and section) and the field."""
-    allowed = {f.name for f in fields(K8sOptions)}
+def k8s_options(section: Mapping[str, Any], where: str = "kubernetes",
+                user_models: Sequence[ModelSpec] = ()) -> K8sOptions:
+    """:class:`K8sOptions` from a fleet file's ``kubernetes`` section and its own models
+    (``user_models``); unknown or bad fields fail with ``where`` (the file and section) and the
+    field."""
+    allowed = {f.name for f in fields(K8sOptions)} - {"user_models"}
     extra = sorted(set(section) - allowed)
     if extra:
         raise SinkError(f"{where}: unknown field(s) {extra}; valid: {', '.join(sorted(allowed))}")
@@ -745,7 +750,7 @@ def k8s_options(section: Mapping[str, Any], where: str = "kubernetes") -> K8sOpt
             own = {str(k): str(v) for k, v in values[name].items()}
             values[name] = {**getattr(K8sOptions(), name), **own}
     try:
-        return K8sOptions(**values)
+        return K8sOptions(**values, user_models=tuple(user_models))
     except SinkError as exc:
         raise SinkError(f"{where}: {exc}") from None
     except TypeError as exc:

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from atoll.envs.config import FleetConfig
-from atoll.envs.fleet_file import ActiveFleet, activate
+from atoll.envs.fleet_file import Fleet, read_fleet
 from atoll.envs.fleet_model import FleetModel
 from atoll.solvers.errors import InputError
 from atoll.solvers.fleet import resolve_fleet
 from atoll.solvers.runtime import DEPLOY_RUNTIME, check_runtime
-from atoll.solvers.scenarios import SCENARIOS, ample_availability
+from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec, ample_availability
 from atoll.solvers.types import Template
 
 Cell = tuple[str, str]
@@ -44,7 +44,8 @@ class FleetFileError(InputError):
 
 
 class LiveFleet:
-    """The env's :class:`FleetModel` of a scenario (narrowed to ``models``, priced at ``prices``)
+    """The env's :class:`FleetModel` of a scenario (a bundled one's name, or a fleet file's given
+    as ``fleet``: ``Fleet.scenario``), narrowed to ``models``, priced at ``prices``,
     and the nodes the user can hold. ``templates`` replaces the scenario's library and
     ``request_shapes`` its shapes (tests, or a library built elsewhere); ``runtime`` picks the
     scenario's library (see :mod:`atoll.solvers.runtime`)."""
@@ -55,12 +56,13 @@ class LiveFleet:
                  templates: Sequence[Template] | None = None,
                  request_shapes: Sequence[tuple[float, float]] | None = None,
                  runtime: str = DEPLOY_RUNTIME,
-                 min_instances: int | Mapping[str, tuple[int, int]] = 1) -> None:
+                 min_instances: int | Mapping[str, tuple[int, int]] = 1, fleet: ScenarioSpec | None = None
+                 ) -> None:
         if prices not in ("on-demand", "spot"):
             raise ValueError(f"LiveFleet: field 'prices' must be 'on-demand' or 'spot', got {prices!r}")
-        if scenario not in SCENARIOS:
+        if fleet is None and scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
-        spec = SCENARIOS[scenario]
+        spec = fleet if fleet is not None else SCENARIOS[scenario]
         models = tuple(models) if models else spec.models
         unknown = [m for m in models if m not in spec.models]
         if unknown and templates is None:
@@ -70,7 +72,7 @@ class LiveFleet:
         # (vLLM by default: every planned template renders as a Deployment or LeaderWorkerSet).
         self.runtime = check_runtime(runtime)
         self.config = FleetConfig(
-            scenario=scenario, models=models, prices=prices, availability="ample", runtime=self.runtime,
+            scenario=scenario, fleet=fleet, models=models, prices=prices, availability="ample", runtime=self.runtime,
             solver_time_limit=solver_time_limit, solver_gap=solver_gap, demand_round=demand_round,
             templates=tuple(templates) if templates is not None else None,
             request_shapes=tuple((float(a), float(b)) for a, b in request_shapes) if request_shapes else None)
@@ -123,8 +125,8 @@ def _fail(path: Path, what: str) -> FleetFileError:
     return FleetFileError(f"fleet file {path}: {what}")
 
 
-def live_fleet(active: ActiveFleet, **settings: Any) -> LiveFleet:
-    """The :class:`LiveFleet` of an activated YAML fleet file (:mod:`atoll.envs.fleet_file`): its
+def live_fleet(active: Fleet, **settings: Any) -> LiveFleet:
+    """The :class:`LiveFleet` of a loaded YAML fleet file (:mod:`atoll.envs.fleet_file`): its
     scenario, runtime, request shapes and node caps; priced at its market's tier — spot prices for
     a fleet whose every pool is spot, on-demand otherwise (a hedged or mixed market is priced at
     on-demand: the live plan holds one tier), unless ``settings`` say."""
@@ -134,7 +136,7 @@ def live_fleet(active: ActiveFleet, **settings: Any) -> LiveFleet:
     settings.setdefault("prices", "spot" if spec.market_summary == "spot" else "on-demand")
     if spec.min_instances is not None:
         settings.setdefault("min_instances", dict(spec.min_instances))
-    return LiveFleet(active.name, models=spec.model_names, availability=spec.availability,
+    return LiveFleet(active.name, fleet=active.scenario, models=spec.model_names, availability=spec.availability,
                      request_shapes=[(shapes[m].input_tokens, shapes[m].output_tokens)
                                      for m in spec.model_names],
                      **settings)
@@ -146,7 +148,7 @@ def load_fleet_file(path: Path | str, **settings: Any) -> LiveFleet:
     file), or the older JSON narrowing of a scenario (see the module docstring)."""
     path = resolve_fleet(path)
     if path.suffix in (".yaml", ".yml"):
-        return live_fleet(activate(path), **settings)
+        return live_fleet(read_fleet(path), **settings)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

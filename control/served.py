@@ -155,7 +155,7 @@ class ServedFleet:
         ready = fleet.capacity(self.state, dt, self.truth or None)[0]
         instances = fleet.instances_ready(self.state, dt)
         safe = np.where(shape > 0, shape, 1.0)
-        pre, dec = service_latencies(fleet.models, safe)
+        pre, dec = service_latencies(fleet.specs, safe)
         report = server_report(pre, dec, demand, ready, instances, dt)
         ttft = histogram_counts(report.prefill)
         # vLLM's inter-token histogram gains one observation per generated token

@@ -14,6 +14,7 @@ from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
+from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec
 from atoll.solvers.types import Template
 
 AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot", "hedged", "market")
@@ -56,6 +57,9 @@ class RewardWeights:
 class FleetConfig:
     """Everything a FleetEnv run depends on (see FleetEnv's docstring for the semantics).
 
+    ``scenario`` names a bundled scenario, or the fleet file's scenario given as ``fleet`` (the
+    value :func:`atoll.envs.fleet_file.read_fleet` returns as ``Fleet.scenario``: its models,
+    catalog, markets and library settings travel with the config, to worker processes too).
     ``days`` is the inclusive 1-based range episodes are drawn from; ``models``, ``templates``
     and ``demand`` (one series per model) override the scenario's (tests and user fleets).
     ``request_shapes`` (input, output tokens per request, one pair per model) overrides the
@@ -126,6 +130,7 @@ class FleetConfig:
     """
 
     scenario: str = "core"
+    fleet: ScenarioSpec | None = None
     workload: str = "servegen"
     days: tuple[int, int] = (4, 10)
     step_s: float = 300.0
@@ -166,6 +171,15 @@ class FleetConfig:
 
     def __post_init__(self) -> None:
         owner = "FleetConfig"
+        if self.fleet is not None and not isinstance(self.fleet, ScenarioSpec):
+            raise InputError(f"{owner}: field 'fleet' must be a fleet file's ScenarioSpec (Fleet.scenario) "
+                             f"or None, got {type(self.fleet).__name__}")
+        if self.fleet is not None and self.fleet.name != self.scenario:
+            raise InputError(f"{owner}: field 'scenario' {self.scenario!r} must name the fleet given as "
+                             f"'fleet' ({self.fleet.name!r})")
+        if self.fleet is None and self.scenario not in SCENARIOS:
+            raise InputError(f"{owner}: field 'scenario' must be one of {', '.join(SCENARIOS)} (or a fleet "
+                             f"file's, given as 'fleet'), got {self.scenario!r}")
         for name, valid in (("startup", STARTUPS), ("preemption", PREEMPTIONS),
                             ("spot_acquisition", ACQUISITIONS), ("scale_down", SCALE_DOWNS)):
             if getattr(self, name) not in valid:
@@ -201,10 +215,7 @@ class FleetConfig:
             raise InputError(f"{owner}: field 'availability' must be one of {', '.join(AVAILABILITY_KINDS)}, "
                              f"got {self.availability!r}")
         if self.availability == "market":
-            from atoll.solvers.scenarios import SCENARIOS
-
-            spec = SCENARIOS[self.scenario] if self.scenario in SCENARIOS else None
-            if spec is not None and not spec.markets:
+            if not self.scenario_spec.markets:
                 raise InputError(f"{owner}: field 'availability' 'market' is a fleet file's own market per "
                                  f"pool and scenario {self.scenario!r} has none; use one of ample, scarce, "
                                  f"spot, hedged")
@@ -263,6 +274,11 @@ class FleetConfig:
                              f"got {self.observation!r}")
         if not 0 <= self.demand_round < 1:
             raise InputError(f"{owner}: field 'demand_round' must be in [0, 1), got {self.demand_round!r}")
+
+    @property
+    def scenario_spec(self) -> ScenarioSpec:
+        """The fleet file's scenario, or the bundled one ``scenario`` names."""
+        return self.fleet if self.fleet is not None else SCENARIOS[self.scenario]
 
     @property
     def look_ahead_steps(self) -> int:

@@ -113,13 +113,15 @@ class StartupTimes:
     """:func:`startup_seconds` per template key, computed once per key; ``seconds`` is the
     key -> seconds mapping :meth:`FleetState.apply_plan` takes."""
 
-    def __init__(self, configs: Mapping[str, NodeConfig]) -> None:
+    def __init__(self, configs: Mapping[str, NodeConfig],
+                 model: Callable[[str], ModelSpec] = get_model) -> None:
         self.configs = configs
+        self.model = model  # name -> ModelSpec (a fleet's own definitions first)
         self.seconds: dict[str, float] = {}
 
     def of(self, template: Template) -> float:
         if template.key not in self.seconds:
-            self.seconds[template.key] = startup_seconds(template, get_model(template.service.model),
+            self.seconds[template.key] = startup_seconds(template, self.model(template.service.model),
                                                          self.configs)
         return self.seconds[template.key]
 

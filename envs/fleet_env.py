@@ -32,10 +32,9 @@ from atoll.envs.planner import PlanOutcome
 from atoll.envs.servers import ServerReport, learn, server_report, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
 from atoll.envs.vocabulary import Pool, Reoptimization
-from atoll.solvers.models import get_model
 from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.problem import SolveStatus, gpu_type_of
-from atoll.solvers.scenarios import SCENARIOS, ample_availability, fleet_markets, scarce_availability
+from atoll.solvers.scenarios import ample_availability, fleet_markets, scarce_availability
 from atoll.solvers.tiers import split_tier, tiered_region
 
 __all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
@@ -245,9 +244,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         if overrides:
             config = FleetConfig(**{**config.__dict__, **overrides})
         self.config = c = config
-        spec = SCENARIOS[c.scenario] if c.scenario in SCENARIOS else None
+        spec = c.scenario_spec
         self.fleet = fleet = FleetModel.from_config(c)
-        assert spec is not None  # from_config refused an unknown scenario
         self.models: tuple[str, ...] = fleet.models
         if c.look_ahead_s < fleet.median_startup:
             raise ValueError(f"FleetConfig: field 'look_ahead_s' ({c.look_ahead_s:g} s) must cover the "
@@ -296,7 +294,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._obs_space_low = box.low
         self._model_index = fleet.model_index
         self.state = FleetState()
-        self._latency = service_latencies(self.models, fleet.shape) if c.closed_loop else None
+        self._latency = service_latencies(fleet.specs, fleet.shape) if c.closed_loop else None
         self.correction = CapacityCorrection()
         self.truth: dict[str, float] = {}
         self._server_rng = np.random.default_rng(0)
@@ -311,9 +309,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._fail_streak: dict[Pool, int] = {}
         self._startup_rng: np.random.Generator | None = None
         self._gpu_index = {g: j for j, g in enumerate(self.gpu_types)}
-        self._request_s = np.array([get_model(name).slo.ttft_ms / 1e3
-                                    + fleet.shape[i, 1] * get_model(name).slo.tpot_ms / 1e3
-                                    for i, name in enumerate(self.models)])
+        self._request_s = np.array([spec.slo.ttft_ms / 1e3 + fleet.shape[i, 1] * spec.slo.tpot_ms / 1e3
+                                    for i, spec in enumerate(fleet.specs)])
         self._reset_risk()
 
     def _reset_risk(self) -> None:
@@ -349,7 +346,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         if getattr(self, "_underlying", None) is None:
             c = self.config
             self._underlying = underlying_rates(
-                c.workload, self.models, SCENARIOS[c.scenario].req_per_s, c.step_s, resample=c.resample,
+                c.workload, self.models, c.scenario_spec.req_per_s, c.step_s, resample=c.resample,
                 steps=self.book.rates.shape[1], demand=c.demand)
         return self._underlying
 

@@ -1,12 +1,14 @@
-"""Putting a fleet file to work: its workloads loaded and scaled, its models, GPUs and offers
-made known, and the fleet registered as a scenario that every command can name.
+"""Putting a fleet file to work: its workloads loaded and scaled, and the fleet as one value.
 
-:func:`activate` is what ``--fleet FILE`` does. After it, the fleet is an ordinary scenario
-(``ScenarioSpec`` named after the fleet) whose models, regions, GPU types, prices and node caps
-are the file's, whose request shapes (request-weighted mean input and output tokens) and mean
-request rates come from its workloads, and whose template library is built for its runtime. The
-simulator, training, evaluation, the controller and ``atoll replay`` all read the same scaled
-demand series (:attr:`ActiveFleet.series`), so a policy is trained on the demand a replay serves.
+:func:`read_fleet` is what ``--fleet FILE`` does: it returns a :class:`Fleet` and changes nothing
+else in the process. ``Fleet.scenario`` is a ``ScenarioSpec`` named after the fleet whose models
+(with the file's own definitions), regions, GPU types, offers and prices, node caps and markets are
+the file's, whose request shapes (request-weighted mean input and output tokens) and mean request
+rates come from its workloads, and whose template library is built for its runtime. It is passed
+to whatever plans the fleet (``build_problem``, ``FleetConfig.fleet``, the controller's fleet) and
+pickles to worker processes and Ray tasks with them. The simulator, training, evaluation, the
+controller and ``atoll replay`` all read the same scaled demand series (:attr:`Fleet.series`), so a
+policy is trained on the demand a replay serves.
 
 The parsing and validation of the file itself is :mod:`atoll.solvers.fleet`.
 """
@@ -24,19 +26,17 @@ from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.forecast.logrows import FileCheck, ModelCheck
 from atoll.forecast.scaling import Scale, apply_scale, split_scale
 from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
-from atoll.solvers.catalog import register_fleet_catalog
 from atoll.solvers.fleet import FleetFileError, FleetSpec, load_fleet
-from atoll.solvers.models import register_fleet_models
 from atoll.solvers.perf import RequestShape
-from atoll.solvers.scenarios import ScenarioSpec, register_scenario
+from atoll.solvers.scenarios import BUNDLED_SCENARIOS, ScenarioSpec
 
 STEP_S = 300.0  # the simulator's decision step
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ActiveFleet:
-    """A fleet file in use: its spec, the scenario it registered and one demand series per model
+class Fleet:
+    """A fleet file, loaded: its spec, its scenario (the value planning takes) and one demand series per model
     (named after the model, at the simulator's step, scaled as the file says). ``checks`` are
     what the loaders read of each request log or counts file and corrected (one per file), and
     ``mean_rates`` each model's scaled mean rate as the solve plans for it (gaps left out unless
@@ -181,10 +181,13 @@ def _shape(s: DemandSeries) -> RequestShape:
     return RequestShape(float((r * s.input_tokens).sum() / total), float((r * s.output_tokens).sum() / total))
 
 
-def activate(path: Path | str, *, step_s: float = STEP_S) -> ActiveFleet:
-    """Load, validate and register a fleet file for this process; errors name the file, the
-    entry and the field."""
+def read_fleet(path: Path | str, *, step_s: float = STEP_S) -> Fleet:
+    """Load and validate a fleet file (a path, or a bundled fleet's name); errors name the file,
+    the entry and the field. Nothing outside the returned value changes."""
     spec = load_fleet(path)
+    if spec.name in BUNDLED_SCENARIOS:
+        raise FleetFileError(f"{spec.path}: field 'name' {spec.name!r} is a bundled scenario's; name the "
+                             f"fleet otherwise")
     untraced = untraced_spot_pools({(o.region, o.config): spec.market_of((o.region, o.config))
                                     for o in spec.offers}, dict(spec.pool_traces))
     if untraced:
@@ -196,8 +199,6 @@ def activate(path: Path | str, *, step_s: float = STEP_S) -> ActiveFleet:
     loaded = _scaled(spec, step_s)
     series = loaded.series
     _check_traces(spec, series, step_s)
-    register_fleet_models(spec.user_models)
-    register_fleet_catalog(spec.gpus, spec.offers)
     shapes = tuple((s.name, _shape(s)) for s in series)
     rates = loaded.mean_rates
     scenario = ScenarioSpec(
@@ -209,15 +210,15 @@ def activate(path: Path | str, *, step_s: float = STEP_S) -> ActiveFleet:
         runtime=spec.runtime, n_max=spec.n_max, rho=spec.rho, slices=spec.slices,
         markets=tuple(sorted(((o.region, o.config), spec.market_of((o.region, o.config)))
                              for o in spec.offers)),
-        ondemand_quota=tuple(sorted((spec.ondemand_quota or {}).items())))
-    register_scenario(scenario)
-    return ActiveFleet(spec, scenario, series, loaded.checks, loaded.model_checks, loaded.mean_rates,
+        ondemand_quota=tuple(sorted((spec.ondemand_quota or {}).items())),
+        user_models=spec.user_models, gpus=spec.gpus, offers=spec.offers)
+    return Fleet(spec, scenario, series, loaded.checks, loaded.model_checks, loaded.mean_rates,
                        loaded.scalings)
 
 
-def fleet_config(fleet: ActiveFleet, days: tuple[int, int], **settings: object) -> FleetConfig:
-    """The simulator's configuration for an active fleet: its scenario, models, runtime and its
-    own scaled demand series; availability ``market`` (the default) puts each pool in the
+def fleet_config(fleet: Fleet, days: tuple[int, int], **settings: object) -> FleetConfig:
+    """The simulator's configuration for a fleet: its scenario (``FleetConfig.fleet``), models,
+    runtime and its own scaled demand series; availability ``market`` (the default) puts each pool in the
     market its file says, billed at that tier; ``spot`` or ``hedged`` put every pool in that
     market; ``ample`` means the fleet's static caps (or ample nodes when it names none), every
     pool on-demand. Prices follow the availability as in a scenario's config (spot prices under
@@ -235,11 +236,11 @@ def fleet_config(fleet: ActiveFleet, days: tuple[int, int], **settings: object) 
                              f"are out of range (the simulator fits its forecasts on days 1-3 and "
                              f"starts episodes on day 4, so give at least 4 days of requests)")
     check_days(fleet, days)
-    return FleetConfig(scenario=fleet.name, days=days, models=fleet.spec.model_names, demand=fleet.series,
-                       runtime=fleet.spec.runtime, **base)  # type: ignore[arg-type]
+    return FleetConfig(scenario=fleet.name, fleet=fleet.scenario, days=days, models=fleet.spec.model_names,
+                       demand=fleet.series, runtime=fleet.spec.runtime, **base)  # type: ignore[arg-type]
 
 
-def data_span(fleet: ActiveFleet, model: str) -> str:
+def data_span(fleet: Fleet, model: str) -> str:
     """A model's span of data in words: its days on the fleet's axis and, for a request log, the
     times of its first and last rows."""
     s = next(x for x in fleet.series if x.name == model)
@@ -252,7 +253,7 @@ def data_span(fleet: ActiveFleet, model: str) -> str:
     return span if mc is None else f"{span}, {mc.first} to {mc.last}"
 
 
-def check_days(fleet: ActiveFleet, days: tuple[int, int]) -> None:
+def check_days(fleet: Fleet, days: tuple[int, int]) -> None:
     """Refuse days that hold no requests of a model (before its first row, after its last, or a
     whole day in a gap): simulated, they would be served at no cost and count as met."""
     for s in fleet.series:

@@ -28,13 +28,10 @@ from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.fleet import FleetState, StartupTimes, draw_startup
 from atoll.envs.planner import PlanOutcome, Replanner
 from atoll.envs.vocabulary import Pool
-from atoll.solvers.catalog import load_catalog
 from atoll.solvers.errors import InputError
-from atoll.solvers.models import get_model
 from atoll.solvers.problem import Allocation, AllocationProblem, gpu_type_of
 from atoll.solvers.runtime import DEFAULT_RUNTIME
 from atoll.solvers.scenarios import (
-    SCENARIOS,
     ScenarioSpec,
     fleet_markets,
     model_shapes,
@@ -42,7 +39,7 @@ from atoll.solvers.scenarios import (
     scenario_templates,
 )
 from atoll.solvers.tiers import market_tiers, split_tier, spot_twins, tiered_region
-from atoll.solvers.types import Template
+from atoll.solvers.types import ModelSpec, Template
 
 _REPLANNERS_MAX = 8
 _CORRECTED_MAX = 4
@@ -50,14 +47,12 @@ CORRECTION_GRID = 0.02  # learned factors are rounded to a 2% geometric grid bef
 _REPLANNERS: OrderedDict[tuple[object, ...], Replanner] = OrderedDict()
 
 
-def scenario_library(scenario: str, runtime: str = DEFAULT_RUNTIME) -> tuple[Template, ...]:
+def scenario_library(spec: ScenarioSpec, runtime: str = DEFAULT_RUNTIME) -> tuple[Template, ...]:
     """The scenario's template library for ``runtime``, with slices when the scenario has them (a
     fleet file's ``slices: true``); built or read from the template cache once per process."""
-    if scenario not in SCENARIOS:
-        raise InputError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
-    # the whole spec is the memo key: a fleet re-registered under the same name with other
-    # regions, GPUs or slices must not get the library of the one before
-    return _scenario_library(SCENARIOS[scenario], runtime)
+    # the whole spec is the memo key: another fleet of the same name with other regions, GPUs,
+    # models or slices must not get the library of the one before
+    return _scenario_library(spec, runtime)
 
 
 @lru_cache(maxsize=4)
@@ -96,10 +91,13 @@ class FleetModel:
                  prices: Mapping[Pool, float], shape: np.ndarray) -> None:
         self.config = config
         self.models: tuple[str, ...] = tuple(models)
+        scenario = config.scenario_spec
+        self.model_spec = scenario.model  # name -> ModelSpec, the fleet file's own definitions first
+        self.specs: tuple[ModelSpec, ...] = tuple(self.model_spec(m) for m in self.models)
         self.prices: dict[Pool, float] = dict(prices)
         self.shape = np.asarray(shape, dtype=float).reshape(len(self.models), 2)
-        catalog = load_catalog()
-        self.startup = StartupTimes({name: catalog.config(name) for _, name in prices})
+        catalog = scenario.catalog
+        self.startup = StartupTimes({name: catalog.config(name) for _, name in prices}, self.model_spec)
         self.median_startup = self.startup.median(tuple(templates))
         k = config.startup_weight
         if k is None:
@@ -123,17 +121,14 @@ class FleetModel:
     def from_config(cls, config: FleetConfig) -> FleetModel:
         """The fleet of ``config``: its scenario's models (or ``config.models``), library (or
         ``config.templates``), prices of ``config.price_kind`` and request shapes."""
-        if config.scenario not in SCENARIOS:
-            raise InputError(f"FleetConfig: field 'scenario' must be one of {', '.join(SCENARIOS)}, "
-                             f"got {config.scenario!r}")
-        spec = SCENARIOS[config.scenario]
+        spec = config.scenario_spec
         models: tuple[str, ...] = config.models or spec.models
         unknown = [m for m in models if m not in spec.models and config.templates is None]
         if unknown:
             raise InputError(f"FleetConfig: models {unknown} are not in scenario {config.scenario!r} "
                              f"({', '.join(spec.models)}); pass templates for them")
         for name in models:
-            get_model(name)
+            spec.model(name)
         if config.request_shapes is not None:
             if len(config.request_shapes) != len(models):
                 raise InputError(f"FleetConfig: field 'request_shapes' has {len(config.request_shapes)} "
@@ -142,7 +137,7 @@ class FleetModel:
         else:
             shape = np.array([[s.input_tokens, s.output_tokens] for s in model_shapes(spec, models)])
         library = (config.templates if config.templates is not None
-                   else scenario_library(config.scenario, config.runtime))
+                   else scenario_library(spec, config.runtime))
         templates = tuple(t for t in library if t.service.model in models)
         prices = scenario_prices(spec, spot=config.price_kind == "spot")
         if spec.markets and config.availability in MARKET_KINDS:  # a fleet file's market per pool
@@ -421,7 +416,7 @@ class FleetModel:
         if self.config.startup == "sampled" and rng is not None:
             def draw(key: str, n: int) -> list[float]:
                 t = self.templates[key]
-                model = get_model(t.service.model)
+                model = self.model_spec(t.service.model)
                 return [draw_startup(t, model, state, rng) for _ in range(n)]
         drain = 0.0 if self.config.scale_down == "lose" else self.config.drain_s
         return state.apply_plan(allocation, self.startup.seconds, drain, service_of=service_of, draw=draw)

@@ -72,7 +72,7 @@ from scipy.special import gammaln
 
 from atoll.solvers.errors import InputError
 from atoll.solvers.models import get_model
-from atoll.solvers.types import Phase
+from atoll.solvers.types import ModelSpec, Phase
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -113,15 +113,17 @@ class ServiceLatency:
             raise InputError(f"ServiceLatency: field 'fixed_share' must lie in (0, 1), got {a!r}")
 
     @classmethod
-    def from_model(cls, model_name: str, phase: Phase | str, tokens_per_request: float,
+    def from_model(cls, model: ModelSpec | str, phase: Phase | str, tokens_per_request: float,
                    fixed_share: float = DEFAULT_FIXED_SHARE) -> ServiceLatency:
-        """The service of ``model_name`` in ``phase``, its budget from the model's SLO."""
+        """The service of ``model`` (a spec, or a built-in model's name) in ``phase``, its budget
+        from the model's SLO."""
         try:
             p = Phase(phase)
         except ValueError:
             raise InputError(f"ServiceLatency: field 'phase' must be one of {[v.value for v in Phase]}, "
                              f"got {phase!r}") from None
-        return cls(get_model(model_name).slo.budget_ms(p) / 1000.0, tokens_per_request, p, fixed_share)
+        spec = get_model(model) if isinstance(model, str) else model
+        return cls(spec.slo.budget_ms(p) / 1000.0, tokens_per_request, p, fixed_share)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from atoll.envs.latency import (
     phase_signals,
     utilization_from_latency,
 )
-from atoll.solvers.types import Phase
+from atoll.solvers.types import ModelSpec, Phase
 
 PHASES: tuple[str, str] = ("prefill", "decode")
 RHO_MIN = 0.02  # below this utilization latency says nothing about capacity
@@ -88,10 +88,11 @@ class ServerReport:
         return np.stack([self.prefill.waiting, self.decode.waiting], axis=1)
 
 
-def service_latencies(models: Sequence[str], shape: np.ndarray
+def service_latencies(models: Sequence[ModelSpec | str], shape: np.ndarray
                       ) -> tuple[list[ServiceLatency], list[ServiceLatency]]:
-    """(prefill, decode) latency constants per model: budgets from the model's SLO, tokens per
-    request from its request shape ([M, 2] input, output)."""
+    """(prefill, decode) latency constants per model (a spec, as ``FleetModel.specs`` holds them,
+    or a built-in model's name): budgets from the model's SLO, tokens per request from its request
+    shape ([M, 2] input, output)."""
     pre = [ServiceLatency.from_model(m, Phase.PREFILL, float(shape[i, 0])) for i, m in enumerate(models)]
     dec = [ServiceLatency.from_model(m, Phase.DECODE, float(shape[i, 1])) for i, m in enumerate(models)]
     return pre, dec

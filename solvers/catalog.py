@@ -66,33 +66,29 @@ class Catalog:
         return self.offers_in(region).get(config)
 
 
-# The active fleet file's GPU types and offers (atoll.envs.fleet_file.activate): its regions'
-# offers replace the table's, so a fleet plans exactly the nodes it names.
-_FLEET: dict[str, Any] = {}
-
-
-def register_fleet_catalog(gpus: Iterable[GpuType], offers: Iterable[Offer]) -> None:
-    """Overlay a fleet file's GPU types and offers on the catalog for this process."""
-    offers, gpus = tuple(offers), tuple(gpus)
-    _FLEET.clear()
-    if offers or gpus:  # nothing to overlay: back to the shipped table
-        _FLEET.update(gpus=gpus, offers=offers, regions=frozenset(o.region for o in offers))
-    _overlaid.cache_clear()
-
-
 def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
-    """The shipped table, with the active fleet file's GPU types and offers overlaid."""
-    return _overlaid(path, id(_FLEET.get("offers")))
+    """The shipped table (read once per path)."""
+    return _load_table(path)
+
+
+def fleet_catalog(gpus: Iterable[GpuType] = (), offers: Iterable[Offer] = ()) -> Catalog:
+    """The shipped table with a fleet's own GPU types and offers overlaid: the regions it offers in
+    sell exactly its offers (the table's offers there are dropped), its GPU types replace built-in
+    ones of the same name. Without either, the shipped table."""
+    gpus, offers = tuple(gpus), tuple(offers)
+    if not gpus and not offers:
+        return load_catalog()
+    return _overlaid(gpus, offers)
 
 
 @lru_cache(maxsize=8)
-def _overlaid(path: Path, _fleet: int) -> Catalog:
-    base = _load_table(path)
-    if not _FLEET:
-        return base
-    merged = with_user_gpus(base, _FLEET["gpus"], override=True)  # a fleet file states its own GPUs
-    offers = tuple(o for o in base.offers if o.region not in _FLEET["regions"]) + _FLEET["offers"]
-    return Catalog(gpus=merged.gpus, offers=offers, sources=base.sources, notes=base.notes)
+def _overlaid(gpus: tuple[GpuType, ...], offers: tuple[Offer, ...]) -> Catalog:
+    # keyed on the overlay's content (frozen values), so two fleets never share an entry
+    base = load_catalog()
+    merged = with_user_gpus(base, gpus, override=True)  # a fleet file states its own GPUs
+    regions = frozenset(o.region for o in offers)
+    kept = tuple(o for o in base.offers if o.region not in regions) + offers
+    return Catalog(gpus=merged.gpus, offers=kept, sources=base.sources, notes=base.notes)
 
 
 @lru_cache(maxsize=4)
@@ -251,10 +247,10 @@ def what_if_two_gpu_nodes(catalog: Catalog) -> Catalog:
 _WHAT_IF: list[tuple[Catalog, Catalog]] = []  # (base, what-if of it); holds base, so `is` is safe
 
 
-def catalog_for(what_if_2gpu: bool = False) -> Catalog:
-    """The catalog in force (shipped, or with a fleet's overlay), or the hypothetical one built
+def catalog_for(what_if_2gpu: bool = False, base: Catalog | None = None) -> Catalog:
+    """``base`` (default the shipped table; a fleet's own catalog), or the hypothetical one built
     on it when ``what_if_2gpu`` is asked for."""
-    base = load_catalog()
+    base = base if base is not None else load_catalog()
     if not what_if_2gpu:
         return base
     if not _WHAT_IF or _WHAT_IF[0][0] is not base:

@@ -81,26 +81,17 @@ def _fine_tune(name: str) -> ModelSpec | None:
     return replace(next(m for m in _MODELS if m.name == base), name=name, role="variant", aliases=())
 
 
-# Models of the active fleet file (atoll.envs.fleet_file.activate): one process plans one fleet.
-_FLEET_MODELS: dict[str, ModelSpec] = {}
-
-
-def register_fleet_models(models: Iterable[ModelSpec]) -> None:
-    """Make a fleet file's own models known to every lookup in this process (replacing the
-    previous fleet's)."""
-    _FLEET_MODELS.clear()
-    _FLEET_MODELS.update({m.name: m for m in models})
-
-
 def model_registry(extra: Iterable[ModelSpec] = ()) -> Registry[ModelSpec]:
     """Every model by name (aliases resolve too); user models override built-ins."""
     reg = Registry[ModelSpec]("model")
-    for m in (*_MODELS, *_FLEET_MODELS.values(), *extra):
+    for m in (*_MODELS, *extra):
         reg[m.name] = m
     return reg
 
 
 def get_model(name: str, extra: Iterable[ModelSpec] = ()) -> ModelSpec:
+    """A model by name or alias: the built-in ones, ``extra`` (a fleet file's own models, which
+    override built-ins of the same name) and the fine-tunes ``<serving model>-ft<k>``."""
     reg = model_registry(extra)
     for m in reg.values():
         if name.lower() in (a.lower() for a in m.aliases):

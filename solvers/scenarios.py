@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from atoll.solvers.allocation import solve_allocation
-from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, catalog_for, load_catalog
+from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, catalog_for, fleet_catalog
 from atoll.solvers.errors import InputError
 from atoll.solvers.models import DEFAULT_MODELS, fleet_model_names, get_model
 from atoll.solvers.paths import shared_data_dir
@@ -40,7 +40,7 @@ from atoll.solvers.perf import RequestShape
 from atoll.solvers.problem import AllocationProblem, SolveStatus
 from atoll.solvers.registry import Registry, UnknownNameError
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime, slices_default
-from atoll.solvers.types import NODE_GPU_COUNTS, Phase, Service, Template
+from atoll.solvers.types import NODE_GPU_COUNTS, GpuType, ModelSpec, Offer, Phase, Service, Template
 
 AMPLE_NODES = 1000
 AVAILABILITIES: tuple[str, ...] = ("ample", "scarce")
@@ -55,6 +55,12 @@ AZURE_TRACES: Mapping[str, str] = {"code": "AzureLLMInferenceTrace_code.csv",
 
 @dataclass(frozen=True)
 class ScenarioSpec:
+    """Everything a plan of a scenario depends on besides its demand series: models, GPU types,
+    regions, request shapes and rates, availability and markets, the library's settings and, for a
+    fleet file (:func:`atoll.envs.fleet_file.read_fleet`), its own models, GPU types and offers.
+    A value: the bundled scenarios are in :data:`SCENARIOS`; a fleet's is passed to whatever plans
+    it (it pickles to worker processes and Ray tasks like any frozen dataclass)."""
+
     name: str
     models: tuple[str, ...]
     gpu_types: tuple[str, ...]
@@ -77,6 +83,11 @@ class ScenarioSpec:
     # on-demand quota of its hedged pools (left out: AMPLE_NODES)
     markets: tuple[tuple[tuple[str, str], str], ...] = ()
     ondemand_quota: tuple[tuple[tuple[str, str], int], ...] = ()
+    # a fleet file's own model definitions (they override built-ins of the same name), GPU types
+    # and offers (the regions it offers in sell exactly these): its catalog and models
+    user_models: tuple[ModelSpec, ...] = ()
+    gpus: tuple[GpuType, ...] = ()
+    offers: tuple[Offer, ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"ScenarioSpec {self.name!r}"
@@ -99,13 +110,28 @@ class ScenarioSpec:
     def configs(self) -> tuple[str, ...]:
         return tuple(f"{n}x{g}" for g in self.gpu_types for n in NODE_GPU_COUNTS)
 
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog this scenario plans with: the shipped table, with a fleet's GPU types and
+        offers overlaid."""
+        return fleet_catalog(self.gpus, self.offers)
+
+    @property
+    def own_catalog(self) -> bool:
+        """Whether the scenario brings models, GPU types or offers of its own (a fleet file)."""
+        return bool(self.user_models or self.gpus or self.offers)
+
+    def model(self, name: str) -> ModelSpec:
+        """A model by name or alias, the scenario's own definitions first."""
+        return get_model(name, self.user_models)
+
 
 SCENARIOS: Registry[ScenarioSpec] = Registry("scenario", {
     "core": ScenarioSpec("core", ("Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"), ("L4", "A10G", "L40S"),
                          ("aws:us-east-2", "aws:ap-northeast-2"), 10.0, 0.25),
     "extended": ScenarioSpec("extended", DEFAULT_MODELS, DEFAULT_GPU_TYPES, DEFAULT_REGIONS, 25.0, 0.75),
     # 20 models (the six, then their fine-tunes) on extended's GPUs and regions: the contest's
-    # many-model cell, where one re-planning rule for every model is a poor fit (issue 25);
+    # many-model cell, where one re-planning rule for every model is a poor fit;
     # demand: 20 ServeGen client groups of distinct daily shapes, 10 req/s each on average
     "fleet20": ScenarioSpec("fleet20", fleet_model_names(20), DEFAULT_GPU_TYPES, DEFAULT_REGIONS, 10.0, 0.75),
 })
@@ -153,7 +179,7 @@ def request_rates(spec: ScenarioSpec, mix: str) -> dict[str, float]:
     total = spec.req_per_s * len(spec.models)
     if mix == "even" or len(spec.models) == 1:
         return {m: spec.req_per_s for m in spec.models}
-    by_size = sorted(spec.models, key=lambda m: get_model(m).params_b, reverse=(mix == "large-heavy"))
+    by_size = sorted(spec.models, key=lambda m: spec.model(m).params_b, reverse=(mix == "large-heavy"))
     k = max(1, round(len(spec.models) / 3))
     heavy, rest = by_size[:k], by_size[k:]
     rates = {m: HEAVY_SHARE * total / k for m in heavy}
@@ -174,8 +200,9 @@ def scenario_demand(spec: ScenarioSpec, mix: str, shapes: Mapping[str, RequestSh
 
 def scenario_prices(spec: ScenarioSpec, *, spot: bool = False, catalog: Catalog | None = None,
                     ) -> dict[tuple[str, str], float]:
-    """On-demand $/node-hour of every config of the scenario's GPU types each region offers."""
-    catalog = catalog or load_catalog()
+    """On-demand $/node-hour of every config of the scenario's GPU types each region offers
+    (``catalog``: default the scenario's own)."""
+    catalog = catalog or spec.catalog
     wanted = set(spec.configs)
     return {(r, c): o.price(spot=spot) for r in spec.regions
             for c, o in catalog.offers_in(r).items() if c in wanted}
@@ -224,12 +251,9 @@ def fleet_markets(spec: ScenarioSpec, availability: str) -> dict[tuple[str, str]
 BUNDLED_SCENARIOS: tuple[str, ...] = tuple(SCENARIOS)
 
 
-def register_scenario(spec: ScenarioSpec) -> None:
-    """Add (or replace) a scenario by name: a fleet file becomes one (atoll.envs.fleet_file)."""
-    if spec.name in BUNDLED_SCENARIOS:
-        raise InputError(f"scenario name {spec.name!r} is a bundled scenario's; name the fleet otherwise")
-    SCENARIOS[spec.name] = spec
-    _SCARCE.clear()
+def scenario_spec(scenario: str | ScenarioSpec) -> ScenarioSpec:
+    """A bundled scenario by name, or the given spec (a fleet file's) itself."""
+    return scenario if isinstance(scenario, ScenarioSpec) else SCENARIOS[scenario]
 
 
 def _slices(spec: ScenarioSpec, runtime: str, slices: bool | None) -> bool:
@@ -246,18 +270,17 @@ def _slices(spec: ScenarioSpec, runtime: str, slices: bool | None) -> bool:
 def library_spec(spec: ScenarioSpec, runtime: str | None = None, slices: bool | None = None) -> Any:
     """The scenario's ``LibrarySpec`` with each model's own request shape, for ``runtime``
     (:mod:`atoll.solvers.runtime`; default the scenario's own); ``slices``: stages may use g of
-    a node's G GPUs (``vllm`` only, issue 28; None: the scenario's own, a fleet file's
-    ``slices``)."""
+    a node's G GPUs (``vllm`` only; None: :func:`~atoll.solvers.runtime.slices_default`)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
     runtime = runtime or spec.runtime
     slices = _slices(spec, runtime, slices)
     shapes = tuple(request_shapes(spec).items())
-    base = lib.SCENARIO_LIBRARIES.get(spec.name)
+    base = None if spec.own_catalog else lib.SCENARIO_LIBRARIES.get(spec.name)
     if base is not None:
         return replace(base, model_shapes=shapes, runtime=runtime, slices=slices)
     return lib.LibrarySpec(models=spec.models, regions=spec.regions, gpu_types=spec.gpu_types,
                            model_shapes=shapes, runtime=runtime, n_max=spec.n_max, rho=spec.rho,
-                           slices=slices)
+                           slices=slices, fleet=spec if spec.own_catalog else None)
 
 
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
@@ -270,14 +293,14 @@ def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, wor
     return tuple(library.templates)
 
 
-_SCARCE: dict[tuple[str, int, int], dict[tuple[str, str], int]] = {}
+_SCARCE: dict[tuple[ScenarioSpec, int, int], dict[tuple[str, str], int]] = {}
 
 
 def scarce_availability(spec: ScenarioSpec, templates: Sequence[Template],
                         catalog: Catalog | None = None) -> dict[tuple[str, str], int]:
     """ceil((1 + headroom) x nodes of each (region, config) in the cheapest even-mix plan)."""
     prices = scenario_prices(spec, catalog=catalog)
-    memo = (spec.name, hash(tuple(t.key for t in templates)), hash(tuple(sorted(prices.items()))))
+    memo = (spec, hash(tuple(t.key for t in templates)), hash(tuple(sorted(prices.items()))))
     if memo in _SCARCE:
         return dict(_SCARCE[memo])
     problem = AllocationProblem(tuple(templates), scenario_demand(spec, "even"),
@@ -304,25 +327,26 @@ AVAILABILITY: Mapping[str, Callable[[ScenarioSpec, Sequence[Template], Catalog |
 }
 
 
-def build_problem(scenario: str, availability: str = "ample", mix: str = "even", *,
+def build_problem(scenario: str | ScenarioSpec, availability: str = "ample", mix: str = "even", *,
                   templates: Sequence[Template] | None = None, mode: str = "cost",
                   time_limit: float | None = None, gap: float = 1e-4,
                   cache_dir: Path | None = None, progress: bool | Callable[[int, int], None] = False,
                   runtime: str | None = None, what_if_2gpu: bool = False,
                   slices: bool | None = None) -> AllocationProblem:
-    """The allocation problem of a scenario; ``templates`` overrides the library (tests);
+    """The allocation problem of a scenario (a bundled one's name, or a fleet file's spec);
+    ``templates`` overrides the library (tests);
     ``runtime`` picks the library of what that serving runtime can run. ``what_if_2gpu``: the
     HYPOTHETICAL catalog with 2-GPU AWS nodes (:func:`atoll.solvers.catalog.what_if_two_gpu_nodes`),
     for the paper comparison only. ``slices``: the ``vllm`` library whose stages may use g of a
     node's G GPUs (the ILP then buys whole nodes, :mod:`atoll.solvers.packing`); None: the
     scenario's own (a fleet file's ``slices``)."""
-    spec = SCENARIOS[scenario]
+    spec = scenario_spec(scenario)
     _choice("availability", availability, SOLVE_AVAILABILITIES, "availabilities")
     _choice("mix", mix, MIXES, "mixes")
     if availability == "market" and not spec.markets:
         raise InputError(f"availability 'market' is a fleet file's own market per pool and scenario "
-                         f"{scenario!r} has none; give --fleet FILE, or one of ample, scarce, spot, hedged")
-    catalog = catalog_for(what_if_2gpu)
+                         f"{spec.name!r} has none; give --fleet FILE, or one of ample, scarce, spot, hedged")
+    catalog = catalog_for(what_if_2gpu, spec.catalog)
     if templates is None:
         check_runtime(runtime or spec.runtime)
         templates = scenario_templates(spec, cache_dir=cache_dir, progress=progress, runtime=runtime,

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, load_catalog
 from atoll.solvers.models import DEFAULT_MODELS, get_model
@@ -58,6 +58,9 @@ from atoll.solvers.template_store import (
     template_to_json,
 )
 from atoll.solvers.types import ModelSpec, NodeConfig, Phase, Service, Stage, Template
+
+if TYPE_CHECKING:
+    from atoll.solvers.scenarios import ScenarioSpec
 
 __all__ = ["SCENARIO_LIBRARIES", "LibrarySpec", "TemplateJob", "TemplateLibrary", "best_placement",
            "build_library", "default_cache_dir", "enumerate_multisets", "remove_dominated", "run_job"]
@@ -97,7 +100,8 @@ class LibrarySpec:
     ``model_shapes`` optionally overrides ``shape`` per model, as (model name, shape) pairs.
     ``runtime``: ``any`` (every pipeline shape) or ``vllm`` (what stock vLLM runs), see
     :mod:`atoll.solvers.runtime`. ``slices`` (``vllm`` only): stages may also use g of a node's
-    G GPUs; the ILP then buys whole nodes and packs the slices.
+    G GPUs; the ILP then buys whole nodes and packs the slices. ``fleet``: a fleet file's scenario,
+    whose own models, GPU types and offers the names resolve in (None: the shipped catalog).
     """
 
     models: tuple[str, ...]
@@ -109,6 +113,7 @@ class LibrarySpec:
     model_shapes: tuple[tuple[str, RequestShape], ...] = field(default=())
     runtime: str = DEFAULT_RUNTIME
     slices: bool = False
+    fleet: ScenarioSpec | None = None
 
     def __post_init__(self) -> None:
         owner = "LibrarySpec"
@@ -120,8 +125,8 @@ class LibrarySpec:
         if self.slices and self.runtime != "vllm":
             # 'any' keeps Coral's whole-node semantics (the paper's decomposition)
             raise ValueError(f"{owner}: field 'slices' needs runtime 'vllm', got {self.runtime!r}")
-        catalog = load_catalog()
-        models = _names(owner, "models", self.models, lambda n: get_model(n).name)
+        catalog = self.catalog
+        models = _names(owner, "models", self.models, lambda n: self.model(n).name)
         object.__setattr__(self, "models", models)
         object.__setattr__(self, "regions", _names(owner, "regions", self.regions,
                                                    lambda n: _region(catalog, n)))
@@ -139,7 +144,7 @@ class LibrarySpec:
         pairs = []
         for name, shape in shapes.items():
             try:
-                canon = get_model(name).name
+                canon = self.model(name).name
             except UnknownNameError as exc:
                 raise ValueError(f"{owner}: field 'model_shapes': {exc}") from exc
             if canon not in models:
@@ -151,6 +156,13 @@ class LibrarySpec:
 
     def shape_of(self, model: str) -> RequestShape:
         return dict(self.model_shapes).get(model, self.shape)
+
+    @property
+    def catalog(self) -> Catalog:
+        return load_catalog() if self.fleet is None else self.fleet.catalog
+
+    def model(self, name: str) -> ModelSpec:
+        return get_model(name) if self.fleet is None else self.fleet.model(name)
 
     def to_json(self) -> dict[str, Any]:
         return {"models": list(self.models), "regions": list(self.regions), "gpu_types": list(self.gpu_types),
@@ -172,11 +184,11 @@ class LibrarySpec:
 
     def jobs(self, catalog: Catalog | None = None, factors: PerfFactors | None = None) -> list[TemplateJob]:
         """One job per (model, phase, region) with the configs the region sells of the GPU types."""
-        catalog = catalog or load_catalog()
+        catalog = catalog or self.catalog
         factors = factors or load_factors()
         out = []
         for m in self.models:
-            model = get_model(m)
+            model = self.model(m)
             for phase in Phase:
                 for region in self.regions:
                     nodes = [catalog.config(name) for name in catalog.offers_in(region)
@@ -370,7 +382,7 @@ class TemplateLibrary:
         return [t for t in self.templates if t.service == service]
 
     def for_model(self, model_name: str) -> list[Template]:
-        name = get_model(model_name).name
+        name = self.spec.model(model_name).name
         return [t for t in self.templates if t.service.model == name]
 
     def counts(self) -> dict[str, int]:

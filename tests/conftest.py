@@ -27,10 +27,18 @@ def _isolated_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _shipped_registries() -> Iterator[None]:
-    """Activating a fleet overlays its catalog, models and scenario on this process: each test
-    gets back what it found, so no test's fleet leaks into a later test's solves."""
-    from metamorphic_targets import restored_registries
+def _shipped_registries_unchanged() -> Iterator[None]:
+    """A fleet file is a value: no test may change the shipped catalog, models or scenarios a
+    later test would plan with (checked after every test, so such a change fails where it happens)."""
+    from atoll.solvers.catalog import load_catalog
+    from atoll.solvers.models import model_registry
+    from atoll.solvers.scenarios import SCENARIOS
 
-    with restored_registries():
-        yield
+    def snapshot() -> tuple[object, ...]:
+        catalog = load_catalog()
+        return (catalog.offers, tuple(catalog.gpus.items()), tuple(model_registry().items()),
+                tuple(SCENARIOS.items()))
+
+    before = snapshot()
+    yield
+    assert snapshot() == before, "a test changed the shipped catalog, models or scenarios of this process"

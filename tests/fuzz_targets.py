@@ -26,11 +26,9 @@ from atoll.control.metrics import (
     prometheus_snapshot,
 )
 from atoll.control.rates import RateTracker
-from atoll.envs.fleet_file import activate
-from atoll.solvers.catalog import _FLEET, load_user_file, register_fleet_catalog
+from atoll.envs.fleet_file import read_fleet
+from atoll.solvers.catalog import load_user_file
 from atoll.solvers.fleet import BUNDLED_DIR, TOP_KEYS, FleetFileError, load_fleet
-from atoll.solvers.models import _FLEET_MODELS, register_fleet_models
-from atoll.solvers.scenarios import SCENARIOS
 
 # ----- the user catalog file ------------------------------------------------------------------------
 
@@ -345,13 +343,6 @@ class FleetTarget:
             self._activate()
 
     def _activate(self) -> None:
-        models, fleet, scenarios = dict(_FLEET_MODELS), dict(_FLEET), dict(SCENARIOS)
-        try:
-            active = activate(self.path)
-            self.activated += 1
-            assert [s.name for s in active.series] == list(active.spec.model_names)
-        finally:
-            register_fleet_models(models.values())
-            register_fleet_catalog(fleet.get("gpus", ()), fleet.get("offers", ()))
-            SCENARIOS.clear()
-            SCENARIOS.update(scenarios)
+        active = read_fleet(self.path)
+        self.activated += 1
+        assert [s.name for s in active.series] == list(active.spec.model_names)

@@ -9,14 +9,12 @@ column, rows of a model the fleet does not name, the same data as counts, CRLF, 
 give the same; a *corrupting* one (a stray row, a duplicated key, a unit slip, a log pasted twice)
 must give the same or an AtollError naming the line or key. Anything else is a silent misreading.
 
-Only public API is used (``activate``), so the target also runs against older code.
+Only public API is used (``read_fleet``).
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,31 +100,12 @@ def _write_counts(path: Path, rows: list[tuple[float, str, int, int]]) -> None:
 
 
 def _summary(fleet: Path) -> dict[str, Any]:
-    from atoll.envs.fleet_file import activate
+    from atoll.envs.fleet_file import read_fleet
 
-    with restored_registries():
-        active = activate(fleet)
+    active = read_fleet(fleet)
     sc = active.scenario
     return {"rates": dict(sc.rates), "shapes": {m: (s.input_tokens, s.output_tokens) for m, s in sc.shapes},
             "series": {s.name: np.asarray(s.requests_per_s) for s in active.series}}
-
-
-@contextmanager
-def restored_registries() -> Iterator[None]:
-    """Activating a fleet overlays its models, GPUs, offers and scenario on this process; put the
-    registries back so later cases and tests see the shipped catalog."""
-    from atoll.solvers.catalog import _FLEET, register_fleet_catalog
-    from atoll.solvers.models import _FLEET_MODELS, register_fleet_models
-    from atoll.solvers.scenarios import SCENARIOS
-
-    models, fleet, scenarios = dict(_FLEET_MODELS), dict(_FLEET), dict(SCENARIOS)
-    try:
-        yield
-    finally:
-        register_fleet_models(models.values())
-        register_fleet_catalog(fleet.get("gpus", ()), fleet.get("offers", ()))
-        SCENARIOS.clear()
-        SCENARIOS.update(scenarios)
 
 
 def same(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -32,7 +32,7 @@ def test_the_clean_plan_is_the_same_after_a_shuffle_and_a_stray_row(tmp_path: py
     from pathlib import Path
 
     import numpy as np
-    from metamorphic_targets import _fleet_text, _log_rows, _write_log, restored_registries
+    from metamorphic_targets import _fleet_text, _log_rows, _write_log
 
     from atoll.control.cli import main
 
@@ -48,7 +48,7 @@ def test_the_clean_plan_is_the_same_after_a_shuffle_and_a_stray_row(tmp_path: py
         import io
 
         buf = io.StringIO()
-        with contextlib.redirect_stdout(buf), restored_registries():
+        with contextlib.redirect_stdout(buf):
             assert main(["solve", "--fleet", str(d / "fleet.yaml"), "--json"]) == 0
         docs.append(json.loads(buf.getvalue()))
     for doc in docs[1:]:

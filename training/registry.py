@@ -30,14 +30,17 @@ CHAMPION = "champion"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def fleet_name(scenario: str, models: Sequence[str] | None = None) -> str:
+def fleet_name(scenario: str, models: Sequence[str] | None = None, own: Sequence[str] | None = None) -> str:
     """The fleet a policy belongs to: the scenario's name, or ``<scenario>-m<digest>`` when
-    ``models`` narrows it to models other than the scenario's own (in their order)."""
+    ``models`` narrows it to models other than the scenario's own (in their order): ``own``, a
+    fleet file's models, or by default the bundled scenario's."""
     from atoll.solvers.scenarios import SCENARIOS
 
     if not scenario:
         raise InputError("fleet_name: field 'scenario' is empty; give the scenario or fleet file name")
-    own = tuple(SCENARIOS[scenario].models) if scenario in SCENARIOS else None
+    if own is None and scenario in SCENARIOS:
+        own = SCENARIOS[scenario].models
+    own = tuple(own) if own is not None else None
     if models is None or tuple(models) == own:
         return scenario
     digest = hashlib.sha256("\n".join(models).encode()).hexdigest()[:8]
@@ -103,8 +106,9 @@ class FleetSpaces:
         """The spaces of a :class:`~atoll.envs.fleet_env.FleetEnv`."""
         shape = env.observation_space.shape
         nvec = getattr(env.action_space, "nvec", None)
-        return cls(fleet_name(env.config.scenario, env.config.models), len(env.models), (int(shape[0]),),
-                   int(nvec[0]) if nvec is not None else 2)
+        c = env.config
+        return cls(fleet_name(c.scenario, c.models, c.scenario_spec.models), len(env.models),
+                   (int(shape[0]),), int(nvec[0]) if nvec is not None else 2)
 
     @classmethod
     def of_live_fleet(cls, fleet: Any) -> FleetSpaces:
@@ -114,7 +118,7 @@ class FleetSpaces:
         from atoll.envs.observation import observation_size
 
         m, g = len(fleet.models), len(fleet.gpu_types)
-        return cls(fleet_name(fleet.scenario, fleet.models), m,
+        return cls(fleet_name(fleet.scenario, fleet.models, fleet.config.scenario_spec.models), m,
                    (observation_size(m, g), observation_size(m, g, closed_loop=True)))
 
     def describe(self) -> str:

@@ -30,7 +30,6 @@ from atoll.envs.actions import ActionCodec
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
-from atoll.solvers.scenarios import SCENARIOS
 from atoll.training.evaluate import PolicyResult, comparison_rows, evaluate_policies, markdown_table
 from atoll.training.mlflow_output import make_logger
 from atoll.training.policy_model import log_policy
@@ -103,7 +102,7 @@ def env_id(config: FleetConfig) -> str:
 
 
 def config_params(config: FleetConfig) -> dict[str, str]:
-    skip = {"templates", "demand", "reward"}
+    skip = {"templates", "demand", "reward", "fleet"}
     params = {f"env.{k}": str(v) for k, v in dataclasses.asdict(config).items() if k not in skip}
     params.update({f"reward.{k}": str(v) for k, v in dataclasses.asdict(config.reward).items()})
     return params
@@ -178,9 +177,9 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
         if stats:
             mlflow.log_metrics(stats)
         size = int(np.prod(vec.observation_space.shape or (0,)))
-        models = list(config.models or SCENARIOS[config.scenario].models)
+        models = list(config.models or config.scenario_spec.models)
         codec = ActionCodec.for_config(config.planning_quantile, config.action_levels)
-        fleet = fleet_name(config.scenario, config.models)
+        fleet = fleet_name(config.scenario, config.models, config.scenario_spec.models)
         uri = log_policy(model, vec, run_id=run_id, observation_size=size,
                          n_models=len(models),
                          metadata={"scenario": config.scenario, "fleet": fleet, "models": models,
@@ -206,7 +205,7 @@ def train_or_reuse(config: FleetConfig, settings: TrainSettings, *, retrain: boo
     ``model_uri``, ``run_id`` (of the run that trained it) and ``reused``."""
     found = None if retrain else find_logged_policy(REUSE_TAG, settings_key(_train_params(config, settings)))
     if found is not None:
-        fleet = fleet_name(config.scenario, config.models)
+        fleet = fleet_name(config.scenario, config.models, config.scenario_spec.models)
         known = registered_version(found[0])
         if known is None or known[0] != registered_name(fleet):  # logged before per-fleet names
             register_policy(found[0], {"scenario": config.scenario, "availability": config.availability,

@@ -54,7 +54,6 @@ from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
 from atoll.solvers.errors import InputError
-from atoll.solvers.scenarios import BUNDLED_SCENARIOS
 from atoll.training.per_model import PER_MODEL_PREFIX, PerModelRule
 
 DEPLOYABLE_RULES = ("fixed", "threshold", "grow", "never")
@@ -71,7 +70,7 @@ class TrainSettings:
             is reset with ``seed + i``, which fixes its spot availability and preemptions) and the
             behaviour-cloning minibatch order. >= 0.
         n_envs: FleetEnv copies stepped together, each in its own process (``SubprocVecEnv``; one
-            env, or a fleet file's scenario, runs in this process); each PPO rollout holds
+            env runs in this process); each PPO rollout holds
             ``n_steps x n_envs`` transitions. >= 1.
         demand_seeds: demand realizations trained on: env ``i`` uses the config's ``demand_seed``
             + (i mod demand_seeds). >= 1.
@@ -206,9 +205,8 @@ def make_vec_env(config: FleetConfig, n_envs: int, seed: int, gamma: float, dema
         return make
 
     factories = [factory(i) for i in range(n_envs)]
-    # A fleet file's scenario lives in this process only (atoll.envs.fleet_file.activate): its
-    # envs step here; the bundled scenarios' envs each get a process of their own.
-    subprocess = n_envs > 1 and config.scenario in BUNDLED_SCENARIOS
+    # every env gets a process of its own; a fleet file's scenario travels inside the config
+    subprocess = n_envs > 1
     if subprocess:
         warm_caches(config, n_envs, demand_seeds)
     vec = SubprocVecEnv(factories, start_method="spawn") if subprocess else DummyVecEnv(factories)

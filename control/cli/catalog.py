@@ -35,12 +35,11 @@ def catalog_and_models(user_file: Path | None, override: bool = False) -> tuple[
 
 def fleet_catalog(fleet: str) -> tuple[Catalog, FleetSpec]:
     """The catalog as a fleet file sees it (its GPU types and own offers overlaid) and its spec."""
-    from atoll.solvers.catalog import register_fleet_catalog
+    from atoll.solvers.catalog import fleet_catalog as overlaid
     from atoll.solvers.fleet import load_fleet
 
     spec = load_fleet(fleet)
-    register_fleet_catalog(spec.gpus, spec.offers)
-    return load_catalog(), spec
+    return overlaid(spec.gpus, spec.offers), spec
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:

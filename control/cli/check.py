@@ -23,7 +23,7 @@ from rich.table import Table
 from atoll.control.cli.common import add_json
 from atoll.control.cli.output import output_for
 from atoll.envs.availability import SPOT_TRACES
-from atoll.envs.fleet_file import ActiveFleet, activate, data_span
+from atoll.envs.fleet_file import Fleet, data_span, read_fleet
 from atoll.solvers.scenarios import AMPLE_NODES
 from atoll.solvers.tiers import tiers_of
 
@@ -31,7 +31,7 @@ TABLE_WIDTH = 100  # columns a check table may take, redirected or not
 
 
 class _Collect(logging.Handler):
-    """Warnings the loaders log while the fleet is activated, kept for the report."""
+    """Warnings the loaders log while the fleet is loaded, kept for the report."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -50,13 +50,13 @@ def check_fleet(path: str, *, templates: bool = True) -> dict[str, Any]:
     root = logging.getLogger("atoll")
     root.addHandler(handler)
     try:
-        active = activate(path)
+        active = read_fleet(path)
     finally:
         root.removeHandler(handler)
     return _document(active, handler.messages, templates)
 
 
-def pools(active: ActiveFleet) -> list[dict[str, Any]]:
+def pools(active: Fleet) -> list[dict[str, Any]]:
     """Every (region, config) the fleet resolved to: its market, each tier's $/node-hour, caps
     and the trace its spot tier follows."""
     spec = active.spec
@@ -89,7 +89,7 @@ def pools(active: ActiveFleet) -> list[dict[str, Any]]:
     return out
 
 
-def _weights_errors(active: ActiveFleet) -> tuple[list[str], list[str]]:
+def _weights_errors(active: Fleet) -> tuple[list[str], list[str]]:
     """(errors, warnings) for models with no weights source: an error when the file's
     ``kubernetes`` section says a Kubernetes sink will deploy them, a warning otherwise."""
     from atoll.control.k8s_render import k8s_options
@@ -105,7 +105,7 @@ def _weights_errors(active: ActiveFleet) -> tuple[list[str], list[str]]:
     return ([said], []) if spec.kubernetes else ([], [said + " (needed by the k8s: and kubectl: sinks only)"])
 
 
-def _document(active: ActiveFleet, warnings: list[str], templates: bool) -> dict[str, Any]:
+def _document(active: Fleet, warnings: list[str], templates: bool) -> dict[str, Any]:
     spec = active.spec
     warnings = [*warnings, *(f"region {r} does not sell {g}: gpu_types asked for it, the fleet has none there"
                              for r, g in spec.unsold)]

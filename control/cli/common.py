@@ -11,8 +11,9 @@ from atoll.solvers.errors import AtollError
 
 if TYPE_CHECKING:  # the simulator loads only in the commands that run it
     from atoll.envs.fleet_env import FleetEnv
-    from atoll.envs.fleet_file import ActiveFleet
+    from atoll.envs.fleet_file import Fleet
     from atoll.solvers.problem import Risk
+    from atoll.solvers.scenarios import ScenarioSpec
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -49,30 +50,42 @@ FLEET_OWNS = {"--scenario": "its models, GPUs and regions",
               "--workload": "its workloads", "--scale": "each workload's scale or mean_rate"}
 
 
-def activate_fleet(args: argparse.Namespace) -> ActiveFleet | None:
-    """``--fleet FILE`` (or a bundled fleet's name): load, validate and register it, and make
-    ``args.scenario`` name it; None without ``--fleet``. Options the fleet file overrides
-    (``--scenario``, ``--workload``, ``--scale``) are refused when given with it."""
+def read_fleet_arg(args: argparse.Namespace) -> Fleet | None:
+    """``--fleet FILE`` (or a bundled fleet's name), loaded and validated once per command
+    (``args.loaded_fleet``), with ``args.scenario`` naming it; None without ``--fleet``. Options
+    the fleet file overrides (``--scenario``, ``--workload``, ``--scale``) are refused when given
+    with it."""
     if not getattr(args, "fleet", None):
         return None
+    if getattr(args, "loaded_fleet", None) is not None:
+        return args.loaded_fleet  # type: ignore[no-any-return]
     given: set[str] = getattr(args, "given_options", set())
     clash = [o for o in FLEET_OWNS if o in given]
     if clash:
         what = "; ".join(f"{o}: {FLEET_OWNS[o]}" for o in clash)
         raise UserError(f"--fleet {args.fleet} sets {what}; drop {' and '.join(clash)}, or edit the fleet "
                         f"file (a workload's source, scale: or mean_rate:)")
-    from atoll.envs.fleet_file import activate
+    from atoll.envs.fleet_file import read_fleet
 
-    active = activate(args.fleet)
-    args.scenario = active.name
-    args.active_fleet = active
-    return active
+    fleet = read_fleet(args.fleet)
+    args.scenario = fleet.name
+    args.loaded_fleet = fleet
+    return fleet
+
+
+def scenario_of(args: argparse.Namespace) -> ScenarioSpec:
+    """The scenario a command plans: the ``--fleet`` file's (loaded once), or the bundled
+    ``--scenario``."""
+    from atoll.solvers.scenarios import SCENARIOS
+
+    fleet = read_fleet_arg(args)
+    return fleet.scenario if fleet is not None else SCENARIOS[args.scenario]
 
 
 def workloads_used(args: argparse.Namespace) -> str | dict[str, str]:
     """What a JSON document echoes as its workload: the fleet's workloads with their scaling (per
     model), else the --workload names with --scale applied, as the simulator got them."""
-    active: ActiveFleet | None = getattr(args, "active_fleet", None)
+    active: Fleet | None = getattr(args, "loaded_fleet", None)
     if active is not None:
         said = dict(active.scalings)
         return {w.model: f"{w.source} ({said.get(w.model, 'as recorded')})" for w in active.spec.workloads}
@@ -87,7 +100,7 @@ def add_fleet_option(p: argparse.ArgumentParser) -> None:
                         "or a bundled one: core, extended; replaces --scenario")
 
 
-def fleet_market(args: argparse.Namespace, active: ActiveFleet) -> str:
+def fleet_market(args: argparse.Namespace, active: Fleet) -> str:
     """The availability a fleet runs under: its file's market per pool (``market``) unless
     ``--availability`` overrides it, which is said on stderr; ``--prices`` only with the static
     overrides (``ample``, ``scarce``), the markets bill each pool at its tier."""
@@ -137,7 +150,7 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
         if value is not None and name not in extra:
             extra = {name: value, **extra}
     try:
-        active = activate_fleet(args)
+        active = read_fleet_arg(args)
         if active is not None:
             config = fleet_config(active, days, availability=fleet_market(args, active),
                                   prices=args.prices, forecaster=args.forecaster, **extra)
@@ -241,9 +254,9 @@ def split_names(text: str, option: str) -> list[str]:
 
 def require_servable_env(env: FleetEnv) -> None:
     """An error naming every model of the env's scenario that no template can serve, and why."""
-    from atoll.solvers.scenarios import SCENARIOS, scenario_templates
+    from atoll.solvers.scenarios import scenario_templates
     from atoll.solvers.servable import require_servable
 
     c = env.config
-    spec = SCENARIOS[c.scenario]
+    spec = c.scenario_spec
     require_servable(spec, scenario_templates(spec, runtime=c.runtime), c.runtime)

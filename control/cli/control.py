@@ -53,6 +53,7 @@ from atoll.control.sinks import SINK_SPECS, DryRunSink, MetricsSink, PlanSink, m
 from atoll.control.state import StateError, StateLock, state_path
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.fleet import load_fleet, resolve_fleet
+from atoll.solvers.types import ModelSpec
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -100,15 +101,18 @@ def _fleet(args: argparse.Namespace) -> LiveFleet:
 def _k8s_options(args: argparse.Namespace) -> K8sOptions:
     """The Kubernetes sinks' settings: a YAML fleet file's ``kubernetes`` section, ``--pd`` on top."""
     section: dict[str, object] = {}
+    users: tuple[ModelSpec, ...] = ()
     if args.fleet and resolve_fleet(args.fleet).suffix in (".yaml", ".yml"):
-        section = dict(load_fleet(args.fleet).kubernetes)
+        spec = load_fleet(args.fleet)
+        section, users = dict(spec.kubernetes), spec.user_models
     if args.pd:
         section["pd"] = args.pd
     if args.image:
         section["image"] = args.image
     if args.kube_version:
         section["kube_version"] = args.kube_version
-    return k8s_options(section, f"{args.fleet}: kubernetes" if args.fleet else "--pd/--image/--kube-version")
+    return k8s_options(section, f"{args.fleet}: kubernetes" if args.fleet else "--pd/--image/--kube-version",
+                       users)
 
 
 def build_controller(args: argparse.Namespace, clock: Callable[[], float],

@@ -36,9 +36,9 @@ def _named_series(args: argparse.Namespace, step_s: float) -> list[tuple[str, De
         if args.workload is not None:
             raise UserError(f"--fleet {args.fleet} names each model's workload; drop --workload (or use "
                             f"--model to pick models)")
-        from atoll.envs.fleet_file import activate
+        from atoll.envs.fleet_file import read_fleet
 
-        active = activate(args.fleet, step_s=step_s)
+        active = read_fleet(args.fleet, step_s=step_s)
         by_model = {s.name: s for s in active.series}
         wanted = split_names(args.model, "--model") if args.model else list(by_model)
         unknown = [m for m in wanted if m not in by_model]

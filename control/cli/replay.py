@@ -7,7 +7,7 @@ import signal
 import threading
 from types import FrameType
 
-from atoll.control.cli.common import activate_fleet, add_fleet_option, add_json, split_names
+from atoll.control.cli.common import add_fleet_option, add_json, read_fleet_arg, split_names
 from atoll.control.cli.output import UserError, as_user_error, output_for
 from atoll.control.live_fleet import LiveFleet, live_fleet
 from atoll.control.replay import ReplayExporter
@@ -32,7 +32,7 @@ def _sources(args: argparse.Namespace) -> tuple[list[str], list[str], list[Deman
     if args.fleet:
         if args.workload or args.models:
             raise UserError("--fleet names the workloads and models; drop --workload and --models")
-        active = activate_fleet(args)
+        active = read_fleet_arg(args)
         assert active is not None
         return ([w.source for w in active.spec.workloads], list(active.spec.model_names),
                 list(active.series))
@@ -77,7 +77,7 @@ def _served(args: argparse.Namespace, models: list[str]) -> ServedFleet | None:
             raise UserError("--capacity-error needs --plans DIR: only a replay that serves a plan has "
                             "capacities to be wrong about")
         return None
-    active = getattr(args, "active_fleet", None)
+    active = getattr(args, "loaded_fleet", None)
     fleet = live_fleet(active) if active is not None else LiveFleet(args.scenario, models=models)
     unknown = sorted(set(models) - set(fleet.models))
     if unknown:

@@ -61,7 +61,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "partial": partial,
         "scenario": args.scenario, "fleet": args.fleet, "workload": workloads_used(args), "days": day_list,
         "availability": env.config.availability, "prices": env.config.price_kind, "seed": args.seed,
-        **({"market": args.active_fleet.spec.market_summary} if getattr(args, "active_fleet", None) else {}),
+        **({"market": args.loaded_fleet.spec.market_summary} if getattr(args, "loaded_fleet", None) else {}),
         "closed_loop": {"capacity_error": env.config.capacity_error_spec.label,
                         "correction": env.config.correction, "slo_model": env.config.slo_model},
         "models": list(env.models),

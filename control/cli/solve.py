@@ -12,13 +12,14 @@ from rich.text import Text
 
 from atoll.control.cli.common import (
     Given,
-    activate_fleet,
     add_fleet_option,
     add_json,
     add_risk_option,
     check_image_path,
     fleet_market,
     parse_risk,
+    read_fleet_arg,
+    scenario_of,
 )
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress
 from atoll.solvers.baselines import METHODS, MethodResult, run_method
@@ -29,12 +30,22 @@ from atoll.solvers.packing import check_packing, describe_packing, pack_plan
 from atoll.solvers.perf import UNVALIDATED_NOTE, template_unvalidated
 from atoll.solvers.problem import AllocationProblem
 from atoll.solvers.runtime import RUNTIMES, slices_default
-from atoll.solvers.scenarios import BUNDLED_SCENARIOS, MIXES, SCENARIOS, SOLVE_AVAILABILITIES, build_problem
+from atoll.solvers.scenarios import (
+    BUNDLED_SCENARIOS,
+    MIXES,
+    SCENARIOS,
+    SOLVE_AVAILABILITIES,
+    ScenarioSpec,
+    build_problem,
+)
 from atoll.solvers.servable import unservable, unservable_message
 from atoll.solvers.tiers import split_tier
 
 
-def plan_rows(problem: AllocationProblem, result: MethodResult) -> list[dict[str, Any]]:
+def plan_rows(problem: AllocationProblem, result: MethodResult, spec: ScenarioSpec | None = None
+              ) -> list[dict[str, Any]]:
+    """The plan's lines; ``spec``: the scenario planned (a fleet's own models), default built-ins."""
+    model = spec.model if spec is not None else get_model
     rows = []
     for key, n in (result.allocation.counts if result.allocation else ()):
         t = problem.template(key)
@@ -44,17 +55,19 @@ def plan_rows(problem: AllocationProblem, result: MethodResult) -> list[dict[str
             "nodes": {c: k for c, k in t.nodes},
             "stages": [{"layers": s.layers, "nodes": list(s.nodes)} for s in t.stages],
             "instances": n, "throughput": n * t.throughput,
-            "unvalidated": template_unvalidated(get_model(t.service.model), (c for c, _ in t.nodes)),
+            "unvalidated": template_unvalidated(model(t.service.model), (c for c, _ in t.nodes)),
         })
     return rows
 
 
-def bill_of_materials(problem: AllocationProblem, result: MethodResult) -> list[dict[str, Any]]:
+def bill_of_materials(problem: AllocationProblem, result: MethodResult, spec: ScenarioSpec | None = None
+                      ) -> list[dict[str, Any]]:
     """What the plan buys, one line per (region, node config, tier): the instance type, whole
-    nodes (slices packed: ceil of their share), the tier, $/node-hour and $/h of the line."""
+    nodes (slices packed: ceil of their share), the tier, $/node-hour and $/h of the line;
+    ``spec``: the scenario planned (a fleet's own offers), default the shipped catalog."""
     if result.allocation is None:
         return []
-    catalog = load_catalog()
+    catalog = spec.catalog if spec is not None else load_catalog()
     lines = []
     for (tiered, config), used in sorted(problem.node_use(result.allocation).items()):
         region, tier = split_tier(tiered)
@@ -78,7 +91,10 @@ AVAILABILITY_MEANS = {
 }
 
 
-def solve_document(problem: AllocationProblem, result: MethodResult, **context: Any) -> dict[str, Any]:
+def solve_document(problem: AllocationProblem, result: MethodResult, *, spec: ScenarioSpec | None = None,
+                   **context: Any) -> dict[str, Any]:
+    """The solve's JSON document: ``context`` first, then the result, plan, bill and packing;
+    ``spec``: the scenario planned (a fleet's own models and offers)."""
     ev = result.evaluation
     return {
         **context,
@@ -97,8 +113,8 @@ def solve_document(problem: AllocationProblem, result: MethodResult, **context: 
         "services": [{"service": s, "demand": d, "capacity": 0.0 if ev is None else ev.capacity.get(s, 0.0),
                       "served": 0.0 if ev is None else ev.served.get(s, 0.0)}
                      for s, d in problem.demand.items()],
-        "plan": plan_rows(problem, result),
-        "bill": bill_of_materials(problem, result),
+        "plan": plan_rows(problem, result, spec),
+        "bill": bill_of_materials(problem, result, spec),
         **packing_document(problem, result),
     }
 
@@ -184,7 +200,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         if not args.decompose:
             raise UserError("--plot draws the ladder of --decompose; add --decompose or drop --plot")
         check_image_path(Path(args.plot), "--plot")
-    active = activate_fleet(args)
+    active = read_fleet_arg(args)
     if not args.scenario:
         raise UserError(f"give --scenario ({', '.join(BUNDLED_SCENARIOS)}) or --fleet FILE")
     if active is not None:
@@ -194,7 +210,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     try:
         METHODS[args.method]  # unknown names fail before the library is built
         with progress("templates (multisets placed)", None) as advance:
-            problem = build_problem(args.scenario, args.availability, args.mix,
+            spec = scenario_of(args)
+            problem = build_problem(spec, args.availability, args.mix,
                                     mode="goodput" if args.goodput else "cost",
                                     time_limit=args.time_limit, gap=args.gap,
                                     progress=lambda n, total: advance(n, total=total),
@@ -209,11 +226,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
                             f"and the baselines (--method {args.method}) compare plain plans: drop --risk, "
                             f"or solve with --method ilp")
         problem = problem.with_risk(risk)
-    own = SCENARIOS[args.scenario]
     sliced = args.slices if args.slices is not None else slices_default(
-        args.runtime or own.runtime, own.runtime, own.slices)
+        args.runtime or spec.runtime, spec.runtime, spec.slices)
     context = {"scenario": args.scenario, "fleet": args.fleet, "runtime": args.runtime or
-               SCENARIOS[args.scenario].runtime, "availability": args.availability,
+               spec.runtime, "availability": args.availability,
                "availability_means": AVAILABILITY_MEANS[args.availability],
                **({"market": active.spec.market_summary} if active is not None else {}), "mix": args.mix,
                "mode": problem.mode, **({"slices": True} if sliced else {}),
@@ -235,9 +251,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         out.result(Text(WHAT_IF_NOTE, style="bold red"))
         context.update(catalog="what-if-2gpu", warning=WHAT_IF_NOTE)
     # models with no template at all: the reason per model, not "infeasible within availability"
-    reasons = unservable(SCENARIOS[args.scenario], problem.templates, args.runtime, slices=sliced)
+    reasons = unservable(spec, problem.templates, args.runtime, slices=sliced)
     result = run_method(problem, args.method)
-    doc = solve_document(problem, result, unservable=reasons, **context)
+    doc = solve_document(problem, result, spec=spec, unservable=reasons, **context)
     if reasons:
         doc["message"] = unservable_message(reasons) + (f". {doc['message']}" if doc["message"] else "")
     _print(out, doc)

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from atoll.control.cli.common import activate_fleet, add_fleet_option, add_json
+from atoll.control.cli.common import add_fleet_option, add_json, read_fleet_arg
 from atoll.control.cli.output import UserError, as_user_error, console, output_for, progress
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS
 from atoll.solvers.errors import UnknownNameError
@@ -49,14 +49,15 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
                                  default.output_tokens if args.output_tokens is None else args.output_tokens)
         except ValueError as exc:
             raise as_user_error(exc) from exc
-    active = activate_fleet(args)
+    active = read_fleet_arg(args)
     own: tuple[str | None, bool] = (None, False)  # the fleet's runtime and slices
     if active is not None:
         base = library_spec(active.scenario)
         own = (base.runtime, base.slices)
         fields: dict[str, Any] = {"models": base.models, "regions": base.regions, "gpu_types": base.gpu_types,
                                   "n_max": base.n_max, "rho": base.rho, "shape": base.shape,
-                                  "model_shapes": () if shape else base.model_shapes, "runtime": base.runtime}
+                                  "model_shapes": () if shape else base.model_shapes, "runtime": base.runtime,
+                                  "fleet": base.fleet}
     elif args.scenario is not None:
         if args.scenario not in SCENARIO_LIBRARIES:
             raise UnknownNameError(f"unknown scenario {args.scenario!r}; valid scenarios: "

@@ -17,11 +17,8 @@ from atoll.control.k8s import render_manifests, validate_object
 from atoll.control.k8s_render import k8s_options
 from atoll.control.plans import PlanRecord
 from atoll.control.replay import ReplayExporter
-from atoll.envs.fleet_file import activate
-from atoll.solvers.catalog import register_fleet_catalog
-from atoll.solvers.models import get_model, register_fleet_models
+from atoll.envs.fleet_file import read_fleet
 from atoll.solvers.runtime import template_problem
-from atoll.solvers.scenarios import SCENARIOS
 
 DAY_S = 86400.0
 
@@ -29,13 +26,10 @@ DAY_S = 86400.0
 @pytest.fixture()
 def fleet_file(tmp_path: Path) -> Iterator[Path]:
     yield write_fleet(tmp_path)
-    register_fleet_models(())
-    register_fleet_catalog((), ())
-    SCENARIOS.pop("acme", None)
 
 
 def test_a_tick_on_a_fleet_file(fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fleet = activate(fleet_file)
+    fleet = read_fleet(fleet_file)
     with ReplayExporter(fleet.series, fleet.spec.model_names, speedup=60.0, start_s=4 * DAY_S) as replay:
         argv = ["control", "--fleet", str(fleet_file), "--scrape", replay.url, "--policy", "fixed:1",
                 "--state", str(tmp_path / "state"), "--sink", f"json:{tmp_path / 'plans'}",
@@ -58,7 +52,7 @@ def test_a_tick_on_a_fleet_file(fleet_file: Path, tmp_path: Path, capsys: pytest
     for d in docs:
         k8s_validate(d)
         validate_object(d)
-    assert get_model("Acme-8B").layers == 32 and template_problem is not None
+    assert fleet.scenario.model("Acme-8B").layers == 32 and template_problem is not None
 
 
 def test_a_fleet_file_with_slices_plans_and_controls_packed_nodes(fleet_file: Path, tmp_path: Path,
@@ -71,7 +65,7 @@ def test_a_fleet_file_with_slices_plans_and_controls_packed_nodes(fleet_file: Pa
     solved = json.loads(capsys.readouterr().out)
     assert solved["slices"] is True and solved["packing_violations"] == []
     assert sum(solved["packing"]["nodes_per_pool"].values()) == len(solved["packing"]["nodes"]) > 0
-    fleet = activate(fleet_file)
+    fleet = read_fleet(fleet_file)
     assert fleet.scenario.slices
     with ReplayExporter(fleet.series, fleet.spec.model_names, speedup=60.0, start_s=4 * DAY_S) as replay:
         argv = ["control", "--fleet", str(fleet_file), "--scrape", replay.url, "--policy", "fixed:1",

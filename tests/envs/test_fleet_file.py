@@ -1,4 +1,4 @@
-"""A fleet file at work: activated as a scenario, its demand scaled as stated, solved and simulated."""
+"""A fleet file at work: loaded as a value, its demand scaled as stated, solved and simulated."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import pytest
 import yaml
 
 from atoll.envs.fleet_env import FleetEnv
-from atoll.envs.fleet_file import activate, fleet_config
+from atoll.envs.fleet_file import fleet_config, read_fleet
 from atoll.forecast.workloads import load_workload
 from atoll.solvers.allocation import solve_allocation
-from atoll.solvers.catalog import load_catalog, register_fleet_catalog
+from atoll.solvers.catalog import load_catalog
+from atoll.solvers.errors import UnknownNameError
 from atoll.solvers.fleet import FleetFileError
-from atoll.solvers.models import get_model, register_fleet_models
+from atoll.solvers.models import get_model
 from atoll.solvers.runtime import template_problem
-from atoll.solvers.scenarios import SCENARIOS, build_problem
+from atoll.solvers.scenarios import build_problem
 
 
 def request_log(path: Path, days: int = 5, seed: int = 0) -> Path:
@@ -55,33 +56,52 @@ def fleet_file(tmp_path: Path) -> Path:
     request_log(tmp_path / "requests.csv")
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(FLEET))
-    yield path
-    register_fleet_models(())
-    register_fleet_catalog((), ())
-    SCENARIOS.pop("acme-test", None)
+    return path
 
 
-def test_activate_scales_as_stated_and_solves_with_vllm_templates(fleet_file: Path) -> None:
-    fleet = activate(fleet_file)
-    assert get_model("Acme-8B").layers == 32 and fleet.days == 5
+def test_a_fleet_scales_as_stated_and_solves_with_vllm_templates(fleet_file: Path) -> None:
+    fleet = read_fleet(fleet_file)
+    spec = fleet.scenario
+    assert spec.model("Acme-8B").layers == 32 and fleet.days == 5
     phi, acme = fleet.series
     assert phi.name == "Phi-4-14B" and np.mean(phi.requests_per_s) == pytest.approx(2.0)
     raw = load_workload(f"csv:{fleet_file.parent / 'requests.csv'}#acme-8b", step_s=300)
     assert acme.requests_per_s == pytest.approx(100 * raw.requests_per_s)  # scale: exactly x100
-    assert set(load_catalog().offers_in("aws:us-east-2")) <= {f"{n}x{g}" for g in ("L4", "L40S")
-                                                              for n in (1, 2, 4, 8)}
-    problem = build_problem("acme-test", "ample", "even")
+    assert set(spec.catalog.offers_in("aws:us-east-2")) <= {f"{n}x{g}" for g in ("L4", "L40S")
+                                                            for n in (1, 2, 4, 8)}
+    problem = build_problem(spec, "ample", "even")
     assert problem.availability[("aws:us-east-2", "4xL4")] == 10
     assert problem.availability[("aws:us-east-2", "4xL40S")] == 0  # cells the file leaves out
     result = solve_allocation(problem)
     assert result.status.value == "optimal" and result.goodput_fraction == pytest.approx(1.0)
     for key, _ in result.allocation.counts:
         t = problem.template(key)
-        assert template_problem("vllm", get_model(t.service.model), t) is None
+        assert template_problem("vllm", spec.model(t.service.model), t) is None
+
+
+def test_loading_a_fleet_changes_nothing_outside_its_value(fleet_file: Path) -> None:
+    """The shipped catalog, models and scenarios are what they were: the fleet is only a value."""
+    from atoll.solvers.scenarios import SCENARIOS
+
+    offers, scenarios = load_catalog().offers, dict(SCENARIOS)
+    fleet = read_fleet(fleet_file)
+    assert fleet.scenario.catalog.offers != offers  # the fleet's catalog is its own
+    assert load_catalog().offers == offers and dict(SCENARIOS) == scenarios
+    with pytest.raises(UnknownNameError):
+        get_model("Acme-8B")
+    with pytest.raises(UnknownNameError):
+        build_problem("acme-test")  # a fleet is passed, never looked up by name
+
+
+def test_a_fleet_may_not_take_a_bundled_scenarios_name(fleet_file: Path) -> None:
+    for name in ("core", "extended", "fleet20"):
+        fleet_file.write_text(yaml.safe_dump({**FLEET, "name": name}))
+        with pytest.raises(FleetFileError, match="bundled"):
+            read_fleet(fleet_file)
 
 
 def test_the_simulator_runs_on_the_fleets_own_demand(fleet_file: Path) -> None:
-    fleet = activate(fleet_file)
+    fleet = read_fleet(fleet_file)
     env = FleetEnv(fleet_config(fleet, (4, 5)))
     assert env.models == ("Phi-4-14B", "Acme-8B")
     env.reset(seed=0)
@@ -96,7 +116,7 @@ def test_a_bad_workload_source_names_the_entry(fleet_file: Path) -> None:
     doc["workloads"]["Acme-8B"] = {"source": "csv:missing.csv#acme"}
     fleet_file.write_text(yaml.safe_dump(doc))
     with pytest.raises(FleetFileError, match=r"workloads\['Acme-8B'\]: field 'source'"):
-        activate(fleet_file)
+        read_fleet(fleet_file)
 
 
 def test_a_pool_trace_moves_the_simulators_spot_tier(fleet_file: Path) -> None:
@@ -106,8 +126,8 @@ def test_a_pool_trace_moves_the_simulators_spot_tier(fleet_file: Path) -> None:
     doc["availability"]["traces"] = {"aws:us-east-2/1xL40S": "l40s.csv"}
     doc["availability"]["markets"] = {"aws:us-east-2/1xL40S": "spot"}
     fleet_file.write_text(yaml.safe_dump(doc))
-    fleet = activate(fleet_file)
-    problem = build_problem("acme-test", "market", "even")
+    fleet = read_fleet(fleet_file)
+    problem = build_problem(fleet.scenario, "market", "even")
     assert problem.availability[("aws:us-east-2~spot", "1xL40S")] == 20  # the most the pool offers
     assert ("aws:us-east-2", "1xL40S") not in problem.prices  # a spot pool sells no on-demand
     env = FleetEnv(fleet_config(fleet, (4, 5)))
@@ -126,7 +146,7 @@ def test_a_hedged_pool_keeps_its_on_demand_quota_when_its_spot_trace_drops(fleet
     doc["availability"]["traces"] = {"aws:us-east-2/1xL4": "l4.csv"}
     doc["availability"]["ondemand_quota"] = {"aws:us-east-2/1xL4": 2}
     fleet_file.write_text(yaml.safe_dump(doc))
-    env = FleetEnv(fleet_config(activate(fleet_file), (4, 5)))
+    env = FleetEnv(fleet_config(read_fleet(fleet_file), (4, 5)))
     env.reset(seed=0)
     caps = env._availability  # noqa: SLF001
     before, after = caps.capacity(4 * 86400 - 300), caps.capacity(4 * 86400)
@@ -143,7 +163,7 @@ def test_a_user_region_in_a_spot_market_needs_a_trace(fleet_file: Path) -> None:
                            "offers": [{"config": "4xL4", "on_demand": 3.0, "spot": 1.0}]})
     fleet_file.write_text(yaml.safe_dump(doc))
     with pytest.raises(FleetFileError, match=r"spot or hedged pool\(s\) lab:rack-1/4xL4 have no trace"):
-        activate(fleet_file)
+        read_fleet(fleet_file)
 
 
 def test_the_fleets_scaling_is_logged_and_given_once(fleet_file: Path,
@@ -151,7 +171,7 @@ def test_the_fleets_scaling_is_logged_and_given_once(fleet_file: Path,
     import logging
 
     with caplog.at_level(logging.INFO, logger="atoll"):
-        activate(fleet_file)
+        read_fleet(fleet_file)
     lines = sorted(r.getMessage() for r in caplog.records if "scaled by" in r.getMessage())
     assert len(lines) == 2 and all(r.levelno == logging.INFO for r in caplog.records if "scaled by" in r.msg)
     assert "workloads['Acme-8B']" in lines[0] and "scaled by factor:100: requests/s x100," in lines[0]
@@ -160,10 +180,10 @@ def test_the_fleets_scaling_is_logged_and_given_once(fleet_file: Path,
     doc["workloads"]["Acme-8B"]["source"] = "csv:requests.csv#acme-8b@mean:3"
     fleet_file.write_text(yaml.safe_dump(doc))
     with pytest.raises(FleetFileError, match=r"workloads\['Acme-8B'\].*give the scaling once"):
-        activate(fleet_file)
+        read_fleet(fleet_file)
     del doc["workloads"]["Acme-8B"]["scale"]
     fleet_file.write_text(yaml.safe_dump(doc))
-    active = activate(fleet_file)
+    active = read_fleet(fleet_file)
     # mean:3 is the mean over the model's span (from its first to its last request; gaps left out)
     assert dict(active.mean_rates)["Acme-8B"] == pytest.approx(3.0)
     mc = dict(active.model_checks)["Acme-8B"]

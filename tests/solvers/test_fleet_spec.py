@@ -297,27 +297,20 @@ def test_slices_are_read_and_need_the_vllm_runtime(tmp_path: Path) -> None:
 
 
 def test_a_sliced_fleet_threads_slices_to_its_library(tmp_path: Path) -> None:
-    from atoll.envs.fleet_file import activate
-    from atoll.solvers.catalog import register_fleet_catalog
+    from atoll.envs.fleet_file import read_fleet
     from atoll.solvers.errors import InputError
-    from atoll.solvers.models import register_fleet_models
-    from atoll.solvers.scenarios import SCENARIOS, library_spec
+    from atoll.solvers.scenarios import library_spec
 
     (tmp_path / "log.csv").write_text("timestamp,model,input_tokens,output_tokens\n"
                                       + "".join(f"{1714521600 + 60 * i},acme,500,100\n" for i in range(600)))
     doc = {**changed("slices", True), "workloads": {"Phi-4-14B": {"source": "csv:log.csv#acme"},
                                                     "Acme-8B": {"source": "csv:log.csv#acme"}}}
-    try:
-        fleet = activate(write(tmp_path, doc))
-        assert fleet.scenario.slices and library_spec(fleet.scenario).slices
-        assert not library_spec(fleet.scenario, slices=False).slices
-        with pytest.raises(InputError, match=r"the fleet file's 'slices: true' needs runtime 'vllm', got "
-                                             r"runtime 'any'"):
-            library_spec(fleet.scenario, runtime="any")
-    finally:
-        register_fleet_models(())
-        register_fleet_catalog((), ())
-        SCENARIOS.pop("acme", None)
+    fleet = read_fleet(write(tmp_path, doc))
+    assert fleet.scenario.slices and library_spec(fleet.scenario).slices
+    assert not library_spec(fleet.scenario, slices=False).slices
+    with pytest.raises(InputError, match=r"the fleet file's 'slices: true' needs runtime 'vllm', got "
+                                         r"runtime 'any'"):
+        library_spec(fleet.scenario, runtime="any")
 
 
 def test_a_preemption_log_reads_as_the_same_levels_as_its_trace(tmp_path: Path) -> None:

@@ -111,17 +111,6 @@ def test_fleet20_is_twenty_fine_tunes_of_the_six_serving_models():
         fleet_model_names(0)
 
 
-def test_bundled_scenario_names_cannot_be_taken_by_a_fleet_file():
-    from dataclasses import replace
-
-    from atoll.solvers.errors import InputError
-    from atoll.solvers.scenarios import register_scenario
-
-    for name in ("core", "extended", "fleet20"):
-        with pytest.raises(InputError, match="bundled"):
-            register_scenario(replace(SCENARIOS["core"], name=name))
-
-
 def test_fine_tunes_resolve_by_name_and_stay_out_of_the_unknown_name_error():
     from atoll.solvers.models import get_model
 

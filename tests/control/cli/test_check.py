@@ -5,7 +5,6 @@ are refused."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 import yaml
 
 from atoll.control.cli import main
-from atoll.envs.fleet_file import activate, fleet_config
+from atoll.envs.fleet_file import fleet_config, read_fleet
 from atoll.solvers.errors import AtollError
 
 T0 = 1714521600
@@ -23,15 +22,6 @@ ACME = {"name": "Acme-8B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads"
 TINY = {"name": "Tiny-0.5B", "layers": 24, "hidden": 896, "heads": 14, "kv_heads": 2, "head_dim": 64,
         "params_b": 0.49, "active_params_b": 0.49, "bytes_per_param": 2,
         "slo": {"ttft_ms": 800, "tpot_ms": 40}}
-
-
-@pytest.fixture(autouse=True)
-def _shipped_catalog_after() -> Iterator[None]:
-    """Fleets activated here overlay the catalog of this process; later tests get it back."""
-    from metamorphic_targets import restored_registries
-
-    with restored_registries():
-        yield
 
 
 def _log(path: Path, days: float = 5.0, rate: float = 0.01, extra: str = "") -> list[str]:
@@ -127,12 +117,12 @@ def test_flags_the_fleet_overrides_are_refused(tmp_path: Path, capsys: pytest.Ca
 
 def test_the_workload_echoed_is_the_fleets(tmp_path: Path) -> None:
     from atoll.control.cli import build_parser
-    from atoll.control.cli.common import activate_fleet, workloads_used
+    from atoll.control.cli.common import read_fleet_arg, workloads_used
 
     _log(tmp_path / "log.csv")
     args = build_parser().parse_args(["simulate", "--fleet", str(_fleet(tmp_path))])
-    assert workloads_used(args) == "servegen"  # before activation: the option's value
-    activate_fleet(args)
+    assert workloads_used(args) == "servegen"  # before it is loaded: the option's value
+    read_fleet_arg(args)
     used = workloads_used(args)
     assert isinstance(used, dict) and used["Acme-8B"].startswith("csv:") and "mean:2" in used["Acme-8B"]
     assert "factor:10" in used["Tiny-0.5B"]
@@ -143,7 +133,7 @@ def test_days_without_a_models_requests_are_refused(tmp_path: Path) -> None:
     # tiny stops after day 3; acme runs all 5 days
     cut = [r for r in rows if ",tiny," not in r or float(r.split(",")[0]) < T0 + 3 * 86400]
     (tmp_path / "log.csv").write_text("timestamp,model,input_tokens,output_tokens\n" + "".join(cut))
-    active = activate(_fleet(tmp_path))
+    active = read_fleet(_fleet(tmp_path))
     with pytest.raises(AtollError, match=r"day\(s\) 4, 5 hold no requests of 'Tiny-0.5B' \(its data: days 1-3"
                        ):
         fleet_config(active, (4, 5))
@@ -156,9 +146,9 @@ def test_availability_trace_in_milliseconds_is_refused(tmp_path: Path) -> None:
     fleet = _fleet(tmp_path, availability={"traces": {"aws:us-east-2/1xL4": "pool.csv"},
                                            "markets": {"aws:us-east-2/1xL4": "spot"}})
     with pytest.raises(AtollError, match="look like milliseconds"):
-        activate(fleet)
+        read_fleet(fleet)
     (tmp_path / "pool.csv").write_text("time_s,nodes\n0,4\n172800,1\n")
-    activate(fleet)
+    read_fleet(fleet)
 
 
 def test_check_lists_the_pools_and_warns_for_gpu_types_a_region_does_not_sell(

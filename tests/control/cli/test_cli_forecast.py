@@ -77,20 +77,17 @@ def test_plot_origin_day_counts_from_day_1(tmp_path: Path, capsys: pytest.Captur
 
 def test_forecast_takes_a_fleets_models(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                         shared_data: object) -> None:
-    from metamorphic_targets import restored_registries
-
-    with restored_registries():
-        code = main(["forecast", "plot", "--fleet", "core", "--model", "Qwen3-32B", "--forecaster", "naive",
-                     "--hours", "1", "--out", str(tmp_path / "f.png"), "--json"])
-        doc = json.loads(capsys.readouterr().out)
-        assert code == 0 and doc["series"] == "Qwen3-32B"
-        assert main(["forecast", "plot", "--fleet", "core", "--out", str(tmp_path / "g.png")]) == 2
-        assert "draws one series; pick one with --model" in capsys.readouterr().err
-        assert main(["forecast", "backtest", "--fleet", "core", "--workload", "servegen:m-large"]) == 2
-        assert "drop --workload" in capsys.readouterr().err
-        code = main(["forecast", "backtest", "--fleet", "core", "--model", "Phi-4-14B", "--forecaster",
-                     "naive", "--train-days", "12", "--json"])
-        captured = capsys.readouterr()
-        rows = json.loads(captured.out)["results"]
-        assert code == 0 and {r["series"] for r in rows} == {"Phi-4-14B"} and rows[0]["chosen"] == "naive"
-        assert "backtest Phi-4-14B naive: fitting on days 1-12" in captured.err
+    code = main(["forecast", "plot", "--fleet", "core", "--model", "Qwen3-32B", "--forecaster", "naive",
+                 "--hours", "1", "--out", str(tmp_path / "f.png"), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["series"] == "Qwen3-32B"
+    assert main(["forecast", "plot", "--fleet", "core", "--out", str(tmp_path / "g.png")]) == 2
+    assert "draws one series; pick one with --model" in capsys.readouterr().err
+    assert main(["forecast", "backtest", "--fleet", "core", "--workload", "servegen:m-large"]) == 2
+    assert "drop --workload" in capsys.readouterr().err
+    code = main(["forecast", "backtest", "--fleet", "core", "--model", "Phi-4-14B", "--forecaster",
+                 "naive", "--train-days", "12", "--json"])
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)["results"]
+    assert code == 0 and {r["series"] for r in rows} == {"Phi-4-14B"} and rows[0]["chosen"] == "naive"
+    assert "backtest Phi-4-14B naive: fitting on days 1-12" in captured.err

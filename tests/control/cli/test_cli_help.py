@@ -15,15 +15,6 @@ import pytest
 from atoll.control.cli import COMMANDS, build_parser, main
 
 
-@pytest.fixture(autouse=True)
-def _shipped_catalog_after() -> Iterator[None]:
-    """``--fleet`` overlays the fleet's GPUs and offers on this process's catalog; put it back."""
-    from metamorphic_targets import restored_registries
-
-    with restored_registries():
-        yield
-
-
 def _parsers(parser: argparse.ArgumentParser, prog: str = "atoll"
              ) -> Iterator[tuple[str, argparse.ArgumentParser]]:
     yield prog, parser

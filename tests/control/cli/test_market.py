@@ -4,7 +4,6 @@ flags that override the market said and honoured, ``solve``'s bill of materials.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +19,6 @@ ACME = {"name": "Acme-8B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads"
         "params_b": 8.0, "active_params_b": 8.0, "bytes_per_param": 2,
         "slo": {"ttft_ms": 2000, "tpot_ms": 150}}
 SPOT, ON_DEMAND = 0.4, 1.0  # $/node-hour of the fleet's one pool
-
-
-@pytest.fixture(autouse=True)
-def _shipped_catalog_after() -> Iterator[None]:
-    from metamorphic_targets import restored_registries
-
-    with restored_registries():
-        yield
 
 
 def spot_fleet(tmp_path: Path, market: str = "spot", **availability: Any) -> Path:

@@ -20,17 +20,11 @@ from test_k8s_manifests import k8s_validate
 
 from atoll.control.cli import main
 from atoll.control.k8s import validate_object
-from atoll.solvers.catalog import register_fleet_catalog
-from atoll.solvers.models import register_fleet_models
-from atoll.solvers.scenarios import SCENARIOS
 
 
 @pytest.fixture()
 def fleet_file(tmp_path: Path) -> Iterator[Path]:
     yield write_fleet(tmp_path)
-    register_fleet_models(())
-    register_fleet_catalog((), ())
-    SCENARIOS.pop("acme", None)
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
