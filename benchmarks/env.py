@@ -12,7 +12,10 @@ Parts (``--parts``, comma-separated; default all):
 - ``core`` / ``extended``: the rule table (fixed:1/3/6/12, threshold, never, hindsight) per
   availability, days 11-14, mean and spread over the demand/env seeds;
 - ``variants``: the same table on core/spot with ``resample="hold"`` and with
-  ``transition="break-before-make"``, each change on its own.
+  ``transition="break-before-make"``, each change on its own;
+- ``charges``: core/spot, ``fixed:1`` and ``hindsight``, in the plain world with each of the
+  charged world's settings on its own (``startup="sampled"``, ``preemption="zone"``,
+  ``spot_acquisition="trace"``, ``scale_down="lose"``): what each one costs.
 
 ``--world`` picks the world every table runs in: ``plain`` (the default: ``atoll/Fleet-v1``'s),
 ``charged`` (the plain world where a re-plan costs what a cluster charges: sampled start-ups,
@@ -58,6 +61,8 @@ WORLDS: dict[str, dict[str, Any]] = {
 }
 # the figures only the charged worlds produce, summed over an episode's steps
 CHARGED_KEYS = ("failed_acquisitions", "lost_in_flight", "free_nodes")
+FIRST = {"startup": "fixed", "preemption": "independent", "spot_acquisition": "seen", "scale_down": "drain"}
+SINGLE = {"startup": "sampled", "preemption": "zone", "spot_acquisition": "trace", "scale_down": "lose"}
 
 
 def log(msg: str) -> None:
@@ -118,19 +123,19 @@ def demand(days: list[int]) -> dict[str, Any]:
     return out
 
 
-def table(scenario: str, availability: str, days: list[int], seeds: list[int], **changes: Any
-          ) -> dict[str, Any]:
+def table(scenario: str, availability: str, days: list[int], seeds: list[int],
+          policies: tuple[str, ...] = POLICIES, **changes: Any) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     envs = {s: FleetEnv(FleetConfig(scenario=scenario, availability=availability, days=(min(days), max(days)),
                                     demand_seed=s, **changes)) for s in seeds}
-    for policy in POLICIES:
+    for policy in policies:
         per_seed = []
         t = time.perf_counter()
         for s, env in envs.items():
             episode = run_policy(env, make_policy(policy, len(env.models)), days=days, seed=s)
             totals = episode.totals()
             row = {k: float(totals[k]) for k in KEYS}
-            if changes.get("startup") == "sampled":
+            if any(changes.get(k) not in (None, v) for k, v in FIRST.items()):
                 for k in CHARGED_KEYS:
                     row[k] = float(sum(step.get(k, 0) for step in episode.steps))
             per_seed.append(row)
@@ -186,6 +191,11 @@ def main() -> None:
         tables["core/spot/resample=hold"] = table("core", "spot", days, seeds, resample="hold")
         tables["core/spot/transition=break-before-make"] = table("core", "spot", days, seeds,
                                                                  transition="break-before-make")
+    if "charges" in parts:
+        tables["core/spot/plain"] = table("core", "spot", days, seeds, ("fixed:1", "hindsight"))
+        for key, value in SINGLE.items():
+            tables[f"core/spot/{key}={value}"] = table("core", "spot", days, seeds, ("fixed:1", "hindsight"),
+                                                       **{key: value})
     if tables:
         out["tables"] = tables
     out["run"]["load_after"] = list(os.getloadavg())

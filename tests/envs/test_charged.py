@@ -199,6 +199,47 @@ def test_the_planner_asks_for_what_a_pool_offers_and_learns_it_is_full() -> None
     assert seen[0]["obs"][names.index("refused/L40S")] == 0  # type: ignore[index]
 
 
+APN2 = "aws:ap-northeast-2"
+ALT = Template(Service(MODEL, Phase.PREFILL), APN2, (("1xL40S", 1),), (Stage(40, ("1xL40S",)),), 800.0)
+
+
+class _ScarceHere(_Scarce):
+    """As :class:`_Scarce`, with a dearer pool in another region that has plenty."""
+
+    def capacity(self, seconds: float) -> Mapping[tuple[str, str], int]:
+        return {**super().capacity(seconds), (APN2, "1xL40S"): 100}
+
+    def offered(self) -> dict[tuple[str, str], int]:
+        return {**super().offered(), (APN2, "1xL40S"): 100}
+
+
+def _refused_then(retries: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, object], FleetEnv]:
+    import atoll.envs.fleet_env as fleet_env
+
+    monkeypatch.setattr(fleet_env, "ACQUIRE_RETRIES", retries)
+    rates = np.full(6 * 288, 1.0)
+    rates[4 * 288 + 3:] = 3.0  # the look-ahead sees it at step 1
+    env = FleetEnv(tiny(demand=(series(rates),), templates=(PREFILL, ALT, DECODE), spot_acquisition="trace",
+                        availability="spot", prices="spot"))
+    env._availability = _ScarceHere()  # type: ignore[assignment]
+    env._offered = env._availability.offered()
+    env.reset(seed=0, options={"day": 5, "planning": "oracle"})
+    env.step(np.array([0]))
+    _, _, _, _, info = env.step(np.array([1]))
+    return info, env
+
+
+def test_a_refused_request_is_re_planned_at_once_on_a_pool_that_has_nodes(monkeypatch: pytest.MonkeyPatch
+                                                                          ) -> None:
+    info, env = _refused_then(3, monkeypatch)
+    assert info["total"]["failed_acquisitions"] > 0
+    planned = env.state.planned().as_dict()
+    assert planned.get(ALT.key, 0) > 0 and planned.get(PREFILL.key, 0) == 3  # the pool's 3 nodes
+    without, env0 = _refused_then(0, monkeypatch)
+    assert env0.state.planned().as_dict().get(ALT.key, 0) == 0  # waits for the next decision
+    assert info["total"]["solver_seconds"] > without["total"]["solver_seconds"]
+
+
 # ----- scale-down that drains or loses --------------------------------------------------------
 
 def _scale_down(scale_down: str) -> dict[str, object]:
