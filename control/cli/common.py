@@ -58,7 +58,7 @@ def read_fleet_arg(args: argparse.Namespace) -> Fleet | None:
     if not getattr(args, "fleet", None):
         return None
     if getattr(args, "loaded_fleet", None) is not None:
-        return args.loaded_fleet  # type: ignore[no-any-return]
+        return args.loaded_fleet
     given: set[str] = getattr(args, "given_options", set())
     clash = [o for o in FLEET_OWNS if o in given]
     if clash:
