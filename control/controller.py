@@ -64,7 +64,7 @@ from atoll.control.clock import iso, resume_offset
 from atoll.control.live_demand import SHAPE_TOLERANCE, LiveForecast, ModelForecast, compact_history
 from atoll.control.live_fleet import STEP_S, LiveFleet
 from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
-from atoll.control.plan_view import plan_view
+from atoll.control.plan_view import plan_bill, plan_view
 from atoll.control.plans import PlanRecord, SinkResult
 from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateReport, RateTracker
 from atoll.control.sinks import PlanSink, deliver
@@ -337,9 +337,18 @@ class Controller:
         known = self.fleet.known(self.state.running)
         seq = self.state.plan_sequence + 1
         why = ", ".join(sorted(self._retiring_unscheduled()))
-        return PlanRecord.from_allocation(seq, now, Allocation.of(known), self.state.running,
-                                          self.fleet.templates, {}, f"fleet changed: {why} retire",
-                                          owner=self.state.controller_id, correction=self._factors())
+        return self._priced(PlanRecord.from_allocation(
+            seq, now, Allocation.of(known), self.state.running, self.fleet.templates, {},
+            f"fleet changed: {why} retire", owner=self.state.controller_id, correction=self._factors()))
+
+    def _priced(self, record: PlanRecord) -> PlanRecord:
+        """``record`` with every line's price tier (the tier it is bought and billed at, so a
+        spot line's pods select spot capacity) and its bill at those tiers (:func:`plan_bill`).
+        Retiring templates the fleet no longer knows keep their delivered description."""
+        templates = {k: ({**d, "tier": self.fleet.tier(k)} if k in self.fleet.templates else d)
+                     for k, d in record.templates.items()}
+        return replace(record, templates=templates,
+                       bill=plan_bill(self.fleet.model, record.plan, self.fleet.default_tier))
 
     def _publish(self, forecasts: Mapping[str, ModelForecast]) -> None:
         """The tick's plan view (:mod:`atoll.control.plan_view`) to a sink that exports it."""
@@ -354,7 +363,7 @@ class Controller:
             if f is not None:
                 forecast[i] = f.upper
         self.view = plan_view(self.fleet.model, self.fleet.known(self.state.running), demand, forecast,
-                              self._latency, self._factors(), float(self.wall()))
+                              self._latency, self._factors(), float(self.wall()), self.fleet.default_tier)
         if callable(observe):
             observe(self.view)
 
@@ -781,7 +790,7 @@ class Controller:
         record = PlanRecord.from_allocation(seq, now, allocation, self.state.running,
                                             self.fleet.templates, demand, reason, shapes,
                                             owner=self.state.controller_id, correction=self._factors())
-        return solve, record
+        return solve, self._priced(record)
 
     # ----- guard rails ---------------------------------------------------------------------
     def _service_counts(self, plan: Mapping[str, int]) -> np.ndarray:
@@ -883,6 +892,7 @@ class Controller:
         if not kept and not retiring:
             if self._sliced:
                 record = replace(record, packing=describe_packing(repack(templates, record.plan, running)))
+            record = self._priced(record)
             self.state = replace(self.state, pending=record, final=None, plan_sequence=record.sequence)
         else:
             interim_plan = dict(record.plan)
@@ -905,10 +915,12 @@ class Controller:
                                   templates={**interim.templates,
                                              **{k: self.state.templates[k] for k in retiring}})
                 interim_plan = dict(interim.plan)
+            interim = self._priced(interim)
             final = PlanRecord.from_allocation(
                 record.sequence + 1, now, Allocation.of(record.plan), interim_plan, templates, demand,
                 f"{record.reason} [make-before-break 2/2: removals, once the additions are ready]",
                 record.shapes, owner=record.owner, packing=final_nodes)
+            final = self._priced(final)
             self.state = replace(self.state, pending=interim, final=final, plan_sequence=final.sequence)
         save_state(self.state_dir, self.state)
         assert self.state.pending is not None

@@ -15,6 +15,11 @@ production. What is live-specific stays here: the static node availability the u
 Every key is optional except ``scenario``; ``runtime`` (``vllm`` by default, or ``any``) picks
 the template library (:mod:`atoll.solvers.runtime`); ``availability`` (nodes per ``region/config``)
 replaces the scenario's ample availability, and cells it leaves out get no nodes.
+
+A YAML fleet file plans in its own market per pool, as the simulator and ``solve`` do
+(:mod:`atoll.solvers.tiers`): a spot pool's templates live in its spot tier, a hedged pool has
+both tiers (its on-demand quota beside the spot pool), and the ILP picks the tier per instance.
+Every plan line then has its tier (:meth:`LiveFleet.tier`) and is billed at it.
 """
 
 from __future__ import annotations
@@ -25,13 +30,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from atoll.envs.config import FleetConfig
+from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.fleet_file import Fleet, read_fleet
 from atoll.envs.fleet_model import FleetModel
 from atoll.solvers.errors import InputError
 from atoll.solvers.fleet import resolve_fleet
 from atoll.solvers.runtime import DEPLOY_RUNTIME, check_runtime
-from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec, ample_availability
+from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec, ample_availability, fleet_markets, market_caps
+from atoll.solvers.tiers import split_tier
 from atoll.solvers.types import Template
 
 Cell = tuple[str, str]
@@ -48,7 +54,11 @@ class LiveFleet:
     as ``fleet``: ``Fleet.scenario``), narrowed to ``models``, priced at ``prices``,
     and the nodes the user can hold. ``templates`` replaces the scenario's library and
     ``request_shapes`` its shapes (tests, or a library built elsewhere); ``runtime`` picks the
-    scenario's library (see :mod:`atoll.solvers.runtime`)."""
+    scenario's library (see :mod:`atoll.solvers.runtime`). ``market`` (``market``: a fleet
+    file's own per pool; ``spot`` or ``hedged``: every pool in it) plans with price tiers, each
+    tier at its own prices and caps (``prices`` then does not apply); None plans one tier at
+    ``prices``. ``removal_weight``: the re-planner's price of churn (see
+    :class:`~atoll.envs.config.FleetConfig`)."""
 
     def __init__(self, scenario: str, *, models: Sequence[str] | None = None, prices: str = "on-demand",
                  availability: Mapping[Cell, int] | None = None, solver_time_limit: float = 10.0,
@@ -56,13 +66,19 @@ class LiveFleet:
                  templates: Sequence[Template] | None = None,
                  request_shapes: Sequence[tuple[float, float]] | None = None,
                  runtime: str = DEPLOY_RUNTIME,
-                 min_instances: int | Mapping[str, tuple[int, int]] = 1, fleet: ScenarioSpec | None = None
-                 ) -> None:
+                 min_instances: int | Mapping[str, tuple[int, int]] = 1, fleet: ScenarioSpec | None = None,
+                 market: str | None = None, removal_weight: float = 0.0) -> None:
+        if market is not None and market not in MARKET_KINDS:
+            raise ValueError(f"LiveFleet: field 'market' must be one of {', '.join(MARKET_KINDS)} or None, "
+                             f"got {market!r}")
         if prices not in ("on-demand", "spot"):
             raise ValueError(f"LiveFleet: field 'prices' must be 'on-demand' or 'spot', got {prices!r}")
         if fleet is None and scenario not in SCENARIOS:
             raise ValueError(f"unknown scenario {scenario!r}; valid: {', '.join(SCENARIOS)}")
         spec = fleet if fleet is not None else SCENARIOS[scenario]
+        if market == "spot" and not spec.markets:
+            raise ValueError(f"LiveFleet: field 'market' 'spot' needs a fleet file's pools; scenario "
+                             f"{scenario!r} has none: give prices='spot' instead")
         models = tuple(models) if models else spec.models
         unknown = [m for m in models if m not in spec.models]
         if unknown and templates is None:
@@ -72,15 +88,17 @@ class LiveFleet:
         # (vLLM by default: every planned template renders as a Deployment or LeaderWorkerSet).
         self.runtime = check_runtime(runtime)
         self.config = FleetConfig(
-            scenario=scenario, fleet=fleet, models=models, prices=prices, availability="ample", runtime=self.runtime,
+            scenario=scenario, fleet=fleet, models=models, prices=None if market else prices,
+            availability=market or "ample", runtime=self.runtime, removal_weight=removal_weight,
             solver_time_limit=solver_time_limit, solver_gap=solver_gap, demand_round=demand_round,
             templates=tuple(templates) if templates is not None else None,
             request_shapes=tuple((float(a), float(b)) for a, b in request_shapes) if request_shapes else None)
         self.model = FleetModel.from_config(self.config)
         self.scenario = scenario
         self.models: tuple[str, ...] = self.model.models
-        self.availability: dict[Cell, int] = dict(availability if availability is not None
-                                                  else ample_availability(spec))
+        default_caps = (market_caps(spec, fleet_markets(spec, market)) if market
+                        else ample_availability(spec))
+        self.availability: dict[Cell, int] = dict(availability if availability is not None else default_caps)
         bad = [c for c in self.availability if c not in self.model.prices]
         if bad:
             valid = ", ".join(f"{r}/{c}" for r, c in sorted(self.model.prices))
@@ -108,6 +126,16 @@ class LiveFleet:
         return self.model.templates
 
     @property
+    def default_tier(self) -> str:
+        """The tier of a template in a plain (untiered) region: the one-tier price kind, or
+        on-demand in a market (its spot capacity lives in tiered regions)."""
+        return "spot" if self.config.price_kind == "spot" else "on-demand"
+
+    def tier(self, key: str) -> str:
+        """The price tier a template of this fleet is bought and billed at."""
+        return split_tier(self.templates[key].region, self.default_tier)[1]
+
+    @property
     def gpu_types(self) -> tuple[str, ...]:
         return self.model.gpu_types
 
@@ -127,16 +155,28 @@ def _fail(path: Path, what: str) -> FleetFileError:
 
 def live_fleet(active: Fleet, **settings: Any) -> LiveFleet:
     """The :class:`LiveFleet` of a loaded YAML fleet file (:mod:`atoll.envs.fleet_file`): its
-    scenario, runtime, request shapes and node caps; priced at its market's tier — spot prices for
-    a fleet whose every pool is spot, on-demand otherwise (a hedged or mixed market is priced at
-    on-demand: the live plan holds one tier), unless ``settings`` say."""
+    scenario, runtime, request shapes and node caps, planned in its own market per pool (each
+    plan line at its pool's tier: spot, on-demand, or either in a hedged pool), and its
+    ``removal_weight``, unless ``settings`` say. ``prices`` overrides the market: ``spot`` puts
+    every pool in the spot market, ``on-demand`` plans every pool on-demand at its static cap."""
     spec = active.spec
     shapes = dict(active.scenario.shapes)
     settings.setdefault("runtime", spec.runtime)
-    settings.setdefault("prices", "spot" if spec.market_summary == "spot" else "on-demand")
+    prices = settings.pop("prices", None)
+    if prices == "spot":
+        settings.setdefault("market", "spot")
+    elif prices is not None:
+        settings.update(prices=prices, market=None)
+    else:
+        settings.setdefault("market", "market")
+    if spec.removal_weight is not None:
+        settings.setdefault("removal_weight", spec.removal_weight)
+    if settings.get("market") is None:
+        # one tier: the fleet's static caps (ample where it names none), as the simulator's ``ample``
+        settings.setdefault("availability", spec.availability)
     if spec.min_instances is not None:
         settings.setdefault("min_instances", dict(spec.min_instances))
-    return LiveFleet(active.name, fleet=active.scenario, models=spec.model_names, availability=spec.availability,
+    return LiveFleet(active.name, fleet=active.scenario, models=spec.model_names,
                      request_shapes=[(shapes[m].input_tokens, shapes[m].output_tokens)
                                      for m in spec.model_names],
                      **settings)

@@ -23,7 +23,7 @@ from typing import Any
 from atoll.solvers.errors import AtollError
 from atoll.solvers.packing import Packing, PackingError, PlacedSlice, check_slices, describe_packing
 from atoll.solvers.problem import Allocation
-from atoll.solvers.tiers import split_tier, tiered_region
+from atoll.solvers.tiers import TIERS, split_tier, tiered_region
 from atoll.solvers.types import Template, node_config_of, parse_config_name
 
 TEMPLATE_FIELDS: tuple[str, ...] = ("service", "model", "phase", "region", "nodes", "stages", "throughput")
@@ -65,12 +65,13 @@ def atomic_write_text(path: Path, text: str) -> None:
             os.close(dfd)
 
 
-def describe_template(t: Template) -> dict[str, Any]:
+def describe_template(t: Template, default_tier: str = "") -> dict[str, Any]:
     """The JSON description of a template that a :class:`PlanRecord` carries: ``region`` is the
-    plain region and ``tier``, present for a hedged market's spot pool (``spot``, see
-    :mod:`atoll.solvers.tiers`), its price tier; without it the fleet's default capacity type
-    applies (the Kubernetes sinks' ``capacity_type``)."""
-    region, tier = split_tier(t.region, default="")
+    plain region and ``tier`` its price tier — ``spot`` for a spot tier's template (see
+    :mod:`atoll.solvers.tiers`), ``default_tier`` for a plain region's (the live controller
+    names every line's tier this way); without a tier the Kubernetes sinks' ``capacity_type``
+    applies."""
+    region, tier = split_tier(t.region, default=default_tier)
     return {"service": t.service.name, "model": t.service.model, "phase": t.service.phase.value,
             "region": region, **({"tier": tier} if tier else {}), "nodes": [[c, k] for c, k in t.nodes],
             "stages": [[s.layers, list(s.nodes)] for s in t.stages], "throughput": float(t.throughput)}
@@ -104,6 +105,27 @@ def _packing_violations(plan: Mapping[str, int], templates: Mapping[str, Mapping
     return check_slices(want, packing)
 
 
+def _checked_bill(owner: str, bill: Any) -> dict[str, Any]:
+    """A plan's bill: a finite ``usd_per_h`` >= 0 equal to its lines' sum, each line a tier."""
+    if not isinstance(bill, Mapping) or not isinstance(bill.get("lines"), list):
+        raise ValueError(f"{owner}: field 'bill' must be a mapping with 'usd_per_h' and a 'lines' list "
+                         f"(atoll.control.plan_view.plan_bill), got {bill!r:.120}")
+    total = bill.get("usd_per_h")
+    if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total) or total < 0:
+        raise ValueError(f"{owner}: field 'bill' 'usd_per_h' must be finite and >= 0, got {total!r}")
+    lines = 0.0
+    for line in bill["lines"]:
+        cost = line.get("cost_per_hour") if isinstance(line, Mapping) else None
+        if not isinstance(line, Mapping) or line.get("tier") not in TIERS or isinstance(cost, bool) \
+                or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0:
+            raise ValueError(f"{owner}: field 'bill' line {line!r:.120} needs a 'tier' ({', '.join(TIERS)}) "
+                             f"and a finite 'cost_per_hour' >= 0")
+        lines += float(cost)
+    if not math.isclose(lines, float(total), rel_tol=1e-9, abs_tol=1e-6):
+        raise ValueError(f"{owner}: field 'bill' says usd_per_h {total!r}, its lines sum to {lines!r}")
+    return dict(bill)
+
+
 @dataclass(frozen=True)
 class PlanRecord:
     """One plan as delivered to sinks.
@@ -124,7 +146,9 @@ class PlanRecord:
     "region/config" -> nodes, ``nodes`` [{region, config, gpus, used_gpus, slices [[template,
     instance, stage, GPUs]]}], ``extra_nodes`` when a pool holds more than ceil(use)); running
     slices stay on their nodes from one plan to the next (:func:`atoll.solvers.packing.repack`);
-    None for whole-node fleets.
+    None for whole-node fleets. bill: what the plan costs per hour, one line per (region, node
+    config, tier) at that tier's price (:func:`atoll.control.plan_view.plan_bill`); the live
+    controller prices every record it makes, and names every template's ``tier``.
     """
 
     sequence: int
@@ -140,9 +164,15 @@ class PlanRecord:
     owner: str = ""
     correction: dict[str, float] = field(default_factory=dict)
     packing: dict[str, Any] | None = None
+    # what the plan costs, line by line at each line's tier (atoll.control.plan_view.plan_bill):
+    # usd_per_h, usd_per_h_by_tier, lines [{region, config, instance, tier, nodes,
+    # price_per_node_hour, cost_per_hour}]; None when the maker did not price it
+    bill: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         owner = f"PlanRecord {self.sequence!r}"
+        if self.bill is not None:
+            object.__setattr__(self, "bill", _checked_bill(owner, self.bill))
         correction = {}
         for family, k in dict(self.correction).items():
             if isinstance(k, bool) or not isinstance(k, int | float) or not math.isfinite(k) or k <= 0:
@@ -233,11 +263,12 @@ class PlanRecord:
                         templates_by_key: Mapping[str, Template], demand: Mapping[str, float],
                         reason: str, shapes: Mapping[str, Mapping[str, Any]] | None = None,
                         owner: str = "", correction: Mapping[str, float] | None = None,
-                        packing: Packing | None = None) -> PlanRecord:
+                        packing: Packing | None = None, default_tier: str = "") -> PlanRecord:
         """The record of ``allocation`` with its diff against ``previous`` (the plan delivered
         before; None = nothing running). Removed keys missing from ``templates_by_key`` (the
         library changed) are kept in the diff without a description. ``packing``: the nodes it
-        holds, for a fleet with slices."""
+        holds, for a fleet with slices. ``default_tier``: the tier of a template in a plain region
+        (see :func:`describe_template`)."""
         old = previous.as_dict() if isinstance(previous, Allocation) else dict(previous or {})
         new = allocation.as_dict()
         diff = {k: new.get(k, 0) - old.get(k, 0) for k in set(old) | set(new)}
@@ -246,7 +277,7 @@ class PlanRecord:
         if missing:
             raise ValueError(f"PlanRecord.from_allocation: 'templates_by_key' lacks {len(missing)} planned "
                              f"template(s), first {missing[0]!r}; pass the library the plan was solved with")
-        described = {k: describe_template(templates_by_key[k]) for k in set(new) | set(diff)
+        described = {k: describe_template(templates_by_key[k], default_tier) for k in set(new) | set(diff)
                      if k in templates_by_key}
         return cls(sequence, float(created_s), new, described, diff, dict(demand), reason,
                    {m: dict(r) for m, r in (shapes or {}).items()}, owner, dict(correction or {}),
@@ -275,14 +306,15 @@ class PlanRecord:
                 "shapes": {m: dict(r) for m, r in self.shapes.items()},
                 "shape_drift": {m: r.get("message", "") for m, r in self.shapes.items() if r["drifted"]},
                 "owner": self.owner, "correction": dict(self.correction),
-                **({"packing": dict(self.packing)} if self.packing is not None else {})}
+                **({"packing": dict(self.packing)} if self.packing is not None else {}),
+                **({"bill": dict(self.bill)} if self.bill is not None else {})}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> PlanRecord:
         return cls(int(doc["sequence"]), float(doc["created_s"]), dict(doc["plan"]), dict(doc["templates"]),
                    dict(doc.get("diff", {})), dict(doc.get("demand", {})), str(doc.get("reason", "")),
                    dict(doc.get("shapes", {})), str(doc.get("owner", "")),
-                   dict(doc.get("correction", {})), doc.get("packing"))
+                   dict(doc.get("correction", {})), doc.get("packing"), doc.get("bill"))
 
 
 @dataclass(frozen=True)

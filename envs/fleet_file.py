@@ -222,8 +222,11 @@ def fleet_config(fleet: Fleet, days: tuple[int, int], **settings: object) -> Fle
     market its file says, billed at that tier; ``spot`` or ``hedged`` put every pool in that
     market; ``ample`` means the fleet's static caps (or ample nodes when it names none), every
     pool on-demand. Prices follow the availability as in a scenario's config (spot prices under
-    spot availability) unless ``settings`` give ``prices``."""
+    spot availability) unless ``settings`` give ``prices``; the file's ``removal_weight`` unless
+    ``settings`` give one."""
     base: dict[str, object] = {"availability": "market", "prices": None}
+    if fleet.spec.removal_weight is not None:  # the file's price of churn; --removal-weight overrides
+        base["removal_weight"] = fleet.spec.removal_weight
     base.update(settings)
     if base["availability"] in MARKET_KINDS and base["prices"] is not None:
         # a market bills each pool at the tier that serves it; a price kind on top would be dropped

@@ -55,6 +55,7 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
         lab: {gpu_key: example.com/gpu, capacity_key: example.com/tier,
               capacity_values: {on-demand: reserved, spot: preemptible}}
     min_instances: {default: 1, Acme-8B: {prefill: 1, decode: 2}}   # the live controller's floor
+    removal_weight: 0.25            # optional: each instance a re-plan removes costs R x its $/h (churn)
 
 The market says what a drop in a trace means and the tier a pool bills at: a spot pool is
 billed at its spot price and a drop preempts the spot instances above it; a hedged pool has both
@@ -90,7 +91,7 @@ from atoll.solvers.types import NODE_GPU_COUNTS, GpuType, ModelSpec, Offer, Slo
 
 MARKETS: tuple[str, ...] = ("on-demand", "spot", "hedged")
 TOP_KEYS = ("name", "runtime", "slices", "models", "gpus", "regions", "availability", "workloads",
-            "kubernetes", "n_max", "rho", "min_instances")
+            "kubernetes", "n_max", "rho", "min_instances", "removal_weight")
 PHASE_NAMES = ("prefill", "decode")
 AVAILABILITY_KEYS = ("static", "markets", "ondemand_quota", "traces")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -258,6 +259,8 @@ class FleetSpec:
     ondemand_quota: Mapping[tuple[str, str], int] | None = None
     # (region, GPU type) a region's gpu_types asked for that its catalog offers do not sell
     unsold: tuple[tuple[str, str], ...] = ()
+    # each running instance a re-plan removes costs R x its $/h (``removal_weight``; None: not given)
+    removal_weight: float | None = None
 
     def market_of(self, cell: tuple[str, str]) -> str:
         return (self.markets or {}).get(cell, "on-demand")
@@ -685,9 +688,11 @@ def load_fleet(path: Path | str) -> FleetSpec:
     n_max = int(_number(path, "n_max", "n_max", doc.get("n_max", 6), integer=True, minimum=1))
     rho = _number(path, "rho", "rho", doc.get("rho", 12.0), strict=True)
     floors = _min_instances(path, doc.get("min_instances", 1), names, by_name)
+    removal = doc.get("removal_weight")
+    removal_weight = None if removal is None else _number(path, "removal_weight", "removal_weight", removal)
     return FleetSpec(path, name, runtime, tuple(models), tuple(user_models), tuple(user_gpus), tuple(offers),
                      availability, tuple(workloads), dict(kube), n_max, rho, tuple(pool_traces), floors,
-                     slices, markets, quota, tuple(unsold))
+                     slices, markets, quota, tuple(unsold), removal_weight)
 
 
 def _min_instances(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]

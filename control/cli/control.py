@@ -89,11 +89,18 @@ def _max_bytes(mb: float) -> int:
 def _fleet(args: argparse.Namespace) -> LiveFleet:
     limit: float = args.solver_time_limit
     # a bundled fleet's name (core, extended) as well as a path
+    removal = args.removal_weight
+    if removal is not None and not (math.isfinite(removal) and removal >= 0):
+        raise UserError(f"--removal-weight must be a finite number >= 0 (x an instance's $/h), "
+                        f"got {removal:g}")
     try:
         if args.fleet:
-            given = {"prices": args.prices} if args.prices else {}  # else the fleet's market says
+            given: dict[str, object] = {"prices": args.prices} if args.prices else {}  # else the market says
+            if removal is not None:  # else the fleet file's removal_weight
+                given["removal_weight"] = removal
             return load_fleet_file(args.fleet, solver_time_limit=limit, **given)
-        return LiveFleet(args.scenario, prices=args.prices or "on-demand", solver_time_limit=limit)
+        return LiveFleet(args.scenario, prices=args.prices or "on-demand", solver_time_limit=limit,
+                         removal_weight=removal or 0.0)
     except (KeyError, ValueError) as exc:
         raise as_user_error(exc) from exc
 
@@ -297,8 +304,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "and the LeaderWorkerSet CRD's structural schema before writing or applying "
                         "(1.25-1.37; overrides the fleet file's kubernetes.kube_version)")
     p.add_argument("--prices", default=None, choices=PRICE_KINDS,
-                   help="node prices the plans are costed at (default: a fleet file's market — spot "
-                        "for a fleet whose every pool is spot — else on-demand)")
+                   help="node prices the plans are costed at (default: a YAML fleet file's own market per "
+                        "pool, each plan line at its pool's tier — spot, on-demand, or either in a hedged "
+                        "pool; --scenario: on-demand). With a fleet file, spot puts every pool in the spot "
+                        "market and on-demand every pool on-demand")
+    p.add_argument("--removal-weight", type=float, default=None, metavar="R",
+                   help="each running instance a re-plan removes costs R x its $/h in the re-plan's "
+                        "objective (the price of churn; default: the fleet file's removal_weight, else 0)")
     p.add_argument("--state", required=True, metavar="DIR", help="where the controller persists its state")
     p.add_argument("--sink", required=True,
                    help=f"where plans go: {SINK_SPECS} (metrics: binds 127.0.0.1 unless a HOST is given)")

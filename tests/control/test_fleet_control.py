@@ -90,9 +90,11 @@ def test_a_fleet_file_with_slices_plans_and_controls_packed_nodes(fleet_file: Pa
 
 
 def test_a_spot_fleet_is_priced_at_spot_by_the_controller() -> None:
-    """The bundled fleets buy in the spot market: the live plan is costed at spot prices unless
-    the user says otherwise."""
+    """The bundled fleets buy in the spot market: every template of the live plan is a spot
+    tier's, costed at spot prices, unless the user says otherwise."""
     from atoll.control.live_fleet import load_fleet_file
 
-    assert load_fleet_file("core").config.prices == "spot"
-    assert load_fleet_file("core", prices="on-demand").config.prices == "on-demand"
+    spot, on_demand = load_fleet_file("core"), load_fleet_file("core", prices="on-demand")
+    assert {spot.tier(k) for k in spot.templates} == {"spot"}
+    assert {on_demand.tier(k) for k in on_demand.templates} == {"on-demand"}
+    assert on_demand.config.prices == "on-demand"
