@@ -48,7 +48,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from atoll.envs import CLOSED_LOOP  # noqa: E402
 from atoll.envs.actions import DEFAULT_ACTION_LEVELS  # noqa: E402
 from atoll.envs.config import FleetConfig, RewardWeights  # noqa: E402
-from atoll.envs.policies import FIXED_INTERVALS, PLANNING_LEVELS, THRESHOLD_BANDS  # noqa: E402
+from atoll.envs.policies import FIXED_INTERVALS, THRESHOLD_BANDS  # noqa: E402
+from atoll.envs.vocabulary import PLANNING_LEVELS  # noqa: E402
 from atoll.solvers.paths import cache_root  # noqa: E402
 from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
 from atoll.training.contest import (  # noqa: E402

@@ -87,6 +87,7 @@ from atoll.envs.policies import Policy
 from atoll.envs.saturation import SATURATED_RATIO
 from atoll.envs.servers import learn, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
+from atoll.envs.vocabulary import DEFAULT_LEVEL, Reoptimization
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.packing import Packing, describe_packing, repack
 from atoll.solvers.problem import Allocation
@@ -105,7 +106,7 @@ class ControllerSettings:
     interval_s: float = 60.0
     look_ahead_s: float = 900.0
     forecaster: str = DEFAULT_FORECASTER  # the env's (FleetConfig) default: parity
-    planning_quantile: float = 0.9
+    planning_quantile: float = DEFAULT_LEVEL
     time_scale: float = 1.0
     read_attempts: int = 3
     read_backoff_s: float = 0.5
@@ -741,8 +742,8 @@ class Controller:
                 if name not in fresh_set or f is None:
                     skipped[name] = "no fresh demand: only its floor is planned"
                     continue
-                kind, _, level = decision.reopt.get(name, "full").partition("@")
-                want = np.asarray(f.upper_at(float(level)) if level else f.upper, dtype=float)
+                reopt = Reoptimization.parse(decision.reopt.get(name, "full"))
+                want = np.asarray(f.upper if reopt.level is None else f.upper_at(reopt.level), dtype=float)
                 if not np.all(np.isfinite(want)):  # never hand the solver a non-finite demand
                     skipped[name] = f"its forecast is not finite ({want.tolist()}): held"
                     continue
@@ -750,7 +751,7 @@ class Controller:
                 solved.add(name)
                 if f.shape is not None:
                     shapes[name] = f.shape.as_dict()
-                if kind == "grow":
+                if reopt.kind == "grow":
                     grow.add(name)
         demand: dict[str, float] = {}
         for i, name in enumerate(self.fleet.models):

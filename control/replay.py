@@ -57,6 +57,7 @@ from prometheus_client.metrics_core import (
 
 from atoll.control.served import Histogram, ServedFleet
 from atoll.forecast.workloads import DemandSeries
+from atoll.solvers.validation import check_number
 
 Fault = Literal["missing", "nan"]
 FAULTS: tuple[str, ...] = ("missing", "nan")
@@ -71,13 +72,6 @@ class ModelValues:
     waiting: float
     running: float
     kv_usage: float
-
-
-def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{owner}: field '{name}' must be finite and {bound}, got {value!r}")
 
 
 class ReplayTrace:
@@ -99,8 +93,8 @@ class ReplayTrace:
             raise ValueError(f"{owner}: field 'models' must be distinct non-empty names, got {names}")
         self.models = tuple(names)
         for name, value in (("ttft_s", ttft_s), ("tpot_s", tpot_s), ("queue_s", queue_s)):
-            _positive(owner, name, value, allow_zero=True)
-        _positive(owner, "kv_capacity_tokens", kv_capacity_tokens)
+            check_number(owner, name, value, allow_zero=True)
+        check_number(owner, "kv_capacity_tokens", kv_capacity_tokens)
         self.ttft_s, self.tpot_s, self.queue_s = float(ttft_s), float(tpot_s), float(queue_s)
         self.kv_capacity_tokens = float(kv_capacity_tokens)
         # cumulative tokens at each step boundary: the integral at any time is one lookup plus
@@ -220,8 +214,8 @@ class ReplayExporter:
         self.served = served
         self.trace = ReplayTrace(series, models, ttft_s=ttft_s, tpot_s=tpot_s, queue_s=queue_s,
                                  kv_capacity_tokens=kv_capacity_tokens)
-        _positive(owner, "speedup", speedup)
-        _positive(owner, "start_s", start_s, allow_zero=True)
+        check_number(owner, "speedup", speedup)
+        check_number(owner, "start_s", start_s, allow_zero=True)
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
             raise ValueError(f"{owner}: field 'port' must be an integer in 0..65535 (0 = any free port), "
                              f"got {port!r}")

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from atoll.solvers.errors import InputError
+from atoll.solvers.validation import check_number
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,7 @@ class CorrectionSettings:
     def __post_init__(self) -> None:
         owner = "CorrectionSettings"
         for name in ("half_life", "prior_weight", "reject_z", "min_scale"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise InputError(f"{owner}: field {name!r} must be finite and > 0, got {v!r}")
+            check_number(owner, name, getattr(self, name))
         for name, low in (("publish_band", 0.0), ("max_step", 1e-12)):
             v = getattr(self, name)
             if isinstance(v, bool) or not (isinstance(v, int | float) and math.isfinite(v) and v >= low):

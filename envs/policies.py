@@ -14,14 +14,15 @@ policy starts from a plan for the day's peak, ``hindsight`` plans with the true 
   more than 1% of its demand with nothing starting, or after one of its instances was preempted;
   the re-plan is for the q quantile.
 
-The rule family is ``fixed:K@q`` for K in :data:`FIXED_INTERVALS`
-and ``threshold:LOW:HIGH@q`` for the bands in :data:`THRESHOLD_BANDS`, q over every planning
-level (:data:`PLANNING_LEVELS`); :func:`rule_grid` lists it. Without ``@q`` a rule plans at the
-environment's configured level (``FleetConfig.planning_quantile``, 0.9 by default): the
-names ``fixed:K``, ``threshold`` and ``threshold:LOW:HIGH`` are aliases of the ``@0.9`` rules
-there. A rule's level is its ``planning_quantile`` attribute (None: the environment's); the
-evaluation runs it on an environment configured for that level, so its observation's
-``forecast_upper_ratio`` and its re-plans read the same quantile.
+The grammar of a policy's name is :mod:`atoll.envs.vocabulary`'s (parsed there into a
+:class:`~atoll.envs.vocabulary.PolicySpec`). The rule family is ``fixed:K@q`` for K in
+:data:`FIXED_INTERVALS` and ``threshold:LOW:HIGH@q`` for the bands in :data:`THRESHOLD_BANDS`, q
+over every planning level (:data:`~atoll.envs.vocabulary.PLANNING_LEVELS`); :func:`rule_grid`
+lists it. Without ``@q`` a rule plans at the environment's configured level
+(``FleetConfig.planning_quantile``, :data:`~atoll.envs.vocabulary.DEFAULT_LEVEL` by default). A
+rule's level is its ``planning_quantile`` attribute (None: the environment's); the evaluation runs
+it on an environment configured for that level, so its observation's ``forecast_upper_ratio`` and
+its re-plans read the same quantile.
 - ``grow:K@q`` (a ``Fleet-v1`` rule): every step a ``grow`` re-optimization at q (add what the
   forecast needs, release nothing), and every K-th step a ``full`` one (release what is no
   longer needed). It is not in the contest's rule family; it is the learned policy's default
@@ -43,13 +44,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from atoll.envs.observation import RATIO_CAP, model_feature
-from atoll.forecast.forecasters import QUANTILES
+from atoll.envs.vocabulary import PLANNING_LEVELS, POLICY_USAGE, PolicySpec, check_level, parse_policy
 from atoll.solvers.errors import InputError, UnknownNameError
 
 LOST_SHARE = 0.01  # recent unserved share that counts as losing demand
-# Planning levels: the forecast quantiles at or above the median (planning below the median
-# plans to lose most steps' demand).
-PLANNING_LEVELS: tuple[float, ...] = tuple(q for q in QUANTILES if q >= 0.5)
 FIXED_INTERVALS: tuple[int, ...] = (1, 2, 3, 6, 12)
 # Bands (forecast upper / planned capacity) of the threshold rules in the grid: the default
 # [0.5, 1], a tighter one that also releases capacity sooner, and a lazier one.
@@ -171,55 +169,30 @@ class OracleRate(Hindsight):
         return {"planning": "oracle-rate"}
 
 
-RULES: dict[str, Callable[[int, list[str]], Policy]] = {
-    "fixed": lambda n, args: FixedInterval(n, int(args[0])),
-    "threshold": lambda n, args: Threshold(n, float(args[0]), float(args[1])) if args else Threshold(n),
-    "grow": lambda n, args: GrowEvery(n, int(args[0])),
-    "never": lambda n, args: Never(n),
-    "hindsight": lambda n, args: Hindsight(n),
-    "oracle-rate": lambda n, args: OracleRate(n),
+RULES: dict[str, Callable[[int, PolicySpec], Policy]] = {
+    "fixed": lambda n, s: FixedInterval(n, s.every or 0),
+    "threshold": lambda n, s: Threshold(n, *s.band) if s.band else Threshold(n),
+    "grow": lambda n, s: GrowEvery(n, s.every or 0),
+    "never": lambda n, s: Never(n),
+    "hindsight": lambda n, s: Hindsight(n),
+    "oracle-rate": lambda n, s: OracleRate(n),
 }
-_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], grow:K[@q], never, hindsight, "
-          "oracle-rate; "
-          "q a planning level "
-          f"in {', '.join(f'{q:g}' for q in PLANNING_LEVELS)}")
 
 
-def parse_level(spec: str) -> tuple[str, float | None]:
-    """``fixed:3@0.95`` -> (``fixed:3``, 0.95); without ``@`` the level is None (the env's)."""
-    body, sep, level = spec.strip().partition("@")
-    if not sep:
-        return body, None
+def make_policy(spec: str | PolicySpec, n_models: int) -> Policy:
+    """A rule policy from its name or spec: ``fixed:K``, ``threshold``, ``threshold:LOW:HIGH``,
+    ``grow:K`` (each with an optional ``@q`` planning level), ``never``, ``hindsight``,
+    ``oracle-rate``. Its ``name`` is the text as given (a spec's canonical text)."""
+    parsed = parse_policy(spec)
+    if not parsed.is_rule:
+        raise UnknownNameError(f"unknown policy {str(spec).strip()!r}; valid: {POLICY_USAGE}"
+                               f"{', learned:<model uri>' if parsed.is_learned else ''}")
     try:
-        q = float(level)
-    except ValueError:
-        raise InputError(f"bad policy {spec!r}: planning level {level!r} is not a number; "
-                         f"use {_USAGE}") from None
-    if q not in PLANNING_LEVELS:
-        raise InputError(f"bad policy {spec!r}: planning level {q:g} is not forecast; use one of "
-                         f"{', '.join(f'{v:g}' for v in PLANNING_LEVELS)}")
-    return body, q
-
-
-def make_policy(spec: str, n_models: int) -> Policy:
-    """A rule policy from its name: ``fixed:K``, ``threshold``, ``threshold:LOW:HIGH`` (each with
-    an optional ``@q`` planning level), ``never``, ``hindsight``, ``oracle-rate``."""
-    body, level = parse_level(spec)
-    kind, *args = body.split(":")
-    if kind not in RULES:
-        raise UnknownNameError(f"unknown policy {spec!r}; valid: {_USAGE}"
-                               f"{', learned:<model uri>' if kind == 'learned' else ''}")
-    try:
-        if kind in ("fixed", "grow") and len(args) != 1 or kind == "threshold" and len(args) not in (0, 2) \
-                or kind in ("never", "hindsight", "oracle-rate") and args:
-            raise ValueError("wrong number of arguments")
-        if kind in ("never", "hindsight", "oracle-rate") and level is not None:
-            raise ValueError(f"{kind} takes no planning level")
-        policy = RULES[kind](n_models, args)
+        policy = RULES[parsed.kind](n_models, parsed)
     except ValueError as exc:
-        raise InputError(f"bad policy {spec!r} ({exc}); use {_USAGE}") from exc
-    policy.name = spec.strip()
-    policy.planning_quantile = level
+        raise InputError(f"bad policy {str(spec).strip()!r} ({exc}); use {POLICY_USAGE}") from exc
+    policy.name = str(spec).strip()
+    policy.planning_quantile = parsed.level
     return policy
 
 
@@ -228,9 +201,7 @@ def rule_grid(levels: Sequence[float] = PLANNING_LEVELS, intervals: Sequence[int
     """The rule family's names: ``fixed:K@q`` for every K and ``threshold:LOW:HIGH@q`` for every
     band, at every level q."""
     for q in levels:
-        if q not in PLANNING_LEVELS:
-            raise InputError(f"planning level {q!r} is not forecast; use one of "
-                             f"{', '.join(f'{v:g}' for v in PLANNING_LEVELS)}")
-    names = [f"fixed:{k}@{q:g}" for q in levels for k in intervals]
-    names += [f"threshold:{lo:g}:{hi:g}@{q:g}" for q in levels for lo, hi in bands]
-    return names
+        check_level(q)
+    specs = [PolicySpec("fixed", every=k, level=q) for q in levels for k in intervals]
+    specs += [PolicySpec("threshold", band=band, level=q) for q in levels for band in bands]
+    return [str(s) for s in specs]

@@ -38,7 +38,7 @@ from atoll.forecast.forecasters import DEFAULT_LEVEL, PLANNING_LEVELS
 from atoll.solvers.errors import InputError, UnknownNameError
 from atoll.solvers.types import Pool
 
-__all__ = ["DEFAULT_LEVEL", "KINDS", "PER_MODEL_PREFIX", "PLANNING_LEVELS", "POLICY_USAGE",
+__all__ = ["DEFAULT_LEVEL", "KINDS", "PER_MODEL_PREFIX", "PER_MODEL_USAGE", "PLANNING_LEVELS", "POLICY_USAGE",
            "RULE_KINDS", "Level", "PolicySpec", "Pool", "Reoptimization", "check_level",
            "format_level", "parse_level", "parse_policy"]
 
@@ -54,7 +54,7 @@ LEARNED_PREFIX = "learned:"
 
 POLICY_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], grow:K[@q], never, hindsight, "
                 "oracle-rate; q a planning level in " + ", ".join(f"{q:g}" for q in PLANNING_LEVELS))
-_PER_MODEL_USAGE = "per-model:K1@q1,K2@q2,... (one K@q per model, in the fleet's order)"
+PER_MODEL_USAGE = "per-model:K1@q1,K2@q2,... (one K@q per model, in the fleet's order)"
 
 
 def format_level(q: float) -> str:
@@ -103,10 +103,11 @@ class Reoptimization:
         """``hold``, ``full``, ``full@0.9``, ``grow@0.95``."""
         kind, sep, level = text.strip().partition("@")
         try:
-            return cls(kind, float(level) if sep else None)
+            q = float(level) if sep else None
         except ValueError:
             raise InputError(f"bad re-optimization {text!r}: level {level!r} is not a number; "
                              f"use hold, full@q or grow@q") from None
+        return cls(kind, q)
 
     def label(self) -> str:
         return self.kind if self.level is None else f"{self.kind}@{format_level(self.level)}"
@@ -202,15 +203,15 @@ def _per_model(text: str) -> PolicySpec:
         try:
             every, level = int(k), (float(q) if sep else math.nan)
         except ValueError:
-            raise InputError(f"policy {text!r}: entry {part!r} is not K@q; use {_PER_MODEL_USAGE}") from None
+            raise InputError(f"policy {text!r}: entry {part!r} is not K@q; use {PER_MODEL_USAGE}") from None
         if every < 1:
-            raise InputError(f"policy {text!r}: entry {part!r} needs K >= 1 steps; use {_PER_MODEL_USAGE}")
+            raise InputError(f"policy {text!r}: entry {part!r} needs K >= 1 steps; use {PER_MODEL_USAGE}")
         if level not in PLANNING_LEVELS:
             raise InputError(f"policy {text!r}: {level!r} of entry {part!r} is not a planning level; use "
                              f"{', '.join(format_level(v) for v in PLANNING_LEVELS)}")
         entries.append((every, level))
     if not entries:
-        raise InputError(f"policy {text!r} gives no K@q entries; use {_PER_MODEL_USAGE}")
+        raise InputError(f"policy {text!r} gives no K@q entries; use {PER_MODEL_USAGE}")
     return PolicySpec("per-model", entries=tuple(entries))
 
 

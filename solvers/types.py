@@ -8,34 +8,16 @@ from __future__ import annotations
 
 import enum
 import functools
-import math
 import re
 from dataclasses import dataclass, field
+
+from atoll.solvers.validation import check_integer, check_number
 
 NODE_GPU_COUNTS: tuple[int, ...] = (1, 2, 4, 8)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 # A pool: (region, node config), the unit availability, prices and markets are given for (the
 # region may carry a price tier, atoll.solvers.tiers).
 Pool = tuple[str, str]
-
-
-def _positive(owner: str, name: str, value: float, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{owner}: field '{name}' must be a number, got {value!r}")
-    try:
-        finite = math.isfinite(value)
-    except OverflowError:  # an integer too large for a float
-        finite = False
-    if not finite or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{owner}: field '{name}' must be finite and {bound}, got {value!r}")
-
-
-def _integer(owner: str, name: str, value: int, *, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner}: field '{name}' must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{owner}: field '{name}' must be >= {minimum}, got {value!r}")
 
 
 class Phase(enum.StrEnum):
@@ -66,7 +48,7 @@ class GpuType:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
             raise ValueError(f"{owner}: field 'name' must be letters, digits, '.', '_' or '-'")
         for f in ("memory_gb", "hbm_bandwidth_gbs", "bf16_tflops", "link_gbs"):
-            _positive(owner, f, getattr(self, f))
+            check_number(owner, f, getattr(self, f))
 
 
 @dataclass(frozen=True)
@@ -85,13 +67,13 @@ class NodeConfig:
     node_gpus: int = 0
 
     def __post_init__(self) -> None:
-        _integer(f"NodeConfig {self.gpu.name}", "count", self.count)
+        check_integer(f"NodeConfig {self.gpu.name}", "count", self.count)
         if self.count not in NODE_GPU_COUNTS:
             raise ValueError(
                 f"NodeConfig {self.gpu.name}: field 'count' must be one of {NODE_GPU_COUNTS}, "
                 f"got {self.count}"
             )
-        _integer(f"NodeConfig {self.gpu.name}", "node_gpus", self.node_gpus, minimum=0)
+        check_integer(f"NodeConfig {self.gpu.name}", "node_gpus", self.node_gpus, minimum=0)
         if self.node_gpus == self.count:
             object.__setattr__(self, "node_gpus", 0)
         elif self.node_gpus and (self.node_gpus not in NODE_GPU_COUNTS or self.node_gpus < self.count):
@@ -163,9 +145,9 @@ class Offer:
 
     def __post_init__(self) -> None:
         owner = f"Offer {self.region}/{self.config}"
-        _positive(owner, "on_demand_per_hour", self.on_demand_per_hour)
+        check_number(owner, "on_demand_per_hour", self.on_demand_per_hour)
         if self.spot_per_hour is not None:
-            _positive(owner, "spot_per_hour", self.spot_per_hour)
+            check_number(owner, "spot_per_hour", self.spot_per_hour)
 
     def price(self, *, spot: bool = False) -> float:
         if spot and self.spot_per_hour is not None:
@@ -181,8 +163,8 @@ class Slo:
     tpot_ms: float
 
     def __post_init__(self) -> None:
-        _positive("Slo", "ttft_ms", self.ttft_ms)
-        _positive("Slo", "tpot_ms", self.tpot_ms)
+        check_number("Slo", "ttft_ms", self.ttft_ms)
+        check_number("Slo", "tpot_ms", self.tpot_ms)
 
     def budget_ms(self, phase: Phase) -> float:
         return self.ttft_ms if phase is Phase.PREFILL else self.tpot_ms
@@ -225,9 +207,9 @@ class ModelSpec:
             raise ValueError(f"{owner}: field 'name' must be a non-empty string")
         for f in ("layers", "hidden", "heads", "kv_heads", "head_dim", "experts", "active_experts",
                   "vocab"):
-            _integer(owner, f, getattr(self, f))
+            check_integer(owner, f, getattr(self, f))
         for f in ("params_b", "active_params_b", "bytes_per_param"):
-            _positive(owner, f, getattr(self, f))
+            check_number(owner, f, getattr(self, f))
         if self.active_params_b > self.params_b:
             raise ValueError(
                 f"{owner}: field 'active_params_b' ({self.active_params_b}) exceeds 'params_b' "
@@ -288,7 +270,7 @@ class Stage:
     nodes: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        _integer("Stage", "layers", self.layers)
+        check_integer("Stage", "layers", self.layers)
         if not self.nodes:
             raise ValueError("Stage: field 'nodes' must name at least one node config")
 
@@ -318,7 +300,7 @@ class Template:
     throughput: float
 
     def __post_init__(self) -> None:
-        _positive(f"Template {self.service.name}", "throughput", self.throughput)
+        check_number(f"Template {self.service.name}", "throughput", self.throughput)
         if list(self.nodes) != sorted(self.nodes):
             raise ValueError(f"Template {self.service.name}: field 'nodes' must be sorted")
         stage_nodes = sorted(n for s in self.stages for n in s.nodes)

@@ -35,8 +35,9 @@ import numpy as np
 
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
-from atoll.envs.policies import FIXED_INTERVALS, PLANNING_LEVELS, THRESHOLD_BANDS, Policy, rule_grid
+from atoll.envs.policies import FIXED_INTERVALS, THRESHOLD_BANDS, Policy, rule_grid
 from atoll.envs.rollout import Episode, run_policy
+from atoll.envs.vocabulary import DEFAULT_LEVEL, PLANNING_LEVELS, PolicySpec, parse_policy
 from atoll.solvers.errors import InputError
 from atoll.training.evaluate import PolicyResult, env_at_level, resolve_policy, seed_value
 from atoll.training.frontier import (
@@ -50,8 +51,8 @@ from atoll.training.frontier import (
 )
 from atoll.training.per_model import (
     MODEL_KEYS,
-    PER_MODEL_PREFIX,
     PerModelReference,
+    fixed_option,
     model_key,
     model_table,
     per_model_reference,
@@ -216,12 +217,7 @@ def run_rule(config: FleetConfig, spec: str, days: tuple[int, ...], seed: int, k
 
 def _level(spec: str, default: float) -> float:
     """The level a rule's env plans at (the order jobs are given to workers in)."""
-    if spec.startswith(PER_MODEL_PREFIX):
-        body = spec.removeprefix(PER_MODEL_PREFIX)
-        levels = [float(p.partition("@")[2] or default) for p in body.split(",")]
-        counts = {q: levels.count(q) for q in levels}
-        return max(counts, key=lambda q: (counts[q], q))
-    return resolve_policy(spec, 1).planning_quantile or default
+    return parse_policy(spec).planning_level(default)
 
 
 def _run_rules(config: FleetConfig, specs: Sequence[str], days: Sequence[int], seeds: int,
@@ -307,7 +303,7 @@ def _contest_env(config: FleetConfig, st: ContestSettings) -> tuple[FleetConfig,
     config = dataclasses.replace(config, days=(first, last))
     base = FleetEnv(config)
     for q in st.levels:
-        env_at_level(base, resolve_policy(f"fixed:1@{q:g}", 1), {})
+        env_at_level(base, resolve_policy(PolicySpec("fixed", every=1, level=q), 1), {})
     return config, base
 
 
@@ -323,7 +319,8 @@ def validation_grid(config: FleetConfig, settings: ContestSettings | None = None
     return validation, time.perf_counter() - t0
 
 
-REFERENCE_RULE = "fixed:1@0.9"  # SLO attainment the learned policy must not fall below
+# SLO attainment the learned policy must not fall below: re-plan every step at the default level
+REFERENCE_RULE = str(PolicySpec("fixed", every=1, level=DEFAULT_LEVEL))
 
 
 def reference_rule(grid: Sequence[str]) -> str | None:
@@ -331,8 +328,8 @@ def reference_rule(grid: Sequence[str]) -> str | None:
     when a smaller grid lacks it the grid's ``fixed:K@0.9`` with the least K (None: neither)."""
     if REFERENCE_RULE in grid:
         return REFERENCE_RULE
-    at = [(int(r.split(":")[1].split("@")[0]), r) for r in grid
-          if r.startswith("fixed:") and r.endswith("@0.9")]
+    at = [(option[0], r) for r in grid
+          if (option := fixed_option(r)) is not None and option[1] == DEFAULT_LEVEL]
     return min(at)[1] if at else None
 
 

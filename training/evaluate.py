@@ -18,8 +18,9 @@ import numpy as np
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
 from atoll.envs.rollout import RESULT_COLUMNS, TOTAL_KEYS, Episode, result_cells, run_policy
+from atoll.envs.vocabulary import PolicySpec, parse_policy
 from atoll.solvers.errors import InputError
-from atoll.training.per_model import PER_MODEL_PREFIX, PerModelRule
+from atoll.training.per_model import PerModelRule
 from atoll.training.registry import FleetSpaces, check_fits, fleet_policy_uri
 
 SUMMARY_KEYS: tuple[str, ...] = (*TOTAL_KEYS, "solves", "preemptions", "goodput_tokens", "demand_tokens")
@@ -30,7 +31,7 @@ def seed_value(seed: int) -> int:
     return 1000 * seed
 
 
-def resolve_policy(spec: str, n_models: int, *, fleet: FleetSpaces | None = None) -> Policy:
+def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces | None = None) -> Policy:
     """``learned:<model uri>`` loads a logged policy (``learned:atoll-trigger-core@champion`` and
     ``learned:atoll-trigger-core/3`` name registered versions: ``models:/...``); anything else is a
     rule (atoll.envs.policies) or a per-model rule assignment (``per-model:K@q,...``,
@@ -40,25 +41,23 @@ def resolve_policy(spec: str, n_models: int, *, fleet: FleetSpaces | None = None
     the one-name ``learned:atoll-trigger@ALIAS`` resolve to the fleet's own registered model
     (``atoll-trigger-<fleet>``), and a policy whose observation or action space does not fit the
     fleet is an InputError naming both."""
-    if spec.startswith("learned:"):
+    parsed = parse_policy(spec)
+    if parsed.is_learned:
         from atoll.training.policy_model import load_policy
 
-        uri = spec.split(":", 1)[1]
-        if not uri:
-            raise InputError("learned:<uri> needs the MLflow model URI that 'atoll train' printed, or a "
-                             "registered name such as atoll-trigger-core@champion")
+        uri = parsed.uri
         if ":/" not in uri:  # a registered model: name@alias or name/version
             uri = f"models:/{uri}"
         uri = fleet_policy_uri(uri, fleet.fleet if fleet is not None else None)
-        policy = load_policy(uri, name=spec)
+        policy = load_policy(uri, name=str(spec))
         if fleet is not None:
             check_fits(uri, policy.metadata, fleet)
         expected = int(policy.metadata.get("n_models", n_models))
         if expected != n_models:
-            raise InputError(f"policy {spec!r} was trained for {expected} models; "
+            raise InputError(f"policy {str(spec)!r} was trained for {expected} models; "
                              f"this scenario has {n_models}")
         return policy
-    if spec.startswith(PER_MODEL_PREFIX):
+    if parsed.is_per_model:
         return PerModelRule.parse(spec, n_models)
     return make_policy(spec, n_models)
 

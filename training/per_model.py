@@ -32,7 +32,6 @@ action levels, so a uniform assignment is exactly ``fixed:K@q``.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,9 +40,17 @@ from typing import Any
 import numpy as np
 
 from atoll.envs.actions import ActionCodec
-from atoll.solvers.errors import InputError
+from atoll.envs.vocabulary import (
+    PER_MODEL_PREFIX,
+    PER_MODEL_USAGE,
+    PLANNING_LEVELS,
+    PolicySpec,
+    format_level,
+    parse_policy,
+)
+from atoll.solvers.errors import AtollError, InputError
+from atoll.solvers.validation import check_number
 
-PER_MODEL_PREFIX = "per-model:"
 Option = tuple[int, float]  # (K steps, planning level q) of a fixed:K@q rule
 MODEL_KEYS: tuple[str, ...] = ("cost_usd", "requests", "met_requests", "unserved_tokens")
 
@@ -53,17 +60,19 @@ def model_key(i: int, key: str) -> str:
     return f"model/{i}/{key}"
 
 
-def fixed_option(spec: str) -> Option | None:
+def fixed_option(spec: str | PolicySpec) -> Option | None:
     """(K, q) of ``fixed:K@q``; None for any other spec (a threshold rule, no level)."""
-    body, sep, level = spec.partition("@")
-    kind, _, k = body.partition(":")
-    if kind != "fixed" or not sep or not k.isdigit():
+    try:
+        parsed = parse_policy(spec)
+    except AtollError:
         return None
-    return int(k), float(level)
+    if parsed.kind != "fixed" or parsed.every is None or parsed.level is None:
+        return None
+    return parsed.every, parsed.level
 
 
 def option_name(option: Option) -> str:
-    return f"fixed:{option[0]}@{option[1]:g}"
+    return str(PolicySpec("fixed", every=option[0], level=option[1]))
 
 
 @dataclass(frozen=True)
@@ -77,9 +86,7 @@ class ModelCell:
 
     def __post_init__(self) -> None:
         for name in MODEL_KEYS:
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
-                raise InputError(f"ModelCell: field {name!r} must be finite and >= 0, got {v!r}")
+            check_number("ModelCell", name, getattr(self, name), allow_zero=True)
         if self.met_requests > self.requests * (1 + 1e-9) + 1e-9:
             raise InputError(f"ModelCell: field 'met_requests' ({self.met_requests!r}) exceeds 'requests' "
                              f"({self.requests!r}); the SLO share of a model is at most 1")
@@ -133,7 +140,7 @@ class Assignment:
 
 
 def assignment_spec(options: Sequence[Option]) -> str:
-    return PER_MODEL_PREFIX + ",".join(f"{k}@{q:g}" for k, q in options)
+    return PER_MODEL_PREFIX + ",".join(f"{k}@{format_level(q)}" for k, q in options)
 
 
 def evaluate(table: Table, options: Sequence[Option]) -> Assignment:
@@ -287,8 +294,6 @@ class PerModelRule:
     _codes: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        from atoll.envs.policies import PLANNING_LEVELS
-
         if not self.every or len(self.every) != len(self.levels):
             raise InputError(f"PerModelRule: fields 'every' ({len(self.every)}) and 'levels' "
                              f"({len(self.levels)}) must give one entry per model")
@@ -310,23 +315,17 @@ class PerModelRule:
         return tuple(sorted(set(self.levels)))
 
     @classmethod
-    def parse(cls, spec: str, n_models: int) -> PerModelRule:
-        """``per-model:K1@q1,K2@q2,...`` with one entry per model."""
-        usage = "per-model:K1@q1,K2@q2,... (one K@q per model, in the fleet's order)"
-        body = spec.strip().removeprefix(PER_MODEL_PREFIX)
-        parts = [p.strip() for p in body.split(",") if p.strip()]
-        if len(parts) != n_models:
-            raise InputError(f"policy {spec!r} gives {len(parts)} K@q entries for {n_models} models; "
-                             f"use {usage}")
-        every, levels = [], []
-        for part in parts:
-            k, sep, q = part.partition("@")
-            try:
-                every.append(int(k))
-                levels.append(float(q) if sep else math.nan)
-            except ValueError:
-                raise InputError(f"policy {spec!r}: entry {part!r} is not K@q; use {usage}") from None
-        return cls(tuple(every), tuple(levels), name=spec.strip())
+    def parse(cls, spec: str | PolicySpec, n_models: int) -> PerModelRule:
+        """``per-model:K1@q1,K2@q2,...`` (or its :class:`~atoll.envs.vocabulary.PolicySpec`) with
+        one entry per model."""
+        parsed = parse_policy(spec)
+        if not parsed.is_per_model:
+            raise InputError(f"policy {str(spec)!r} is not a per-model assignment; use {PER_MODEL_USAGE}")
+        if len(parsed.entries) != n_models:
+            raise InputError(f"policy {str(spec)!r} gives {len(parsed.entries)} K@q entries for {n_models} "
+                             f"models; use {PER_MODEL_USAGE}")
+        every, levels = zip(*parsed.entries, strict=True)
+        return cls(tuple(every), tuple(levels), name=str(spec).strip())
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
         step = int(info.get("step", 0))

@@ -139,7 +139,13 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float],
                                       outlier_factor=args.outlier_factor)
     except ValueError as exc:
         raise as_user_error(exc) from exc
-    if args.policy.startswith("learned:"):
+    from atoll.envs.vocabulary import parse_policy
+
+    try:
+        learned = parse_policy(args.policy).is_learned
+    except ValueError as exc:
+        raise UserError(f"--policy {args.policy!r}: {as_user_error(exc)}") from exc
+    if learned:
         from atoll.training.tracking import configure
 
         configure()  # the store every command uses: $MLFLOW_TRACKING_URI or sqlite:///mlruns/mlflow.db

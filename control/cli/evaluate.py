@@ -66,10 +66,14 @@ def contest(out: Output, args: argparse.Namespace, learned: list[str], settings:
             run_name: str = "contest", tags: dict[str, str] | None = None) -> dict[str, Any]:
     """Run and log the contest (rule grid on validation days, frontier vs ``learned`` on test
     days) and show the test-day table and the headline (shared with ``atoll demo``)."""
+    from atoll.envs.vocabulary import parse_policy
     from atoll.training.contest import frontier_note
     from atoll.training.tracking import contest_run, short_name
 
-    bad = [s for s in learned if not s.startswith("learned:")]
+    try:
+        bad = [s for s in learned if not parse_policy(s).is_learned]
+    except ValueError as exc:
+        raise UserError(f"--policies: {as_user_error(exc)}") from exc
     if bad:
         raise UserError(f"--rules grid: --policies {','.join(bad)!r} are not learned policies; the rules "
                         f"come from the grid (fixed:K@q, threshold:LOW:HIGH@q), so list only "
@@ -134,7 +138,7 @@ def headline_table(result: dict[str, Any]) -> Table:
 
 
 def contest_settings(args: argparse.Namespace) -> Any:
-    from atoll.envs.policies import PLANNING_LEVELS
+    from atoll.envs.vocabulary import PLANNING_LEVELS
     from atoll.training.contest import ContestSettings
 
     try:

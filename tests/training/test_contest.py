@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from atoll.envs.config import FleetConfig
-from atoll.envs.policies import PLANNING_LEVELS, make_policy, rule_grid
+from atoll.envs.policies import make_policy, rule_grid
+from atoll.envs.vocabulary import PLANNING_LEVELS
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError, UnknownNameError
 from atoll.solvers.types import Phase, Service, Stage, Template
