@@ -30,6 +30,7 @@ from atoll.envs.actions import ActionCodec
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
+from atoll.envs.vocabulary import format_level, parse_policy
 from atoll.training.evaluate import PolicyResult, comparison_rows, evaluate_policies, markdown_table
 from atoll.training.mlflow_output import make_logger
 from atoll.training.policy_model import log_policy
@@ -148,9 +149,10 @@ def crown(spec: str, validation: Mapping[str, float]) -> str | None:
     the registered version of learned policy ``spec`` when its validation-day score beats the rule
     frontier (score < 1: cheaper than the frontier at its SLO attainment and no less reliable than
     fixed:1@0.9); returns the version crowned as ``atoll-trigger-<fleet>/<version>``."""
-    if not spec.startswith("learned:") or validation.get("score", float("inf")) >= 1.0:
+    parsed = parse_policy(spec)
+    if not parsed.is_learned or validation.get("score", float("inf")) >= 1.0:
         return None
-    uri = spec.split(":", 1)[1]
+    uri = parsed.uri
     found = registered_version(uri if ":/" in uri else f"models:/{uri}")
     if found is None:
         return None
@@ -271,9 +273,10 @@ def evaluate_run(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int], se
 def short_name(spec: str) -> str:
     """A run name a person reads: a learned policy's registered name and version (or alias), or
     the first 8 characters of its logged model or run id; a rule's own name."""
-    if not spec.startswith("learned:"):
+    parsed = parse_policy(spec)
+    if not parsed.is_learned:
         return spec
-    uri = spec.split(":", 1)[1]
+    uri = parsed.uri
     if uri.startswith("models:/"):
         rest = uri.removeprefix("models:/")
         if rest.startswith("m-"):
@@ -318,21 +321,20 @@ def _log_workload(env: FleetEnv, days: Sequence[int]) -> None:
                      context="evaluation")
 
 
-def _rule_params(spec: str) -> dict[str, str]:
-    from atoll.envs.policies import parse_level
-    from atoll.training.per_model import PER_MODEL_PREFIX
-
-    if spec.startswith(PER_MODEL_PREFIX):
-        return {"policy": spec, "policy.kind": "per-model"}
-
-    body, level = parse_level(spec)
-    kind, *args = body.split(":")
-    params = {"policy": spec, "policy.kind": kind,
-              "policy.planning_quantile": "env" if level is None else f"{level:g}"}
-    if kind == "fixed":
-        params["policy.every_steps"] = args[0]
-    elif kind == "threshold" and args:
-        params["policy.low"], params["policy.high"] = args
+def policy_params(spec: str) -> dict[str, str]:
+    """A policy's MLflow parameters: its text and kind, a learned policy's model URI, a rule's
+    planning level (``env``: the environment's), interval and band."""
+    parsed = parse_policy(spec)
+    params = {"policy": spec, "policy.kind": parsed.kind}
+    if parsed.is_learned:
+        return {**params, "policy.model_uri": parsed.uri}
+    if parsed.is_per_model:
+        return params
+    params["policy.planning_quantile"] = "env" if parsed.level is None else format_level(parsed.level)
+    if parsed.every is not None and parsed.kind == "fixed":
+        params["policy.every_steps"] = str(parsed.every)
+    elif parsed.band is not None:
+        params["policy.low"], params["policy.high"] = (f"{v:g}" for v in parsed.band)
     return params
 
 
@@ -388,7 +390,7 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
         for name, rows in result.validation.items():
             with mlflow.start_run(experiment_id=experiment, run_name=f"val {name}", nested=True,
                                   tags={"atoll.phase": "validation"}):
-                mlflow.log_params({**_rule_params(name),
+                mlflow.log_params({**policy_params(name),
                                    "days": f"{st.validation_days[0]}-{st.validation_days[1]}",
                                    "on_frontier": str(name in result.frontier)})
                 for key in ("cost_usd", "slo_attainment", "usd_per_mtok", "reoptimizations",
@@ -399,9 +401,7 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
         for r in result.test:
             with mlflow.start_run(experiment_id=experiment, run_name=short_name(r.name), nested=True,
                                   tags={"atoll.phase": "test"}) as child:
-                params = ({"policy": r.name, "policy.kind": "learned",
-                           "policy.model_uri": r.name.split(":", 1)[1]} if r.name.startswith("learned:")
-                          else _rule_params(r.name))
+                params = policy_params(r.name)
                 params.update({"days": f"{st.test_days[0]}-{st.test_days[1]}",
                                "on_frontier": str(r.name in result.frontier),
                                "on_per_model_frontier": str(r.name in result.per_model_frontier),

@@ -53,8 +53,10 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNorm
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
-from atoll.solvers.errors import InputError
-from atoll.training.per_model import PER_MODEL_PREFIX, PerModelRule
+from atoll.envs.vocabulary import parse_policy
+from atoll.solvers.errors import AtollError, InputError
+from atoll.solvers.validation import check_fraction, check_integer, check_number
+from atoll.training.per_model import PerModelRule
 
 DEPLOYABLE_RULES = ("fixed", "threshold", "grow", "never")
 
@@ -136,25 +138,21 @@ class TrainSettings:
     def __post_init__(self) -> None:
         for name in ("timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "bootstrap_epochs",
                      "bootstrap_min_updates", "demand_seeds", "patience"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 1):
-                raise InputError(f"TrainSettings: field {name!r} must be an int >= 1, got {v!r}")
+            check_integer("TrainSettings", name, getattr(self, name), minimum=1)
         for name in ("seed", "bootstrap_steps", "eval_every"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 0):
-                raise InputError(f"TrainSettings: field {name!r} must be an int >= 0, got {v!r}")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise InputError(f"TrainSettings: field 'learning_rate' must be > 0, got {self.learning_rate!r}")
-        if not 0 < self.gamma <= 1:
-            raise InputError(f"TrainSettings: field 'gamma' must be in (0, 1], got {self.gamma!r}")
-        if not 0 <= self.gae_lambda <= 1:
-            raise InputError(f"TrainSettings: field 'gae_lambda' must be in [0, 1], got {self.gae_lambda!r}")
-        if not (math.isfinite(self.ent_coef) and self.ent_coef >= 0):
-            raise InputError(f"TrainSettings: field 'ent_coef' must be >= 0, got {self.ent_coef!r}")
+            check_integer("TrainSettings", name, getattr(self, name), minimum=0)
+        check_number("TrainSettings", "learning_rate", self.learning_rate)
+        check_fraction("TrainSettings", "gamma", self.gamma, low_open=True)
+        check_fraction("TrainSettings", "gae_lambda", self.gae_lambda)
+        check_number("TrainSettings", "ent_coef", self.ent_coef, allow_zero=True)
         if not (self.net_arch and all(isinstance(n, int) and n >= 1 for n in self.net_arch)):
             raise InputError(f"TrainSettings: field 'net_arch' must be layer sizes >= 1, "
                              f"got {self.net_arch!r}")
-        if self.bootstrap_rule.split(":")[0].split("@")[0] not in (*DEPLOYABLE_RULES, "per-model"):
+        try:
+            bootstrap_kind: str | None = parse_policy(self.bootstrap_rule).kind
+        except AtollError:
+            bootstrap_kind = None
+        if bootstrap_kind not in (*DEPLOYABLE_RULES, "per-model"):
             raise InputError(f"TrainSettings: field 'bootstrap_rule' must be a deployable rule "
                              f"(fixed:K, threshold[:LOW:HIGH], grow:K, never, per-model:K1@q1,...), "
                              f"got {self.bootstrap_rule!r}")
@@ -274,7 +272,7 @@ def bootstrap_teacher(rule_spec: str, env: FleetEnv) -> Callable[[np.ndarray, Ma
     """The imitated rule as a function of (observation, info) returning ``env``'s action codes; an
     InputError when the rule does not fit ``env`` (a level outside its action levels, a per-model
     spec of another number of models)."""
-    if rule_spec.startswith(PER_MODEL_PREFIX):
+    if parse_policy(rule_spec).is_per_model:
         per_model = PerModelRule.parse(rule_spec, len(env.models))
         if env.config.action != "reopt":
             raise InputError(f"bootstrap rule {rule_spec!r} needs the reopt action (atoll/Fleet-v1 or -v2)")
