@@ -108,7 +108,7 @@ def group_templates(inst: RoundInstance) -> tuple[list[Group], list[str]]:
         lead, worker = shape
         a = kind_of(t.region, lead)
         b = None if worker is None else kind_of(t.region, worker)
-        if len(stage_configs) == 2 and b is not None and b < a:  # unordered pair of kinds
+        if len(stage_configs) == 2 and b is not None and worker is not None and b < a:  # unordered pair
             a, b, lead, worker = b, a, worker, lead
         sig = (t.service.name, t.region, a, b, len(stage_configs))
         if (lead, worker) in raw[sig]:  # two layer splits of one shape: keep both as columns
@@ -248,7 +248,8 @@ def build_kind_model(inst: RoundInstance, stage: str, floor_share: float | None 
         bounds = [inst.bound[k] for k in g.members.values()]
         need = math.ceil(max(inst.target(g.service), 0.0) / g.throughput - 1e-9)
         bound = min(sum(bounds), max(need, *bounds))
-        workers: list[str | None] = [None] if g.n <= 2 else sorted({w for _, w in g.members})
+        shared = sorted({w for _, w in g.members if w})
+        workers: list[str | None] = [None] if g.n <= 2 else list(shared)
         for w in workers:
             name = f"kinst{j:06d}_{label(g.service)}_{label(g.region)}_{g.lead[1]}x{g.lead[2]}_n{g.n}" + (
                 f"_{label(w)}" if w else "")
@@ -278,10 +279,10 @@ def build_kind_model(inst: RoundInstance, stage: str, floor_share: float | None 
             by_rc[rc].append((z, node_share(c)))
             if pays:
                 objective.append((z, (1.0 + K) * node_share(c) * p.prices[rc]))
-        need: dict[pulp.LpVariable, float] = defaultdict(float)  # an n = 2 engine of one kind needs 2
-        for v, m in terms:
-            need[v] += m
-        prob += (pulp.LpAffineExpression([*places, *((v, -m) for v, m in need.items())]) == 0,
+        per_column: dict[pulp.LpVariable, float] = defaultdict(float)  # n = 2 of one kind: 2 slices
+        for v, mult in terms:
+            per_column[v] += mult
+        prob += (pulp.LpAffineExpression([*places, *((v, -mult) for v, mult in per_column.items())]) == 0,
                  f"kind{j:05d}_{label(kind[0])}_{kind[1]}x{kind[2]}")
     sliced = p.index.sliced_rcs
     for j, (rc, terms) in enumerate(sorted(by_rc.items())):
@@ -390,10 +391,10 @@ def kind_start_values(inst: RoundInstance, km: KindModel, start: Allocation) -> 
             continue
         gid, lead, worker = member[key]
         g = group_ids[gid]
-        ci = column_of.get((gid, worker if g.n > 2 else None))
-        if ci is None:
+        at = column_of.get((gid, worker if g.n > 2 else None))
+        if at is None:
             continue
-        col = km.columns[ci]
+        col = km.columns[at]
         values[col.var.name] += n
         values[km.place[(g.lead, lead)].name] += n
         if g.n == 2 and g.worker is not None and worker is not None:

@@ -287,7 +287,10 @@ def test_workload_gaps_mode_is_validated(tmp_path: Path) -> None:
 
 
 def test_slices_are_read_and_need_the_vllm_runtime(tmp_path: Path) -> None:
-    assert load_fleet(write(tmp_path, BASE)).slices is False
+    assert BASE.get("runtime", "vllm") == "vllm"
+    assert load_fleet(write(tmp_path, BASE)).slices is True  # the vllm default
+    assert load_fleet(write(tmp_path, changed("slices", False))).slices is False
+    assert load_fleet(write(tmp_path, {**BASE, "runtime": "any"})).slices is False
     assert load_fleet(write(tmp_path, changed("slices", True))).slices is True
     with pytest.raises(FleetFileError, match=r"slices: field 'slices: true' needs 'runtime: vllm', got "
                                              r"runtime 'any'"):
@@ -308,9 +311,9 @@ def test_a_sliced_fleet_threads_slices_to_its_library(tmp_path: Path) -> None:
     fleet = read_fleet(write(tmp_path, doc))
     assert fleet.scenario.slices and library_spec(fleet.scenario).slices
     assert not library_spec(fleet.scenario, slices=False).slices
-    with pytest.raises(InputError, match=r"the fleet file's 'slices: true' needs runtime 'vllm', got "
-                                         r"runtime 'any'"):
-        library_spec(fleet.scenario, runtime="any")
+    assert not library_spec(fleet.scenario, runtime="any").slices  # the research runtime: whole nodes
+    with pytest.raises(InputError, match=r"slices needs runtime 'vllm', got runtime 'any'"):
+        library_spec(fleet.scenario, runtime="any", slices=True)
 
 
 def test_a_preemption_log_reads_as_the_same_levels_as_its_trace(tmp_path: Path) -> None:
