@@ -33,6 +33,7 @@ from typing import Any
 from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.fleet_file import Fleet, read_fleet
 from atoll.envs.fleet_model import FleetModel
+from atoll.envs.vocabulary import Pool
 from atoll.solvers.errors import InputError
 from atoll.solvers.fleet import resolve_fleet
 from atoll.solvers.runtime import DEPLOY_RUNTIME, check_runtime
@@ -40,7 +41,6 @@ from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec, ample_availability,
 from atoll.solvers.tiers import split_tier
 from atoll.solvers.types import Template
 
-Cell = tuple[str, str]
 STEP_S = FleetConfig.step_s  # the env's decision step: start-up weight and since-re-optimization units
 FLEET_KEYS = ("scenario", "models", "prices", "availability", "runtime")
 
@@ -61,7 +61,7 @@ class LiveFleet:
     :class:`~atoll.envs.config.FleetConfig`)."""
 
     def __init__(self, scenario: str, *, models: Sequence[str] | None = None, prices: str = "on-demand",
-                 availability: Mapping[Cell, int] | None = None, solver_time_limit: float = 10.0,
+                 availability: Mapping[Pool, int] | None = None, solver_time_limit: float = 10.0,
                  solver_gap: float = 1e-3, demand_round: float = 0.02,
                  templates: Sequence[Template] | None = None,
                  request_shapes: Sequence[tuple[float, float]] | None = None,
@@ -98,7 +98,7 @@ class LiveFleet:
         self.models: tuple[str, ...] = self.model.models
         default_caps = (market_caps(spec, fleet_markets(spec, market)) if market
                         else ample_availability(spec))
-        self.availability: dict[Cell, int] = dict(availability if availability is not None else default_caps)
+        self.availability: dict[Pool, int] = dict(availability if availability is not None else default_caps)
         bad = [c for c in self.availability if c not in self.model.prices]
         if bad:
             valid = ", ".join(f"{r}/{c}" for r, c in sorted(self.model.prices))
@@ -205,7 +205,7 @@ def load_fleet_file(path: Path | str, **settings: Any) -> LiveFleet:
     models = doc.get("models")
     if models is not None and not (isinstance(models, list) and all(isinstance(m, str) for m in models)):
         raise _fail(path, f"'models' must be a list of model names, got {models!r}")
-    availability: dict[Cell, int] | None = None
+    availability: dict[Pool, int] | None = None
     if "availability" in doc:
         raw = doc["availability"]
         if not isinstance(raw, dict):
