@@ -7,11 +7,11 @@ import random
 from functools import cache
 
 import pytest
+from placement_ilp import solve_placement
 
 from atoll.solvers.catalog import load_catalog
 from atoll.solvers.perf import PerfFactors, RequestShape, node_profile
 from atoll.solvers.placement import best_placement
-from atoll.solvers.placement_ilp import solve_placement
 from atoll.solvers.types import ModelSpec, NodeConfig, Phase, Slo
 
 CATALOG = load_catalog()

@@ -1,4 +1,4 @@
-"""The placement ILP of the Coral paper: an independent oracle for :mod:`atoll.solvers.placement`.
+"""The placement ILP of the Coral paper: the tests' independent oracle for :mod:`atoll.solvers.placement`.
 
 For each stage count S (the per-stage budget budget/S fixes the node profiles p_S):
 
@@ -9,7 +9,7 @@ For each stage count S (the per-stage budget budget/S fixes the node profiles p_
     maximize T
 
 and the answer is the best S. It is far slower than the combinatorial solver, which is why the
-library does not use it; tests use it as a cross-check and users can call it on a multiset.
+library does not use it; the tests use it as a cross-check.
 HiGHS (through PuLP) is the default solver and CBC the alternative.
 """
 
