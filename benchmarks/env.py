@@ -20,7 +20,8 @@ Parts (``--parts``, comma-separated; default all):
 ``--world`` picks the world every table runs in: ``plain`` (the default: ``atoll/Fleet-v1``'s),
 ``charged`` (the plain world where a re-plan costs what a cluster charges: sampled start-ups,
 zone-correlated preemptions, spot acquisition that fails — each change of ``atoll/Fleet-v3``'s
-world except the closed loop) or ``v3`` (``atoll/Fleet-v3``'s whole world: the closed loop too).
+world except the closed loop), ``closed`` (``atoll/Fleet-v2``'s closed loop without the charges)
+or ``v3`` (``atoll/Fleet-v3``'s whole world: the closed loop and the charges).
 
 ``--seeds``, ``--days`` and ``--availability`` shrink the run; the document records what ran.
 ``--merge A.json B.json ...`` prints the union of earlier documents (parts run in parallel).
@@ -57,6 +58,7 @@ KEYS = ("cost_usd", "slo_attainment", "goodput_share", "usd_per_mtok", "reoptimi
 WORLDS: dict[str, dict[str, Any]] = {
     "plain": {},
     "charged": {k: v for k, v in CHARGED.items() if k not in CLOSED_LOOP},
+    "closed": {k: v for k, v in CLOSED_LOOP.items() if k != "observation"},
     "v3": {k: v for k, v in CHARGED.items() if k != "observation"},
 }
 # the figures only the charged worlds produce, summed over an episode's steps
