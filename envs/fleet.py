@@ -455,7 +455,8 @@ class FleetState:
 def node_hours_cost(state: FleetState, templates: Mapping[str, Template],
                     prices: Mapping[Pool, float], seconds: float) -> float:
     """$ for holding the fleet ``seconds`` from now: running and starting nodes for the whole
-    interval, draining nodes until their drain ends (as the env bills them)."""
+    interval, draining nodes until their drain ends (as the env bills a fleet without a warm
+    pool; :meth:`atoll.envs.fleet_model.FleetModel.cost` bills the warm pool's free nodes too)."""
     total = 0.0
     shares: dict[Pool, float] = defaultdict(float)
     for key in set(state.running) | set(state.starting) | set(state.draining) | set(state.replaced):
