@@ -125,8 +125,16 @@ class ControllerSettings:
     # online capacity correction: learn a factor per template family from the servers'
     # latency and throughput, and plan with the corrected capacities
     correction: bool = True
+    # scale-down stabilization (HPA's stabilizationWindowSeconds for scale-down): a service
+    # shrinks only to the most instances the solver wanted for it over this window (controller
+    # seconds); 0: off
+    scale_down_window_s: float = 0.0
 
     def __post_init__(self) -> None:
+        w = self.scale_down_window_s
+        if not (isinstance(w, int | float) and math.isfinite(w) and w >= 0):
+            raise ValueError(f"ControllerSettings: field 'scale_down_window_s' must be >= 0 seconds, "
+                             f"got {w!r}")
         if not isinstance(self.correction, bool):
             raise ValueError(f"ControllerSettings: field 'correction' must be True or False, "
                              f"got {self.correction!r}")
@@ -779,8 +787,10 @@ class Controller:
             solve["not_solved"] = skipped
         if allocation is not None:
             plan, capped = self._cap_growth(allocation.as_dict(), before)
+            plan, held = self._hold_scale_down(plan, before, fs, now, solved)
             plan, floors = self._add_floors(plan, fs)
-            solve["guard_rails"] = {"growth_capped": capped, "floor_added": floors}
+            solve["guard_rails"] = {"growth_capped": capped, "floor_added": floors,
+                                    **({"scale_down_held": held} if held else {})}
             allocation = Allocation.of(plan)
         if allocation is None or allocation.as_dict() == before:
             solve["result"] = "held: no plan" if allocation is None else "unchanged"
@@ -838,6 +848,60 @@ class Controller:
                 report[f"{m}/{phase}"] = {"before": int(old[i, ph]), "solved": int(new[i, ph]),
                                           "capped_to": cap}
         return {k: n for k, n in plan.items() if n > 0}, report
+
+    def _hold_scale_down(self, plan: dict[str, int], before: Mapping[str, int], fs: FleetState, now: float,
+                         solved: set[str]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        """A service shrinks only to the most instances the solver wanted for it over the last
+        ``scale_down_window_s`` (HPA's scale-down stabilization): a dip the demand takes back
+        within the window removes nothing, and costs no start-ups on the way back. The running
+        instances the plan would remove beyond that are kept — from the templates losing the most,
+        where their nodes are still free — and reported per service."""
+        window = self.settings.scale_down_window_s
+        if window <= 0:
+            return plan, {}
+        plan = dict(plan)
+        wanted, old = self._service_counts(plan), self._service_counts(before)
+        phases = ("prefill", "decode")
+        recent = [d for d in self.state.desired if now - window < d[0] <= now]
+        # every service's wish this tick: a model not re-solved wants what it holds
+        recent += [(now, f"{m}/{phase}", int(wanted[i, ph])) for i, m in enumerate(self.fleet.models)
+                   for ph, phase in enumerate(phases)]
+        self.state = replace(self.state, desired=tuple(recent))
+        peak: dict[str, int] = {}
+        for _, service, n in recent:
+            peak[service] = max(peak.get(service, 0), n)
+        used: dict[tuple[str, str], float] = dict(self.fleet.model.draining_by_cell(fs))
+        for key, n in plan.items():
+            t = self.fleet.templates.get(key)
+            if t is not None:
+                for cfg, k in t.node_use:
+                    used[(t.region, cfg)] = used.get((t.region, cfg), 0) + n * k
+        caps = self.fleet.availability
+        report: dict[str, dict[str, int]] = {}
+        for i, m in enumerate(self.fleet.models):
+            for ph, phase in enumerate(phases):
+                service = f"{m}/{phase}"
+                keep = min(peak.get(service, 0), int(old[i, ph])) - int(wanted[i, ph])
+                if m not in solved or keep <= 0:
+                    continue
+                removed = sorted(((n - plan.get(k, 0), k) for k, n in before.items()
+                                  if n > plan.get(k, 0) and k in self.fleet.templates
+                                  and self.fleet.model.info(k)[:2] == (i, ph)), key=lambda e: (-e[0], e[1]))
+                kept = 0
+                for extra, key in removed:
+                    t = self.fleet.templates[key]
+                    while kept < keep and extra > 0 and all(
+                            math.ceil(used.get((t.region, c), 0) + k - 1e-9) <= caps.get((t.region, c), 0)
+                            for c, k in t.node_use):
+                        plan[key] = plan.get(key, 0) + 1
+                        for c, k in t.node_use:
+                            used[(t.region, c)] = used.get((t.region, c), 0) + k
+                        kept += 1
+                        extra -= 1
+                if kept:
+                    report[service] = {"before": int(old[i, ph]), "solved": int(wanted[i, ph]),
+                                       "held_at": int(wanted[i, ph]) + kept}
+        return plan, report
 
     def _add_floors(self, plan: dict[str, int], fs: FleetState
                     ) -> tuple[dict[str, int], dict[str, dict[str, int]]]:

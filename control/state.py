@@ -198,7 +198,9 @@ class ControllerState:
     delivered plan's template descriptions (``PlanRecord.templates``), so instances on templates a
     changed fleet no longer has can still be delivered while they retire; churn: the delivered
     changes of the last day as (time, instances added, instances removed)
-    (:mod:`atoll.control.churn`)."""
+    (:mod:`atoll.control.churn`); desired: the instances the solver wanted per service
+    ("model/phase") over the scale-down window, as (time, service, instances)
+    (``ControllerSettings.scale_down_window_s``)."""
 
     version: int = STATE_VERSION
     tick: int = 0
@@ -226,9 +228,15 @@ class ControllerState:
     packing: dict[str, Any] | None = None
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     churn: tuple[tuple[float, int, int], ...] = ()
+    desired: tuple[tuple[float, str, int], ...] = ()
 
     def __post_init__(self) -> None:
         owner = "ControllerState"
+        desired = tuple((float(t), str(s), int(n)) for t, s, n in self.desired)
+        if any(not math.isfinite(t) or n < 0 for t, _, n in desired):
+            raise ValueError(f"{owner}: field 'desired' must hold (finite time, service, instances >= 0), "
+                             f"got {self.desired!r:.120}")
+        object.__setattr__(self, "desired", desired)
         churn = tuple((float(t), int(a), int(r)) for t, a, r in self.churn)
         if any(not math.isfinite(t) or a < 0 or r < 0 for t, a, r in churn):
             raise ValueError(f"{owner}: field 'churn' must hold (finite time, added >= 0, removed >= 0), "
@@ -325,6 +333,7 @@ class ControllerState:
             "correction": dict(self.correction),
             **({"packing": dict(self.packing)} if self.packing is not None else {}),
             "templates": dict(self.templates), "churn": [list(c) for c in self.churn],
+            "desired": [list(d) for d in self.desired],
         }
 
     @classmethod
@@ -348,6 +357,7 @@ class ControllerState:
             correction=dict(doc.get("correction") or {}), packing=doc.get("packing"),
             templates=dict(doc.get("templates") or {}),
             churn=tuple((float(t), int(a), int(r)) for t, a, r in doc.get("churn", [])),
+            desired=tuple((float(t), str(s), int(n)) for t, s, n in doc.get("desired", [])),
         )
 
 

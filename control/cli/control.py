@@ -136,7 +136,9 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float],
                                       flat_hold_s=parse_interval(args.flat_hold, "--flat-hold"),
                                       shape_tolerance=args.shape_tolerance, correction=not args.no_correction,
                                       growth_factor=args.max_growth_factor, growth_add=args.max_growth_add,
-                                      outlier_factor=args.outlier_factor)
+                                      outlier_factor=args.outlier_factor,
+                                      scale_down_window_s=0.0 if args.scale_down_window in ("0", "off")
+                                      else parse_interval(args.scale_down_window, "--scale-down-window"))
     except ValueError as exc:
         raise as_user_error(exc) from exc
     from atoll.envs.vocabulary import parse_policy
@@ -358,6 +360,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(the rest waits for the next tick; reported in solve.guard_rails)")
     p.add_argument("--max-growth-add", type=int, default=4, metavar="N",
                    help="instances a service may gain per tick beyond --max-growth-factor x its count")
+    p.add_argument("--scale-down-window", default="0", metavar="DURATION",
+                   help="a service shrinks only to the most instances the solver wanted for it over this "
+                        "window (trace time, e.g. 30m; HPA's scale-down stabilization): a dip taken back "
+                        "within it removes nothing (default 0: off)")
     p.add_argument("--outlier-factor", type=float, default=10.0, metavar="X",
                    help="a rate above X x the model's range over the last hour (or beyond what the fleet "
                         "could serve) is held until the next interval confirms it")
