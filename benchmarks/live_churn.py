@@ -1,0 +1,255 @@
+"""The price of churn in the live loop: the controller against a served replay of the README's
+live example (core's three models on the ServeGen traces, ``--scenario core``, ``threshold``,
+5-minute ticks, time scale 60) in a world 25% below the model (``scale:0.75``), under removal
+weights R. One JSON document on stdout (progress on stderr), written to
+``benchmarks/results/live_churn.json`` with ``--out``.
+
+    .venv/bin/python benchmarks/live_churn.py [--weights 0,0.1,0.25,0.5,1,2] [--windows 60,120]
+        [--hours 24] [--validation 9,10] [--test 11,12] [--out benchmarks/results/live_churn.json]
+
+Per run (one day's stretch from midnight, a fresh controller and replay): after the first hour
+(the ramp from an empty fleet), churn = (instances added + removed) per hour / the mean running
+instances, the ticks that changed the plan, the cost billed ($/h: running, starting, draining and
+replaced nodes over each interval, as the env bills a step), the share of demand the ready
+capacity could not serve (the controller's own account) and the plan's estimated SLO attainment.
+Besides R, a second lever: a scale-down window W (``--windows``; the controller's
+``--scale-down-window``: a service shrinks only to the most instances the solver wanted over the
+last W). A variant is chosen on the validation days — the lowest churn whose cost is within 1% of
+R = 0's, else the cheapest below R = 0's churn — and reported on the test days, never chosen
+there. ``--from-runs A.json B.json`` makes one document from earlier runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Run as a script, this file's folder leads sys.path and its name would shadow the package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import numpy as np  # noqa: E402
+
+from atoll.control.controller import Controller, ControllerSettings  # noqa: E402
+from atoll.control.live_fleet import LiveFleet  # noqa: E402
+from atoll.control.metrics import ScrapeSource  # noqa: E402
+from atoll.control.replay import ReplayExporter  # noqa: E402
+from atoll.control.served import ServedFleet, latest_plan  # noqa: E402
+from atoll.control.sinks import JsonDirSink  # noqa: E402
+from atoll.envs.policies import make_policy  # noqa: E402
+from atoll.forecast.workloads import load_workload  # noqa: E402
+
+MODELS = ["Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"]
+WORKLOADS = ("m-large", "m-mid", "m-small")
+INTERVAL_S = 300.0
+SPEEDUP = 60.0
+WORLD = "scale:0.75"
+COST_SLACK = 0.01  # the target: at most +1% cost
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(weight: float, day: int, hours: float, series: list[Any], policy: str = "threshold",
+        window_s: float = 0.0) -> dict[str, Any]:
+    """One stretch of ``hours`` from day ``day``'s midnight under removal weight ``weight`` and a
+    scale-down window of ``window_s`` trace seconds (0: off)."""
+    fleet = LiveFleet("core", models=MODELS, removal_weight=weight)
+    wall = _Clock()
+    start_s = (day - 1) * 86400.0
+    ticks = int(round(hours * 3600.0 / INTERVAL_S))
+    warm = int(round(3600.0 / INTERVAL_S))  # the first hour: the ramp from an empty fleet
+    added = removed = changed = 0
+    cost = 0.0
+    sizes: list[int] = []
+    slo: list[float] = []
+    unserved: list[float] = []
+    tick_churn: list[float] = []
+    resized = moved = 0  # instances: net change per service, and per template, tick to tick
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        served = ServedFleet(fleet.model, latest_plan(root / "plans"), capacity_error=WORLD, seed=0)
+        with ReplayExporter(series, MODELS, speedup=SPEEDUP, clock=wall, start_s=start_s,
+                            served=served) as exporter:
+            ctl = Controller(fleet, ScrapeSource(exporter.url, clock=wall), make_policy(policy, len(MODELS)),
+                             JsonDirSink(root / "plans"), root / "state",
+                             settings=ControllerSettings(interval_s=INTERVAL_S, time_scale=SPEEDUP,
+                                                         scale_down_window_s=window_s),
+                             clock=lambda: start_s + SPEEDUP * wall(), sleep=lambda s: None)
+            for i in range(ticks):
+                before = len(ctl.state.churn)
+                running = dict(ctl.state.running)
+                report = ctl.tick()
+                if i >= warm:
+                    now = ctl.state.running
+                    moved += sum(abs(now.get(k, 0) - running.get(k, 0)) for k in set(now) | set(running))
+                    resized += int(np.abs(ctl._service_counts(now) - ctl._service_counts(running)).sum())
+                    for _, a, r in ctl.state.churn[before:]:
+                        added, removed = added + a, removed + r
+                    changed += int(report.plan_changed)
+                    sizes.append(sum(ctl.state.running.values()))
+                    # billed over the coming interval: running, starting, draining, replaced nodes
+                    cost += float(ctl.fleet.model.cost(ctl.fleet_state(ctl.now()), INTERVAL_S).sum())
+                    shares = [w[0] for w in ctl.state.unserved.values() if w]
+                    if shares:
+                        unserved.append(float(np.mean(shares)))
+                    rows = [r.get("slo_attainment") for r in report.plan.get("models", {}).values()]
+                    rows = [v for v in rows if v is not None]
+                    if rows:
+                        slo.append(float(np.mean(rows)))
+                    fig = report.churn.get("per_hour_over_fleet")
+                    if fig is not None and i >= 2 * warm:  # a whole hour after the ramp in its window
+                        tick_churn.append(float(fig))
+                wall.now += INTERVAL_S / SPEEDUP
+    measured_h = (ticks - warm) * INTERVAL_S / 3600.0
+    mean_size = float(np.mean(sizes)) if sizes else 0.0
+    out = {
+        "removal_weight": weight, "scale_down_window_s": window_s, "day": day, "hours": hours,
+        "ticks": ticks, "measured_hours": measured_h,
+        "mean_instances": mean_size, "instances_added": added, "instances_removed": removed,
+        "churn_per_hour_over_fleet": (added + removed) / measured_h / mean_size if mean_size else None,
+        "tick_churn_median": statistics.median(tick_churn) if tick_churn else None,
+        "tick_churn_max": max(tick_churn) if tick_churn else None,
+        "plan_changes": changed, "cost_usd_per_h": cost / measured_h,
+        # of the instances the running plan moved, the share a service's size change needed (the
+        # rest swaps one template for another within a service)
+        "resize_share": resized / moved if moved else None,
+        "unserved_share_mean": float(np.mean(unserved)) if unserved else None,
+        "slo_attainment_estimate_mean": float(np.mean(slo)) if slo else None,
+        "wall_s": time.perf_counter() - t0,
+    }
+    log(f"  R={weight:g} W={window_s / 60:g}m day {day}: churn {out['churn_per_hour_over_fleet']:.3f}/h, "
+        f"${out['cost_usd_per_h']:.1f}/h, {changed} changes, {mean_size:.0f} instances "
+        f"({out['wall_s']:.0f} s)")
+    return out
+
+
+def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Days pooled: churn over every measured hour and instance, cost per measured hour."""
+    hours = sum(r["measured_hours"] for r in rows)
+    instance_hours = sum(r["mean_instances"] * r["measured_hours"] for r in rows)
+    moves = sum(r["instances_added"] + r["instances_removed"] for r in rows)
+    return {"days": [r["day"] for r in rows],
+            "churn_per_hour_over_fleet": moves / instance_hours if instance_hours else None,
+            "cost_usd_per_h": sum(r["cost_usd_per_h"] * r["measured_hours"] for r in rows) / hours,
+            "plan_changes": sum(r["plan_changes"] for r in rows),
+            "resize_share": _mean(rows, "resize_share"),
+            "instances_added": sum(r["instances_added"] for r in rows),
+            "instances_removed": sum(r["instances_removed"] for r in rows),
+            "mean_instances": instance_hours / hours,
+            "unserved_share_mean": _mean(rows, "unserved_share_mean"),
+            "slo_attainment_estimate_mean": _mean(rows, "slo_attainment_estimate_mean")}
+
+
+def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rows if r[key] is not None]
+    return float(np.mean(values)) if values else None
+
+
+def variant(r: dict[str, Any]) -> str:
+    """A run's lever setting: ``R=<weight>`` and, when on, ``W=<minutes>m`` (the scale-down window)."""
+    w = r.get("scale_down_window_s", 0.0)
+    return f"R={r['removal_weight']:g}" + (f",W={w / 60:g}m" if w else "")
+
+
+def choose(validation: dict[str, dict[str, Any]]) -> str:
+    """The variant chosen on the validation days: the lowest churn within COST_SLACK of R = 0's
+    cost; else (none within it) the cheapest whose churn is below R = 0's."""
+    base = validation["R=0"]
+    budget, churn = base["cost_usd_per_h"] * (1 + COST_SLACK), base["churn_per_hour_over_fleet"]
+    within = [k for k, v in validation.items() if v["cost_usd_per_h"] <= budget]
+    if any(k != "R=0" for k in within):
+        return min(within, key=lambda k: (validation[k]["churn_per_hour_over_fleet"], k))
+    lower = [k for k, v in validation.items() if v["churn_per_hour_over_fleet"] < churn]
+    return min(lower or ["R=0"], key=lambda k: (validation[k]["cost_usd_per_h"], k))
+
+
+def document(runs: dict[str, list[dict[str, Any]]], hours: float, wall_s: float,
+             loads: list[list[float]]) -> dict[str, Any]:
+    """The result document of ``runs`` (per stage, one row per run)."""
+    names = sorted({variant(r) for rows in runs.values() for r in rows})
+    summary = {stage: {k: pooled([r for r in rows if variant(r) == k]) for k in names
+                       if any(variant(r) == k for r in rows)} for stage, rows in runs.items()}
+    chosen = choose(summary["validation"])
+    test0, testc = summary["test"]["R=0"], summary["test"][chosen]
+    days = {stage: sorted({r["day"] for r in rows}) for stage, rows in runs.items()}
+    return {
+        "what": "live controller vs served replay (README live example): core, threshold, 5-min ticks, "
+                "time scale 60, world scale:0.75; churn and billed cost after the first hour",
+        "world": WORLD, "policy": "threshold", "interval_s": INTERVAL_S, "time_scale": SPEEDUP,
+        "variants": names, "validation_days": days["validation"], "test_days": days["test"],
+        "hours_per_day": hours, "chosen": chosen,
+        "target": {"churn_per_hour_over_fleet_max": 0.10, "cost_increase_max": COST_SLACK},
+        "test_result": {
+            "churn_r0": test0["churn_per_hour_over_fleet"],
+            "churn_chosen": testc["churn_per_hour_over_fleet"],
+            "cost_r0_usd_per_h": test0["cost_usd_per_h"], "cost_chosen_usd_per_h": testc["cost_usd_per_h"],
+            "cost_change": testc["cost_usd_per_h"] / test0["cost_usd_per_h"] - 1.0,
+            "churn_met": testc["churn_per_hour_over_fleet"] <= 0.10,
+            "cost_met": testc["cost_usd_per_h"] <= test0["cost_usd_per_h"] * (1 + COST_SLACK)},
+        "summary": summary, "runs": runs, "wall_s": wall_s, "load_avg_1_5_15": loads,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--weights", default="0,0.1,0.25,0.5,1,2",
+                    help="removal weights R (R = 0, the reference, is run unless --windows is given)")
+    ap.add_argument("--windows", default="", help="scale-down windows in minutes, each run at R = 0")
+    ap.add_argument("--validation", default="9,10", help="days a variant is chosen on")
+    ap.add_argument("--test", default="11,12", help="days the chosen variant is reported on")
+    ap.add_argument("--hours", type=float, default=24.0, help="hours per day's stretch, from midnight")
+    ap.add_argument("--from-runs", type=Path, nargs="*", default=None,
+                    help="make the document from these earlier documents' runs (nothing is run)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    if args.from_runs:
+        docs = [json.loads(f.read_text()) for f in args.from_runs]
+        runs = {}
+        for stage in ("validation", "test"):  # a variant and day run twice: the first document's
+            seen: dict[tuple[str, int], dict[str, Any]] = {}
+            for d in docs:
+                for r in d["runs"][stage]:
+                    seen.setdefault((variant(r), r["day"]), r)
+            runs[stage] = list(seen.values())
+        loads = [d.get("load_avg_1_5_15") or [d.get("load_avg_1_5_15_before"), d.get("load_avg_1_5_15_after")]
+                 for d in docs]
+        doc = document(runs, docs[0]["hours_per_day"], sum(d["wall_s"] for d in docs), loads)
+    else:
+        weights = {float(x) for x in args.weights.split(",") if x}
+        levers = [(w, 0.0) for w in sorted(weights | ({0.0} if not args.windows else set()))]
+        levers += [(0.0, float(m) * 60.0) for m in args.windows.split(",") if m]
+        series = [load_workload(f"servegen:{w}", step_s=INTERVAL_S) for w in WORKLOADS]
+        t0 = time.perf_counter()
+        load_before = list(os.getloadavg())
+        runs = {"validation": [], "test": []}
+        for stage, text in (("validation", args.validation), ("test", args.test)):
+            log(f"{stage} days {text}")
+            for weight, window in levers:
+                for d in (int(x) for x in text.split(",")):
+                    runs[stage].append(run(weight, d, args.hours, series, window_s=window))
+        doc = document(runs, args.hours, time.perf_counter() - t0, [load_before, list(os.getloadavg())])
+    text = json.dumps(doc, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
