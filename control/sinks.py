@@ -9,10 +9,10 @@
   dry run unless ``apply=True``;
 - ``metrics:PORT`` (or ``metrics:HOST:PORT``; 127.0.0.1 unless a host is given): owns no
   workload; serves the delivered plan's desired replicas per template on ``/metrics`` for HPA's
-  external metrics or KEDA's Prometheus scaler — with the plan's $/h, each model's planning
-  demand, forecast and estimated SLO attainment and the last tick's time — and an example KEDA
-  ScaledObject per workload on ``/scaledobjects.yaml`` (:mod:`atoll.control.k8s_scale`). It cannot
-  starve the controller: every connection has a time-out, at most ``max_connections`` are served
+  external metrics or KEDA's Prometheus scaler — with the plan's $/h (also per price tier), each
+  model's planning demand, forecast and estimated SLO attainment and the last tick's time — and an
+  example KEDA ScaledObject per workload on ``/scaledobjects.yaml`` (:mod:`atoll.control.k8s_scale`).
+  It cannot starve the controller: every connection has a time-out, at most ``max_connections`` are served
   at once (more are closed at once, counted), the listen backlog is sized for a fleet of scrapers,
   and running out of file descriptors is named as such.
 
@@ -138,6 +138,11 @@ class _PlanCollector(Collector):
         if view.get("usd_per_h") is not None:
             cost.add_metric([], float(view["usd_per_h"]))
         yield cost
+        by_tier = GaugeMetricFamily("atoll_plan_tier_cost_usd_per_hour", "What the running plan's instances "
+                                    "of each price tier cost per hour (USD)", labels=["tier"])
+        for tier, usd in sorted(view.get("usd_per_h_by_tier", {}).items()):
+            by_tier.add_metric([tier], float(usd))
+        yield by_tier
         demand = GaugeMetricFamily("atoll_demand_tokens_per_second", "Each phase's planning demand at the "
                                    "last tick (estimated arrivals where saturated)",
                                    labels=["model", "phase"])

@@ -79,6 +79,9 @@ def test_the_tick_figures_are_exported(tmp_path: Path) -> None:
                  "atoll_last_tick_timestamp_seconds"):
         assert name in names, name
     assert samples[("atoll_plan_cost_usd_per_hour", ())] > 0
+    # a one-tier fleet (on-demand): its whole $/h in that tier
+    assert samples[("atoll_plan_tier_cost_usd_per_hour", (("tier", "on-demand"),))] == pytest.approx(
+        samples[("atoll_plan_cost_usd_per_hour", ())])
     for m in MODELS:
         assert 0.0 <= samples[("atoll_slo_attainment_ratio", (("model", m),))] <= 1.0
         assert samples[("atoll_demand_tokens_per_second", (("model", m), ("phase", "prefill")))] > 0

@@ -14,11 +14,13 @@ import pytest
 import yaml
 from control_helpers import tiny_series
 from fleet_helpers import fleet_doc, request_log
+from prometheus_client.parser import text_string_to_metric_families
 
 from atoll.control.cli import main
 from atoll.control.live_fleet import load_fleet_file
 from atoll.control.plans import PlanRecord
 from atoll.control.replay import ReplayExporter
+from atoll.control.sinks import MetricsSink
 from atoll.solvers.catalog import load_catalog
 from atoll.solvers.types import node_config_of, parse_config_name
 
@@ -100,6 +102,15 @@ def test_a_hedged_fleet_plans_both_tiers_and_bills_each_line_at_its_own(
     assert doc["plan"]["usd_per_h"] == pytest.approx(total, rel=1e-9)
     assert doc["plan"]["usd_per_h_by_tier"] == pytest.approx(by_tier, rel=1e-9)
     assert {row["tier"] for row in doc["diff"]} == {"spot", "on-demand"}
+    sink = MetricsSink(0)  # the metrics sink exports the view's $/h per tier
+    try:
+        sink.observe_tick(doc["plan"])
+        samples = {(x.name, tuple(x.labels.items())): x.value
+                   for f in text_string_to_metric_families(sink.exposition().decode()) for x in f.samples}
+    finally:
+        sink.close()
+    for tier, usd in by_tier.items():
+        assert samples[("atoll_plan_tier_cost_usd_per_hour", (("tier", tier),))] == pytest.approx(usd)
 
 
 def test_a_hedged_dry_run_renders_spot_lines_on_spot_capacity(
