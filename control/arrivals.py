@@ -17,7 +17,7 @@ on what its saturated servers managed to serve.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -114,8 +114,3 @@ class LiveArrivals:
                                     (float(plan[0, 0]), float(plan[0, 1])),
                                     (bool(busy[0, 0]), bool(busy[0, 1])))
         return out
-
-
-def with_planned(rate: ModelRate, demand: PhaseDemand) -> ModelRate:
-    """``rate`` with its token rates replaced by the planning demand (what the history keeps)."""
-    return replace(rate, prompt_tokens_per_s=demand.planned[0], generation_tokens_per_s=demand.planned[1])

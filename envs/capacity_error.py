@@ -35,7 +35,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -220,8 +220,3 @@ class CapacityError:
                 sigma = max(_calibration_sigma(g) for g in gpu_types_of_family(f))
             out[f] = float(np.clip(math.exp(sigma * zi), FACTOR_MIN, FACTOR_MAX))
         return out
-
-
-def key_factors(family_by_key: Mapping[str, str], factors: Mapping[str, float]) -> dict[str, float]:
-    """Template key -> factor, 1 for families without one."""
-    return {k: factors.get(f, 1.0) for k, f in family_by_key.items()}

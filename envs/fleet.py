@@ -473,7 +473,3 @@ def node_hours_cost(state: FleetState, templates: Mapping[str, Template],
     # during the interval keep their node's share billed: a slight overestimate)
     total += sum((math.ceil(u - 1e-9) - u) * prices[cell] / 3600.0 * seconds for cell, u in shares.items())
     return total
-
-
-def steps_for(seconds: float, step_s: float) -> int:
-    return max(1, math.ceil(seconds / step_s - 1e-9))

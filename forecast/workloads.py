@@ -257,10 +257,6 @@ def load_servegen(model: str, *, step_s: float = 300, data: Path | None = None,
                         _resample(mean_out, SERVEGEN_WINDOW_S, step_s))
 
 
-def servegen_client_count(model: str, data: Path | None = None) -> int:
-    return len(_servegen_clients(model, data or shared_data_dir())[0])
-
-
 def _bucket_requests(times_s: np.ndarray, ins: np.ndarray, outs: np.ndarray, step_s: float,
                      name: str) -> DemandSeries:
     n = int(times_s.max() // step_s) + 1 if len(times_s) else 0

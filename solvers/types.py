@@ -239,11 +239,6 @@ class ModelSpec:
         return self.active_params_b * 1e9 / self.layers
 
     @property
-    def layer_active_bytes(self) -> float:
-        """Weight bytes read per decode step per layer (active experts only)."""
-        return self.layer_active_params * self.bytes_per_param
-
-    @property
     def kv_bytes_per_token_layer(self) -> float:
         # K and V, 16-bit cache
         return 2.0 * self.kv_heads * self.head_dim * 2.0

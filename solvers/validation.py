@@ -11,7 +11,6 @@ Booleans are not numbers here: ``True`` as a price or a count is a mistake, not 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 
 from atoll.solvers.errors import AtollError, InputError
 
@@ -58,11 +57,3 @@ def check_fraction(owner: str, name: str, value: object, *, low_open: bool = Fal
         raise error(f"{owner}: field '{name}' must be in {interval}, got {value!r}")
     return value  # type: ignore[return-value]
 
-
-def check_choice(owner: str, name: str, value: object, choices: Iterable[str],
-                 error: type[AtollError] = InputError) -> str:
-    """``value`` when it is one of ``choices``."""
-    valid = tuple(choices)
-    if value not in valid:
-        raise error(f"{owner}: field '{name}' must be one of {', '.join(valid)}, got {value!r}")
-    return value  # type: ignore[return-value]
