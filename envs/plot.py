@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,13 +86,7 @@ def plot_episodes(episodes: Sequence[Episode], models: Sequence[str], out: Path,
         ax.step(hours, cost, where="post", color="C1", lw=1.0)
         ax.set_ylabel("fleet $/h" if j == 0 else "")
         ax.set_xlabel("hours since the first day's midnight")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out, title)
 
 
 Mark = tuple[str, float, float]  # name, cost $, SLO attainment
@@ -131,6 +126,13 @@ def plot_frontier(rules: Sequence[Mark], frontier: Sequence[Mark], out: Path, *,
         ax.set_title(label, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    return _save(fig, out, title)
+
+
+def _save(fig: Any, out: Path, title: str | None) -> Path:
+    """``fig`` titled, laid out and written to ``out`` (its folder made), then closed."""
+    import matplotlib.pyplot as plt
+
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
