@@ -69,11 +69,12 @@ class FixedInterval:
     every: int
     name: str = ""
     planning_quantile: float | None = None
+    kind = "fixed"  # the rule's name in the grammar (a class attribute, not a field)
 
     def __post_init__(self) -> None:
         if self.every < 1:
-            raise ValueError(f"fixed:K needs K >= 1 steps, got {self.every}")
-        self.name = self.name or f"fixed:{self.every}"
+            raise ValueError(f"{self.kind}:K needs K >= 1 steps, got {self.every}")
+        self.name = self.name or f"{self.kind}:{self.every}"
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
         step = int(info.get("step", 0))
@@ -115,10 +116,7 @@ class Threshold:
 class GrowEvery(FixedInterval):
     """``grow:K``: FixedInterval's schedule for the full re-plans, a grow at every other step."""
 
-    def __post_init__(self) -> None:
-        if self.every < 1:
-            raise ValueError(f"grow:K needs K >= 1 steps, got {self.every}")
-        self.name = self.name or f"grow:{self.every}"
+    kind = "grow"
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
         step = int(info.get("step", 0))
