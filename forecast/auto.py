@@ -31,7 +31,7 @@ import pandas as pd
 from atoll.forecast.forecasters import (
     DAY,
     FORECASTERS,
-    Forecast,
+    Chooser,
     Forecaster,
     ForecastError,
     check_history,
@@ -71,10 +71,11 @@ def season_strength(y: np.ndarray, season: int) -> float:
     return max(0.0, (ss_between - (season - 1) * ms_within) / (total + ms_within))
 
 
-class AutoForecaster(Forecaster):
+class AutoForecaster(Chooser):
     """Chooses per series by validation among models and baselines; re-selects online."""
 
     name = "auto"
+    unfitted = "auto forecaster"
 
     def __init__(self, season: int = DAY) -> None:
         super().__init__(season)
@@ -84,12 +85,6 @@ class AutoForecaster(Forecaster):
         self.strength = float("nan")
         self.selections: list[tuple[int, str]] = []
         self._live: dict[str, Forecaster] = {}
-
-    @property
-    def chosen_name(self) -> str:
-        if self.chosen is None:
-            raise ForecastError("auto forecaster used before fit()")
-        return self.chosen.name
 
     @property
     def cap_binds(self) -> int:  # type: ignore[override]
@@ -154,17 +149,6 @@ class AutoForecaster(Forecaster):
         self._since_check = 0
         return self
 
-    def _fit(self, y: np.ndarray) -> None:  # pragma: no cover - fit() is overridden
-        raise NotImplementedError
-
-    def _step(self, y: float) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def _mean(self, h: int) -> np.ndarray:
-        if self.chosen is None:
-            raise ForecastError("auto forecaster used before fit()")
-        return self.chosen._mean(h)
-
     def update(self, y: float | np.ndarray) -> None:
         if self.chosen is None:
             raise ForecastError("auto forecaster used before fit()")
@@ -190,11 +174,6 @@ class AutoForecaster(Forecaster):
         if best != self.chosen.name and err[best] < (1 - SWITCH_MARGIN) * err[self.chosen.name]:
             self.chosen = self._live[best]
             self.selections.append((self.t, best))
-
-    def forecast(self, h: int) -> Forecast:
-        if self.chosen is None:
-            raise ForecastError("auto forecaster used before fit()")
-        return self.chosen.forecast(h)
 
 
 FORECASTERS["auto"] = AutoForecaster

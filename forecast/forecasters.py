@@ -444,6 +444,35 @@ class UnobservedComponentsF(Forecaster):
         return self._ZT[:h] @ self.a
 
 
+class Chooser(Forecaster):
+    """A forecaster that forecasts with the candidate it chose (``chosen``; ``fit`` and
+    ``update`` of the subclass choose); ``unfitted`` names it in the error before ``fit``."""
+
+    unfitted = "chooser"
+    chosen: Forecaster | None = None
+
+    def _candidate(self) -> Forecaster:
+        if self.chosen is None:
+            raise ForecastError(f"{self.unfitted} used before fit()")
+        return self.chosen
+
+    @property
+    def chosen_name(self) -> str:
+        return self._candidate().name
+
+    def _fit(self, y: np.ndarray) -> None:  # pragma: no cover - fit() is overridden
+        raise NotImplementedError
+
+    def _step(self, y: float) -> None:  # pragma: no cover - update() is overridden
+        raise NotImplementedError
+
+    def _mean(self, h: int) -> np.ndarray:
+        return self._candidate()._mean(h)
+
+    def forecast(self, h: int) -> Forecast:
+        return self._candidate().forecast(h)
+
+
 FORECASTERS: dict[str, Callable[[int], Forecaster]] = {
     "naive": SeasonalNaive, "ets": HoltWinters, "sarimax": FourierSarimax, "uc": UnobservedComponentsF,
 }

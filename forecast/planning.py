@@ -68,6 +68,7 @@ from atoll.forecast.forecasters import (
     PEAK_CAP,
     PLANNING_FORECASTERS,
     QUANTILES,
+    Chooser,
     Forecast,
     Forecaster,
     ForecastError,
@@ -388,7 +389,7 @@ class PeakForecaster(Forecaster):
         return Forecast(mean=np.minimum(self._mean(h), cap), quantiles=qs, cap=cap, capped=capped.copy())
 
 
-class PeakAuto(Forecaster):
+class PeakAuto(Chooser):
     """``peak:auto``: every base of :data:`BASES` as a :class:`PeakForecaster`; the one with the
     lowest pinball loss at ``SELECT_LEVEL`` on the planning target over the calibration tail of
     the history ``fit`` gets (the warm-up's last day in the env) forecasts, and every season (a
@@ -397,6 +398,7 @@ class PeakAuto(Forecaster):
     comparison. Only data already observed reaches a choice."""
 
     name = "peak:auto"
+    unfitted = "peak:auto"
 
     def __init__(self, season: int = DAY, horizon: int = DEFAULT_HORIZON,
                  bases: Sequence[str] = BASES) -> None:
@@ -412,23 +414,6 @@ class PeakAuto(Forecaster):
     def cap_binds(self) -> int:  # type: ignore[override]
         """Forecasts of the chosen candidate whose planning cap bound."""
         return self.chosen.cap_binds if self.chosen is not None else 0
-
-    @property
-    def chosen_name(self) -> str:
-        if self.chosen is None:
-            raise ForecastError("peak:auto used before fit()")
-        return self.chosen.name
-
-    def _fit(self, y: np.ndarray) -> None:  # pragma: no cover - fit() is overridden
-        raise NotImplementedError
-
-    def _step(self, y: float) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def _mean(self, h: int) -> np.ndarray:
-        if self.chosen is None:
-            raise ForecastError("peak:auto used before fit()")
-        return self.chosen._mean(h)
 
     def fit(self, history: np.ndarray | pd.Series) -> Forecaster:
         y = check_history(history, self.season)
@@ -494,11 +479,6 @@ class PeakAuto(Forecaster):
         if best != current and self.scores[best] < (1 - SWITCH_MARGIN) * self.scores[current]:
             self.chosen = self._live[best]
             self.selections.append((self.t, best))
-
-    def forecast(self, h: int) -> Forecast:
-        if self.chosen is None:
-            raise ForecastError("peak:auto used before fit()")
-        return self.chosen.forecast(h)
 
     def coverage(self, level: float, k: int | None = None) -> float:
         if self.chosen is None:
