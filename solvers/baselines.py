@@ -33,20 +33,11 @@ from atoll.solvers.types import Template
 FEASIBLE = "feasible"  # status of a heuristic plan: no optimality claim
 
 
-@dataclass(frozen=True)
-class MethodResult:
-    """One method's plan on one problem. status: a :class:`SolveStatus` value for ILP-based
-    methods, "feasible"/"infeasible" for the Homo greedy. ``evaluation`` scores the plan (a
-    partial plan when the method could not meet the demand) with :func:`evaluate_plan`."""
+class EvaluatedPlan:
+    """Figures read off a plan's :class:`PlanEvaluation` (NaN and not ``ok`` without a plan): the
+    shared part of a method's and a ladder rung's result."""
 
-    method: str
-    status: str
-    allocation: Allocation | None
     evaluation: PlanEvaluation | None
-    gap: float
-    build_seconds: float
-    solve_seconds: float
-    message: str = ""
 
     @property
     def cost_per_hour(self) -> float:
@@ -60,6 +51,22 @@ class MethodResult:
     def ok(self) -> bool:
         """A plan exists and it satisfies every constraint of the problem."""
         return self.evaluation is not None and self.evaluation.feasible
+
+
+@dataclass(frozen=True)
+class MethodResult(EvaluatedPlan):
+    """One method's plan on one problem. status: a :class:`SolveStatus` value for ILP-based
+    methods, "feasible"/"infeasible" for the Homo greedy. ``evaluation`` scores the plan (a
+    partial plan when the method could not meet the demand) with :func:`evaluate_plan`."""
+
+    method: str
+    status: str
+    allocation: Allocation | None
+    evaluation: PlanEvaluation | None
+    gap: float
+    build_seconds: float
+    solve_seconds: float
+    message: str = ""
 
 
 def _from_solve(method: str, problem: AllocationProblem, res: AllocationResult) -> MethodResult:

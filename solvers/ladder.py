@@ -45,6 +45,7 @@ from typing import Any
 
 from atoll.solvers.allocation import solve_allocation
 from atoll.solvers.allocation.evaluate import PlanEvaluation, evaluate_plan
+from atoll.solvers.baselines import EvaluatedPlan
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus, model_of
 from atoll.solvers.types import Template, node_config_of
@@ -57,7 +58,7 @@ _TOL = 1e-9
 
 
 @dataclass(frozen=True)
-class Rung:
+class Rung(EvaluatedPlan):
     """One rung's plan. ``status``: a :class:`SolveStatus` value ("optimal" = every ILP of the
     rung proven within the problem's gap), "feasible" for the greedy, "infeasible"/"error"
     without a plan. ``model_cost``: $/h of each model's instances."""
@@ -71,18 +72,6 @@ class Rung:
     model_cost: Mapping[str, float] = field(default_factory=dict)
     message: str = ""
     gap: float = math.nan  # proven relative gap of the rung's ILP(s); the worst over sub-problems
-
-    @property
-    def cost_per_hour(self) -> float:
-        return math.nan if self.evaluation is None else self.evaluation.cost_per_hour
-
-    @property
-    def goodput_fraction(self) -> float:
-        return math.nan if self.evaluation is None else self.evaluation.goodput_fraction
-
-    @property
-    def ok(self) -> bool:
-        return self.evaluation is not None and self.evaluation.feasible
 
     def as_dict(self) -> dict[str, Any]:
         return {"rung": self.name, "status": self.status, "cost_per_hour": _num(self.cost_per_hour),
