@@ -9,12 +9,13 @@ removed per hour over the mean fleet). Prints ONE JSON document (progress on std
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from emit import emit  # this folder's own module, imported while the folder is on sys.path
 
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
@@ -46,10 +47,7 @@ def main() -> None:
             row.update(cpu_s=round(time.process_time() - t0, 1), load=round(os.getloadavg()[0], 2))
             doc["runs"][f"{phase} R={w:g}"] = row
             print(f"{phase} R={w:g}: {row}", file=sys.stderr, flush=True)
-    text = json.dumps(doc, indent=2)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(doc, args.out)
 
 
 if __name__ == "__main__":

@@ -17,18 +17,18 @@ over ceil of the cheapest plan's nodes), so both demand levels are equally tight
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import random
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from emit import emit
+from solver import copied_models
+
 from atoll.solvers.allocation import solve_allocation
 from atoll.solvers.catalog import WHAT_IF_NOTE, catalog_for
 from atoll.solvers.ladder import RUNGS, SIDE, decompose
-from atoll.solvers.models import DEFAULT_MODELS
 from atoll.solvers.problem import AllocationProblem, SolveStatus
 from atoll.solvers.scenarios import (
     MIXES,
@@ -40,7 +40,7 @@ from atoll.solvers.scenarios import (
     scenario_prices,
     scenario_templates,
 )
-from atoll.solvers.types import Service, Template
+from atoll.solvers.types import Template
 
 PAPER_HOMO_OVER_JOINT = {"core": 1.62, "extended": 3.14, "extended/large-heavy": 2.79}
 SCALES = (1.0, 3.0)
@@ -108,24 +108,9 @@ def _grid(scenarios: list[str]) -> list[dict[str, Any]]:
 def _copies(templates: tuple[Template, ...], n_models: int, seed: int) -> AllocationProblem:
     """n_models models: copy i of default model i mod 6, demand scaled by U(0.5, 1.5) (as in
     benchmarks/solver.py), ample availability, cost mode."""
-    rng = random.Random(seed)
     spec = SCENARIOS["extended"]
-    base_demand = scenario_demand(spec, "even")
-    by_model: dict[str, list[Template]] = {}
-    for t in templates:
-        by_model.setdefault(t.service.model, []).append(t)
-    out: list[Template] = []
-    demand: dict[str, float] = {}
-    for i in range(n_models):
-        src = DEFAULT_MODELS[i % len(DEFAULT_MODELS)]
-        name = f"{src}#{i}"
-        scale = rng.uniform(0.5, 1.5)
-        out.extend(Template.trusted(Service(name, t.service.phase), t.region, t.nodes, t.stages, t.throughput)
-                   for t in by_model.get(src, []))
-        for s, d in base_demand.items():
-            if s.startswith(src + "/"):
-                demand[f"{name}/{s.rpartition('/')[2]}"] = d * scale
-    return AllocationProblem(tuple(out), demand, ample_availability(spec), scenario_prices(spec))
+    out, demand = copied_models(templates, n_models, seed)
+    return AllocationProblem(out, demand, ample_availability(spec), scenario_prices(spec))
 
 
 def _scaling(sizes: list[int]) -> list[dict[str, Any]]:
@@ -197,10 +182,7 @@ def main() -> None:
     doc["what_if_catalog_offers_added"] = sorted(
         f"{o.region}/{o.config}" for o in catalog_for(True).offers if o not in catalog_for(False).offers)
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(doc, indent=1, allow_nan=False, default=lambda v: None)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(doc, args.out, indent=1, allow_nan=False, default=lambda v: None)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,13 @@ days, the chosen one marked; nothing on the test days chooses anything.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from emit import emit  # this folder's own module, imported while the folder is on sys.path
 
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
@@ -107,10 +108,7 @@ def main() -> None:
         }
         doc["markets"][market] = cell
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(doc, indent=2)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(doc, args.out)
 
 
 if __name__ == "__main__":

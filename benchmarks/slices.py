@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import random
@@ -57,6 +56,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from emit import emit
 
 from atoll.solvers.allocation import evaluate_plan, solve_allocation
 from atoll.solvers.catalog import Catalog, load_catalog
@@ -364,10 +365,7 @@ def main() -> None:
                        "note": "2 cores shared with other sessions: seconds are not from an idle machine"},
            "fleets": out, "scaled": scaled_rows, "scenarios": scenarios, "ladders": ladders,
            "libraries": libraries, "n_models": n_models}
-    text = json.dumps(doc, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n", encoding="utf-8")
+    emit(doc, args.out)
 
 
 if __name__ == "__main__":

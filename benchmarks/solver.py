@@ -131,8 +131,10 @@ def _reoptimize_one(problem: AllocationProblem) -> dict[str, Any]:
                               "objective": cold.objective}}
 
 
-def _copies(templates: tuple[Template, ...], n_models: int, seed: int) -> AllocationProblem:
-    """n_models models: copy i of default model i mod 6, demand scaled by U(0.5, 1.5)."""
+def copied_models(templates: tuple[Template, ...], n_models: int, seed: int
+                  ) -> tuple[tuple[Template, ...], dict[str, float]]:
+    """n_models models: copy i of default model i mod 6 (its templates and extended's even
+    demand), demand scaled by U(0.5, 1.5) from a generator seeded by ``seed``."""
     rng = random.Random(seed)
     spec = SCENARIOS["extended"]
     base_demand = scenario_demand(spec, "even")
@@ -151,12 +153,18 @@ def _copies(templates: tuple[Template, ...], n_models: int, seed: int) -> Alloca
         for s, d in base_demand.items():
             if s.startswith(src + "/"):
                 demand[f"{name}/{s.rpartition('/')[2]}"] = d * scale
+    return tuple(out), demand
+
+
+def _copies(templates: tuple[Template, ...], n_models: int, seed: int) -> AllocationProblem:
+    """:func:`copied_models` priced at the default regions' on-demand offers, 1000 nodes each."""
+    out, demand = copied_models(templates, n_models, seed)
     prices = {}
     catalog = load_catalog()
     for r in DEFAULT_REGIONS:
         for c, o in catalog.offers_in(r).items():
             prices[(r, c)] = o.price()
-    return AllocationProblem(tuple(out), demand, {rc: 1000 for rc in prices}, prices)
+    return AllocationProblem(out, demand, {rc: 1000 for rc in prices}, prices)
 
 
 def _scaling(n_configs_libs: dict[str, tuple[Template, ...]], sizes: list[int]) -> list[dict[str, Any]]:

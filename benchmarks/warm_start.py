@@ -27,6 +27,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from emit import emit  # this folder's own module, imported while the folder is on sys.path
+
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
@@ -158,10 +160,7 @@ def main() -> None:
         if "checked" in cell and "unchecked" in cell:
             cell["cost_change"] = round(cell["checked"]["cost_usd"] / cell["unchecked"]["cost_usd"] - 1, 5)
         doc["scenarios"][scenario] = cell
-    text = json.dumps(doc, indent=2)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(doc, args.out)
 
 
 if __name__ == "__main__":
