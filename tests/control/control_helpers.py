@@ -6,12 +6,14 @@ import socket
 import subprocess
 import threading
 import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from atoll.forecast.workloads import DemandSeries
 
@@ -88,3 +90,13 @@ class PrometheusServer:
 
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+
+
+def exported_values(url: str) -> dict[str, dict[str, float]]:
+    """metric name -> model name -> value, as the exporter at ``url`` serves them on /metrics."""
+    body = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[sample.labels["model_name"]] = sample.value
+    return out

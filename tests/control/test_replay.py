@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import urllib.request
-
 import pytest
-from control_helpers import FakeClock, tiny_series
-from prometheus_client.parser import text_string_to_metric_families
+from control_helpers import FakeClock, exported_values, tiny_series
 
 from atoll.control.metrics import GENERATION, PROMPT, MetricsUnavailable, ScrapeSource
 from atoll.control.replay import ReplayExporter, ReplayTrace
@@ -39,27 +36,18 @@ def test_trace_validation_names_the_field() -> None:
         ReplayExporter([s], port=70000)
 
 
-def _families(url: str) -> dict[str, dict[str, float]]:
-    body = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
-    out: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(body):
-        for sample in family.samples:
-            out.setdefault(sample.name, {})[sample.labels["model_name"]] = sample.value
-    return out
-
-
 def test_exporter_serves_vllm_metrics_growing_by_the_integral() -> None:
     clock = FakeClock(1000.0)
     series = [tiny_series("w1", [1.0, 3.0], 100, 10), tiny_series("w2", [0.5, 0.5], 200, 40)]
     with ReplayExporter(series, ["big", "small"], speedup=60.0, clock=clock) as exporter:
         assert exporter.url.startswith("http://127.0.0.1:") and exporter.port > 0
         clock.advance(0.5)  # trace time 30 s
-        first = _families(exporter.url)
+        first = exported_values(exporter.url)
         assert set(first) >= {PROMPT, GENERATION, "vllm:num_requests_waiting", "vllm:num_requests_running",
                               "vllm:kv_cache_usage_perc"}
         assert first[PROMPT] == {"big": pytest.approx(3000.0), "small": pytest.approx(3000.0)}
         clock.advance(1.0)  # trace time 90 s: +30 s at 1 req/s and +30 s at 3 req/s for "big"
-        second = _families(exporter.url)
+        second = exported_values(exporter.url)
         assert second[PROMPT]["big"] - first[PROMPT]["big"] == pytest.approx(100 * (30 * 1 + 30 * 3))
         assert second[GENERATION]["small"] - first[GENERATION]["small"] == pytest.approx(40 * 0.5 * 60)
         # the metrics reader parses the same page

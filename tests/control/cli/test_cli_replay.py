@@ -10,24 +10,14 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from control_helpers import exported_values
 
 from atoll.control.cli.replay import add_parser, build_exporter
 from atoll.control.metrics import PROMPT
 from atoll.solvers.errors import InputError
-
-
-def _families(url: str) -> dict[str, dict[str, float]]:
-    body = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
-    out: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(body):
-        for sample in family.samples:
-            out.setdefault(sample.name, {})[sample.labels["model_name"]] = sample.value
-    return out
 
 
 def _args(**kw: object) -> argparse.Namespace:
@@ -74,7 +64,7 @@ def test_cli_json_then_serves_until_sigterm(tmp_path: Path) -> None:
                 text += chunk
         doc = json.loads(text)
         assert [m["model"] for m in doc["models"]] == ["m1", "m2"] and doc["speedup"] == 600
-        assert set(_families(doc["url"])[PROMPT]) == {"m1", "m2"}
+        assert set(exported_values(doc["url"])[PROMPT]) == {"m1", "m2"}
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
     finally:
