@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import gymnasium as gym
 import numpy as np
 import pytest
+from tiny_fleet import two_model_templates
 
 from atoll import envs
 from atoll.envs.config import FleetConfig, RewardWeights
@@ -43,26 +44,15 @@ def tiny_config(**changes: object) -> FleetConfig:
     return FleetConfig(**base)  # type: ignore[arg-type]
 
 
-CONFIGS = (("1xL4", 700.0, 15.0), ("1xL40S", 1500.0, 40.0), ("4xA10G", 2500.0, 60.0))
-
-
 def rich_config(**changes: object) -> FleetConfig:
     """Two models, both regions, several configs, bursty demand, spot availability."""
     rng = np.random.default_rng(7)
     t = np.arange(6 * 288)
     shape = 1.0 + 0.6 * np.sin(2 * np.pi * t / 288)
-    templates = []
-    for model in ("Phi-4-14B", "GPT-OSS-20B"):
-        for region in ("aws:us-east-2", "aws:ap-northeast-2"):
-            for cfg, thr_p, thr_d in CONFIGS:
-                layers = 40 if model == "Phi-4-14B" else 24
-                for phase, thr in ((Phase.PREFILL, thr_p), (Phase.DECODE, thr_d)):
-                    templates.append(Template(Service(model, phase), region, ((cfg, 1),),
-                                              (Stage(layers, (cfg,)),), thr))
     demand = tuple(series(np.maximum(shape * (2 + i) * (1 + 0.2 * rng.standard_normal(len(t))), 0.05),
                           f"s{i}") for i in range(2))
     base: dict[str, object] = dict(scenario="core", models=("Phi-4-14B", "GPT-OSS-20B"),
-                                   templates=tuple(templates), demand=demand, forecaster="naive",
+                                   templates=two_model_templates(), demand=demand, forecaster="naive",
                                    availability="spot", days=(4, 6))
     base.update(changes)
     return FleetConfig(**base)  # type: ignore[arg-type]

@@ -7,18 +7,16 @@ import dataclasses
 
 import numpy as np
 import pytest
+from tiny_fleet import MODELS, two_model_templates
 
 from atoll.envs.config import FleetConfig
 from atoll.envs.policies import make_policy, rule_grid
 from atoll.envs.vocabulary import PLANNING_LEVELS
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError, UnknownNameError
-from atoll.solvers.types import Phase, Service, Stage, Template
 from atoll.training.contest import ContestSettings, run_contest
 
 DAYS = 7  # 1-3 warm the forecaster up, 4-5 validation, 6-7 test
-CONFIGS = (("1xL4", 700.0, 15.0), ("1xL40S", 1500.0, 40.0), ("4xA10G", 2500.0, 60.0))
-MODELS = ("Phi-4-14B", "GPT-OSS-20B")
 
 
 def series(rates: np.ndarray, name: str) -> DemandSeries:
@@ -39,16 +37,9 @@ def demand(test_factor: float = 1.0) -> tuple[DemandSeries, ...]:
 
 
 def config(test_factor: float = 1.0) -> FleetConfig:
-    templates = []
-    for model in MODELS:
-        for region in ("aws:us-east-2", "aws:ap-northeast-2"):
-            for cfg, thr_p, thr_d in CONFIGS:
-                layers = 40 if model == "Phi-4-14B" else 24
-                for phase, thr in ((Phase.PREFILL, thr_p), (Phase.DECODE, thr_d)):
-                    templates.append(Template(Service(model, phase), region, ((cfg, 1),),
-                                              (Stage(layers, (cfg,)),), thr))
-    return FleetConfig(scenario="core", models=MODELS, templates=tuple(templates), demand=demand(test_factor),
-                       forecaster="naive", availability="spot", days=(4, DAYS), episode_steps=96)
+    return FleetConfig(scenario="core", models=MODELS, templates=two_model_templates(),
+                       demand=demand(test_factor), forecaster="naive", availability="spot", days=(4, DAYS),
+                       episode_steps=96)
 
 
 SETTINGS = ContestSettings(validation_days=(4, 5), test_days=(6, 7), seeds=2, levels=(0.5, 0.9),
