@@ -43,6 +43,9 @@ def tiny_config(**changes: object) -> FleetConfig:
 
 SETTINGS = TrainSettings(timesteps=256, n_steps=64, batch_size=32, n_epochs=2, bootstrap_steps=48,
                          bootstrap_epochs=3, seed=0)
+# One env in this process and one rollout: for tests of what is logged and looked up, not of the
+# worker processes (each spawned worker imports torch and atoll anew, seconds apiece).
+ONE_ENV = dataclasses.replace(SETTINGS, n_envs=1, timesteps=64)
 
 
 def test_tiny_training_logs_a_policy_that_loads_and_acts() -> None:
@@ -106,8 +109,9 @@ def test_bootstrap_rule_is_cloned_and_validated() -> None:
     with pytest.raises(ValueError, match="bootstrap_rule.*deployable rule.*'hindsight'"):
         TrainSettings(bootstrap_rule="hindsight")
     # cloning fixed:1 (every model, every step): the cloned network re-optimizes nearly always
-    settings = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, bootstrap_steps=96,
-                             bootstrap_epochs=300, bootstrap_rule="fixed:1", learning_rate=1e-9, seed=0)
+    settings = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,
+                             bootstrap_steps=96, bootstrap_epochs=300, bootstrap_rule="fixed:1",
+                             learning_rate=1e-9, seed=0)
     model, vec, stats = train_policy(tiny_config(), settings)
     env = FleetEnv(tiny_config(days=(6, 6)))
     obs, _ = env.reset(seed=0)
@@ -134,8 +138,8 @@ def test_a_per_model_teacher_is_cloned_in_the_envs_codes() -> None:
     from atoll.training.train import train_policy
 
     # codec levels (0.9, 0.7, 0.95): model 0 full at 0.9 is code 1, model 1 full at 0.95 code 5
-    settings = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, bootstrap_steps=96,
-                             bootstrap_epochs=1, bootstrap_min_updates=400,
+    settings = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,
+                             bootstrap_steps=96, bootstrap_epochs=1, bootstrap_min_updates=400,
                              bootstrap_rule="per-model:1@0.9,1@0.95", learning_rate=1e-9, seed=0)
     model, vec, stats = train_policy(tiny_config(), settings)
     assert stats["bootstrap_agreement"] >= 0.98  # step 0 of an episode holds: the rest re-plan
@@ -161,7 +165,7 @@ def test_a_per_model_teacher_is_cloned_in_the_envs_codes() -> None:
 def test_vecnormalize_discounts_with_the_settings_gamma() -> None:
     from atoll.training.train import train_policy
 
-    settings = TrainSettings(timesteps=32, n_steps=32, batch_size=16, n_epochs=1, bootstrap_steps=0,
+    settings = TrainSettings(timesteps=32, n_steps=32, batch_size=16, n_epochs=1, n_envs=1, bootstrap_steps=0,
                              gamma=0.9)
     model, vec, _ = train_policy(tiny_config(), settings)
     assert model.gamma == 0.9 and vec.gamma == 0.9  # reward scaling uses the return PPO discounts
@@ -183,15 +187,15 @@ def test_train_settings_fields_are_documented_and_validated() -> None:
 def test_train_or_reuse_finds_the_run_with_the_same_settings() -> None:
     from atoll.training.tracking import train_or_reuse
 
-    first = train_or_reuse(tiny_config(), SETTINGS)
-    again = train_or_reuse(tiny_config(), SETTINGS)
+    first = train_or_reuse(tiny_config(), ONE_ENV)
+    again = train_or_reuse(tiny_config(), ONE_ENV)
     assert not first["reused"] and again["reused"]
     assert (again["model_uri"], again["run_id"]) == (first["model_uri"], first["run_id"])
-    other_seed = train_or_reuse(tiny_config(), dataclasses.replace(SETTINGS, seed=1))
-    forced = train_or_reuse(tiny_config(), SETTINGS, retrain=True)
+    other_seed = train_or_reuse(tiny_config(), dataclasses.replace(ONE_ENV, seed=1))
+    forced = train_or_reuse(tiny_config(), ONE_ENV, retrain=True)
     assert not other_seed["reused"] and not forced["reused"]
     assert len({first["run_id"], other_seed["run_id"], forced["run_id"]}) == 3
-    assert train_or_reuse(tiny_config(), SETTINGS)["run_id"] == forced["run_id"]  # the newest one
+    assert train_or_reuse(tiny_config(), ONE_ENV)["run_id"] == forced["run_id"]  # the newest one
 
 
 def test_evaluate_run_logs_the_learned_capacity_factors() -> None:
