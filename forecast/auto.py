@@ -150,8 +150,7 @@ class AutoForecaster(Chooser):
         return self
 
     def update(self, y: float | np.ndarray) -> None:
-        if self.chosen is None:
-            raise ForecastError("auto forecaster used before fit()")
+        self._candidate()  # an error before fit()
         for v in np.atleast_1d(np.asarray(y, dtype=float)):
             for name, f in self._live.items():
                 pend = self._pending[name]

@@ -55,6 +55,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -442,8 +443,7 @@ class PeakAuto(Chooser):
         return self
 
     def update(self, y: float | np.ndarray) -> None:
-        if self.chosen is None:
-            raise ForecastError("peak:auto used before fit()")
+        self._candidate()  # an error before fit()
         for v in np.atleast_1d(np.asarray(y, dtype=float)):
             for b, f in self._live.items():
                 f.update(float(v))
@@ -481,9 +481,7 @@ class PeakAuto(Chooser):
             self.selections.append((self.t, best))
 
     def coverage(self, level: float, k: int | None = None) -> float:
-        if self.chosen is None:
-            raise ForecastError("peak:auto used before fit()")
-        return self.chosen.coverage(level, k)
+        return cast(PeakForecaster, self._candidate()).coverage(level, k)
 
 
 def _register() -> None:

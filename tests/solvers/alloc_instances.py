@@ -5,8 +5,10 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
+
 from atoll.solvers.allocation.evaluate import evaluate_plan
-from atoll.solvers.problem import Allocation, AllocationProblem
+from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus
 from atoll.solvers.types import Phase, Service, Stage, Template
 
 CONFIGS = ("1xA", "2xA", "1xB")
@@ -82,3 +84,17 @@ def with_spot_tier(base: AllocationProblem, rng: random.Random, *, discount: tup
         avail[(tiered_region(r, "spot"), c)] = rng.randint(0, pool_max)
     return AllocationProblem(base.templates + spot_twins(base.templates), base.demand, avail, prices,
                              gap=0.0)
+
+
+def matches_brute_force(problem: AllocationProblem, res: AllocationResult) -> tuple[float, float] | None:
+    """Assert that ``res`` is what exhaustive search finds — INFEASIBLE when no allocation is
+    feasible, else OPTIMAL at the best goodput fraction and the least objective there — and
+    return that (goodput fraction, objective), or None."""
+    best = brute_force(problem)
+    if best is None:
+        assert res.status is SolveStatus.INFEASIBLE, res.message
+        return None
+    assert res.status is SolveStatus.OPTIMAL, res.message
+    assert res.goodput_fraction == pytest.approx(best[0], abs=1e-6)
+    assert res.objective == pytest.approx(best[1], abs=1e-6)
+    return best

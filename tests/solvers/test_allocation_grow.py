@@ -4,7 +4,7 @@ against brute force, never removing an instance, through both the joint and the 
 import random
 
 import pytest
-from alloc_instances import brute_force, random_problem, template
+from alloc_instances import matches_brute_force, random_problem, template
 
 from atoll.solvers.allocation import Allocation, AllocationProblem, SolveStatus, solve_allocation
 from atoll.solvers.allocation.evaluate import evaluate_plan
@@ -30,13 +30,9 @@ def test_grow_matches_brute_force(seed, decompose):
     mode = "cost" if seed % 3 else "goodput"
     problem = _grow_problem(seed, mode)
     res = solve_allocation(problem, warm_start=problem.running, decompose=decompose)
-    best = brute_force(problem)  # evaluate_plan refuses plans below a grow model's floor
-    if best is None:
-        assert res.status is SolveStatus.INFEASIBLE, res.message
+    # brute force: evaluate_plan refuses plans below a grow model's floor
+    if matches_brute_force(problem, res) is None:
         return
-    assert res.status is SolveStatus.OPTIMAL, res.message
-    assert res.goodput_fraction == pytest.approx(best[0], abs=1e-6)
-    assert res.objective == pytest.approx(best[1], abs=1e-6)
     ev = evaluate_plan(problem, res.allocation)
     assert ev.feasible, ev.violations
 

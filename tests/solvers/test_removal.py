@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from alloc_instances import brute_force, random_problem
+from alloc_instances import matches_brute_force, random_problem
 
 from atoll.solvers.allocation import evaluate_plan, solve_allocation
 from atoll.solvers.problem import Allocation, AllocationProblem, SolveStatus
@@ -25,14 +25,10 @@ def test_removal_price_matches_brute_force(seed: int, weight: float) -> None:
     if not evaluate_plan(base.with_changes(running=None, reoptimize=None, mode="goodput"), running).feasible:
         running = Allocation.of({})  # over availability: start from nothing
     problem = base.with_changes(running=running, removal_weight=weight)
-    best = brute_force(problem)
     res = solve_allocation(problem, warm_start=running)
+    best = matches_brute_force(problem, res)
     if best is None:
-        assert res.status is SolveStatus.INFEASIBLE, res.message
         return
-    assert res.status is SolveStatus.OPTIMAL, res.message
-    assert res.goodput_fraction == pytest.approx(best[0], abs=1e-6)
-    assert res.objective == pytest.approx(best[1], abs=1e-6)
     cold = solve_allocation(problem)
     assert cold.objective == pytest.approx(best[1], abs=1e-6)
 
