@@ -23,7 +23,7 @@ zone-correlated preemptions, spot acquisition that fails — each change of ``at
 world except the closed loop), ``closed`` (``atoll/Fleet-v2``'s closed loop without the charges)
 or ``v3`` (``atoll/Fleet-v3``'s whole world: the closed loop and the charges).
 
-``--seeds``, ``--days`` and ``--availability`` shrink the run; the document records what ran.
+``--seeds``, ``--days``, ``--availability`` and ``--policies`` shrink the run; the document records what ran.
 ``--merge A.json B.json ...`` prints the union of earlier documents (parts run in parallel).
 """
 
@@ -158,6 +158,7 @@ def main() -> None:
     parser.add_argument("--availability", default="spot,ample")
     parser.add_argument("--merge", nargs="+", type=Path)
     parser.add_argument("--world", choices=tuple(WORLDS), default="plain")
+    parser.add_argument("--policies", default=",".join(POLICIES), help="the rule table's policies")
     args = parser.parse_args()
     if args.merge:
         merged: dict[str, Any] = {}
@@ -175,8 +176,9 @@ def main() -> None:
     avail = [a for a in args.availability.split(",") if a]
     parts = set(args.parts.split(","))
     world = WORLDS[args.world]
+    policies = tuple(p for p in args.policies.split(",") if p)
     out: dict[str, Any] = {"run": {"days": days, "seeds": seeds, "availability": avail,
-                                   "parts": sorted(parts), "policies": list(POLICIES),
+                                   "parts": sorted(parts), "policies": list(policies),
                                    "seed_meaning": "demand_seed and the env's reset seed",
                                    "world": args.world, "world_settings": world,
                                    "load_before": list(os.getloadavg())}}
@@ -188,7 +190,7 @@ def main() -> None:
     for scenario in ("core", "extended"):
         if scenario in parts:
             for a in avail:
-                tables[f"{scenario}/{a}"] = table(scenario, a, days, seeds, **world)
+                tables[f"{scenario}/{a}"] = table(scenario, a, days, seeds, policies, **world)
     if "variants" in parts:
         tables["core/spot/resample=hold"] = table("core", "spot", days, seeds, resample="hold")
         tables["core/spot/transition=break-before-make"] = table("core", "spot", days, seeds,
