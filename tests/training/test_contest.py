@@ -121,7 +121,7 @@ def test_contest_run_logs_headline_params_dataset_nested_runs_and_artifacts(tmp_
     from atoll.training.train import TrainSettings
 
     cfg = dataclasses.replace(config(), days=(4, 5))
-    trained = train_run(cfg, TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1,
+    trained = train_run(cfg, TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,
                                            bootstrap_steps=48, seed=0))
     spec = f"learned:{trained['model_uri']}"
     out = contest_run(config(), [spec], dataclasses.replace(SETTINGS, seeds=1, validation_seeds=1))
