@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import threading
@@ -100,3 +102,14 @@ def exported_values(url: str) -> dict[str, dict[str, float]]:
         for sample in family.samples:
             out.setdefault(sample.name, {})[sample.labels["model_name"]] = sample.value
     return out
+
+
+def kill_9(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    """SIGKILL ``proc`` mid-work, as a crash or an OOM kill would, and reap it; a process still
+    alive after its test is killed too."""
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -4,11 +4,11 @@ controller killed (SIGKILL, a real process) between the two phases neither loses
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from control_helpers import kill_9
 
 from atoll.control.state import load_state
 
@@ -33,11 +33,8 @@ def test_killed_between_the_phases_the_restart_delivers_the_removals_once(tmp_pa
         else:
             err = proc.stderr.read() if proc.stderr else ""
             raise AssertionError(f"the worker ended before phase 1: {err}")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        kill_9(proc)
     saved = load_state(tmp_path / "state")
     assert saved is not None and saved.pending is None and saved.final is not None
     assert saved.running == {**saved.final.plan, SMALL.key: 1}  # the replaced instance is still there

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from control_helpers import tiny_series
+from control_helpers import kill_9, tiny_series
 
 from atoll.control.cli import main
 from atoll.control.cli.control import parse_interval
@@ -119,11 +118,8 @@ def test_kill_9_then_the_next_start_resumes(replay: ReplayExporter, tmp_path: Pa
                             cwd=Path(__file__).resolve().parents[2])
     try:
         _wait_for_tick(tmp_path / "state", 3, proc)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        kill_9(proc)
     saved = load_state(tmp_path / "state")
     assert saved is not None and saved.running
     out = subprocess.run(_controller(replay, tmp_path, "--once", "--json"), capture_output=True,
