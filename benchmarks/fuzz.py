@@ -25,16 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(REPO / "tests"))
 
-from fuzz_targets import (  # noqa: E402
-    CatalogTarget,
-    FleetTarget,
-    bodies,
-    catalog_inputs,
-    fleet_inputs,
-    metrics_target,
-    pages,
-    prometheus_target,
-)
+import fuzz_targets as targets  # noqa: E402  (the tests' targets, run longer here)
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
@@ -70,24 +61,25 @@ def run(name: str, strategy: st.SearchStrategy[Any], target: Any, examples: int,
 
 
 def catalog_user_file(examples: int) -> dict[str, Any]:
-    catalog = CatalogTarget()
-    return run("catalog", st.tuples(catalog_inputs, st.sampled_from([".yaml", ".toml"])),
+    catalog = targets.CatalogTarget()
+    return run("catalog", st.tuples(targets.catalog_inputs, st.sampled_from([".yaml", ".toml"])),
                lambda v: catalog(*v), examples)
 
 
 def metrics_page(examples: int) -> dict[str, Any]:
-    return run("metrics", st.lists(pages, min_size=1, max_size=3), metrics_target, examples)
+    return run("metrics", st.lists(targets.pages, min_size=1, max_size=3), targets.metrics_target, examples)
 
 
 def prometheus_answer(examples: int) -> dict[str, Any]:
-    return run("prometheus", st.tuples(bodies, bodies, bodies), prometheus_target, examples)
+    body = targets.bodies
+    return run("prometheus", st.tuples(body, body, body), targets.prometheus_target, examples)
 
 
 def fleet_file(examples: int) -> dict[str, Any]:
     # Fleets whose workloads are request logs or ServeGen traces (read once, then cached) are
     # also activated; Azure traces are left to the loader alone (slow to read).
-    fleet = FleetTarget(activate_kinds=("csv", "servegen"))
-    return run("fleet_file", fleet_inputs, fleet, examples,
+    fleet = targets.FleetTarget(activate_kinds=("csv", "servegen"))
+    return run("fleet_file", targets.fleet_inputs, fleet, examples,
                extra=lambda: {"loaded": fleet.loaded, "activated": fleet.activated})
 
 
