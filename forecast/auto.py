@@ -158,7 +158,7 @@ class AutoForecaster(Chooser):
                 if len(pend) == HORIZON:
                     self._abs_err[name].append(abs(float(v) - max(pend.popleft(), 0.0)))
                 f.update(float(v))
-            self.t = self.chosen.t
+            self.t = self._candidate().t
             self._since_check += 1
             if self._since_check >= RESELECT_EVERY_SEASONS * self.season:
                 self._since_check = 0

@@ -452,7 +452,7 @@ class PeakAuto(Chooser):
                 # matures horizon - 1 steps from now
                 self._issued[b].append(float(f._pending[0][2][-1, self._sel]))
             self._mature(float(v))
-            self.t = self.chosen.t
+            self.t = self._candidate().t
             self._since += 1
             if self._since >= self.season:
                 self._since = 0
