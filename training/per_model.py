@@ -41,11 +41,9 @@ import numpy as np
 
 from atoll.envs.actions import ActionCodec
 from atoll.envs.vocabulary import (
-    PER_MODEL_PREFIX,
     PER_MODEL_USAGE,
     PLANNING_LEVELS,
     PolicySpec,
-    format_level,
     parse_policy,
 )
 from atoll.solvers.errors import AtollError, InputError
@@ -140,7 +138,7 @@ class Assignment:
 
 
 def assignment_spec(options: Sequence[Option]) -> str:
-    return PER_MODEL_PREFIX + ",".join(f"{k}@{format_level(q)}" for k, q in options)
+    return str(PolicySpec("per-model", entries=tuple((int(k), float(q)) for k, q in options)))
 
 
 def evaluate(table: Table, options: Sequence[Option]) -> Assignment:
