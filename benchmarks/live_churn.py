@@ -158,7 +158,7 @@ def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
-    values = [r[key] for r in rows if r[key] is not None]
+    values = [r[key] for r in rows if r.get(key) is not None]
     return float(np.mean(values)) if values else None
 
 
@@ -186,9 +186,14 @@ def document(runs: dict[str, list[dict[str, Any]]], hours: float, wall_s: float,
     names = sorted({variant(r) for rows in runs.values() for r in rows})
     summary = {stage: {k: pooled([r for r in rows if variant(r) == k]) for k in names
                        if any(variant(r) == k for r in rows)} for stage, rows in runs.items()}
+    days = {stage: sorted({r["day"] for r in rows}) for stage, rows in runs.items()}
+    partial = {"variants": names, "validation_days": days["validation"], "test_days": days["test"],
+               "hours_per_day": hours, "summary": summary, "runs": runs, "wall_s": wall_s,
+               "load_avg_1_5_15": loads}
+    if "R=0" not in summary["validation"] or "R=0" not in summary["test"]:
+        return partial  # no reference to choose against: merge it with one (--from-runs)
     chosen = choose(summary["validation"])
     test0, testc = summary["test"]["R=0"], summary["test"][chosen]
-    days = {stage: sorted({r["day"] for r in rows}) for stage, rows in runs.items()}
     return {
         "what": "live controller vs served replay (README live example): core, threshold, 5-min ticks, "
                 "time scale 60, world scale:0.75; churn and billed cost after the first hour",
