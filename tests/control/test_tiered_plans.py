@@ -21,6 +21,7 @@ from atoll.control.live_fleet import load_fleet_file
 from atoll.control.plans import PlanRecord
 from atoll.control.replay import ReplayExporter
 from atoll.control.sinks import MetricsSink
+from atoll.envs.fleet_file import fleet_config, read_fleet
 from atoll.solvers.catalog import load_catalog
 from atoll.solvers.types import node_config_of, parse_config_name
 
@@ -167,6 +168,9 @@ def test_a_fleet_files_removal_weight_reaches_the_planner(tmp_path: Path) -> Non
     fleet = load_fleet_file(path)
     assert fleet.config.removal_weight == 0.25 and fleet.model.base.removal_weight == 0.25
     assert load_fleet_file(path, removal_weight=1.0).model.base.removal_weight == 1.0
+    loaded = read_fleet(path)  # the simulator's configuration takes it too; a flag overrides it
+    assert fleet_config(loaded, (4, 5)).removal_weight == 0.25
+    assert fleet_config(loaded, (4, 5), removal_weight=0.0).removal_weight == 0.0
     path.write_text(yaml.safe_dump({**doc, "removal_weight": -1}, sort_keys=False))
     with pytest.raises(Exception, match="removal_weight"):
         load_fleet_file(path)
