@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 
 import pulp
 
-from atoll.solvers.allocation.model import STAGES, label
+from atoll.solvers.allocation.model import STAGES, label, risk_rows, service_rows
 from atoll.solvers.allocation.reduction import RoundInstance
-from atoll.solvers.problem import Allocation, is_spot_region, model_of
+from atoll.solvers.problem import Allocation, model_of
 from atoll.solvers.types import node_config_of, node_share, parse_config_name
 
 Kind = tuple[str, str, int]  # (region, GPU type, GPUs per stage)
@@ -300,55 +300,11 @@ def build_kind_model(inst: RoundInstance, stage: str, floor_share: float | None 
                  == inst.fixed_use.get(rc, 0.0), f"pack{name}")
         if pays:
             objective.append((idle, p.prices[rc]))
-    if stage == "cost":
-        for j, s in enumerate(inst.services):
-            prob += pulp.LpAffineExpression(by_service[s]) >= inst.target(s), f"demand{j:05d}_{label(s)}"
-    else:
-        f = km.fraction
-        for j, m in enumerate(inst.models):
-            f[m] = prob.add_variable(f"fraction{j:05d}_{label(m)}", 0, 1)
-        for j, s in enumerate(inst.services):
-            prob += (pulp.LpAffineExpression([*by_service[s], (f[model_of(s)], -p.planning_demand(s))])
-                     >= -inst.held.get(s, 0.0), f"share{j:05d}_{label(s)}")
-        if stage == "share":
-            objective = [(v, 1.0) for v in f.values()]
-        else:
-            prob += pulp.lpSum(f.values()) >= floor_share, "share_floor"
+    objective = service_rows(inst, prob, by_service, km.fraction, stage, floor_share) or objective
     if p.risk:
-        _risk_rows(inst, km, by_region, stage)
+        risk_rows(inst, prob, by_region, km.fraction, stage)
     prob.setObjective(pulp.LpAffineExpression(objective))
     return km
-
-
-def _risk_rows(inst: RoundInstance, km: KindModel,
-               terms: Mapping[str, list[tuple[str, pulp.LpVariable, float]]], stage: str) -> None:
-    """The risk rows of :func:`atoll.solvers.allocation.model._risk_rows` over this model's
-    columns (a group's column sits in its region)."""
-    p = inst.problem
-    held: dict[str, list[tuple[str, float]]] = defaultdict(list)
-    for key, n in inst.floor.items():
-        t = p.template(key)
-        held[t.service.name].append((t.region, n * t.throughput))
-    pools = {r for ts in terms.values() for r, _, _ in ts} | {r for hs in held.values() for r, _ in hs}
-    spot = sorted(z for z in pools if is_spot_region(z))
-    for j, s in enumerate(inst.services):
-        risk = p.risk_of(model_of(s))
-        rows: list[tuple[float, frozenset[str], str]] = []
-        if risk.spread < 1:
-            rows += [(1 - risk.spread, frozenset(pools - {z}), f"spread{j:05d}_{label(s)}_{label(z)}")
-                     for z in spot]
-        if risk.ondemand_floor > 0:
-            rows.append((risk.ondemand_floor, frozenset(r for r in pools if not is_spot_region(r)),
-                         f"floor{j:05d}_{label(s)}"))
-        need = p.planning_demand(s)
-        share = km.fraction.get(model_of(s)) if stage != "cost" else None
-        for coef, counted, name in rows:
-            lhs = [(v, th) for r, v, th in terms.get(s, []) if r in counted]
-            const = sum(h for r, h in held[s] if r in counted)
-            if share is not None:
-                km.prob += pulp.LpAffineExpression([*lhs, (share, -coef * need)]) >= -const, name
-            else:
-                km.prob += pulp.LpAffineExpression(lhs) >= coef * need - const, name
 
 
 def kind_start_values(inst: RoundInstance, km: KindModel, start: Allocation) -> dict[str, float]:

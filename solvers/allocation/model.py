@@ -151,39 +151,51 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
                     n_rows += 1
                     prob += (pulp.LpAffineExpression([(x[key], 1.0), (yv, -float(inst.bound[key]))])
                              <= 0, f"type{n_rows:06d}_{label(g)}_{names[key]}")
-    if stage == "cost":
-        for j, s in enumerate(inst.services):
-            prob += pulp.LpAffineExpression(by_service[s]) >= inst.target(s), f"demand{j:05d}_{label(s)}"
-    else:
-        f = model.fraction
-        for j, m in enumerate(inst.models):
-            f[m] = prob.add_variable(f"fraction{j:05d}_{label(m)}", 0, 1)
-        for j, s in enumerate(inst.services):
-            prob += (pulp.LpAffineExpression([*by_service[s], (f[model_of(s)], -p.planning_demand(s))])
-                     >= -inst.held.get(s, 0.0), f"share{j:05d}_{label(s)}")
-        if stage == "share":
-            objective = [(v, 1.0) for v in f.values()]
-        else:
-            prob += pulp.lpSum(f.values()) >= floor_share, "share_floor"
+    objective = service_rows(inst, prob, by_service, model.fraction, stage, floor_share) or objective
     if p.risk:
-        _risk_rows(inst, model, stage)
+        terms: dict[str, list[tuple[str, pulp.LpVariable, float]]] = defaultdict(list)
+        for key, var in model.count.items():
+            t = p.template(key)
+            terms[t.service.name].append((t.region, var, t.throughput))
+        risk_rows(inst, prob, terms, model.fraction, stage)
     prob.setObjective(pulp.LpAffineExpression(objective))
     return model
 
 
-def _risk_rows(inst: RoundInstance, model: Model, stage: str) -> None:
+def service_rows(inst: RoundInstance, prob: pulp.LpProblem,
+                 by_service: Mapping[str, list[tuple[pulp.LpVariable, float]]],
+                 fraction: dict[str, pulp.LpVariable], stage: str,
+                 floor_share: float | None) -> list[tuple[pulp.LpVariable, float]] | None:
+    """Each service's row: its demand (cost stage), or its served fraction f_m (goodput stages,
+    which add the f_m to ``fraction``); the share stage's objective (sum f_m), else None."""
+    p = inst.problem
+    if stage == "cost":
+        for j, s in enumerate(inst.services):
+            prob += pulp.LpAffineExpression(by_service[s]) >= inst.target(s), f"demand{j:05d}_{label(s)}"
+        return None
+    for j, m in enumerate(inst.models):
+        fraction[m] = prob.add_variable(f"fraction{j:05d}_{label(m)}", 0, 1)
+    for j, s in enumerate(inst.services):
+        prob += (pulp.LpAffineExpression([*by_service[s], (fraction[model_of(s)], -p.planning_demand(s))])
+                 >= -inst.held.get(s, 0.0), f"share{j:05d}_{label(s)}")
+    if stage == "share":
+        return [(v, 1.0) for v in fraction.values()]
+    prob += pulp.lpSum(fraction.values()) >= floor_share, "share_floor"
+    return None
+
+
+def risk_rows(inst: RoundInstance, prob: pulp.LpProblem,
+              terms: Mapping[str, list[tuple[str, pulp.LpVariable, float]]],
+              fraction: Mapping[str, pulp.LpVariable], stage: str) -> None:
     """The rows of each model's :class:`~atoll.solvers.problem.Risk`, per service s with planning
-    demand D_s (x f_m in goodput mode) and capacity terms theta_t x_t (floors H as constants):
+    demand D_s (x f_m in goodput mode) and capacity terms theta_t x_t (``terms``: service ->
+    (region, variable, throughput); floors H as constants):
 
         spread sigma, per spot pool z:  sum_{t not in z} theta_t x_t >= (1 - sigma) D_s - H_{not z}
         on-demand floor phi:           sum_{t on-demand} theta_t x_t >= phi D_s - H_{on-demand}
 
     Named ``spread<j>_<service>_<pool>`` and ``floor<j>_<service>``."""
     p = inst.problem
-    terms: dict[str, list[tuple[str, pulp.LpVariable, float]]] = defaultdict(list)
-    for key, var in model.count.items():
-        t = p.template(key)
-        terms[t.service.name].append((t.region, var, t.throughput))
     held: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for key, n in inst.floor.items():
         t = p.template(key)
@@ -200,14 +212,14 @@ def _risk_rows(inst: RoundInstance, model: Model, stage: str) -> None:
             rows.append((risk.ondemand_floor, frozenset(r for r in pools if not is_spot_region(r)),
                          f"floor{j:05d}_{label(s)}"))
         need = p.planning_demand(s)
-        share = model.fraction.get(model_of(s)) if stage != "cost" else None
+        share = fraction.get(model_of(s)) if stage != "cost" else None
         for coef, counted, name in rows:
-            lhs = [(v, th) for r, v, th in terms[s] if r in counted]
+            lhs = [(v, th) for r, v, th in terms.get(s, []) if r in counted]
             const = sum(h for r, h in held[s] if r in counted)
             if share is not None:  # goodput: the served fraction f_m of the demand
-                model.prob += pulp.LpAffineExpression([*lhs, (share, -coef * need)]) >= -const, name
+                prob += pulp.LpAffineExpression([*lhs, (share, -coef * need)]) >= -const, name
             else:
-                model.prob += pulp.LpAffineExpression(lhs) >= coef * need - const, name
+                prob += pulp.LpAffineExpression(lhs) >= coef * need - const, name
 
 
 def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[str, float]:
