@@ -153,11 +153,11 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
                              <= 0, f"type{n_rows:06d}_{label(g)}_{names[key]}")
     objective = service_rows(inst, prob, by_service, model.fraction, stage, floor_share) or objective
     if p.risk:
-        terms: dict[str, list[tuple[str, pulp.LpVariable, float]]] = defaultdict(list)
+        by_region: dict[str, list[tuple[str, pulp.LpVariable, float]]] = defaultdict(list)
         for key, var in model.count.items():
             t = p.template(key)
-            terms[t.service.name].append((t.region, var, t.throughput))
-        risk_rows(inst, prob, terms, model.fraction, stage)
+            by_region[t.service.name].append((t.region, var, t.throughput))
+        risk_rows(inst, prob, by_region, model.fraction, stage)
     prob.setObjective(pulp.LpAffineExpression(objective))
     return model
 
