@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 import random
+from collections import defaultdict
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,6 +13,7 @@ from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResul
 from atoll.solvers.types import Phase, Service, Stage, Template
 
 CONFIGS = ("1xA", "2xA", "1xB")
+AVAILABILITY_TOL = 1e-6  # evaluate_plan's tolerance on a pool's node count
 
 
 def template(model: str, phase: Phase, region: str, nodes: dict[str, int], throughput: float) -> Template:
@@ -52,6 +54,33 @@ def random_problem(seed: int, *, n_models: int = 2, regions: tuple[str, ...] = (
                              one_gpu_type_per_model=one_type)
 
 
+def _within_availability(problem: AllocationProblem, ranges: list[range]) -> Iterator[tuple[int, ...]]:
+    """Every combination of counts from ``ranges`` whose node use fits each (region, config)'s
+    availability: depth first, a branch cut as soon as a pool is over. A cut combination is one
+    evaluate_plan refuses anyway (its pool check, at the same tolerance), so the enumeration stays
+    exhaustive over the feasible ones; most of the product never gets to evaluate_plan."""
+    uses = [[((t.region, c), k) for c, k in t.node_use] for t in problem.templates]
+    usage: dict[tuple[str, str], float] = defaultdict(float)
+    combo = [0] * len(ranges)
+
+    def go(i: int) -> Iterator[tuple[int, ...]]:
+        if i == len(ranges):
+            yield tuple(combo)
+            return
+        for n in ranges[i]:
+            if any(usage[rc] + n * k > problem.available(rc) + AVAILABILITY_TOL for rc, k in uses[i]):
+                break  # more of this template only uses more
+            for rc, k in uses[i]:
+                usage[rc] += n * k
+            combo[i] = n
+            yield from go(i + 1)
+            for rc, k in uses[i]:
+                usage[rc] -= n * k
+        combo[i] = 0
+
+    yield from go(0)
+
+
 def brute_force(problem: AllocationProblem) -> tuple[float, float] | None:
     """(best goodput fraction, least objective at it) over every integer allocation within
     availability (availability bounds every count, so the enumeration is exhaustive)."""
@@ -61,7 +90,7 @@ def brute_force(problem: AllocationProblem) -> tuple[float, float] | None:
         ub = min(int(problem.available((t.region, c)) // k) for c, k in t.nodes)
         ranges.append(range(ub + 1))
     best: tuple[float, float] | None = None
-    for combo in itertools.product(*ranges):
+    for combo in _within_availability(problem, ranges):
         ev = evaluate_plan(problem, dict(zip(keys, combo, strict=True)))
         if not ev.feasible:
             continue
