@@ -212,7 +212,6 @@ class FleetModel:
                     if n and not self.templates[k].has_slices]
         return out
 
-
     def tokens(self, rates: np.ndarray) -> np.ndarray:
         """[M, 2] tokens/s per (prefill, decode) of request rates [M] (req/s)."""
         return np.asarray(rates, dtype=float)[:, None] * self.shape
