@@ -38,7 +38,8 @@ class FakeVllm(ThreadingHTTPServer):
         self.headers_seen: list[dict[str, str]] = []
         self.order: list[int] = []
         self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        # a short poll: shutdown() waits for the serving loop's next look at its flag
+        self.thread = threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:

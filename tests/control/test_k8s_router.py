@@ -212,7 +212,7 @@ def pair(request: pytest.FixtureRequest) -> Iterator[tuple[FakeVllm, FakeVllm, R
     router = serve(prefill.url, decode.url, port=0, host="127.0.0.1", timeout_s=10.0,
                    limits={"MAX_BODY_BYTES": 4096, "HEADER_TIMEOUT_S": 0.5, "BODY_TIMEOUT_S": 0.5,
                            "MAX_CONNECTIONS": 8})
-    thread = threading.Thread(target=router.serve_forever, daemon=True)
+    thread = threading.Thread(target=router.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield prefill, decode, router
     for s in (prefill, decode, router):
@@ -389,7 +389,7 @@ def test_a_decode_failure_midway_ends_the_response_as_an_error(stream: bool) -> 
     prefill = FakeVllm("prefill").start()
     decode = FakeVllm("decode", keep_alive=True, tokens=5).start()
     router = serve(prefill.url, decode.url, port=0, host="127.0.0.1", timeout_s=10.0)
-    threading.Thread(target=router.serve_forever, daemon=True).start()
+    threading.Thread(target=router.serve_forever, args=(0.05,), daemon=True).start()
     try:
         decode.mode = "break"
         conn = http.client.HTTPConnection("127.0.0.1", router.server_address[1], timeout=10)
@@ -442,7 +442,7 @@ def test_the_listen_backlog_holds_a_burst_of_connections(pair: tuple[FakeVllm, F
         s.settimeout(0.5)
         s.connect(("127.0.0.1", router.server_address[1]))
         socks.append(s)
-    threading.Thread(target=router.serve_forever, daemon=True).start()
+    threading.Thread(target=router.serve_forever, args=(0.05,), daemon=True).start()
     for s in socks[:6]:
         s.sendall(post("/v1/completions", b'{"prompt": "x"}'))
         s.settimeout(10)
@@ -531,7 +531,7 @@ def test_k8s_apply_sends_the_router_identity_first_through_the_real_client() -> 
     from kubernetes import client
 
     api = FakeApiServer()
-    threading.Thread(target=api.serve_forever, daemon=True).start()
+    threading.Thread(target=api.serve_forever, args=(0.05,), daemon=True).start()
     try:
         cfg = client.Configuration(host=f"http://127.0.0.1:{api.server_address[1]}")
         cfg.client_side_validation = False
