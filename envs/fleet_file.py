@@ -240,7 +240,19 @@ def fleet_config(fleet: Fleet, days: tuple[int, int], **settings: object) -> Fle
                              f"starts episodes on day 4, so give at least 4 days of requests)")
     check_days(fleet, days)
     return FleetConfig(scenario=fleet.name, fleet=fleet.scenario, days=days, models=fleet.spec.model_names,
-                       demand=fleet.series, runtime=fleet.spec.runtime, **base)  # type: ignore[arg-type]
+                       demand=common_span(fleet.series), runtime=fleet.spec.runtime,
+                       **base)  # type: ignore[arg-type]
+
+
+def common_span(series: tuple[DemandSeries, ...]) -> tuple[DemandSeries, ...]:
+    """Each series cut to the whole days every one covers (a user's 5-day log beside a 14-day
+    bundled trace simulates days 1-5; ``atoll check`` shows each model's span, and the day range
+    asked for is checked against ``Fleet.days`` first)."""
+    per_day = max(int(round(86400 / series[0].step_s)), 1) if series else 1
+    n = min(len(s) for s in series) // per_day * per_day if series else 0
+    return tuple(s if len(s) == n else replace(s, requests_per_s=s.requests_per_s[:n],
+                                                input_tokens=s.input_tokens[:n],
+                                                output_tokens=s.output_tokens[:n]) for s in series)
 
 
 def data_span(fleet: Fleet, model: str) -> str:

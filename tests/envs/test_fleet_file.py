@@ -111,6 +111,23 @@ def test_the_simulator_runs_on_the_fleets_own_demand(fleet_file: Path) -> None:
         fleet_config(fleet, (4, 9))
 
 
+def test_a_log_beside_a_longer_bundled_trace_simulates_their_common_days(fleet_file: Path) -> None:
+    """A 5-day log and a 14-day ServeGen trace: the simulator gets both cut to days 1-5."""
+    doc = {**FLEET, "workloads": {**FLEET["workloads"],
+                                  "Acme-8B": {"source": "servegen:m-small", "mean_rate": 1.0}}}
+    fleet_file.write_text(yaml.safe_dump(doc))
+    fleet = read_fleet(fleet_file)
+    assert sorted(len(s) for s in fleet.series) == [5 * 288, 14 * 288] and fleet.days == 5
+    config = fleet_config(fleet, (4, 5))
+    assert [len(s) for s in config.demand] == [5 * 288, 5 * 288]
+    long = next(s for s in fleet.series if len(s) > 5 * 288)
+    cut = next(s for s in config.demand if s.name == long.name)
+    assert np.array_equal(cut.requests_per_s, long.requests_per_s[:5 * 288])
+    env = FleetEnv(config)
+    env.reset(seed=0)
+    assert np.isfinite(env.step(np.ones(2, dtype=np.int8))[1])
+
+
 def test_a_bad_workload_source_names_the_entry(fleet_file: Path) -> None:
     doc = yaml.safe_load(fleet_file.read_text())
     doc["workloads"]["Acme-8B"] = {"source": "csv:missing.csv#acme"}
