@@ -12,10 +12,10 @@ from test_fleet_env import rich_config
 
 from atoll import envs
 from atoll.envs.actions import ActionCodec
-from atoll.envs.vocabulary import Reoptimization
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
 from atoll.envs.rollout import run_policy
+from atoll.envs.vocabulary import Reoptimization
 from atoll.solvers.errors import InputError
 
 
