@@ -118,7 +118,12 @@ def _sliced_problem(fleet: str) -> Any:
     spec_ = importlib.util.spec_from_file_location("slices_bench", Path(__file__).with_name("slices.py"))
     assert spec_ is not None and spec_.loader is not None
     bench = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(bench)
+    here = str(Path(__file__).resolve().parent)
+    sys.path.insert(0, here)  # slices.py imports its sibling emit.py
+    try:
+        spec_.loader.exec_module(bench)
+    finally:
+        sys.path.remove(here)
     from atoll.solvers.catalog import load_catalog
     from atoll.solvers.problem import AllocationProblem
     from atoll.solvers.scenarios import SCENARIOS, library_spec, scenario_demand
