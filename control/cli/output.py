@@ -158,6 +158,7 @@ class ProgressLog:
         if total is not None:
             self.total = max(float(total), 1.0)
         self.done += n
+        self.total = max(self.total, self.done)  # an estimated total the work outgrew
         now = self.monotonic()
         share = self.done / self.total
         if share >= self._next_share or now - self._last_time >= self.every_s:
@@ -179,10 +180,13 @@ def progress(description: str, total: float | None) -> Iterator[Callable[..., No
                        TimeRemainingColumn(), console=console, transient=True)
         with bar:
             task = bar.add_task(description, total=total)
+            done = [0.0]
 
             def advance(n: float = 1, total: float | None = None) -> None:
-                if total is not None:
-                    bar.update(task, total=total)
+                done[0] += n
+                if total is not None or (bar.tasks[0].total or 0) < done[0]:
+                    # a total only the library knows, or an estimate the work outgrew
+                    bar.update(task, total=max(total or 0.0, done[0]))
                 bar.advance(task, n)
 
             yield advance

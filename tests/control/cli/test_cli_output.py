@@ -87,6 +87,9 @@ def test_progress_log_every_tenth_and_every_30_s() -> None:
     assert lines[-1] == "train: 26% (26/100, 31 s)"
     log.advance(74)
     assert lines[-1] == "train: 100% (100/100, 31 s)" and len(lines) == 4
+    now[0] = 62.0
+    log.advance(20)  # the total was an estimate the work outgrew: it grows, never past 100%
+    assert lines[-1] == "train: 100% (120/120, 62 s)"
 
 
 def test_long_command_logs_progress_lines_off_a_terminal(capsys: pytest.CaptureFixture[str],
