@@ -51,7 +51,8 @@ FLEET20_DAY = ["simulate", "--scenario", "fleet20", "--days", "11", "--policy", 
 NOT_MEASURED = {
     "one_fleet20_contest_cell": "grid + training + test days x 3 seeds is hours of 2-core compute",
     "ppo_steps_in_30_min_measured": "projected from the ppo part's measured rate instead of a 30-minute run",
-    "fresh_make_test_and_demo": "a fresh venv and the whole suite; not run beside other work on 2 cores",
+    "fresh_make_test_and_demo": "timed from fresh clones with bash .ci/run and make demo "
+                                "(docs/results/speed.md), not by this script",
     "1000_models_x_36_configs_re_solve": "the allocation solver's figure; not built here",
 }
 
