@@ -870,12 +870,7 @@ class Controller:
         peak: dict[str, int] = {}
         for _, service, n in recent:
             peak[service] = max(peak.get(service, 0), n)
-        used: dict[tuple[str, str], float] = dict(self.fleet.model.draining_by_cell(fs))
-        for key, n in plan.items():
-            t = self.fleet.templates.get(key)
-            if t is not None:
-                for cfg, k in t.node_use:
-                    used[(t.region, cfg)] = used.get((t.region, cfg), 0) + n * k
+        used = self._nodes_used(plan, fs)
         caps = self.fleet.availability
         report: dict[str, dict[str, int]] = {}
         for i, m in enumerate(self.fleet.models):
@@ -903,20 +898,25 @@ class Controller:
                                        "held_at": int(wanted[i, ph]) + kept}
         return plan, report
 
-    def _add_floors(self, plan: dict[str, int], fs: FleetState
-                    ) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-        """Raise every service to its ``min_instances`` with its cheapest templates that fit the
-        nodes left (reported per service; ``short`` when the nodes ran out)."""
-        plan = dict(plan)
-        counts = self._service_counts(plan)
-        # nodes per (region, node config): slices count their share of a node (node_use), and a
-        # pool holds the ceil of its use (as the env bills and the ILP buys)
+    def _nodes_used(self, plan: Mapping[str, int], fs: FleetState) -> dict[tuple[str, str], float]:
+        """Nodes per (region, node config) the plan and the draining instances use: slices count
+        their share of a node (node_use), and a pool holds the ceil of its use (as the env bills
+        and the ILP buys)."""
         used: dict[tuple[str, str], float] = dict(self.fleet.model.draining_by_cell(fs))
         for key, n in plan.items():
             t = self.fleet.templates.get(key)
             if t is not None:
                 for cfg, k in t.node_use:
                     used[(t.region, cfg)] = used.get((t.region, cfg), 0) + n * k
+        return used
+
+    def _add_floors(self, plan: dict[str, int], fs: FleetState
+                    ) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+        """Raise every service to its ``min_instances`` with its cheapest templates that fit the
+        nodes left (reported per service; ``short`` when the nodes ran out)."""
+        plan = dict(plan)
+        counts = self._service_counts(plan)
+        used = self._nodes_used(plan, fs)
         caps = self.fleet.availability
         report: dict[str, dict[str, int]] = {}
         for i, m in enumerate(self.fleet.models):

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import pulp
 
-from atoll.solvers.allocation.model import STAGES, label, risk_rows, service_rows
+from atoll.solvers.allocation.model import STAGES, label, node_rows, risk_rows, service_rows
 from atoll.solvers.allocation.reduction import RoundInstance
 from atoll.solvers.problem import Allocation, model_of
 from atoll.solvers.types import node_config_of, node_share, parse_config_name
@@ -284,22 +284,7 @@ def build_kind_model(inst: RoundInstance, stage: str, floor_share: float | None 
             per_column[v] += mult
         prob += (pulp.LpAffineExpression([*places, *((v, -mult) for v, mult in per_column.items())]) == 0,
                  f"kind{j:05d}_{label(kind[0])}_{kind[1]}x{kind[2]}")
-    sliced = p.index.sliced_rcs
-    for j, (rc, terms) in enumerate(sorted(by_rc.items())):
-        name = f"{j:05d}_{label(rc[0])}_{label(rc[1])}"
-        if rc not in sliced:
-            if rc in inst.rows:
-                prob += pulp.LpAffineExpression(terms) <= inst.residual[rc], f"avail{name}"
-            continue
-        cap = p.available(rc)
-        y = prob.add_variable(f"nodes{name}", 0, None if math.isinf(cap) else math.floor(cap + 1e-9),
-                              cat=pulp.LpInteger)
-        idle = prob.add_variable(f"idle{name}", 0)
-        km.nodes[rc] = (y, idle)
-        prob += (pulp.LpAffineExpression([(y, 1.0), (idle, -1.0), *((v, -k) for v, k in terms)])
-                 == inst.fixed_use.get(rc, 0.0), f"pack{name}")
-        if pays:
-            objective.append((idle, p.prices[rc]))
+    objective += node_rows(inst, prob, by_rc, km.nodes, pays)
     objective = service_rows(inst, prob, by_service, km.fraction, stage, floor_share) or objective
     if p.risk:
         risk_rows(inst, prob, by_region, km.fraction, stage)

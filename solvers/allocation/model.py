@@ -122,21 +122,7 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
                 objective.append((rem, cost * p.removal_weight))
                 prob += (pulp.LpAffineExpression([(rem, 1.0), (var, 1.0)]) >= r,
                          f"removal{i:06d}_{names[key]}")
-    sliced = p.index.sliced_rcs
-    for j, (rc, terms) in enumerate(sorted(by_rc.items())):
-        name = f"{j:05d}_{label(rc[0])}_{label(rc[1])}"
-        if rc not in sliced:
-            prob += pulp.LpAffineExpression(terms) <= inst.residual[rc], f"avail{name}"
-            continue
-        cap = p.available(rc)
-        y = prob.add_variable(f"nodes{name}", 0, None if math.isinf(cap) else math.floor(cap + 1e-9),
-                              cat=pulp.LpInteger)
-        idle = prob.add_variable(f"idle{name}", 0)
-        model.nodes[rc] = (y, idle)
-        prob += (pulp.LpAffineExpression([(y, 1.0), (idle, -1.0), *((v, -k) for v, k in terms)])
-                 == inst.fixed_use.get(rc, 0.0), f"pack{name}")
-        if stage != "share":
-            objective.append((idle, p.prices[rc]))
+    objective += node_rows(inst, prob, by_rc, model.nodes, pays=stage != "share")
     if rule is not None:
         n_rows = 0
         for j, m in enumerate(inst.models):
@@ -160,6 +146,33 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
         risk_rows(inst, prob, by_region, model.fraction, stage)
     prob.setObjective(pulp.LpAffineExpression(objective))
     return model
+
+
+def node_rows(inst: RoundInstance, prob: pulp.LpProblem,
+              by_rc: Mapping[tuple[str, str], list[tuple[pulp.LpVariable, float]]],
+              nodes: dict[tuple[str, str], tuple[pulp.LpVariable, pulp.LpVariable]],
+              pays: bool) -> list[tuple[pulp.LpVariable, float]]:
+    """The availability row of each enforced (region, config) and, for a sliced one, its integer
+    nodes and idle share (added to ``nodes``); the idle shares' objective terms when ``pays``."""
+    p = inst.problem
+    objective: list[tuple[pulp.LpVariable, float]] = []
+    sliced = p.index.sliced_rcs
+    for j, (rc, terms) in enumerate(sorted(by_rc.items())):
+        name = f"{j:05d}_{label(rc[0])}_{label(rc[1])}"
+        if rc not in sliced:
+            if rc in inst.rows:
+                prob += pulp.LpAffineExpression(terms) <= inst.residual[rc], f"avail{name}"
+            continue
+        cap = p.available(rc)
+        y = prob.add_variable(f"nodes{name}", 0, None if math.isinf(cap) else math.floor(cap + 1e-9),
+                              cat=pulp.LpInteger)
+        idle = prob.add_variable(f"idle{name}", 0)
+        nodes[rc] = (y, idle)
+        prob += (pulp.LpAffineExpression([(y, 1.0), (idle, -1.0), *((v, -k) for v, k in terms)])
+                 == inst.fixed_use.get(rc, 0.0), f"pack{name}")
+        if pays:
+            objective.append((idle, p.prices[rc]))
+    return objective
 
 
 def service_rows(inst: RoundInstance, prob: pulp.LpProblem,

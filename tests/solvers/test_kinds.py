@@ -94,6 +94,21 @@ def _check(problem: AllocationProblem, res: object) -> None:
     assert check_packing(problem, res.allocation, res.packing) == []
 
 
+def _same_as_plain(problem: AllocationProblem, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kinds model's plan is feasible, packed and as good as the plain model's (infeasible
+    when it is; the same served share in goodput mode)."""
+    ref = _plain(problem, monkeypatch)
+    res = solve_allocation(problem)
+    if ref.status is SolveStatus.INFEASIBLE:
+        assert res.status is SolveStatus.INFEASIBLE
+        return
+    _check(problem, res)
+    assert res.objective == pytest.approx(ref.objective, rel=1e-6, abs=1e-6)
+    assert res.cost_per_hour == pytest.approx(ref.cost_per_hour, rel=1e-6, abs=1e-6)
+    if problem.mode == "goodput":
+        assert res.goodput_fraction == pytest.approx(ref.goodput_fraction, abs=1e-6)
+
+
 def test_groups_fold_every_placement_of_an_engine() -> None:
     """A complete library folds to one column per engine shape (n >= 3: per worker config), and
     the columns' members are the library's templates."""
@@ -117,13 +132,7 @@ def test_kinds_equal_the_plain_sliced_ilp(monkeypatch: pytest.MonkeyPatch) -> No
         avail = None if rng.random() < 0.3 else {rc: (99 if v is None else v) for rc, v in avail.items()}
         problem = AllocationProblem(tuple(templates), _demand(rng), avail, prices)
         seen_loose += bool(kinds.group_templates(RoundInstance(problem, frozenset()))[1])
-        ref = _plain(problem, monkeypatch)
-        res = solve_allocation(problem)
-        if ref.status is SolveStatus.INFEASIBLE:
-            assert res.status is SolveStatus.INFEASIBLE
-            continue
-        _check(problem, res)
-        assert res.cost_per_hour == pytest.approx(ref.cost_per_hour, rel=1e-6, abs=1e-6)
+        _same_as_plain(problem, monkeypatch)
     assert seen_loose >= 3  # incomplete groups were exercised
 
 
@@ -197,15 +206,7 @@ def test_kinds_in_goodput_mode_and_with_risk(monkeypatch: pytest.MonkeyPatch) ->
             risk = Risk(headroom=rng.choice([1.0, 0.8]), spread=rng.choice([1.0, 0.6]),
                         ondemand_floor=rng.choice([0.0, 0.3]))
             problem = AllocationProblem(tuple(templates), _demand(rng), None, prices).with_risk(risk)
-        ref = _plain(problem, monkeypatch)
-        res = solve_allocation(problem)
-        if ref.status is SolveStatus.INFEASIBLE:
-            assert res.status is SolveStatus.INFEASIBLE
-            continue
-        _check(problem, res)
-        assert res.objective == pytest.approx(ref.objective, rel=1e-6, abs=1e-6)
-        if problem.mode == "goodput":
-            assert res.goodput_fraction == pytest.approx(ref.goodput_fraction, abs=1e-6)
+        _same_as_plain(problem, monkeypatch)
 
 
 def test_a_placement_that_does_not_add_up_is_reported_not_guessed() -> None:
