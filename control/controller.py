@@ -884,13 +884,7 @@ class Controller:
                                   and self.fleet.model.info(k)[:2] == (i, ph)), key=lambda e: (-e[0], e[1]))
                 kept = 0
                 for extra, key in removed:
-                    t = self.fleet.templates[key]
-                    while kept < keep and extra > 0 and all(
-                            math.ceil(used.get((t.region, c), 0) + k - 1e-9) <= caps.get((t.region, c), 0)
-                            for c, k in t.node_use):
-                        plan[key] = plan.get(key, 0) + 1
-                        for c, k in t.node_use:
-                            used[(t.region, c)] = used.get((t.region, c), 0) + k
+                    while kept < keep and extra > 0 and self._add_if_it_fits(plan, key, used, caps):
                         kept += 1
                         extra -= 1
                 if kept:
@@ -910,6 +904,19 @@ class Controller:
                     used[(t.region, cfg)] = used.get((t.region, cfg), 0) + n * k
         return used
 
+    def _add_if_it_fits(self, plan: dict[str, int], key: str, used: dict[tuple[str, str], float],
+                        caps: Mapping[tuple[str, str], float]) -> bool:
+        """Add one instance of ``key`` to ``plan`` when every pool it uses still holds the ceil of
+        its use within its cap (``used`` counts it then); False when it does not fit."""
+        t = self.fleet.templates[key]
+        if not all(math.ceil(used.get((t.region, c), 0) + k - 1e-9) <= caps.get((t.region, c), 0)
+                   for c, k in t.node_use):
+            return False
+        plan[key] = plan.get(key, 0) + 1
+        for c, k in t.node_use:
+            used[(t.region, c)] = used.get((t.region, c), 0) + k
+        return True
+
     def _add_floors(self, plan: dict[str, int], fs: FleetState
                     ) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
         """Raise every service to its ``min_instances`` with its cheapest templates that fit the
@@ -927,13 +934,7 @@ class Controller:
                     continue
                 added = 0
                 for key in self._by_price.get((i, ph), []):
-                    t = self.fleet.templates[key]
-                    while added < need and all(
-                            math.ceil(used.get((t.region, c), 0) + k - 1e-9) <= caps.get((t.region, c), 0)
-                            for c, k in t.node_use):
-                        plan[key] = plan.get(key, 0) + 1
-                        for c, k in t.node_use:
-                            used[(t.region, c)] = used.get((t.region, c), 0) + k
+                    while added < need and self._add_if_it_fits(plan, key, used, caps):
                         added += 1
                     if added >= need:
                         break

@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 
 import pulp
 
-from atoll.solvers.allocation.model import STAGES, label, node_rows, risk_rows, service_rows
+from atoll.solvers.allocation.model import STAGES, finish_start, label, node_rows, risk_rows, service_rows
 from atoll.solvers.allocation.reduction import RoundInstance
-from atoll.solvers.problem import Allocation, model_of
+from atoll.solvers.problem import Allocation
 from atoll.solvers.types import node_config_of, node_share, parse_config_name
 
 Kind = tuple[str, str, int]  # (region, GPU type, GPUs per stage)
@@ -159,8 +159,6 @@ class KindModel:
     added: dict[str, pulp.LpVariable] = field(default_factory=dict)
     fraction: dict[str, pulp.LpVariable] = field(default_factory=dict)
     nodes: dict[tuple[str, str], tuple[pulp.LpVariable, pulp.LpVariable]] = field(default_factory=dict)
-    capped: set[str] = field(default_factory=set)  # plain columns of running templates, x <= r
-    grouped: dict[str, tuple[int, str | None]] = field(default_factory=dict)  # key -> (column, lead)
 
     def values(self) -> dict[str, float | None]:
         """Instances per template key as the last solve left them: the plain columns', and each
@@ -219,8 +217,6 @@ def build_kind_model(inst: RoundInstance, stage: str, floor_share: float | None 
         capped = key in grouped_keys  # added instances of a grouped template are its group's
         bound = min(inst.bound[key], r) if capped else inst.bound[key]
         var = km.count[key] = prob.add_variable(f"inst{i:06d}_{label(key)}", 0, bound, cat=pulp.LpInteger)
-        if capped:
-            km.capped.add(key)
         cost = p.template_cost(key)
         if r == 0:
             objective.append((var, cost * (1.0 + K)))
@@ -297,24 +293,14 @@ def kind_start_values(inst: RoundInstance, km: KindModel, start: Allocation) -> 
     to their running count, every other instance on its group's column with its slices placed
     where the template has them; nodes as ceil(use), idle the rest."""
     p = inst.problem
-    values: dict[str, float] = {}
-    column_of: dict[tuple[int, str | None], int] = {}
-    member: dict[str, tuple[int, str, str | None]] = {}  # key -> (group id, lead, worker)
-    group_ids: dict[int, Group] = {}
-    for ci, col in enumerate(km.columns):
-        gid = id(col.group)
-        group_ids[gid] = col.group
-        column_of[(gid, col.worker)] = ci
-        for (lead, worker), key in col.group.members.items():
-            member[key] = (gid, lead, worker)
+    values = {v.name: 0.0 for v in (*km.count.values(), *(c.var for c in km.columns), *km.place.values())}
+    column_of: dict[str, tuple[_Column, str, str | None]] = {}  # member key -> (column, lead, worker)
     for col in km.columns:
-        values[col.var.name] = 0.0
-    for z in km.place.values():
-        values[z.name] = 0.0
+        for (lead, worker), key in col.group.members.items():
+            if col.worker is None or col.worker == worker:
+                column_of[key] = (col, lead, worker)
     cap: dict[str, float] = defaultdict(float)
     use: dict[tuple[str, str], float] = defaultdict(float)
-    for var in km.count.values():
-        values[var.name] = 0.0
     for key, n in start.counts:
         n -= inst.floor.get(key, 0)
         if n <= 0:
@@ -328,14 +314,10 @@ def kind_start_values(inst: RoundInstance, km: KindModel, start: Allocation) -> 
             for c, k in t.node_use:
                 use[(t.region, c)] += k * v
             cap[t.service.name] += v * t.throughput
-        if n <= 0 or key not in member:
+        if n <= 0 or key not in column_of:
             continue
-        gid, lead, worker = member[key]
-        g = group_ids[gid]
-        at = column_of.get((gid, worker if g.n > 2 else None))
-        if at is None:
-            continue
-        col = km.columns[at]
+        col, lead, worker = column_of[key]
+        g = col.group
         values[col.var.name] += n
         values[km.place[(g.lead, lead)].name] += n
         if g.n == 2 and g.worker is not None and worker is not None:
@@ -349,12 +331,5 @@ def kind_start_values(inst: RoundInstance, km: KindModel, start: Allocation) -> 
             values[km.added[key].name] = max(0.0, values[var.name] - r)
         if key in km.removed:
             values[km.removed[key].name] = max(0.0, r - values[var.name])
-    for s, h in inst.held.items():
-        cap[s] += h
-    for m, var in km.fraction.items():
-        values[var.name] = min([1.0] + [cap[s] / p.demand[s] for s in inst.services if model_of(s) == m])
-    for rc, (y, idle) in km.nodes.items():
-        u = inst.fixed_use.get(rc, 0.0) + use[rc]
-        values[y.name] = float(math.ceil(u - 1e-9))
-        values[idle.name] = values[y.name] - u
+    finish_start(inst, values, cap, use, km.fraction, km.nodes)
     return values

@@ -250,8 +250,6 @@ def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[s
         if key in model.removed:
             values[model.removed[key].name] = max(0, inst.running[key] - v)
         cap[p.template(key).service.name] += v * p.template(key).throughput
-    for s, h in inst.held.items():
-        cap[s] += h
     used: dict[str, set[str]] = defaultdict(set)
     for key, var in model.count.items():
         if values[var.name] > 0 and key in model.kind_of:
@@ -261,20 +259,29 @@ def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[s
         pick = g in used[m] if used[m] else m not in first_choice
         first_choice.add(m)
         values[var.name] = 1.0 if pick else 0.0
-    for m, var in model.fraction.items():
-        values[var.name] = min([1.0] + [cap[s] / p.demand[s] for s in inst.services
-                                        if model_of(s) == m])
-    if model.nodes:
-        use: dict[tuple[str, str], float] = defaultdict(float)
-        for key, var in model.count.items():
-            t = p.template(key)
-            for c, k in t.node_use:
-                use[(t.region, c)] += k * values[var.name]
-        for rc, (y, idle) in model.nodes.items():
-            u = inst.fixed_use.get(rc, 0.0) + use[rc]
-            values[y.name] = float(math.ceil(u - 1e-9))
-            values[idle.name] = values[y.name] - u
+    use: dict[tuple[str, str], float] = defaultdict(float)
+    for key, var in model.count.items() if model.nodes else ():  # node use matters to sliced pools only
+        t = p.template(key)
+        for c, k in t.node_use:
+            use[(t.region, c)] += k * values[var.name]
+    finish_start(inst, values, cap, use, model.fraction, model.nodes)
     return values
+
+
+def finish_start(inst: RoundInstance, values: dict[str, float], capacity: Mapping[str, float],
+                 use: Mapping[tuple[str, str], float], fraction: Mapping[str, pulp.LpVariable],
+                 nodes: Mapping[tuple[str, str], tuple[pulp.LpVariable, pulp.LpVariable]]) -> None:
+    """Complete a MIP start in ``values`` from the capacity per service and the node use per
+    (region, config) of its columns: each f_m from that capacity and the floors' (held), each
+    sliced pool's nodes as ceil(held use + use) and the rest of them idle."""
+    p = inst.problem
+    for m, var in fraction.items():
+        values[var.name] = min([1.0] + [(capacity.get(s, 0.0) + inst.held.get(s, 0.0)) / p.demand[s]
+                                        for s in inst.services if model_of(s) == m])
+    for rc, (y, idle) in nodes.items():
+        u = inst.fixed_use.get(rc, 0.0) + use.get(rc, 0.0)
+        values[y.name] = float(math.ceil(u - 1e-9))
+        values[idle.name] = values[y.name] - u
 
 
 def extract(inst: RoundInstance, values: Mapping[str, float | None]) -> Allocation | str:
