@@ -180,13 +180,12 @@ def progress(description: str, total: float | None) -> Iterator[Callable[..., No
                        TimeRemainingColumn(), console=console, transient=True)
         with bar:
             task = bar.add_task(description, total=total)
-            done = [0.0]
 
             def advance(n: float = 1, total: float | None = None) -> None:
-                done[0] += n
-                if total is not None or (bar.tasks[0].total or 0) < done[0]:
+                done = bar.tasks[0].completed + n
+                if total is not None or (bar.tasks[0].total or 0) < done:
                     # a total only the library knows, or an estimate the work outgrew
-                    bar.update(task, total=max(total or 0.0, done[0]))
+                    bar.update(task, total=max(total or 0.0, done))
                 bar.advance(task, n)
 
             yield advance
