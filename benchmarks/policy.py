@@ -20,10 +20,19 @@ Per scenario and availability:
 Reports the frontier, its test-day points, both headline ratios (mean and std over seeds),
 re-optimizations per day against fixed:1@0.9's, and the wall times.
 
-Worlds (``--worlds``): a cell is scenario x availability x world — ``exact`` (``atoll/Fleet-v1``)
-or ``calibration`` (``atoll/Fleet-v2``: capacities off the model by the calibration's spread,
+Worlds (``--worlds``): a cell is scenario x availability x world — ``exact`` (``atoll/Fleet-v1``),
+``calibration`` (``atoll/Fleet-v2``: capacities off the model by the calibration's spread,
 drawn at every reset, online correction, latency SLO; the policy trains on its observation with
-the closed-loop signals). Beside the one-rule frontier the contest reports the per-model
+the closed-loop signals) or ``charged`` (``atoll/Fleet-v3``: the closed loop in the world that
+charges what a cluster charges, with the observation of risk; with ``--risk-action`` the learned
+policy acts on ``atoll/Fleet-v4``, whose per-model action also chooses a risk preset).
+
+The risk levers (``--risks``, risk labels separated by ``;``): the rule grid is crossed with them
+(``fixed:1@0.9+h0.7``: the rule's re-plans take that risk for every model), and hindsight runs on
+the test days with each of them — the bound with the same levers (``bound``: the best of them by
+its frontier cost ratio, read off the test-day means).
+
+Beside the one-rule frontier the contest reports the per-model
 reference (coordinate descent on the validation days, :mod:`atoll.training.per_model`) and both
 ratios against it. Every cell records ``os.getloadavg()`` before and after each phase; the
 document is rewritten after every cell (``--out``), so an interrupted run keeps what it measured.
@@ -45,7 +54,7 @@ from typing import Any
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from atoll.envs import CLOSED_LOOP  # noqa: E402
+from atoll.envs import CHARGED, CLOSED_LOOP  # noqa: E402
 from atoll.envs.actions import DEFAULT_ACTION_LEVELS  # noqa: E402
 from atoll.envs.config import FleetConfig, RewardWeights  # noqa: E402
 from atoll.envs.policies import FIXED_INTERVALS, THRESHOLD_BANDS  # noqa: E402
@@ -58,6 +67,7 @@ from atoll.training.contest import (  # noqa: E402
     validation_grid,
     validation_scorer,
 )
+from atoll.training.frontier import Point, frontier_cost_at  # noqa: E402
 from atoll.training.tracking import contest_run, train_run  # noqa: E402
 from atoll.training.train import TrainSettings  # noqa: E402
 
@@ -100,8 +110,14 @@ def main() -> None:
     parser.add_argument("--unserved-usd-per-mtok", type=float, default=RewardWeights.unserved_usd_per_mtok)
     parser.add_argument("--reopt-usd", type=float, default=RewardWeights.reopt_usd)
     parser.add_argument("--worlds", default="exact",
-                        help="exact (Fleet-v1) and/or calibration (Fleet-v2, the closed loop), "
-                             "comma-separated")
+                        help="exact (Fleet-v1), calibration (Fleet-v2, the closed loop) and/or charged "
+                             "(Fleet-v3, the world that charges what a cluster charges), comma-separated")
+    parser.add_argument("--risks", default="neutral",
+                        help="the risk menu crossed with the rule grid, labels separated by ';' "
+                             "(e.g. 'neutral;h0.85;h0.7'); hindsight also runs with each")
+    parser.add_argument("--risk-action", action="store_true",
+                        help="the learned policy chooses a risk preset per model (atoll/Fleet-v4; needs "
+                             "--worlds charged)")
     parser.add_argument("--references", default=None,
                         help="rules outside the grid also run on the test days, comma-separated "
                              "(default: the bootstrap rule and fixed:1@0.9; '' for none)")
@@ -129,7 +145,8 @@ def main() -> None:
         intervals=tuple(int(k) for k in args.intervals.split(",")),
         bands=tuple((float(b.split(":")[0]), float(b.split(":")[1])) for b in args.bands.split(",") if b),
         workers=args.workers, hindsight=not args.no_hindsight, per_model_targets=args.per_model_targets,
-        per_model_passes=args.per_model_passes, ray_address=args.ray)
+        per_model_passes=args.per_model_passes, ray_address=args.ray,
+        risks=tuple(r.strip() for r in args.risks.split(";") if r.strip()))
     out: dict[str, object] = {"settings": {**vars(args), "grid": settings.grid}}
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -152,16 +169,20 @@ def _load() -> list[float]:
 def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, availability: str, world: str,
          reward: RewardWeights, key: str, log: Any) -> dict[str, Any]:
     """One cell: the validation grid (cached), PPO early-stopped on it, the contest on the test days."""
-    if world not in ("exact", "calibration"):
-        raise SystemExit(f"--worlds: {world!r} is not exact or calibration")
-    closed = CLOSED_LOOP if world == "calibration" else {}
+    if world not in ("exact", "calibration", "charged"):
+        raise SystemExit(f"--worlds: {world!r} is not exact, calibration or charged")
+    if args.risk_action and world != "charged":
+        raise SystemExit(f"--risk-action acts on atoll/Fleet-v4, the charged world; got --worlds {world}")
+    closed = {"calibration": CLOSED_LOOP, "charged": CHARGED}.get(world, {})
     levels = tuple(float(q) for q in (args.action_levels or args.levels).split(","))
     config = FleetConfig(scenario=scenario, availability=availability, reward=reward, action_levels=levels,
-                         **closed)
+                         action="risk" if args.risk_action else "reopt", **closed)
+    env_id = {"exact": "atoll/Fleet-v1", "calibration": "atoll/Fleet-v2",
+              "charged": "atoll/Fleet-v4" if args.risk_action else "atoll/Fleet-v3"}[world]
     loads: dict[str, list[float]] = {"start": _load()}
-    # The rules emit hold / full at their own level only: the action levels do not change their
-    # totals, so a grid run for other action levels is the same grid.
-    plain = dataclasses.replace(config, action_levels=DEFAULT_ACTION_LEVELS)
+    # The rules emit hold / full at their own level and risk only: the action's levels and risk
+    # menu do not change their totals, so a grid run for another action space is the same grid.
+    plain = dataclasses.replace(config, action_levels=DEFAULT_ACTION_LEVELS, action="reopt")
     grid_key = (plain, settings.grid, settings.validation_days, settings.validation_seeds or settings.seeds)
     digest = hashlib.sha256(pickle.dumps(grid_key)).hexdigest()[:20]
     cached = cache_root() / "contest" / f"validation-{digest}.pkl"
@@ -169,7 +190,7 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
         validation, grid_s = pickle.loads(cached.read_bytes())
         log(f"{key}: validation grid read from {cached} (it took {grid_s:.0f} s)")
     else:
-        validation, grid_s = validation_grid(config, settings)
+        validation, grid_s = validation_grid(plain, settings)
         cached.parent.mkdir(parents=True, exist_ok=True)
         cached.write_bytes(pickle.dumps((validation, grid_s)))
         log(f"{key}: validation grid of {len(validation)} rules in {grid_s:.0f} s")
@@ -182,6 +203,8 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
         teacher = per_model_best(config, validation, len(SCENARIOS[scenario].models), settings)
         log(f"{key}: bootstrap teacher (per-model best on the validation days): {teacher}")
     refs = [teacher, "fixed:1@0.9"] if args.references is None else _specs(args.references)
+    if not args.no_hindsight:  # the bound with the same levers as the rules
+        refs += [f"hindsight+{r}" for r in settings.risks if r != "neutral"]
     if args.no_learned:
         return _rules_only(config, settings, validation, grid_s, refs, key, loads, log)
     scorer = validation_scorer(config, validation, settings)
@@ -203,7 +226,7 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     pm = doc.get("per_model") or {}
     per_day = {name: _mean(pol[name]["reoptimizations"]) / days for name in pol}
     return {
-        "world": world, "env_id": "atoll/Fleet-v2" if closed else "atoll/Fleet-v1",
+        "world": world, "env_id": env_id, "risks": list(settings.risks), "bound": _bound(doc),
         "train_seconds": train_s, "contest_seconds": contest_s, "grid_seconds": grid_s,
         "test_seconds": doc["test_seconds"], "train_run_id": train["run_id"],
         "model_uri": train["model_uri"], "registered": train["registered"], "fleet": train["fleet"],
@@ -288,12 +311,33 @@ def _finished_run(run_id: str) -> tuple[dict[str, Any], float]:
     return train, (run.info.end_time - run.info.start_time) / 1000.0
 
 
+def _bound(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """Hindsight with each risk of the menu against the test-day frontier (means over seeds): each
+    variant's frontier cost ratio and the best of them, the bound with the rules' levers."""
+    pol = doc["policies"]
+    line = [Point(r, pol[r]["cost_usd"]["mean"], pol[r]["slo_attainment"]["mean"], 0.0)
+            for r in doc["frontier"]]
+    ratios = {}
+    for name, s in pol.items():
+        if name == "hindsight" or name.startswith("hindsight+"):
+            reading = frontier_cost_at(line, s["slo_attainment"]["mean"])
+            ratios[name] = {"frontier_cost_ratio": s["cost_usd"]["mean"] / reading.cost_usd,
+                            "cost_usd": s["cost_usd"]["mean"], "slo_attainment": s["slo_attainment"]["mean"],
+                            "position": reading.position}
+    if not ratios:
+        return None
+    best = min(ratios, key=lambda n: ratios[n]["frontier_cost_ratio"])
+    return {"best": best, "frontier_cost_ratio": ratios[best]["frontier_cost_ratio"], "variants": ratios}
+
+
 def _specs(text: str) -> list[str]:
     """Policy specs from a comma-separated list; a per-model spec's own ``K@q`` entries (no colon)
-    stay with it: ``fixed:1,per-model:1@0.9,3@0.8`` is two specs."""
+    stay with it: ``fixed:1,per-model:1@0.9,3@0.8`` is two specs; so do the further parts of a
+    risk suffix (``fixed:1+h0.85,s0.5``)."""
     out: list[str] = []
     for part in (p.strip() for p in text.split(",")):
-        if part and ":" not in part and out and out[-1].startswith("per-model:"):
+        if part and ":" not in part and out and (out[-1].startswith("per-model:") or "+" in out[-1]) \
+                and not part.startswith(("hindsight", "never", "oracle-rate")):
             out[-1] += f",{part}"
         elif part:
             out.append(part)

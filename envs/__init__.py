@@ -1,5 +1,9 @@
 """Gymnasium environment of the heterogeneous fleet (``atoll/Fleet-v1``) and rule policies.
 
+``atoll/Fleet-v4``: ``v3``'s charged world where each model's re-optimization also chooses the
+risk its re-plan takes, a preset of the market's menu (``action="risk"``,
+:mod:`atoll.envs.actions`).
+
 ``atoll/Fleet-v3``: the closed-loop world where a re-plan costs what a cluster charges
 (``CHARGED``: start-up drawn by model size and cache state, zone-correlated preemptions, spot
 acquisition that fails when the trace has no node) and the observation of risk (``v3``).
@@ -17,6 +21,7 @@ ENV_ID = "atoll/Fleet-v1"
 ENV_ID_V0 = "atoll/Fleet-v0"
 ENV_ID_V2 = "atoll/Fleet-v2"
 ENV_ID_V3 = "atoll/Fleet-v3"
+ENV_ID_V4 = "atoll/Fleet-v4"
 # the closed-loop world: capacities differ from the model by the calibration's spread,
 # the SLO is latency-based, the planner corrects its capacities online, the policy sees the signals
 CLOSED_LOOP = {"capacity_error": "calibration", "correction": True, "slo_model": "latency",
@@ -33,5 +38,7 @@ if ENV_ID_V2 not in registry:
              kwargs={"action": "reopt", **CLOSED_LOOP})
 if ENV_ID_V3 not in registry:
     register(id=ENV_ID_V3, entry_point="atoll.envs.fleet_env:FleetEnv", kwargs={"action": "reopt", **CHARGED})
+if ENV_ID_V4 not in registry:
+    register(id=ENV_ID_V4, entry_point="atoll.envs.fleet_env:FleetEnv", kwargs={**CHARGED, "action": "risk"})
 if ENV_ID_V0 not in registry:
     register(id=ENV_ID_V0, entry_point="atoll.envs.fleet_env:FleetEnv", kwargs={"action": "binary"})

@@ -19,6 +19,29 @@ The other levels are ``FleetConfig.action_levels`` without the configured one, i
 ``grow`` is what the ``MultiBinary`` action could not say — "add capacity if the forecast needs
 it, but release none": releasing capacity as demand dips and buying it back minutes later is
 where re-planning loses goodput (each re-bought instance serves only after its start-up).
+
+**The risk a re-plan takes** (``atoll/Fleet-v4``, ``action="risk"``): each re-optimization also
+chooses one of R risk presets (:class:`~atoll.solvers.problem.Risk`: headroom, spread over spot
+pools, on-demand floor), applied to that model alone in the re-plan's allocation ILP. Per model
+``1 + 2 L R`` codes:
+
+==============  ============================================================================
+code            meaning
+==============  ============================================================================
+0               ``hold``
+1 + 2 (r L + j) ``full`` at level j taking risk preset r
+2 + 2 (r L + j) ``grow`` at level j taking risk preset r
+==============  ============================================================================
+
+Preset 0 is always the environment's configured risk (``FleetConfig.risk``, neutral by default),
+so codes 0 .. 2 L mean what they mean in ``atoll/Fleet-v1``, and a rule's 0/1/2 codes take the
+configured risk. The other presets are the market's menu (:data:`RISK_MENUS`) without the
+configured one, in its order. The menus were chosen from the risk benchmark's validation days
+(``benchmarks/risk.py``, core, days 8-10, the rule ``fixed:1`` in the calibration world): headroom
+0.85 and 0.7 cut the effective cost (node $ + lost tokens) to 0.84x and 0.63x of the neutral plan's
+on spot; a spread of 0.5 alone changed nothing there; under ``hedged``, among the spread and floor
+variants only ``h0.85,s0.5`` beat the neutral plan (0.88x; ``f0.3`` cost 1.20x), so it is the
+hedged menu's fourth preset.
 """
 
 from __future__ import annotations
@@ -31,30 +54,52 @@ from gymnasium import spaces
 
 from atoll.envs.vocabulary import KINDS, Reoptimization
 from atoll.solvers.errors import InputError
+from atoll.solvers.problem import NEUTRAL_RISK, Risk
 
 DEFAULT_ACTION_LEVELS: tuple[float, ...] = (0.7, 0.9, 0.95)
-ACTION_KINDS: tuple[str, ...] = ("reopt", "binary")  # Fleet-v1's MultiDiscrete, Fleet-v0's MultiBinary
+# Fleet-v1's MultiDiscrete, Fleet-v0's MultiBinary, Fleet-v4's MultiDiscrete with a risk preset
+ACTION_KINDS: tuple[str, ...] = ("reopt", "binary", "risk")
+# The risk presets a Fleet-v4 re-plan chooses from, per market (the module's docstring says why
+# these); a market not named here gets the default's.
+RISK_MENUS: dict[str, tuple[str, ...]] = {
+    "default": ("neutral", "h0.85", "h0.7"),
+    "hedged": ("neutral", "h0.85", "h0.7", "h0.85,s0.5"),
+}
+
+
+def risk_menu(availability: str) -> tuple[Risk, ...]:
+    """The risk presets of ``availability``'s market (:data:`RISK_MENUS`)."""
+    return tuple(Risk.parse(r) for r in RISK_MENUS.get(availability, RISK_MENUS["default"]))
 
 
 @dataclass(frozen=True)
 class ActionCodec:
-    """Codes <-> (kind, level) for a tuple of levels; ``levels[0]`` is the env's configured one."""
+    """Codes <-> (kind, level, risk) for a tuple of levels and of risk presets; ``levels[0]`` and
+    ``risks[0]`` are the env's configured ones (one risk: the ``Fleet-v1`` codes, no risk chosen)."""
 
     levels: tuple[float, ...]
+    risks: tuple[Risk, ...] = (NEUTRAL_RISK,)
 
     def __post_init__(self) -> None:
         if not self.levels or len(set(self.levels)) != len(self.levels):
             raise InputError(f"ActionCodec: field 'levels' must be distinct planning levels, "
                              f"got {self.levels!r}")
+        if not self.risks or not all(isinstance(r, Risk) for r in self.risks) \
+                or len(set(self.risks)) != len(self.risks):
+            raise InputError(f"ActionCodec: field 'risks' must be distinct Risk presets, got {self.risks!r}")
 
     @classmethod
-    def for_config(cls, planning_quantile: float, action_levels: Sequence[float]) -> ActionCodec:
-        return cls((float(planning_quantile), *[float(q) for q in action_levels if q != planning_quantile]))
+    def for_config(cls, planning_quantile: float, action_levels: Sequence[float], risk: Risk = NEUTRAL_RISK,
+                   menu: Sequence[Risk] = ()) -> ActionCodec:
+        """The codec of an env at ``planning_quantile`` with ``action_levels``; with a risk ``menu``
+        (``action="risk"``) its presets are ``risk`` (the configured one) then the menu without it."""
+        levels = (float(planning_quantile), *[float(q) for q in action_levels if q != planning_quantile])
+        return cls(levels, (risk, *[r for r in menu if r != risk]))
 
     @property
     def n(self) -> int:
         """Codes per model."""
-        return 1 + 2 * len(self.levels)
+        return 1 + 2 * len(self.levels) * len(self.risks)
 
     def space(self, n_models: int) -> spaces.MultiDiscrete:
         return spaces.MultiDiscrete(np.full(n_models, self.n, dtype=np.int64))
@@ -65,11 +110,13 @@ class ActionCodec:
             raise ValueError(f"action code {c} is outside 0..{self.n - 1}")
         if c == 0:
             return Reoptimization("hold", None)
-        j, r = divmod(c - 1, 2)
-        return Reoptimization("full" if r == 0 else "grow", self.levels[j])
+        combo, kind = divmod(c - 1, 2)
+        r, j = divmod(combo, len(self.levels))
+        # preset 0 is the configured risk: None, as a rule's re-plan takes it
+        return Reoptimization("full" if kind == 0 else "grow", self.levels[j], self.risks[r] if r else None)
 
-    def encode(self, kind: str, level: float | None = None) -> int:
-        """The code of ``kind`` at ``level`` (None: the configured level)."""
+    def encode(self, kind: str, level: float | None = None, risk: Risk | None = None) -> int:
+        """The code of ``kind`` at ``level`` taking ``risk`` (None: the configured level / risk)."""
         if kind == "hold":
             return 0
         if kind not in KINDS:
@@ -78,12 +125,19 @@ class ActionCodec:
         if q not in self.levels:
             raise InputError(f"planning level {q:g} is not one of this env's action levels "
                              f"{', '.join(f'{v:g}' for v in self.levels)}")
-        return 1 + 2 * self.levels.index(q) + (0 if kind == "full" else 1)
+        rk = self.risks[0] if risk is None else risk
+        if rk not in self.risks:
+            raise InputError(f"risk {rk.label()!r} is not one of this env's risk presets "
+                             f"{', '.join(r.label() for r in self.risks)}; use the atoll/Fleet-v4 action "
+                             f"(action='risk') with a preset of its market's menu")
+        combo = self.risks.index(rk) * len(self.levels) + self.levels.index(q)
+        return 1 + 2 * combo + (0 if kind == "full" else 1)
 
-    def relevel(self, codes: np.ndarray, level: float) -> np.ndarray:
+    def relevel(self, codes: np.ndarray, level: float, risk: Risk | None = None) -> np.ndarray:
         """``codes`` of the configured level (1 full, 2 grow, as the rules emit) moved to
-        ``level``: a rule with ``@q`` acting in an env whose level 0 is another one."""
-        full, grow = self.encode("full", level), self.encode("grow", level)
+        ``level`` (and ``risk``): a rule with ``@q`` (``+RISK``) acting in an env whose level 0
+        (preset 0) is another one."""
+        full, grow = self.encode("full", level, risk), self.encode("grow", level, risk)
         out = np.asarray(codes).copy()
         out[np.asarray(codes) == 1] = full
         out[np.asarray(codes) == 2] = grow

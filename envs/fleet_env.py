@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from atoll.envs.actions import ActionCodec
+from atoll.envs.actions import ActionCodec, risk_menu
 from atoll.envs.availability import (
     ACQUIRE_BACKOFF_MAX_S,
     ACQUIRE_BACKOFF_S,
@@ -33,7 +33,7 @@ from atoll.envs.servers import ServerReport, learn, server_report, service_laten
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
 from atoll.envs.vocabulary import Pool, Reoptimization
 from atoll.solvers.paths import shared_data_dir
-from atoll.solvers.problem import SolveStatus, gpu_type_of
+from atoll.solvers.problem import Risk, SolveStatus, gpu_type_of
 from atoll.solvers.scenarios import ample_availability, fleet_markets, scarce_availability
 from atoll.solvers.tiers import split_tier, tiered_region
 
@@ -58,6 +58,16 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     ``levels = (planning_quantile, *action_levels without it)`` — L = 3 by default (0.9, 0.7,
     0.95). Code 1 is ``full`` at ``planning_quantile``, so a 0/1 vector means the same as ``v0``'s
     bits. (``atoll/Fleet-v0``, ``action="binary"``: ``MultiBinary(M)``, bit 1 = code 1.)
+    ``atoll/Fleet-v4`` (``action="risk"``): ``MultiDiscrete([1 + 2 L R] * M)``, where each
+    ``full`` / ``grow`` also picks one of R risk presets — code 1 + 2 (r L + j) is ``full`` at
+    ``levels[j]`` taking ``risks[r]``, 2 + 2 (r L + j) the same ``grow`` — with
+    ``risks = (config.risk, *the market's menu without it)``: ``neutral``, ``h0.85``, ``h0.7``
+    (R = 3, so 19 codes with L = 3), and under ``hedged`` ``h0.85,s0.5`` besides (R = 4; the
+    choice of the menus: :mod:`atoll.envs.actions`). The preset is that model's
+    :class:`~atoll.solvers.problem.Risk` in the re-plan's ILP (headroom: plan its services'
+    demand / u; spread: the largest share one spot pool may carry; on-demand floor), the other
+    re-optimized models taking theirs; preset 0 is the configured risk, so codes 0 .. 2 L mean
+    what they mean in ``v1``.
     The models not on hold are re-optimized together in one exact allocation ILP, the others
     held at their planned counts, warm-started from the running plan, for the planning demand:
     per service the largest forecast at the model's chosen level over the next
@@ -204,6 +214,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
 
     **Version history** (newest first)
 
+    * ``v4``: ``v3``'s world and observation; the action also chooses each re-optimized model's
+      risk preset (``action="risk"``, ``MultiDiscrete([1 + 2 L R] * M)``). ``v0``-``v3`` keep
+      their actions (one risk: the configured one for every model).
     * ``v3``: ``v2``'s closed loop in a world that charges what a cluster charges —
       ``startup="sampled"``, ``preemption="zone"``, ``spot_acquisition="trace"`` (each in
       FleetConfig's docstring with its public source; ``scale_down`` stays ``drain``) — and the
@@ -276,7 +289,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self.gpu_types: tuple[str, ...] = fleet.gpu_types
         series = c.demand if c.demand is not None else workload_series(
             c.workload, self.models, spec.req_per_s, c.step_s, resample=c.resample, seed=c.demand_seed)
-        self.codec = ActionCodec.for_config(c.planning_quantile, c.action_levels)
+        self.codec = ActionCodec.for_config(c.planning_quantile, c.action_levels, c.risk,
+                                            risk_menu(c.availability) if c.action == "risk" else ())
         self.book: DemandBook = build_book(self.models, series, forecaster=c.forecaster,
                                            horizon=c.look_ahead_steps, quantile=c.planning_quantile,
                                            levels=self.codec.levels)
@@ -424,9 +438,11 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         return self.correction.planning_factors() if self.config.correction else None
 
     def _replan(self, models: frozenset[str], demand: np.ndarray,
-                grow: frozenset[str] = frozenset(), caps: dict[Pool, int] | None = None) -> PlanOutcome:
+                grow: frozenset[str] = frozenset(), caps: dict[Pool, int] | None = None,
+                risk: dict[str, Risk] | None = None) -> PlanOutcome:
         caps = caps if caps is not None else self._planning_caps()
-        return self.fleet.replan(self.state, models, demand, caps, grow=grow, factors=self._factors())
+        return self.fleet.replan(self.state, models, demand, caps, grow=grow, factors=self._factors(),
+                                 risk=risk)
 
     def _observe(self) -> np.ndarray:
         g = self._g
@@ -534,7 +550,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         if chosen:
             levels = [r.level if r.level is not None else self.codec.levels[0] for r in reopts]
             planning = self._planning_demand(g, self._planning, levels)
-            outcome = self._replan(chosen, planning, grow)
+            # the risk presets the action chose (Fleet-v4); the others take the configured risk
+            risk = {self.models[i]: r.risk for i, r in enumerate(reopts) if r.risk is not None} or None
+            outcome = self._replan(chosen, planning, grow, risk=risk)
             failed = self._apply(outcome)
             # a refused request comes back within seconds (the cloud's insufficient-capacity
             # error): the planner re-plans at once without the pools that refused, a few times
@@ -542,7 +560,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                 if not failed:
                     break
                 retry_s += outcome.solver_seconds
-                outcome = self._replan(chosen, planning, grow)
+                outcome = self._replan(chosen, planning, grow, risk=risk)
                 more = self._apply(outcome)
                 failed = {k: failed.get(k, 0) + more.get(k, 0) for k in set(failed) | set(more)}
         stopped, self.state.stopped = self.state.stopped, {}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from atoll.envs.vocabulary import Pool
 from atoll.solvers.allocation import solve_allocation
-from atoll.solvers.problem import Allocation, AllocationProblem, SolveStatus, model_of
+from atoll.solvers.problem import Allocation, AllocationProblem, Risk, SolveStatus, model_of
 
 _SOLVED = (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE_TIME_LIMIT, SolveStatus.FEASIBLE)
 
@@ -66,13 +66,17 @@ class Replanner:
         self.misses = 0
 
     def plan(self, models: frozenset[str], demand: Mapping[str, float], availability: Mapping[Pool, int],
-             running: Allocation, grow: frozenset[str] = frozenset()) -> PlanOutcome:
+             running: Allocation, grow: frozenset[str] = frozenset(),
+             risk: Mapping[str, Risk] | None = None) -> PlanOutcome:
         """Re-optimize ``models`` for ``demand`` (tokens/s per service) within ``availability``;
-        the ``grow`` models keep their running instances (a subset of ``models``)."""
+        the ``grow`` models keep their running instances (a subset of ``models``); ``risk``
+        (model -> Risk) overrides the base problem's risk of those models."""
         rounded = {s: round_up(d, self.demand_round) for s, d in demand.items() if model_of(s) in models}
         grow = frozenset(grow) & frozenset(models)
-        key = (tuple(sorted(models)), tuple(sorted(grow)), tuple(sorted(rounded.items())), running.counts,
-               tuple(sorted(availability.items())))
+        key: tuple[object, ...] = (tuple(sorted(models)), tuple(sorted(grow)), tuple(sorted(rounded.items())),
+                                   running.counts, tuple(sorted(availability.items())))
+        if risk:
+            key += (tuple(sorted((m, r.label()) for m, r in risk.items())),)
         if self.memoize:
             hit = self._memo.get(key)
             if hit is not None:
@@ -80,7 +84,8 @@ class Replanner:
                 self.hits += 1
                 return replace(hit, cached=True)
         self.misses += 1
-        outcome = self._solve(models, rounded, availability, running, grow)
+        outcome = (self._solve(models, rounded, availability, running, grow, risk) if risk
+                   else self._solve(models, rounded, availability, running, grow))
         if self.memoize:
             self._memo[key] = outcome
             if len(self._memo) > self.max_entries:
@@ -89,9 +94,10 @@ class Replanner:
 
     def _solve(self, models: frozenset[str], demand: Mapping[str, float],
                availability: Mapping[Pool, int], running: Allocation,
-               grow: frozenset[str] = frozenset()) -> PlanOutcome:
+               grow: frozenset[str] = frozenset(), risk: Mapping[str, Risk] | None = None) -> PlanOutcome:
+        extra = {"risk": {**(self.base.risk or {}), **risk}} if risk else {}
         problem = self.base.with_changes(demand=demand, availability=availability, running=running,
-                                         reoptimize=models, mode="cost", grow=grow)
+                                         reoptimize=models, mode="cost", grow=grow, **extra)
         res = solve_allocation(problem, warm_start=running)
         seconds = res.build_seconds + res.solve_seconds
         guarded = res.guard_resolves

@@ -22,7 +22,10 @@ lists it. Without ``@q`` a rule plans at the environment's configured level
 (``FleetConfig.planning_quantile``, :data:`~atoll.envs.vocabulary.DEFAULT_LEVEL` by default). A
 rule's level is its ``planning_quantile`` attribute (None: the environment's); the evaluation runs
 it on an environment configured for that level, so its observation's ``forecast_upper_ratio`` and
-its re-plans read the same quantile.
+its re-plans read the same quantile. A rule's ``+RISK`` (the vocabulary's risk suffix) is its
+``risk`` attribute, and it runs on an environment configured with that risk
+(``FleetConfig.risk``): every re-plan it asks for takes that risk for every model. The grid
+crosses the rules with a menu of risks (:func:`rule_grid`'s ``risks``).
 - ``grow:K@q`` (a ``Fleet-v1`` rule): every step a ``grow`` re-optimization at q (add what the
   forecast needs, release nothing), and every K-th step a ``full`` one (release what is no
   longer needed). It is not in the contest's rule family; it is the learned policy's default
@@ -44,8 +47,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from atoll.envs.observation import RATIO_CAP, model_feature
-from atoll.envs.vocabulary import PLANNING_LEVELS, POLICY_USAGE, PolicySpec, check_level, parse_policy
+from atoll.envs.vocabulary import (
+    PLANNING_LEVELS,
+    POLICY_USAGE,
+    PolicySpec,
+    check_level,
+    parse_policy,
+    parse_risk,
+)
 from atoll.solvers.errors import InputError, UnknownNameError
+from atoll.solvers.problem import Risk
 
 LOST_SHARE = 0.01  # recent unserved share that counts as losing demand
 FIXED_INTERVALS: tuple[int, ...] = (1, 2, 3, 6, 12)
@@ -69,6 +80,7 @@ class FixedInterval:
     every: int
     name: str = ""
     planning_quantile: float | None = None
+    risk: Risk | None = None  # the rule's +RISK (None: the environment's)
     kind = "fixed"  # the rule's name in the grammar (a class attribute, not a field)
 
     def __post_init__(self) -> None:
@@ -92,6 +104,7 @@ class Threshold:
     high: float = 1.0
     name: str = "threshold"
     planning_quantile: float | None = None
+    risk: Risk | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.low < self.high <= RATIO_CAP:
@@ -129,6 +142,7 @@ class Never:
     n_models: int
     name: str = "never"
     planning_quantile: float | None = None
+    risk: Risk | None = None
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
         return np.zeros(self.n_models, dtype=np.int8)
@@ -142,6 +156,7 @@ class Hindsight:
     n_models: int
     name: str = "hindsight"
     planning_quantile: float | None = None
+    risk: Risk | None = None
     _ones: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -191,15 +206,23 @@ def make_policy(spec: str | PolicySpec, n_models: int) -> Policy:
         raise InputError(f"bad policy {str(spec).strip()!r} ({exc}); use {POLICY_USAGE}") from exc
     policy.name = str(spec).strip()
     policy.planning_quantile = parsed.level
+    policy.risk = parsed.risk  # type: ignore[attr-defined]  # every rule class has the field
     return policy
 
 
 def rule_grid(levels: Sequence[float] = PLANNING_LEVELS, intervals: Sequence[int] = FIXED_INTERVALS,
-              bands: Sequence[tuple[float, float]] = THRESHOLD_BANDS) -> list[str]:
+              bands: Sequence[tuple[float, float]] = THRESHOLD_BANDS,
+              risks: Sequence[str | Risk] = ("neutral",)) -> list[str]:
     """The rule family's names: ``fixed:K@q`` for every K and ``threshold:LOW:HIGH@q`` for every
-    band, at every level q."""
+    band, at every level q, each with every risk of ``risks`` (``neutral``: no suffix; e.g.
+    ``("neutral", "h0.85", "h0.7")`` adds ``+h0.85`` and ``+h0.7`` twins of every rule)."""
     for q in levels:
         check_level(q)
-    specs = [PolicySpec("fixed", every=k, level=q) for q in levels for k in intervals]
-    specs += [PolicySpec("threshold", band=band, level=q) for q in levels for band in bands]
+    menu = [r if isinstance(r, Risk) else parse_risk(r) for r in risks]
+    if not menu or len({r.label() for r in menu}) != len(menu):
+        raise InputError(f"rule_grid: risks must be distinct risk labels (e.g. neutral, h0.7), "
+                         f"got {list(risks)!r}")
+    specs = [PolicySpec("fixed", every=k, level=q, risk=r) for r in menu for q in levels for k in intervals]
+    specs += [PolicySpec("threshold", band=band, level=q, risk=r)
+              for r in menu for q in levels for band in bands]
     return [str(s) for s in specs]

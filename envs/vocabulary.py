@@ -20,7 +20,14 @@ the environment's configured level, :data:`DEFAULT_LEVEL` unless set):
 ``learned:<model uri>``         a logged policy (an MLflow URI or ``name@alias`` / ``name/N``)
 ==============================  ==================================================================
 
-A re-optimization (:class:`Reoptimization`) is ``hold``, ``full@q`` or ``grow@q``. A pool
+Any rule may end in ``+RISK``, the risk its re-plans take for every model
+(:class:`~atoll.solvers.problem.Risk`: ``h<headroom>``, ``s<spread>``, ``f<on-demand floor>``,
+joined by commas, e.g. ``fixed:1@0.9+h0.7`` or ``threshold@0.95+h0.85,s0.5``); without it a rule
+takes the environment's configured risk (``FleetConfig.risk``, neutral unless set). A neutral
+suffix (``+neutral``) is the same as none and prints as none.
+
+A re-optimization (:class:`Reoptimization`) is ``hold``, ``full@q`` or ``grow@q``, optionally
+with the risk it takes (``full@0.9+h0.7``). A pool
 (:data:`Pool`) is a (region, node config) pair, the unit availability and prices are given for.
 
 The levels are the forecast's own quantiles, so their values live in
@@ -36,11 +43,12 @@ from typing import TypeAlias
 
 from atoll.forecast.forecasters import DEFAULT_LEVEL, PLANNING_LEVELS
 from atoll.solvers.errors import InputError, UnknownNameError
+from atoll.solvers.problem import Risk
 from atoll.solvers.types import Pool
 
 __all__ = ["DEFAULT_LEVEL", "KINDS", "PER_MODEL_PREFIX", "PER_MODEL_USAGE", "PLANNING_LEVELS", "POLICY_USAGE",
-           "RULE_KINDS", "Level", "PolicySpec", "Pool", "Reoptimization", "check_level",
-           "format_level", "parse_level", "parse_policy"]
+           "RISK_SEPARATOR", "RULE_KINDS", "Level", "PolicySpec", "Pool", "Reoptimization", "Risk",
+           "check_level", "format_level", "parse_level", "parse_policy", "parse_risk"]
 
 Level: TypeAlias = float  # a planning level: the forecast quantile a re-plan provisions for
 
@@ -55,6 +63,21 @@ LEARNED_PREFIX = "learned:"
 POLICY_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], grow:K[@q], never, hindsight, "
                 "oracle-rate; q a planning level in " + ", ".join(f"{q:g}" for q in PLANNING_LEVELS))
 PER_MODEL_USAGE = "per-model:K1@q1,K2@q2,... (one K@q per model, in the fleet's order)"
+RISK_SEPARATOR = "+"  # a rule's risk suffix: fixed:1@0.9+h0.7
+RISK_USAGE = ("+RISK after a rule, RISK = h<headroom in (0, 1]>, s<spread in (0, 1]>, f<on-demand floor in "
+              "[0, 1]> joined by commas (e.g. fixed:1@0.9+h0.7 or threshold+h0.85,s0.5)")
+
+
+def parse_risk(text: str, spec: str = "") -> Risk:
+    """The :class:`~atoll.solvers.problem.Risk` a suffix names (``h0.7``, ``h0.85,s0.5``,
+    ``neutral``); ``spec`` names the text it came from. An InputError naming both and the grammar."""
+    where = f"bad policy {spec!r}: " if spec else ""
+    if not text.strip():
+        raise InputError(f"{where}the risk after {RISK_SEPARATOR!r} is empty; use {RISK_USAGE}")
+    try:
+        return Risk.parse(text)
+    except ValueError as exc:
+        raise InputError(f"{where}{exc}; use {RISK_USAGE}") from None
 
 
 def format_level(q: float) -> str:
@@ -90,8 +113,13 @@ class Reoptimization:
 
     kind: str
     level: Level | None = None
+    risk: Risk | None = None  # None: the environment's configured risk
 
     def __post_init__(self) -> None:
+        if self.risk is not None and not isinstance(self.risk, Risk):
+            raise InputError(f"Reoptimization: field 'risk' must be a Risk or None, got {self.risk!r}")
+        if self.kind == "hold" and self.risk is not None:
+            raise InputError(f"Reoptimization: field 'risk' must be None for hold, got {self.risk.label()!r}")
         if self.kind not in KINDS:
             raise InputError(f"Reoptimization: field 'kind' must be one of {', '.join(KINDS)}, "
                              f"got {self.kind!r}")
@@ -100,17 +128,19 @@ class Reoptimization:
 
     @classmethod
     def parse(cls, text: str) -> Reoptimization:
-        """``hold``, ``full``, ``full@0.9``, ``grow@0.95``."""
-        kind, sep, level = text.strip().partition("@")
+        """``hold``, ``full``, ``full@0.9``, ``grow@0.95``, ``full@0.9+h0.7``."""
+        body, plus, risk_text = text.strip().partition(RISK_SEPARATOR)
+        kind, sep, level = body.partition("@")
         try:
             q = float(level) if sep else None
         except ValueError:
             raise InputError(f"bad re-optimization {text!r}: level {level!r} is not a number; "
                              f"use hold, full@q or grow@q") from None
-        return cls(kind, q)
+        return cls(kind, q, parse_risk(risk_text, text) if plus else None)
 
     def label(self) -> str:
-        return self.kind if self.level is None else f"{self.kind}@{format_level(self.level)}"
+        text = self.kind if self.level is None else f"{self.kind}@{format_level(self.level)}"
+        return text if self.risk is None else f"{text}{RISK_SEPARATOR}{self.risk.label()}"
 
     def __str__(self) -> str:
         return self.label()
@@ -123,7 +153,9 @@ class PolicySpec:
     ``kind``: a rule kind of :data:`RULE_KINDS`, ``per-model`` or ``learned``; ``every``: K of
     ``fixed`` / ``grow``; ``band``: (LOW, HIGH) of a ``threshold`` that names one (None: the
     rule's default band); ``level``: ``@q`` (None: the environment's); ``entries``: a per-model
-    assignment's (K, q) per model; ``uri``: a learned policy's model URI as written."""
+    assignment's (K, q) per model; ``uri``: a learned policy's model URI as written; ``risk``: a
+    rule's ``+RISK`` (None: the environment's; a neutral Risk is stored as None, so
+    ``fixed:1+neutral`` and ``fixed:1`` are one value)."""
 
     kind: str
     every: int | None = None
@@ -131,8 +163,17 @@ class PolicySpec:
     level: Level | None = None
     entries: tuple[tuple[int, Level], ...] = ()
     uri: str = ""
+    risk: Risk | None = None
 
     def __post_init__(self) -> None:
+        if self.risk is not None:
+            if not isinstance(self.risk, Risk):
+                raise InputError(f"PolicySpec: field 'risk' must be a Risk or None, got {self.risk!r}")
+            if self.kind not in RULE_KINDS:
+                raise InputError(f"PolicySpec: {self.kind} takes no {RISK_SEPARATOR}RISK (a rule's risk for "
+                                 f"every model), got {self.risk.label()!r}")
+            if self.risk.neutral:
+                object.__setattr__(self, "risk", None)
         if self.kind not in (*RULE_KINDS, "per-model", "learned"):
             raise UnknownNameError(f"unknown policy {self.kind!r}; valid: {POLICY_USAGE}, "
                                    f"per-model:K1@q1,..., learned:<model uri>")
@@ -191,7 +232,9 @@ class PolicySpec:
             body += f":{self.every}"
         if self.band is not None:
             body += f":{self.band[0]:g}:{self.band[1]:g}"
-        return body if self.level is None else f"{body}@{format_level(self.level)}"
+        if self.level is not None:
+            body += f"@{format_level(self.level)}"
+        return body if self.risk is None else f"{body}{RISK_SEPARATOR}{self.risk.label()}"
 
 
 def _per_model(text: str) -> PolicySpec:
@@ -224,7 +267,12 @@ def parse_policy(text: str | PolicySpec) -> PolicySpec:
     if spec.startswith(LEARNED_PREFIX):
         return PolicySpec("learned", uri=spec.removeprefix(LEARNED_PREFIX))
     if spec.startswith(PER_MODEL_PREFIX):
+        if RISK_SEPARATOR in spec:
+            raise InputError(f"bad policy {spec!r}: a per-model assignment takes no {RISK_SEPARATOR}RISK; "
+                             f"use {PER_MODEL_USAGE}")
         return _per_model(spec)
+    spec, plus, risk_text = spec.partition(RISK_SEPARATOR)
+    risk = parse_risk(risk_text, text.strip()) if plus else None
     body, sep, level_text = spec.partition("@")
     level = parse_level(level_text, spec) if sep else None
     kind, *args = body.split(":")
@@ -243,4 +291,4 @@ def parse_policy(text: str | PolicySpec) -> PolicySpec:
         band = (float(args[0]), float(args[1])) if kind == "threshold" and args else None
     except ValueError as exc:
         raise InputError(f"bad policy {spec!r} ({exc}); use {POLICY_USAGE}") from exc
-    return PolicySpec(kind, every=every, band=band, level=level)
+    return PolicySpec(kind, every=every, band=band, level=level, risk=risk)

@@ -67,7 +67,8 @@ HEADLINE_KEYS: tuple[str, ...] = ("frontier_cost_ratio", "effective_cost_ratio",
 class ContestSettings:
     """``validation_days`` pick the frontier, ``test_days`` report (inclusive ranges, disjoint);
     ``seeds`` evaluation seeds on the test days, ``validation_seeds`` on the validation days
-    (None: as many); ``levels``/``intervals``/``bands`` the rule grid; ``lost_usd_per_mtok`` the
+    (None: as many); ``levels``/``intervals``/``bands`` the rule grid, crossed with the risk menu
+    ``risks`` (risk labels, ``neutral`` the rule without a ``+RISK``); ``lost_usd_per_mtok`` the
     price of a million tokens not served within SLO in the effective cost (None: the reward's
     ``unserved_usd_per_mtok``); ``workers`` rule processes (1: run in this process);
     ``hindsight`` runs the hindsight bound on the test days too (it re-solves every step: the
@@ -89,6 +90,7 @@ class ContestSettings:
     per_model_targets: int = 3
     per_model_passes: int = 3
     ray_address: str | None = None
+    risks: tuple[str, ...] = ("neutral",)
 
     def __post_init__(self) -> None:
         owner = "ContestSettings"
@@ -119,11 +121,11 @@ class ContestSettings:
                                                        and self.lost_usd_per_mtok >= 0):
             raise InputError(f"{owner}: field 'lost_usd_per_mtok' must be finite and >= 0 or None, "
                              f"got {self.lost_usd_per_mtok!r}")
-        rule_grid(self.levels, self.intervals, self.bands)  # validates the levels
+        rule_grid(self.levels, self.intervals, self.bands, self.risks)  # validates the levels and risks
 
     @property
     def grid(self) -> list[str]:
-        return rule_grid(self.levels, self.intervals, self.bands)
+        return rule_grid(self.levels, self.intervals, self.bands, self.risks)
 
     def lost_price(self, config: FleetConfig) -> float:
         if self.lost_usd_per_mtok is None:

@@ -67,7 +67,20 @@ def env_at_level(env: FleetEnv, policy: Policy, cache: dict[Any, FleetEnv] | Non
     the same configuration planning at q — same demand, availability and seeds, and the same
     shared re-planner memo (atoll.envs.fleet_model.shared_replanner). A per-model rule
     (:class:`~atoll.training.per_model.PerModelRule`) gets the configuration at its most common
-    level with every level it uses among the action levels."""
+    level with every level it uses among the action levels. A rule with a ``+RISK`` gets the
+    configuration taking that risk (``FleetConfig.risk``) at its level."""
+    risk = getattr(policy, "risk", None)
+    if risk is not None and risk != env.config.risk:
+        key_r: Any = ("risk", risk.label(), getattr(policy, "planning_quantile", None))
+        if cache is not None and key_r in cache:
+            return cache[key_r]
+        changes_r: dict[str, Any] = {"risk": risk}
+        if getattr(policy, "planning_quantile", None) is not None:
+            changes_r["planning_quantile"] = policy.planning_quantile
+        other_r = FleetEnv(dataclasses.replace(env.config, **changes_r))
+        if cache is not None:
+            cache[key_r] = other_r
+        return other_r
     q = getattr(policy, "planning_quantile", None)
     levels = getattr(policy, "action_levels", None)
     if levels is not None and q is not None:

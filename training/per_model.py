@@ -59,12 +59,13 @@ def model_key(i: int, key: str) -> str:
 
 
 def fixed_option(spec: str | PolicySpec) -> Option | None:
-    """(K, q) of ``fixed:K@q``; None for any other spec (a threshold rule, no level)."""
+    """(K, q) of ``fixed:K@q``; None for any other spec (a threshold rule, no level, a ``+RISK``:
+    an assignment's entries take the environment's risk, so a rule with its own is no option)."""
     try:
         parsed = parse_policy(spec)
     except AtollError:
         return None
-    if parsed.kind != "fixed" or parsed.every is None or parsed.level is None:
+    if parsed.kind != "fixed" or parsed.every is None or parsed.level is None or parsed.risk is not None:
         return None
     return parsed.every, parsed.level
 

@@ -285,6 +285,13 @@ def bootstrap_teacher(rule_spec: str, env: FleetEnv) -> Callable[[np.ndarray, Ma
         return lambda obs, info: np.where(per_model.act(obs, info) > 0, codes, 0)
     rule = make_policy(rule_spec, len(env.models))
     level = rule.planning_quantile
+    risk = getattr(rule, "risk", None)
+    if risk is not None and risk not in env.codec.risks:
+        raise InputError(f"bootstrap rule {rule_spec!r} takes risk {risk.label()!r}, not one of the env's "
+                         f"risk presets {', '.join(r.label() for r in env.codec.risks)}; clone it on "
+                         f"atoll/Fleet-v4 (action='risk'), whose menu has it")
+    if risk is not None:
+        return lambda obs, info: env.codec.relevel(rule.act(obs, info), level or env.codec.levels[0], risk)
     if level is not None and level not in env.codec.levels:
         raise InputError(f"bootstrap rule {rule_spec!r} plans at {level:g}, not one of the env's action "
                          f"levels {', '.join(f'{q:g}' for q in env.codec.levels)}")
