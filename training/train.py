@@ -323,11 +323,36 @@ def smoothed_targets(codes: np.ndarray, n_codes: int, smoothing: float) -> np.nd
     return target
 
 
+@dataclass(frozen=True)
+class CloneRecord:
+    """What the cloning saw and did: its raw observations, the rule's codes on them and the
+    clone's deterministic codes (what :func:`moved_from_clone` compares the trained policy with)."""
+
+    observations: np.ndarray
+    teacher: np.ndarray
+    clone: np.ndarray
+
+
+def _deterministic(model: BaseAlgorithm, vec: VecNormalize, raw: np.ndarray) -> np.ndarray:
+    """[N, M] the policy's deterministic codes (MultiBinary: bits) on raw observations."""
+    action, _ = model.predict(vec.normalize_obs(np.asarray(raw, dtype=np.float32)), deterministic=True)
+    return np.asarray(action, dtype=np.int64).reshape(len(raw), -1)
+
+
+def moved_from_clone(model: BaseAlgorithm, vec: VecNormalize, record: CloneRecord) -> dict[str, float]:
+    """How far the trained policy moved from its clone, on the cloning's observations (each
+    normalized with the statistics of its own time): the share of (observation, model) pairs
+    where its deterministic code differs from the clone's, and its agreement with the teacher."""
+    now = _deterministic(model, vec, record.observations)
+    return {"moved_from_clone": float(np.mean(now != record.clone)),
+            "teacher_agreement_after": float(np.mean(now == record.teacher))}
+
+
 def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, settings: TrainSettings,
-               tick: Callable[[int], None] | None) -> tuple[float, float]:
+               tick: Callable[[int], None] | None) -> tuple[float, float, CloneRecord]:
     """Behaviour cloning of ``settings.bootstrap_rule`` on ``env`` (a training env in this process);
-    returns the final training loss and the clone's agreement: the share of (observation, model)
-    pairs on which its deterministic action is the rule's."""
+    returns the final training loss, the clone's agreement (the share of (observation, model)
+    pairs on which its deterministic action is the rule's) and its :class:`CloneRecord`."""
     teacher = bootstrap_teacher(settings.bootstrap_rule, env)
     discrete = isinstance(env.action_space, spaces.MultiDiscrete)
     if settings.bootstrap_smoothing and not discrete:
@@ -379,7 +404,9 @@ def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, settings: TrainSett
         logits = logits_of(x)
         chosen = (logits.reshape(len(x), -1, n_codes).argmax(-1).numpy() if discrete
                   else (logits > 0).numpy().astype(np.int64))
-    return float(loss.detach()), float(np.mean(chosen == codes))
+    record = CloneRecord(np.asarray(raw, dtype=np.float32), codes.reshape(len(x), -1),
+                         np.asarray(chosen, dtype=np.int64).reshape(len(x), -1))
+    return float(loss.detach()), float(np.mean(chosen == codes)), record
 
 
 def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger | None = None,
@@ -388,7 +415,9 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
                  note: Callable[[str], None] | None = None) -> tuple[PPO, VecNormalize, dict[str, float]]:
     """Train PPO on ``config``'s training days; returns the model, its VecNormalize and stats
     (``bootstrap_loss``, ``episodes``, in a world off the model ``capacity_error_draws``; with early
-    stopping ``validation_best``, ``validation_evaluations`` and ``stopped_at``)."""
+    stopping ``validation_best``, ``validation_evaluations`` and ``stopped_at``; after cloning,
+    ``bootstrap_agreement`` and :func:`moved_from_clone`'s ``moved_from_clone`` and
+    ``teacher_agreement_after``, read after the best parameters are restored)."""
     torch.set_num_threads(1)
     vec = make_vec_env(config, settings.n_envs, settings.seed, settings.gamma, settings.demand_seeds)
     model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
@@ -399,10 +428,12 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
     if logger is not None:
         model.set_logger(logger)
     stats: dict[str, float] = {}
+    record: CloneRecord | None = None
     if settings.bootstrap_steps:
         local = FleetEnv(env_config(config, 0, settings.demand_seeds))
         local.reset(seed=settings.seed)
-        stats["bootstrap_loss"], stats["bootstrap_agreement"] = _bootstrap(model, vec, local, settings, tick)
+        loss, agreement, record = _bootstrap(model, vec, local, settings, tick)
+        stats["bootstrap_loss"], stats["bootstrap_agreement"] = loss, agreement
         vec.reset()
     callbacks: list[BaseCallback] = [_Progress(tick)] if tick is not None else []
     stop = None
@@ -428,4 +459,6 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
         stats["validation_best"] = stop.best
         stats["stopped_at"] = float(model.num_timesteps)
         stats["validation_evaluations"] = float(len(stop.scores))
+    if record is not None:
+        stats.update(moved_from_clone(model, vec, record))
     return model, vec, stats

@@ -1,0 +1,24 @@
+"""How far PPO moved its clone: measured on the cloning's own observations, zero when PPO cannot
+change the parameters, and a clone of a risky rule on Fleet-v4's action agreeing with it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from test_train import ONE_ENV, tiny_config
+
+from atoll.training.train import CloneRecord, moved_from_clone, train_policy
+
+
+def test_a_policy_ppo_cannot_change_has_not_moved() -> None:
+    frozen = dataclasses.replace(ONE_ENV, learning_rate=1e-12, bootstrap_rule="fixed:1@0.9+h0.7")
+    model, vec, stats = train_policy(tiny_config(action="risk", days=(4, 4)), frozen)
+    assert stats["moved_from_clone"] == 0.0
+    assert stats["teacher_agreement_after"] == stats["bootstrap_agreement"] > 0.5
+    # the measure itself: a record whose clone disagrees everywhere reads as fully moved
+    raw = np.zeros((4, vec.observation_space.shape[0]), dtype=np.float32)
+    now, _ = model.predict(vec.normalize_obs(raw), deterministic=True)
+    other = (np.asarray(now) + 1) % 19
+    record = CloneRecord(raw, np.asarray(now), other)
+    assert moved_from_clone(model, vec, record) == {"moved_from_clone": 1.0, "teacher_agreement_after": 1.0}
