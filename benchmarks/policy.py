@@ -231,10 +231,12 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
         "test_seconds": doc["test_seconds"], "train_run_id": train["run_id"],
         "model_uri": train["model_uri"], "registered": train["registered"], "fleet": train["fleet"],
         "bootstrap_rule": teacher,
-        "training": {k: train[k] for k in ("bootstrap_loss", "bootstrap_agreement", "validation_best",
-                                           "stopped_at", "validation_evaluations", "episodes",
-                                           "capacity_error_draws")
-                     if k in train},
+        "training": {**{k: train[k] for k in ("bootstrap_loss", "bootstrap_agreement", "validation_best",
+                                              "stopped_at", "validation_evaluations", "episodes",
+                                              "capacity_error_draws", "moved_from_clone",
+                                              "teacher_agreement_after")
+                        if k in train},
+                     "ppo_steps": _ppo_steps(args), "bootstrap_steps": args.bootstrap_steps},
         "parent_run_id": doc["parent_run_id"], "loadavg": loads,
         "frontier": doc["frontier"], "best_rule": doc["best_rule"],
         "per_model": pm,
@@ -293,6 +295,12 @@ def _train(args: argparse.Namespace, config: FleetConfig, scorer: Any, key: str,
                                     learning_rate=args.learning_rate),
                       validate=scorer, note=lambda text, k=key: log(f"{k}: {text}"))
     return train, time.perf_counter() - t
+
+
+def _ppo_steps(args: argparse.Namespace) -> int:
+    """PPO's env steps without an early stop: ``--timesteps`` rounded up to whole rollouts."""
+    rollout = args.n_steps * args.n_envs
+    return -(-args.timesteps // rollout) * rollout
 
 
 def _finished_run(run_id: str) -> tuple[dict[str, Any], float]:
