@@ -180,6 +180,21 @@ class TemplateIndex:
                                     for c, _ in t.nodes if node_config_of(c) != c)
         self.sliced = np.asarray([rc in self.sliced_rcs for rc in self.rcs], dtype=bool)
 
+    def costs_at(self, price: np.ndarray) -> np.ndarray:
+        """$/h per template at ``price`` per (region, config) id (read-only, shared by the
+        problems of one price list: a re-plan's problem would otherwise sum 3e5 entries again)."""
+        key = price.tobytes()
+        memo: dict[bytes, np.ndarray] = self.__dict__.setdefault("_costs_memo", {})
+        costs = memo.get(key)
+        if costs is None:
+            costs = np.bincount(self.entry_template, weights=self.k * price[self.rc],
+                                minlength=len(self.keys))
+            costs.flags.writeable = False
+            if len(memo) >= 8:
+                memo.pop(next(iter(memo)))
+            memo[key] = costs
+        return costs
+
     def rescaled(self, scale: np.ndarray) -> TemplateIndex:
         """The index of this index's templates, in the same order, each serving its throughput
         x ``scale[i]`` (the planner's capacity correction): the templates with a factor of 1 are
@@ -377,9 +392,8 @@ class AllocationProblem:
             raise ValueError(f"{owner}: field 'prices' lacks (region, config) pairs used by templates: "
                              f"{missing[:5]}{' ...' if len(missing) > 5 else ''}")
         object.__setattr__(self, "prices", prices)
-        price = np.asarray([prices[rc] for rc in index.rcs], dtype=np.float64)
-        costs = np.bincount(index.entry_template, weights=index.k * price[index.rc], minlength=len(templates))
-        object.__setattr__(self, "_costs", costs)
+        object.__setattr__(self, "_costs", index.costs_at(np.asarray([prices[rc] for rc in index.rcs],
+                                                                    dtype=np.float64)))
         if self.availability is not None:
             avail = _frozen_map(owner, "availability", self.availability)
             for rc, v in avail.items():

@@ -9,17 +9,28 @@ A file is trusted only if its header parses and names the key it is stored under
 payload bytes match the header's SHA-256 checksum and parse; otherwise it is reported (logged)
 and rebuilt, never used. Writes go to a temporary
 file first and are renamed into place, so a crash never leaves a half-written entry.
+
+Beside the per-job entries, a whole library is kept once more as one binary file
+(:class:`LibraryStore`, ``<library key>.lib``): the templates as Python objects with their keys
+already computed, so a warm load is one read instead of a JSON parse and object build per template
+(3-4 s for the 92,133 templates of ``extended``, ~0.5 s this way). It is a pickle under the same
+header and checksum: it is read only from the user's own cache folder, and one that fails its
+header, checksum or layout check is rebuilt from the per-job entries.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import gc
 import hashlib
 import json
 import logging
 import math
 import os
+import pickle
 import tempfile
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +41,7 @@ from atoll.solvers.types import Phase, Service, Stage, Template
 # Bump when the enumeration, placement or dominance rules change what a build produces.
 CODE_VERSION = 1
 FORMAT = "atoll-template-job"
+LIBRARY_FORMAT = "atoll-template-library"
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +170,79 @@ class TemplateStore:
         body = canonical(payload).encode()
         header = {"format": FORMAT, "code_version": CODE_VERSION, "key": key,
                   "checksum": hashlib.sha256(body).hexdigest()}
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:12]}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(canonical(header).encode() + b"\n" + body)
+            os.replace(tmp, self.path(key))
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return self.path(key)
+
+
+@contextlib.contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic garbage collector off while a library's 1e5 objects are made. Why: each
+    allocation burst triggers full passes over every object built so far (two thirds of a JSON
+    load's time), and these objects hold no cycles."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _layout() -> str:
+    """The field names of the classes a library pickle holds: a pickle of another layout is
+    rebuilt, never read into objects whose fields moved."""
+    classes = (Template, Stage, Service)
+    return digest({cls.__name__: [f.name for f in dataclasses.fields(cls)] for cls in classes})
+
+
+class LibraryStore:
+    """Whole libraries by library key (binary, see the module docstring) under one directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}.lib"
+
+    def load(self, key: str) -> tuple[Template, ...] | None:
+        """The templates stored under ``key``; None if absent or untrustworthy (logged)."""
+        path = self.path(key)
+        if not path.exists():
+            return None
+        try:
+            raw = path.read_bytes()
+            head, sep, body = raw.partition(b"\n")
+            header = json.loads(head)
+            if not sep or not isinstance(header, dict) or header.get("format") != LIBRARY_FORMAT:
+                raise CacheCorrupt(f"not an {LIBRARY_FORMAT} file")
+            if header.get("key") != key or header.get("layout") != _layout():
+                raise CacheCorrupt("stale: another library or class layout")
+            if header.get("checksum") != hashlib.sha256(body).hexdigest():
+                raise CacheCorrupt("checksum mismatch")
+            with paused_gc():
+                templates = pickle.loads(body)
+        except (OSError, ValueError, CacheCorrupt, pickle.UnpicklingError, EOFError, AttributeError) as exc:
+            log.warning("template library cache %s: %s; rebuilding it from the job entries", path, exc)
+            return None
+        if not isinstance(templates, tuple) or not all(isinstance(t, Template) for t in templates):
+            log.warning("template library cache %s: not a tuple of templates; rebuilding it", path)
+            return None
+        return templates
+
+    def save(self, key: str, templates: tuple[Template, ...]) -> Path:
+        for t in templates:  # stored with their keys, which every consumer computes first
+            _ = t.key
+        body = pickle.dumps(templates, protocol=pickle.HIGHEST_PROTOCOL)
+        header = {"format": LIBRARY_FORMAT, "code_version": CODE_VERSION, "key": key, "layout": _layout(),
+                  "checksum": hashlib.sha256(body).hexdigest()}
+        self.directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:12]}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:

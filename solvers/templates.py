@@ -50,10 +50,12 @@ from atoll.solvers.runtime import (
 )
 from atoll.solvers.template_store import (
     CODE_VERSION,
+    LibraryStore,
     TemplateStore,
     check_templates,
     default_cache_dir,
     digest,
+    paused_gc,
     template_from_json,
     template_to_json,
 )
@@ -459,6 +461,28 @@ def _start_ray(todo: list[TemplateJob], address: str) -> Iterator[tuple[Template
     return results()
 
 
+def _load_jobs(store: TemplateStore, keys: list[str], by_key: dict[str, TemplateJob],
+               results: dict[str, JobResult]) -> None:
+    """Read every trustworthy cached job of ``keys`` into ``results``."""
+    for key in keys:
+        payload = store.load(key)
+        if payload is None:
+            continue
+        try:
+            result = JobResult.from_json(payload)
+            job = by_key[key]
+            check_templates(result.templates, [c.name for c in job.configs], job.model.layers)
+            if result.evaluated == 0 and enumerate_multisets(
+                    job.model, job.configs, job.n_max, job.rho, job.shape, job.runtime):
+                # an empty entry of a build whose rho cut removed every multiset (before the
+                # cut kept the last ones): rebuild it; entries with templates are unchanged
+                continue
+            results[key] = result
+        except (KeyError, TypeError, ValueError) as exc:  # checksummed, yet not a job result
+            logging.getLogger(__name__).warning("template cache entry %s: %s; rebuilding it",
+                                                store.path(key), exc)
+
+
 def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: int | None = None,
                   ray_address: str | None = None, progress: bool | Callable[[int, int], None] = True,
                   use_cache: bool = True, catalog: Catalog | None = None) -> TemplateLibrary:
@@ -478,25 +502,18 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
     jobs = spec.jobs(catalog)
     keys = [job.key for job in jobs]
     by_key = dict(zip(keys, jobs, strict=True))
-    store = TemplateStore(cache_dir if cache_dir is not None else default_cache_dir()) if use_cache else None
+    directory = cache_dir if cache_dir is not None else default_cache_dir()
+    store = TemplateStore(directory) if use_cache else None
+    library_key = digest({"code_version": CODE_VERSION, "jobs": keys})
+    whole = LibraryStore(directory) if use_cache else None
+    if whole is not None:
+        loaded = whole.load(library_key)
+        if loaded is not None:
+            return TemplateLibrary(spec, loaded, time.perf_counter() - t0, True, library_key)
     results: dict[str, JobResult] = {}
     if store is not None:
-        for key in keys:
-            payload = store.load(key)
-            if payload is not None:
-                try:
-                    result = JobResult.from_json(payload)
-                    job = by_key[key]
-                    check_templates(result.templates, [c.name for c in job.configs], job.model.layers)
-                    if result.evaluated == 0 and enumerate_multisets(
-                            job.model, job.configs, job.n_max, job.rho, job.shape, job.runtime):
-                        # an empty entry of a build whose rho cut removed every multiset (before the
-                        # cut kept the last ones): rebuild it; entries with templates are unchanged
-                        continue
-                    results[key] = result
-                except (KeyError, TypeError, ValueError) as exc:  # checksummed, yet not a job result
-                    logging.getLogger(__name__).warning("template cache entry %s: %s; rebuilding it",
-                                                        store.path(key), exc)
+        with paused_gc():
+            _load_jobs(store, keys, by_key, results)
     todo = [job for job, key in zip(jobs, keys, strict=True) if key not in results]
     # Largest first keeps the workers busy to the end.
     weight = {job.key: len(enumerate_multisets(job.model, job.configs, job.n_max, job.rho, job.shape,
@@ -522,5 +539,6 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
                 if callable(progress):
                     progress(weight[job.key], total)
     templates = tuple(t for key in keys for t in results[key].templates)
-    return TemplateLibrary(spec, templates, time.perf_counter() - t0, not todo,
-                           digest({"code_version": CODE_VERSION, "jobs": keys}))
+    if whole is not None:
+        whole.save(library_key, templates)
+    return TemplateLibrary(spec, templates, time.perf_counter() - t0, not todo, library_key)

@@ -254,9 +254,10 @@ def split_names(text: str, option: str) -> list[str]:
 
 def require_servable_env(env: FleetEnv) -> None:
     """An error naming every model of the env's scenario that no template can serve, and why."""
-    from atoll.solvers.scenarios import scenario_templates
+    from atoll.envs.fleet_model import scenario_library
     from atoll.solvers.servable import require_servable
 
     c = env.config
     spec = c.scenario_spec
-    require_servable(spec, scenario_templates(spec, runtime=c.runtime), c.runtime)
+    # the library the env was built from (memoized per process), not a second read of the cache
+    require_servable(spec, scenario_library(spec, c.runtime), c.runtime)

@@ -19,11 +19,13 @@ count, since they only remove templates.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+import weakref
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
-from atoll.solvers.problem import Allocation, AllocationProblem, model_of
+from atoll.solvers.problem import Allocation, AllocationProblem, TemplateIndex, model_of
 
 
 class RoundInstance:
@@ -85,21 +87,43 @@ class RoundInstance:
         # per service: demand (0 = no variable), per template: bound
         demand = np.array([max(self.target(s), 0.0) if model_of(s) in free_models else 0.0
                            for s in ix.services])
+        resid = np.array([self.residual[rc] for rc in ix.rcs])
+        enforced = np.array([rc in self.rows for rc in ix.rcs], dtype=bool)
+        pinned = {ix.position[k] for k in keep if k in ix.position}
+        pinned |= {ix.position[k] for k, _ in self.running.counts}
+        rule = problem.per_model_rule
+        if problem.removal_weight == 0 and rule is None and not ix.sliced_rcs:
+            reduced = _reduced(problem, demand, enforced, resid, pinned)
+        else:
+            reduced = None
+        chosen, bound = reduced if reduced is not None else self._reduce(demand, enforced, resid, pinned)
+        self.free = [ix.keys[i] for i in chosen]
+        self.bound = {ix.keys[i]: int(b) for i, b in zip(chosen, bound.tolist(), strict=True)}
+        if problem.removal_weight > 0:  # a kept template's service joins, demand or none
+            extra = {p.template(k).service.name for k in self.free} - set(self.services)
+            if extra:
+                self.services = sorted(set(self.services) | extra)
+                self.models = sorted({model_of(s) for s in self.services})
+
+    def _reduce(self, demand: np.ndarray, enforced: np.ndarray, resid: np.ndarray,
+                pinned: set[int]) -> tuple[list[int], np.ndarray]:
+        """The kept template positions and their bounds, over the whole library (every rule,
+        removal price and sliced library; :func:`_reduced` is the memoized common case)."""
+        p = self.problem
+        ix = p.index
+        rule = p.per_model_rule
         d = demand[ix.service]
         free = d > 0
         # with a removal price a running instance may be worth keeping beyond what demand needs:
         # its template is a variable whatever its demand, bounded by its running count at least
         keepable = np.zeros(len(ix.keys))
-        if problem.removal_weight > 0:
+        if p.removal_weight > 0:
             for key, n in self.running.counts:
-                if model_of(p.template(key).service.name) in free_models:
+                if model_of(p.template(key).service.name) in p.free_models:
                     keepable[ix.position[key]] = n
             free |= keepable > 0
-        rule = problem.per_model_rule
         if rule is not None:
             free &= ~(ix.multi_config if rule == "config" else ix.multi_type)
-        resid = np.array([self.residual[rc] for rc in ix.rcs])
-        enforced = np.array([rc in self.rows for rc in ix.rcs], dtype=bool)
         with np.errstate(divide="ignore", invalid="ignore"):
             u = np.ceil(np.where(free, d, 0.0) / ix.throughput - 1e-9)
         u = np.maximum(u, keepable)
@@ -108,8 +132,6 @@ class RoundInstance:
         bound = np.maximum(u, 0.0)
         cand = np.flatnonzero(free & (bound > 0))
         touches = np.add.reduceat(enforced[ix.rc].astype(np.int64), ix.ptr[:-1]) > 0
-        pinned = {ix.position[k] for k in keep if k in ix.position}
-        pinned |= {ix.position[k] for k, _ in self.running.counts}
         if ix.sliced_rcs and rule is None:
             # the model over slice kinds (atoll.solvers.allocation.kinds) folds the templates of
             # one engine shape into one column: it needs every member, and prunes by folding
@@ -117,14 +139,8 @@ class RoundInstance:
         elif ix.sliced_rcs:
             chosen = self._undominated_sliced(cand, enforced, pinned)
         else:
-            chosen = self._undominated(cand, touches, enforced, pinned)
-        self.free = [ix.keys[i] for i in chosen]
-        self.bound = {ix.keys[i]: int(bound[i]) for i in chosen}
-        if problem.removal_weight > 0:  # a kept template's service joins, demand or none
-            extra = {p.template(k).service.name for k in self.free} - set(self.services)
-            if extra:
-                self.services = sorted(set(self.services) | extra)
-                self.models = sorted({model_of(s) for s in self.services})
+            chosen = _undominated(p, cand, touches, enforced, pinned)
+        return chosen, bound[chosen]
 
     def target(self, service: str) -> float:
         """Demand the round's variables must cover: the service's planning demand (its demand over
@@ -135,29 +151,6 @@ class RoundInstance:
     def constants(self) -> dict[str, int]:
         """Instances that are not variables: the fixed models' and the grow models' floors."""
         return {**self.fixed, **self.floor}
-
-    def _groups(self) -> np.ndarray:
-        """Per template, the group within which dominance compares: its service (and GPU type or
-        config, under the one-type or one-config rule), and its region (pool and tier) for a model
-        with a :class:`~atoll.solvers.problem.Risk`, whose rows tell regions apart."""
-        p = self.problem
-        ix = p.index
-        rule = p.per_model_rule
-        if rule == "config":
-            kind, n_kinds = ix.config_kind, ix.n_configs
-        elif rule == "gpu_type":
-            kind, n_kinds = ix.kind, ix.n_kinds
-        else:
-            kind, n_kinds = np.zeros_like(ix.kind), 1
-        group = ix.service * n_kinds + kind
-        if not p.risk:
-            return group
-        # from the index's arrays: a template's region is its first entry's (one region each)
-        regions = {r: i for i, r in enumerate(sorted({r for r, _ in ix.rcs}))}
-        region_of_rc = np.asarray([regions[r] for r, _ in ix.rcs], dtype=np.int64)
-        risky = np.asarray([model_of(s) in p.risk for s in ix.services], dtype=bool)[ix.service]
-        region = np.where(risky, region_of_rc[ix.rc[ix.ptr[:-1]]], -1)
-        return group * (len(regions) + 1) + region + 1
 
     def _undominated_sliced(self, cand: np.ndarray, enforced: np.ndarray, pinned: set[int]) -> list[int]:
         """Dominance when some rows are sliced (nodes bought as integer variables, idle GPUs
@@ -181,7 +174,7 @@ class RoundInstance:
         use = np.zeros((len(ix.keys), max(len(rows), 1)))
         ent = np.flatnonzero(enforced[ix.rc])
         np.add.at(use, (ix.entry_template[ent], col[ix.rc[ent]]), ix.k[ent])
-        group = self._groups()
+        group = _groups(p)
         out: list[int] = []
         eps = 1e-9
         for gid in np.unique(group[cand]).tolist():
@@ -200,56 +193,137 @@ class RoundInstance:
             out.extend(mem[keep].tolist())
         return sorted(set(out) | (pinned & set(cand.tolist())))
 
-    def _undominated(self, cand: np.ndarray, touches: np.ndarray, enforced: np.ndarray,
-                     pinned: set[int]) -> list[int]:
-        """Drop t when a t' of the same service (and GPU type or config, under the one-type or
-        one-config rule) has
-        cost <= and throughput >= and uses no node of an enforced row, or the same nodes of
-        enforced rows as t (a t on a sliced row only the latter: see the loop).
-        Moving an instance from t to t' then keeps every enforced row and
-        demand row and cannot raise the objective (t has no running instance, so its added
-        cost (1 + K) p_t is at least t's worst case (1 + K) p_t'). Running and warm-start
-        templates are kept. Returns kept template positions in library order."""
-        p = self.problem
-        ix = p.index
-        cost, thr = p.costs, ix.throughput
-        group = self._groups()
-        out: list[int] = []
-        # templates that touch no enforced row: one Pareto front per (service, kind)
-        plain = cand[~touches[cand]]
-        order = plain[np.lexsort((plain, -thr[plain], cost[plain], group[plain]))]
-        fronts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        if len(order):
-            g = group[order]
-            cuts = np.flatnonzero(np.diff(g)) + 1
-            for seg in np.split(order, cuts):
-                t_seg = thr[seg]
-                best_before = np.concatenate(([-np.inf], np.maximum.accumulate(t_seg)[:-1]))
-                keep = t_seg > best_before
-                out.extend(seg[keep].tolist())
-                fronts[int(group[seg[0]])] = (cost[seg[keep]], t_seg[keep])  # cost and thr ascending
-        # templates that touch an enforced row: grouped by that usage, also beaten by the front
-        groups: dict[tuple[int, tuple[tuple[int, float], ...]], list[int]] = defaultdict(list)
-        on = enforced.tolist()
-        ptr, rcs, ks, gr = ix.ptr.tolist(), ix.rc_list, ix.k_list, group.tolist()
-        for i in cand[touches[cand]].tolist():
-            a, b = ptr[i], ptr[i + 1]
-            usage = tuple((r, k) for r, k in zip(rcs[a:b], ks[a:b], strict=True) if on[r])
-            groups[(gr[i], usage)].append(i)
-        sliced = ix.sliced.tolist()
-        for (gid, used), members in groups.items():
-            front_cost, front_thr = fronts.get(gid, (np.zeros(0), np.zeros(0)))
-            if any(sliced[r] for r, _ in used):
-                # moving an instance off a sliced row need not save its share: the node it sat on
-                # may stay bought (nodes are integers). Only same-usage templates compare.
-                front_cost, front_thr = np.zeros(0), np.zeros(0)
-            members.sort(key=lambda i: (cost[i], -thr[i], i))
-            best = -math.inf
-            for i in members:
-                j = int(np.searchsorted(front_cost, cost[i] + 1e-12, side="right"))
-                dominated = thr[i] <= best or (j > 0 and front_thr[j - 1] >= thr[i])
-                if not dominated:
-                    out.append(i)
-                best = max(best, thr[i])
-        kept = set(out) | (pinned & set(cand.tolist()))
-        return sorted(kept)
+
+def _groups(p: AllocationProblem) -> np.ndarray:
+    """Per template, the group within which dominance compares: its service (and GPU type or
+    config, under the one-type or one-config rule), and its region (pool and tier) for a model
+    with a :class:`~atoll.solvers.problem.Risk`, whose rows tell regions apart."""
+    ix = p.index
+    rule = p.per_model_rule
+    if rule == "config":
+        kind, n_kinds = ix.config_kind, ix.n_configs
+    elif rule == "gpu_type":
+        kind, n_kinds = ix.kind, ix.n_kinds
+    else:
+        kind, n_kinds = np.zeros_like(ix.kind), 1
+    group = ix.service * n_kinds + kind
+    if not p.risk:
+        return group
+    # from the index's arrays: a template's region is its first entry's (one region each)
+    regions = {r: i for i, r in enumerate(sorted({r for r, _ in ix.rcs}))}
+    region_of_rc = np.asarray([regions[r] for r, _ in ix.rcs], dtype=np.int64)
+    risky = np.asarray([model_of(s) in p.risk for s in ix.services], dtype=bool)[ix.service]
+    region = np.where(risky, region_of_rc[ix.rc[ix.ptr[:-1]]], -1)
+    return group * (len(regions) + 1) + region + 1
+
+
+def _undominated(p: AllocationProblem, cand: np.ndarray, touches: np.ndarray, enforced: np.ndarray,
+                 pinned: set[int]) -> list[int]:
+    """The kept positions of ``cand`` in library order: :func:`_front`'s and the pinned ones."""
+    return sorted(set(_front(p, cand, touches, enforced)) | (pinned & set(cand.tolist())))
+
+
+def _front(p: AllocationProblem, cand: np.ndarray, touches: np.ndarray, enforced: np.ndarray) -> list[int]:
+    """Drop t when a t' of the same service (and GPU type or config, under the one-type or
+    one-config rule) has
+    cost <= and throughput >= and uses no node of an enforced row, or the same nodes of
+    enforced rows as t (a t on a sliced row only the latter: see the loop).
+    Moving an instance from t to t' then keeps every enforced row and
+    demand row and cannot raise the objective (t has no running instance, so its added
+    cost (1 + K) p_t is at least t's worst case (1 + K) p_t'). Running and warm-start
+    templates are kept by the caller (:func:`_undominated`). Returns the undominated positions."""
+    ix = p.index
+    cost, thr = p.costs, ix.throughput
+    group = _groups(p)
+    out: list[int] = []
+    # templates that touch no enforced row: one Pareto front per (service, kind)
+    plain = cand[~touches[cand]]
+    order = plain[np.lexsort((plain, -thr[plain], cost[plain], group[plain]))]
+    fronts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    if len(order):
+        g = group[order]
+        cuts = np.flatnonzero(np.diff(g)) + 1
+        for seg in np.split(order, cuts):
+            t_seg = thr[seg]
+            best_before = np.concatenate(([-np.inf], np.maximum.accumulate(t_seg)[:-1]))
+            keep = t_seg > best_before
+            out.extend(seg[keep].tolist())
+            fronts[int(group[seg[0]])] = (cost[seg[keep]], t_seg[keep])  # cost and thr ascending
+    # templates that touch an enforced row: grouped by that usage, also beaten by the front
+    groups: dict[tuple[int, tuple[tuple[int, float], ...]], list[int]] = defaultdict(list)
+    on = enforced.tolist()
+    ptr, rcs, ks, gr = ix.ptr.tolist(), ix.rc_list, ix.k_list, group.tolist()
+    for i in cand[touches[cand]].tolist():
+        a, b = ptr[i], ptr[i + 1]
+        usage = tuple((r, k) for r, k in zip(rcs[a:b], ks[a:b], strict=True) if on[r])
+        groups[(gr[i], usage)].append(i)
+    sliced = ix.sliced.tolist()
+    for (gid, used), members in groups.items():
+        front_cost, front_thr = fronts.get(gid, (np.zeros(0), np.zeros(0)))
+        if any(sliced[r] for r, _ in used):
+            # moving an instance off a sliced row need not save its share: the node it sat on
+            # may stay bought (nodes are integers). Only same-usage templates compare.
+            front_cost, front_thr = np.zeros(0), np.zeros(0)
+        members.sort(key=lambda i: (cost[i], -thr[i], i))
+        best = -math.inf
+        for i in members:
+            j = int(np.searchsorted(front_cost, cost[i] + 1e-12, side="right"))
+            dominated = thr[i] <= best or (j > 0 and front_thr[j - 1] >= thr[i])
+            if not dominated:
+                out.append(i)
+            best = max(best, thr[i])
+    return out
+
+
+@dataclass(frozen=True)
+class _Pruned:
+    """What dominance kept of one library under one (prices, enforced rows and their residuals,
+    services with demand, risky models): the undominated positions before pinning, and per
+    template its availability cap min_c floor(A_rc / n_tc) (inf off the enforced rows)."""
+
+    front: tuple[int, ...]
+    cap: np.ndarray  # float32: whole numbers or inf, exact
+
+
+_PRUNED: weakref.WeakKeyDictionary[TemplateIndex, OrderedDict[tuple[object, ...], _Pruned]] = \
+    weakref.WeakKeyDictionary()
+_PRUNED_SIZE = 64  # entries per library (~0.4 MB each on a 1e5-template library)
+_THR_MAX: weakref.WeakKeyDictionary[TemplateIndex, np.ndarray] = weakref.WeakKeyDictionary()
+
+
+def _reduced(p: AllocationProblem, demand: np.ndarray, enforced: np.ndarray, resid: np.ndarray,
+             pinned: set[int]) -> tuple[list[int], np.ndarray] | None:
+    """:meth:`RoundInstance._reduce` without a removal price, per-model rule or slices, with the
+    dominance pass memoized. Why it may be: which templates are candidates and which of them
+    dominance keeps depend on the demand only through which services have any (every template of
+    a service with demand gets a bound >= 1), not on how much; so a re-plan that only moves
+    demand reuses the pruning and computes bounds for the few hundred kept templates. None when a
+    service's demand is so small that some template's bound rounds to 0 (the caller computes)."""
+    ix = p.index
+    thr_max = _THR_MAX.get(ix)
+    if thr_max is None:
+        thr_max = _THR_MAX[ix] = np.zeros(len(ix.services))
+        np.maximum.at(thr_max, ix.service, ix.throughput)
+    positive = demand > 0
+    if np.any(positive & (demand <= 4e-9 * thr_max)):
+        return None
+    memo = _PRUNED.setdefault(ix, OrderedDict())
+    key = (tuple(p.prices[rc] for rc in ix.rcs), enforced.tobytes(), resid[enforced].tobytes(),
+           positive.tobytes(), tuple(sorted(p.risk)) if p.risk else ())
+    hit = memo.get(key)
+    if hit is None:
+        free = positive[ix.service]
+        entry_cap = np.where(enforced[ix.rc], np.floor(resid[ix.rc] / ix.k), np.inf)
+        cap = np.minimum.reduceat(entry_cap, ix.ptr[:-1])
+        cand = np.flatnonzero(free & (cap >= 1))
+        touches = np.add.reduceat(enforced[ix.rc].astype(np.int64), ix.ptr[:-1]) > 0
+        hit = memo[key] = _Pruned(tuple(sorted(_front(p, cand, touches, enforced))), cap.astype(np.float32))
+        while len(memo) > _PRUNED_SIZE:
+            memo.popitem(last=False)
+    memo.move_to_end(key)
+    service = ix.service
+    extra = {i for i in pinned if positive[service[i]] and hit.cap[i] >= 1}  # pinned candidates
+    chosen = sorted(set(hit.front) | extra) if extra else list(hit.front)
+    at = np.asarray(chosen, dtype=np.int64)
+    u = np.ceil(demand[service[at]] / ix.throughput[at] - 1e-9)
+    return chosen, np.maximum(np.minimum(u, hit.cap[at]), 0.0)

@@ -208,11 +208,41 @@ def test_cache_hit_then_corrupt_tampered_and_stale_files_are_rebuilt(
     target = next(f for f in files if parts(f)[1]["rows"])
     for how, reason in (("garbage", "unreadable"), ("tampered", "checksum mismatch"), ("stale", "stale")):
         damage(target, how)
+        for whole in tmp_path.glob("*.lib"):  # the whole-library file would answer first
+            whole.unlink()
         with caplog.at_level(logging.WARNING, logger="atoll.solvers.template_store"):
             again = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
         assert not again.from_cache and again.templates == cold.templates
         assert reason in caplog.text
         assert build_library(spec, cache_dir=tmp_path, workers=1, progress=False).from_cache  # repaired
+        caplog.clear()
+
+
+def test_library_file_answers_a_warm_load_and_a_damaged_one_is_rebuilt_from_the_jobs(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    spec = dataclasses.replace(SMALL, gpu_types=("L4",))
+    cold = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
+    (whole,) = tmp_path.glob("*.lib")
+    assert whole.name == f"{cold.key}.lib"
+    for job in tmp_path.glob("*.json"):  # a warm load reads the library file alone
+        job.rename(job.with_suffix(".moved"))
+    warm = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
+    assert warm.from_cache and warm.templates == cold.templates
+    assert [t.key for t in warm.templates] == [t.key for t in cold.templates]
+    for job in tmp_path.glob("*.moved"):
+        job.rename(job.with_suffix(".json"))
+    good = whole.read_bytes()
+    head, _, body = good.partition(b"\n")
+    header = json.loads(head)
+    for damaged, reason in ((b"{not json", "template library cache"),
+                            (head + b"\n" + body[:-1] + bytes([body[-1] ^ 1]), "checksum mismatch"),
+                            (json.dumps({**header, "key": "0" * 64}).encode() + b"\n" + body, "stale"),
+                            (json.dumps({**header, "layout": "0" * 64}).encode() + b"\n" + body, "stale")):
+        whole.write_bytes(damaged)
+        with caplog.at_level(logging.WARNING, logger="atoll.solvers.template_store"):
+            again = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
+        assert again.templates == cold.templates and reason in caplog.text
+        assert whole.read_bytes() != damaged  # rewritten from the job entries
         caplog.clear()
 
 
@@ -326,6 +356,8 @@ def test_an_edited_entry_with_a_recomputed_checksum_is_validated_and_rebuilt(
     new_body = json.dumps(payload).encode()
     header["checksum"] = hashlib.sha256(new_body).hexdigest()  # edited by hand, checksum redone
     target.write_bytes(json.dumps(header).encode() + b"\n" + new_body)
+    for whole in tmp_path.glob("*.lib"):  # the job entries are read when the library file is gone
+        whole.unlink()
     with caplog.at_level(logging.WARNING):
         again = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
     assert not again.from_cache and again.templates == cold.templates
