@@ -5,7 +5,8 @@ weights R. One JSON document on stdout (progress on stderr), written to
 ``benchmarks/results/live_churn.json`` with ``--out``.
 
     .venv/bin/python benchmarks/live_churn.py [--weights 0,0.1,0.25,0.5,1,2] [--windows 60,120]
-        [--hours 24] [--validation 9,10] [--test 11,12] [--out benchmarks/results/live_churn.json]
+        [--rules threshold:0.5:1.2] [--bound 0,60,240] [--trace DIR] [--hours 24]
+        [--validation 9,10] [--test 11,12] [--out benchmarks/results/live_churn.json]
 
 Per run (one day's stretch from midnight, a fresh controller and replay): after the first hour
 (the ramp from an empty fleet), churn = (instances added + removed) per hour / the mean running
@@ -14,9 +15,10 @@ replaced nodes over each interval, as the env bills a step), the share of demand
 capacity could not serve (the controller's own account) and the plan's estimated SLO attainment.
 Besides R, a second lever: a scale-down window W (``--windows``; the controller's
 ``--scale-down-window``: a service shrinks only to the most instances the solver wanted over the
-last W). A variant is chosen on the validation days — the lowest churn whose cost is within 1% of
-R = 0's, else the cheapest below R = 0's churn — and reported on the test days, never chosen
-there. ``--from-runs A.json B.json`` makes one document from earlier runs.
+last W); a third, the ``threshold`` rule's band (``--rules threshold:0.5:1.2``). A variant is
+chosen on the validation days — the lowest churn whose cost is within 1% of R = 0's, else the
+cheapest below R = 0's churn — and reported on the test days, never chosen there.
+``--from-runs A.json B.json`` makes one document from earlier runs.
 
 ``--bound 0,60,240`` adds the hindsight bound (:func:`hindsight`): the churn and cost of a fleet
 re-solved every tick for the true demand (its peak over the look-ahead, in minutes) with the
@@ -162,8 +164,8 @@ def run(weight: float, day: int, hours: float, series: list[Any], policy: str = 
     measured_h = (ticks - warm) * INTERVAL_S / 3600.0
     mean_size = float(np.mean(sizes)) if sizes else 0.0
     out = {
-        "removal_weight": weight, "scale_down_window_s": window_s, "day": day, "hours": hours,
-        "ticks": ticks, "measured_hours": measured_h,
+        "removal_weight": weight, "scale_down_window_s": window_s, "policy": policy, "day": day,
+        "hours": hours, "ticks": ticks, "measured_hours": measured_h,
         "mean_instances": mean_size, "instances_added": added, "instances_removed": removed,
         "churn_per_hour_over_fleet": (added + removed) / measured_h / mean_size if mean_size else None,
         "tick_churn_median": statistics.median(tick_churn) if tick_churn else None,
@@ -179,9 +181,9 @@ def run(weight: float, day: int, hours: float, series: list[Any], policy: str = 
             {f"p{q:02d}": float(np.percentile(estimate, q)) for q in (5, 50, 95)} if estimate else {})},
         "wall_s": time.perf_counter() - t0,
     }
-    log(f"  R={weight:g} W={window_s / 60:g}m day {day}: churn {out['churn_per_hour_over_fleet']:.3f}/h, "
-        f"${out['cost_usd_per_h']:.1f}/h, {changed} changes, {mean_size:.0f} instances "
-        f"({out['wall_s']:.0f} s)")
+    log(f"  R={weight:g} W={window_s / 60:g}m {policy} day {day}: "
+        f"churn {out['churn_per_hour_over_fleet']:.3f}/h, ${out['cost_usd_per_h']:.1f}/h, "
+        f"{changed} changes, {mean_size:.0f} instances ({out['wall_s']:.0f} s)")
     return out
 
 
@@ -268,9 +270,12 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float | None:
 
 
 def variant(r: dict[str, Any]) -> str:
-    """A run's lever setting: ``R=<weight>`` and, when on, ``W=<minutes>m`` (the scale-down window)."""
+    """A run's lever setting: ``R=<weight>`` and, when on, ``W=<minutes>m`` (the scale-down window)
+    and the rule when it is not the example's ``threshold`` (its band)."""
     w = r.get("scale_down_window_s", 0.0)
-    return f"R={r['removal_weight']:g}" + (f",W={w / 60:g}m" if w else "")
+    rule = r.get("policy", "threshold")
+    return (f"R={r['removal_weight']:g}" + (f",W={w / 60:g}m" if w else "")
+            + (f",{rule}" if rule != "threshold" else ""))
 
 
 def choose(validation: dict[str, dict[str, Any]]) -> str:
@@ -357,6 +362,8 @@ def main() -> None:
                     help="removal weights R (R = 0, the reference, is run unless --windows is given "
                          "or this is empty)")
     ap.add_argument("--windows", default="", help="scale-down windows in minutes, each run at R = 0")
+    ap.add_argument("--rules", default="",
+                    help="other bands of the threshold rule (e.g. threshold:0.3:1.0), each run at R = 0")
     ap.add_argument("--validation", default="9,10", help="days a variant is chosen on")
     ap.add_argument("--test", default="11,12", help="days the chosen variant is reported on")
     ap.add_argument("--hours", type=float, default=24.0, help="hours per day's stretch, from midnight")
@@ -389,8 +396,9 @@ def main() -> None:
     else:
         weights = {float(x) for x in args.weights.split(",") if x}
         reference = {0.0} if weights and not args.windows else set()
-        levers = [(w, 0.0) for w in sorted(weights | reference)]
-        levers += [(0.0, float(m) * 60.0) for m in args.windows.split(",") if m]
+        levers = [(w, 0.0, "threshold") for w in sorted(weights | reference)]
+        levers += [(0.0, float(m) * 60.0, "threshold") for m in args.windows.split(",") if m]
+        levers += [(0.0, 0.0, rule) for rule in args.rules.split(",") if rule]
         series = [load_workload(f"servegen:{w}", step_s=INTERVAL_S) for w in WORKLOADS]
         t0 = time.perf_counter()
         load_before = list(os.getloadavg())
@@ -401,10 +409,10 @@ def main() -> None:
             for minutes in (float(x) for x in args.bound.split(",") if x):
                 for d in (int(x) for x in text.split(",") if x):
                     bound[stage].append(hindsight(d, args.hours, series, minutes * 60.0))
-            for weight, window in levers:
+            for weight, window, rule in levers:
                 for d in (int(x) for x in text.split(",") if x):
                     ticks: list[dict[str, Any]] | None = [] if args.trace else None
-                    runs[stage].append(run(weight, d, args.hours, series, window_s=window, trace=ticks))
+                    runs[stage].append(run(weight, d, args.hours, series, rule, window_s=window, trace=ticks))
                     if args.trace:
                         args.trace.mkdir(parents=True, exist_ok=True)
                         name = variant(runs[stage][-1]).replace(",", "_")
