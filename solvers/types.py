@@ -251,8 +251,9 @@ class Service:
     model: str
     phase: Phase
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
+        # cached: a re-plan reads the names of thousands of templates' services
         return f"{self.model}/{self.phase.value}"
 
 

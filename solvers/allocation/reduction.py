@@ -223,7 +223,8 @@ def _undominated(p: AllocationProblem, cand: np.ndarray, touches: np.ndarray, en
     return sorted(set(_front(p, cand, touches, enforced)) | (pinned & set(cand.tolist())))
 
 
-def _front(p: AllocationProblem, cand: np.ndarray, touches: np.ndarray, enforced: np.ndarray) -> list[int]:
+def _front(p: AllocationProblem, cand: np.ndarray, touches: np.ndarray, enforced: np.ndarray,
+           ranked: np.ndarray | None = None) -> list[int]:
     """Drop t when a t' of the same service (and GPU type or config, under the one-type or
     one-config rule) has
     cost <= and throughput >= and uses no node of an enforced row, or the same nodes of
@@ -231,14 +232,21 @@ def _front(p: AllocationProblem, cand: np.ndarray, touches: np.ndarray, enforced
     Moving an instance from t to t' then keeps every enforced row and
     demand row and cannot raise the objective (t has no running instance, so its added
     cost (1 + K) p_t is at least t's worst case (1 + K) p_t'). Running and warm-start
-    templates are kept by the caller (:func:`_undominated`). Returns the undominated positions."""
+    templates are kept by the caller (:func:`_undominated`). Returns the undominated positions.
+    ``ranked``: every template sorted by (group, cost, -throughput, position), when the caller
+    keeps it (:func:`_ranking`)."""
     ix = p.index
     cost, thr = p.costs, ix.throughput
     group = _groups(p)
     out: list[int] = []
     # templates that touch no enforced row: one Pareto front per (service, kind)
     plain = cand[~touches[cand]]
-    order = plain[np.lexsort((plain, -thr[plain], cost[plain], group[plain]))]
+    if ranked is None:
+        order = plain[np.lexsort((plain, -thr[plain], cost[plain], group[plain]))]
+    else:  # the same order: the ranking restricted to the plain candidates
+        mask = np.zeros(len(thr), dtype=bool)
+        mask[plain] = True
+        order = ranked[mask[ranked]]
     fronts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if len(order):
         g = group[order]
@@ -252,11 +260,12 @@ def _front(p: AllocationProblem, cand: np.ndarray, touches: np.ndarray, enforced
     # templates that touch an enforced row: grouped by that usage, also beaten by the front
     groups: dict[tuple[int, tuple[tuple[int, float], ...]], list[int]] = defaultdict(list)
     on = enforced.tolist()
-    ptr, rcs, ks, gr = ix.ptr.tolist(), ix.rc_list, ix.k_list, group.tolist()
-    for i in cand[touches[cand]].tolist():
-        a, b = ptr[i], ptr[i + 1]
+    touching = cand[touches[cand]]
+    rcs, ks = ix.rc_list, ix.k_list
+    starts, ends = ix.ptr[touching].tolist(), ix.ptr[touching + 1].tolist()
+    for i, a, b, g in zip(touching.tolist(), starts, ends, group[touching].tolist(), strict=True):
         usage = tuple((r, k) for r, k in zip(rcs[a:b], ks[a:b], strict=True) if on[r])
-        groups[(gr[i], usage)].append(i)
+        groups[(g, usage)].append(i)
     sliced = ix.sliced.tolist()
     for (gid, used), members in groups.items():
         front_cost, front_thr = fronts.get(gid, (np.zeros(0), np.zeros(0)))
@@ -289,6 +298,35 @@ _PRUNED: weakref.WeakKeyDictionary[TemplateIndex, OrderedDict[tuple[object, ...]
     weakref.WeakKeyDictionary()
 _PRUNED_SIZE = 64  # entries per library (~0.4 MB each on a 1e5-template library)
 _THR_MAX: weakref.WeakKeyDictionary[TemplateIndex, np.ndarray] = weakref.WeakKeyDictionary()
+_BY_RC: weakref.WeakKeyDictionary[TemplateIndex, list[tuple[np.ndarray, np.ndarray]]] = \
+    weakref.WeakKeyDictionary()
+_RANKED: weakref.WeakKeyDictionary[TemplateIndex, dict[tuple[object, ...], np.ndarray]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _entries_by_rc(ix: TemplateIndex) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per (region, config) id: the templates that use it and how many nodes each."""
+    got = _BY_RC.get(ix)
+    if got is None:
+        order = np.argsort(ix.rc, kind="stable")
+        cuts = np.searchsorted(ix.rc[order], np.arange(len(ix.rcs) + 1))
+        got = _BY_RC[ix] = [(ix.entry_template[order[a:b]], ix.k[order[a:b]])
+                            for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    return got
+
+
+def _ranking(p: AllocationProblem, prices: tuple[float, ...], risky: tuple[str, ...]) -> np.ndarray:
+    """Every template by (dominance group, cost, -throughput, position) under ``prices``."""
+    memo = _RANKED.setdefault(p.index, {})
+    got = memo.get((prices, risky))
+    if got is None:
+        ix = p.index
+        pos = np.arange(len(ix.keys))
+        got = np.lexsort((pos, -ix.throughput, p.costs, _groups(p)))
+        if len(memo) >= 8:
+            memo.pop(next(iter(memo)))
+        memo[(prices, risky)] = got
+    return got
 
 
 def _reduced(p: AllocationProblem, demand: np.ndarray, enforced: np.ndarray, resid: np.ndarray,
@@ -308,16 +346,23 @@ def _reduced(p: AllocationProblem, demand: np.ndarray, enforced: np.ndarray, res
     if np.any(positive & (demand <= 4e-9 * thr_max)):
         return None
     memo = _PRUNED.setdefault(ix, OrderedDict())
-    key = (tuple(p.prices[rc] for rc in ix.rcs), enforced.tobytes(), resid[enforced].tobytes(),
+    # whole nodes: floor(A / n) = floor(floor(A) / n), so only the whole part of a residual counts
+    key = (tuple(p.prices[rc] for rc in ix.rcs), enforced.tobytes(), np.floor(resid[enforced]).tobytes(),
            positive.tobytes(), tuple(sorted(p.risk)) if p.risk else ())
     hit = memo.get(key)
     if hit is None:
         free = positive[ix.service]
-        entry_cap = np.where(enforced[ix.rc], np.floor(resid[ix.rc] / ix.k), np.inf)
-        cap = np.minimum.reduceat(entry_cap, ix.ptr[:-1])
+        # the caps from the enforced rows' own entries: a template has one entry per row it uses
+        by_rc = _entries_by_rc(ix)
+        cap = np.full(len(ix.keys), np.inf)
+        touches = np.zeros(len(ix.keys), dtype=bool)
+        for r in np.flatnonzero(enforced).tolist():
+            at, k = by_rc[r]
+            touches[at] = True
+            cap[at] = np.minimum(cap[at], np.floor(resid[r] / k))
         cand = np.flatnonzero(free & (cap >= 1))
-        touches = np.add.reduceat(enforced[ix.rc].astype(np.int64), ix.ptr[:-1]) > 0
-        hit = memo[key] = _Pruned(tuple(sorted(_front(p, cand, touches, enforced))), cap.astype(np.float32))
+        front = _front(p, cand, touches, enforced, ranked=_ranking(p, key[0], key[4]))
+        hit = memo[key] = _Pruned(tuple(sorted(front)), cap.astype(np.float32))
         while len(memo) > _PRUNED_SIZE:
             memo.popitem(last=False)
     memo.move_to_end(key)
