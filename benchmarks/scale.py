@@ -25,7 +25,8 @@ The timed path, as the simulator and the controller run it:
 Each row reports wall seconds (problem change included), the solver's build and solve seconds,
 status, proven gap, objective and $/h, and the process's peak RSS. ``verify`` solves the
 same generator at ``--verify-models`` models both ways: every warm re-solve's objective equals a
-cold solve's of the same changed problem, to the solver's gap.
+cold solve's of the same changed problem, to the solver's gap; ``verify_large_change`` does the
+same with half the models moved by 15-30%, a change the running plan's slack cannot absorb.
 
     .venv/bin/python benchmarks/scale.py [--models 1000] [--n-max 3] [--seed 0] [--cap 0]
         [--changed 0.1] [--change 0.05] [--verify-models 20] [--workers 2] [--out FILE]
@@ -196,6 +197,7 @@ def run(templates: tuple[Template, ...], n_models: int, seed: int, *, step: int,
     for name, reopt in (("changed", moved), ("all", None)):
         res, wall, problem_s = resolve(problem, cold.allocation, demand, reopt)
         out[name] = _row(res, wall, problem_s)
+        out[name]["plan_changed"] = res.allocation is not None and res.allocation != cold.allocation
         _log(f"{n_models} models warm re-solve {name}: {out[name]}")
         if with_cold_resolves:
             ref, ref_wall, ref_problem_s = resolve(problem, cold.allocation, demand, reopt, warm=False)
@@ -242,6 +244,9 @@ def main() -> None:
     if args.verify_models:
         doc["verify"] = run(templates, args.verify_models, args.seed, step=args.step, cap=args.cap,
                             fraction=args.changed, change=args.change, with_cold_resolves=True)
+        # a move the running plan's slack cannot absorb, so the re-solve must change the plan
+        doc["verify_large_change"] = run(templates, args.verify_models, args.seed, step=args.step,
+                                         cap=args.cap, fraction=0.5, change=0.3, with_cold_resolves=True)
     doc["scale"] = run(templates, args.models, args.seed, step=args.step, cap=args.cap,
                        fraction=args.changed, change=args.change)
     doc["machine"] = {"cpu_count": os.cpu_count(), "loadavg_at_start": [round(x, 2) for x in load_start],
