@@ -58,3 +58,32 @@ def test_array_path_plans_equal_brute_force(seed: int) -> None:
         return
     assert res.status is SolveStatus.OPTIMAL, res.message
     assert res.objective == pytest.approx(best[1], abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_remembered_answer_is_the_answer_of_a_fresh_solve(seed: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    for inst, start in _rounds(seed):
+        if not inst.free:
+            continue
+        monkeypatch.setattr(direct, "_ANSWERS", type(direct._ANSWERS)())
+        first = DirectRun(inst, start, None, inst.problem.gap)
+        assert len(direct._ANSWERS) == 1
+        again = DirectRun(inst, start, None, inst.problem.gap)  # the same arrays: recalled, not solved
+        assert len(direct._ANSWERS) == 1
+        assert status_of(again) is status_of(first) and again.values() == first.values()
+        assert again.solve_seconds == first.solve_seconds and again.bound == first.bound
+        if start is not None:  # another start is another key: solved, and it finds the same optimum
+            cold = DirectRun(inst, None, None, inst.problem.gap)
+            assert len(direct._ANSWERS) == 2
+            if status_of(first) is SolveStatus.OPTIMAL:
+                assert cold.column_objective == pytest.approx(first.column_objective, abs=1e-9)
+
+
+def test_the_reused_solver_forgets_a_guard_run_s_options() -> None:
+    inst, start = next((i, s) for i, s in _rounds(4) if i.free)
+    run = DirectRun(inst, start, None, inst.problem.gap)
+    run._run(None, None, {"presolve": "off"})
+    h = direct._solver()
+    assert h.getOptionValue("presolve")[1] == "choose"
+    assert h.getNumCol() == 0  # cleared before the next model is added
