@@ -63,10 +63,12 @@ def _scenario_library(spec: ScenarioSpec, runtime: str) -> tuple[Template, ...]:
 def shared_replanner(base: AllocationProblem, prices: Mapping[Pool, float], config: FleetConfig
                      ) -> Replanner:
     """One re-planner per content (templates, prices, start-up weight, settings) per process."""
-    key = (base.templates, tuple(sorted(prices.items())), base.startup_weight, config.demand_round,
+    # the library by identity (hashing 2e5 templates costs seconds): the entry holds the tuple,
+    # so its id is not reused while the entry lives
+    key = (id(base.templates), tuple(sorted(prices.items())), base.startup_weight, config.demand_round,
            config.memoize, config.solver_time_limit, config.solver_gap, config.risk, config.removal_weight)
     hit = _REPLANNERS.get(key)
-    if hit is None:
+    if hit is None or hit.base.templates is not base.templates:
         hit = Replanner(base, demand_round=config.demand_round, memoize=config.memoize)
         _REPLANNERS[key] = hit
         while len(_REPLANNERS) > _REPLANNERS_MAX:

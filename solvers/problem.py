@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from atoll.solvers.template_store import paused_gc
 from atoll.solvers.tiers import split_tier
 from atoll.solvers.types import Template, node_config_of
 
@@ -245,7 +246,11 @@ def template_index(templates: tuple[Template, ...]) -> TemplateIndex:
     """The index of ``templates``, reused while the same tuple object is alive (the cache holds
     the tuple, so its id cannot be reused by another object meanwhile)."""
     hit = _INDEX_CACHE.pop(id(templates), None) or _LIVE.get(id(templates))
-    index = hit if hit is not None and hit.templates is templates else TemplateIndex(templates)
+    if hit is not None and hit.templates is templates:
+        index = hit
+    else:
+        with paused_gc():  # 1e5 templates' lists and dicts: no cycles to collect meanwhile
+            index = TemplateIndex(templates)
     _remember(index)
     return index
 

@@ -337,7 +337,7 @@ class Template:
             use[node] = use.get(node, 0) + k * node_share(c)
         return tuple(sorted(use.items()))
 
-    @property
+    @functools.cached_property
     def has_slices(self) -> bool:
         return any("/" in c for c, _ in self.nodes)
 
