@@ -25,8 +25,8 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from atoll.envs import ENV_ID, ENV_ID_V0, ENV_ID_V2
-from atoll.envs.actions import ActionCodec
+from atoll.envs import ENV_ID, ENV_ID_V0, ENV_ID_V2, ENV_ID_V3, ENV_ID_V4
+from atoll.envs.actions import ActionCodec, risk_menu
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
@@ -96,9 +96,14 @@ def _log_correction(episodes: Sequence[Any]) -> None:
 
 def env_id(config: FleetConfig) -> str:
     """The registered env a config is: ``atoll/Fleet-v2`` (the reopt action with the closed-loop
-    observation), ``atoll/Fleet-v1`` or ``atoll/Fleet-v0`` (MultiBinary)."""
+    observation), ``atoll/Fleet-v1`` or ``atoll/Fleet-v0`` (MultiBinary); ``atoll/Fleet-v3`` (the
+    observation of risk) and ``atoll/Fleet-v4`` (the action with a risk preset)."""
+    if config.action == "risk":
+        return ENV_ID_V4
     if config.action != "reopt":
         return ENV_ID_V0
+    if config.observation == "v3":
+        return ENV_ID_V3
     return ENV_ID_V2 if config.observation == "v2" else ENV_ID
 
 
@@ -180,7 +185,8 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
             mlflow.log_metrics(stats)
         size = int(np.prod(vec.observation_space.shape or (0,)))
         models = list(config.models or config.scenario_spec.models)
-        codec = ActionCodec.for_config(config.planning_quantile, config.action_levels)
+        codec = ActionCodec.for_config(config.planning_quantile, config.action_levels, config.risk,
+                                       risk_menu(config.availability) if config.action == "risk" else ())
         fleet = fleet_name(config.scenario, config.models, config.scenario_spec.models)
         uri = log_policy(model, vec, run_id=run_id, observation_size=size,
                          n_models=len(models),
@@ -191,7 +197,7 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
                                              "correction": config.correction, "slo_model": config.slo_model,
                                              "observation": config.observation},
                                    "demand_seeds": settings.demand_seeds,
-                                   "action_codes": (codec.names() if config.action == "reopt"
+                                   "action_codes": (codec.names() if config.action in ("reopt", "risk")
                                                     else ["hold", "full"])})
         mlflow.set_tag("atoll.model_uri", uri)
         registered = register_policy(uri, {"scenario": config.scenario, "availability": config.availability,
