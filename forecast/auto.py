@@ -24,9 +24,9 @@ and changes its mind when the data does.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from atoll.forecast.forecasters import (
     DAY,
@@ -36,6 +36,9 @@ from atoll.forecast.forecasters import (
     ForecastError,
     check_history,
 )
+
+if TYPE_CHECKING:  # pandas is imported where it is used (0.3 s of every command's start)
+    import pandas as pd
 
 MODELS: tuple[str, ...] = ("ets", "sarimax", "uc")
 PLAIN_MODELS: tuple[str, ...] = ("ses",)  # no season: tried on every series

@@ -55,10 +55,9 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
-import pandas as pd
 
 from atoll.forecast.forecasters import (
     CALIBRATION_DAYS,
@@ -79,6 +78,9 @@ from atoll.forecast.forecasters import (
     SimpleSmoothing,
     check_history,
 )
+
+if TYPE_CHECKING:  # pandas is imported where it is used (0.3 s of every command's start)
+    import pandas as pd
 
 # Bumped whenever a planning forecaster's output for a given series changes (the demand cache
 # key includes it with the settings below).

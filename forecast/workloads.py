@@ -35,9 +35,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from atoll.forecast.logrows import (  # noqa: F401 - MAX_STEPS, WorkloadError: public here too
     MAX_STEPS,
@@ -49,6 +49,9 @@ from atoll.forecast.logrows import (  # noqa: F401 - MAX_STEPS, WorkloadError: p
     build,
     row_key,
 )
+
+if TYPE_CHECKING:  # pandas is imported where it is used (0.3 s of every command's start)
+    import pandas as pd
 from atoll.solvers.errors import MissingDataError
 from atoll.solvers.paths import shared_data_dir
 
@@ -108,6 +111,8 @@ class DemandSeries:
 
     def to_frame(self) -> pd.DataFrame:
         """The three service demands (and mean lengths) indexed by time since the trace start."""
+        import pandas as pd
+
         index = pd.to_timedelta(self.start_s + np.arange(len(self)) * self.step_s, unit="s")
         return pd.DataFrame({
             "requests_per_s": self.requests_per_s,
