@@ -166,19 +166,25 @@ class TemplateStore:
         return payload
 
     def save(self, key: str, payload: dict[str, Any]) -> Path:
-        self.directory.mkdir(parents=True, exist_ok=True)
         body = canonical(payload).encode()
         header = {"format": FORMAT, "code_version": CODE_VERSION, "key": key,
                   "checksum": hashlib.sha256(body).hexdigest()}
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:12]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(canonical(header).encode() + b"\n" + body)
-            os.replace(tmp, self.path(key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return self.path(key)
+        return _write_entry(self.path(key), header, body)
+
+
+def _write_entry(path: Path, header: dict[str, Any], body: bytes) -> Path:
+    """A header line, then ``body``: written to a temporary file and renamed into place, so a
+    crash never leaves a half-written entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:12]}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(canonical(header).encode() + b"\n" + body)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 @contextlib.contextmanager
@@ -246,13 +252,4 @@ class LibraryStore:
         body = pickle.dumps(templates, protocol=pickle.HIGHEST_PROTOCOL)
         header = {"format": LIBRARY_FORMAT, "code_version": CODE_VERSION, "key": key, "layout": _layout(),
                   "checksum": hashlib.sha256(body).hexdigest()}
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{key[:12]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(canonical(header).encode() + b"\n" + body)
-            os.replace(tmp, self.path(key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return self.path(key)
+        return _write_entry(self.path(key), header, body)
