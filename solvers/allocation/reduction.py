@@ -11,9 +11,9 @@ variable. x_t <= u_t = min(ceil(d_s / theta_t), min_c floor(A_rc / n_tc)) (with 
 max(that, r_t) before the availability cap: keeping what runs may pay) loses no optimum:
 beyond ceil(d_s / theta_t) instances t alone covers d_s, so dropping one keeps every constraint
 and cannot raise the objective. Dominated templates are dropped too (see
-:meth:`RoundInstance._undominated`). ``rows`` are the availability rows the round enforces (row
-generation in :mod:`atoll.solvers.allocation.solve`); rows without room for one node always
-count, since they only remove templates.
+:func:`_front`; memoized across rounds in :func:`_reduced`). ``rows`` are the availability
+rows the round enforces (row generation in :mod:`atoll.solvers.allocation.solve`); rows
+without room for one node always count, since they only remove templates.
 """
 
 from __future__ import annotations
