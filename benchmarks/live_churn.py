@@ -247,19 +247,25 @@ def _counts(model: Any, plan: dict[str, int]) -> np.ndarray:
     return counts
 
 
-def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Days pooled: churn over every measured hour and instance, cost per measured hour."""
+def pooled_bound(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Days pooled: churn over every measured hour and instance, cost per measured hour (what a
+    hindsight run and a controller run both have)."""
     hours = sum(r["measured_hours"] for r in rows)
     instance_hours = sum(r["mean_instances"] * r["measured_hours"] for r in rows)
     moves = sum(r["instances_added"] + r["instances_removed"] for r in rows)
     return {"days": [r["day"] for r in rows],
             "churn_per_hour_over_fleet": moves / instance_hours if instance_hours else None,
             "cost_usd_per_h": sum(r["cost_usd_per_h"] * r["measured_hours"] for r in rows) / hours,
+            "mean_instances": instance_hours / hours, "resize_share": _mean(rows, "resize_share")}
+
+
+def pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A controller's days pooled: :func:`pooled_bound`'s figures and its plan changes, moves,
+    unserved share and SLO estimate."""
+    return {**pooled_bound(rows),
             "plan_changes": sum(r["plan_changes"] for r in rows),
-            "resize_share": _mean(rows, "resize_share"),
             "instances_added": sum(r["instances_added"] for r in rows),
             "instances_removed": sum(r["instances_removed"] for r in rows),
-            "mean_instances": instance_hours / hours,
             "unserved_share_mean": _mean(rows, "unserved_share_mean"),
             "slo_attainment_estimate_mean": _mean(rows, "slo_attainment_estimate_mean")}
 
@@ -289,16 +295,6 @@ def choose(validation: dict[str, dict[str, Any]]) -> str:
     lower = [k for k, v in validation.items() if v["churn_per_hour_over_fleet"] < churn]
     return min(lower or ["R=0"], key=lambda k: (validation[k]["cost_usd_per_h"], k))
 
-
-def pooled_bound(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Hindsight runs' days pooled as :func:`pooled` pools the controller's."""
-    hours = sum(r["measured_hours"] for r in rows)
-    instance_hours = sum(r["mean_instances"] * r["measured_hours"] for r in rows)
-    moves = sum(r["instances_added"] + r["instances_removed"] for r in rows)
-    return {"days": [r["day"] for r in rows],
-            "churn_per_hour_over_fleet": moves / instance_hours if instance_hours else None,
-            "cost_usd_per_h": sum(r["cost_usd_per_h"] * r["measured_hours"] for r in rows) / hours,
-            "mean_instances": instance_hours / hours, "resize_share": _mean(rows, "resize_share")}
 
 
 def bound_summary(bound: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
