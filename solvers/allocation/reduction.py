@@ -127,11 +127,9 @@ class RoundInstance:
         with np.errstate(divide="ignore", invalid="ignore"):
             u = np.ceil(np.where(free, d, 0.0) / ix.throughput - 1e-9)
         u = np.maximum(u, keepable)
-        entry_cap = np.where(enforced[ix.rc], np.floor(resid[ix.rc] / ix.k), np.inf)
-        u = np.minimum(u, np.minimum.reduceat(entry_cap, ix.ptr[:-1]))
-        bound = np.maximum(u, 0.0)
+        cap, touches = _caps(ix, enforced, resid)
+        bound = np.maximum(np.minimum(u, cap), 0.0)
         cand = np.flatnonzero(free & (bound > 0))
-        touches = np.add.reduceat(enforced[ix.rc].astype(np.int64), ix.ptr[:-1]) > 0
         if ix.sliced_rcs and rule is None:
             # the model over slice kinds (atoll.solvers.allocation.kinds) folds the templates of
             # one engine shape into one column: it needs every member, and prunes by folding
@@ -315,6 +313,20 @@ def _entries_by_rc(ix: TemplateIndex) -> list[tuple[np.ndarray, np.ndarray]]:
     return got
 
 
+def _caps(ix: TemplateIndex, enforced: np.ndarray, resid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per template, min over the enforced rows it uses of floor(A_rc / n_tc) (inf when it uses
+    none), and whether it uses any: from the enforced rows' own entries (a template has one entry
+    per row it uses), not a pass over every entry of the library."""
+    by_rc = _entries_by_rc(ix)
+    cap = np.full(len(ix.keys), np.inf)
+    touches = np.zeros(len(ix.keys), dtype=bool)
+    for r in np.flatnonzero(enforced).tolist():
+        at, k = by_rc[r]
+        touches[at] = True
+        cap[at] = np.minimum(cap[at], np.floor(resid[r] / k))
+    return cap, touches
+
+
 def _ranking(p: AllocationProblem, prices: tuple[float, ...], risky: tuple[str, ...]) -> np.ndarray:
     """Every template by (dominance group, cost, -throughput, position) under ``prices``."""
     memo = _RANKED.setdefault(p.index, {})
@@ -352,14 +364,7 @@ def _reduced(p: AllocationProblem, demand: np.ndarray, enforced: np.ndarray, res
     hit = memo.get(key)
     if hit is None:
         free = positive[ix.service]
-        # the caps from the enforced rows' own entries: a template has one entry per row it uses
-        by_rc = _entries_by_rc(ix)
-        cap = np.full(len(ix.keys), np.inf)
-        touches = np.zeros(len(ix.keys), dtype=bool)
-        for r in np.flatnonzero(enforced).tolist():
-            at, k = by_rc[r]
-            touches[at] = True
-            cap[at] = np.minimum(cap[at], np.floor(resid[r] / k))
+        cap, touches = _caps(ix, enforced, resid)
         cand = np.flatnonzero(free & (cap >= 1))
         front = _front(p, cand, touches, enforced, ranked=_ranking(p, key[0], key[4]))
         hit = memo[key] = _Pruned(tuple(sorted(front)), cap.astype(np.float32))
