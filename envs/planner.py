@@ -84,8 +84,7 @@ class Replanner:
                 self.hits += 1
                 return replace(hit, cached=True)
         self.misses += 1
-        outcome = (self._solve(models, rounded, availability, running, grow, risk) if risk
-                   else self._solve(models, rounded, availability, running, grow))
+        outcome = self._solve(models, rounded, availability, running, grow, risk)
         if self.memoize:
             self._memo[key] = outcome
             if len(self._memo) > self.max_entries:
