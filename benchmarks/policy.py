@@ -59,6 +59,7 @@ from atoll.envs.actions import DEFAULT_ACTION_LEVELS  # noqa: E402
 from atoll.envs.config import FleetConfig, RewardWeights  # noqa: E402
 from atoll.envs.policies import FIXED_INTERVALS, THRESHOLD_BANDS  # noqa: E402
 from atoll.envs.vocabulary import PLANNING_LEVELS  # noqa: E402
+from atoll.solvers.allocation.direct import SOLVER_VERSION  # noqa: E402
 from atoll.solvers.paths import cache_root  # noqa: E402
 from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
 from atoll.training.contest import (  # noqa: E402
@@ -183,7 +184,8 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     # The rules emit hold / full at their own level and risk only: the action's levels and risk
     # menu do not change their totals, so a grid run for another action space is the same grid.
     plain = dataclasses.replace(config, action_levels=DEFAULT_ACTION_LEVELS, action="reopt")
-    grid_key = (plain, settings.grid, settings.validation_days, settings.validation_seeds or settings.seeds)
+    grid_key = (plain, settings.grid, settings.validation_days, settings.validation_seeds or settings.seeds,
+                SOLVER_VERSION)
     digest = hashlib.sha256(pickle.dumps(grid_key)).hexdigest()[:20]
     cached = cache_root() / "contest" / f"validation-{digest}.pkl"
     if cached.exists():

@@ -9,6 +9,8 @@ One concept per module:
 - :mod:`.model` — the ILP as a PuLP model with readable variable names, its MIP start, the plan
   read back;
 - :mod:`.highs` — the solver backend: HiGHS with a warm start and a bulk build, CBC, statuses;
+- :mod:`.direct` — the cost stage built straight into HiGHS's arrays (the simulator's path);
+- :mod:`.knapsack` — the exact search that answers a block of one demand row without HiGHS;
 - :mod:`.blocks` — decomposition of a cost-mode round into independent blocks of services;
 - :mod:`.diagnosis` — why a cost-mode problem is infeasible;
 - :mod:`.solve` — row generation over rounds and :func:`solve_allocation`;
@@ -18,6 +20,7 @@ The problem, plan and result types live in :mod:`atoll.solvers.problem` and are 
 """
 
 from atoll.solvers.allocation.diagnosis import max_capacity_alone
+from atoll.solvers.allocation.direct import SOLVER_VERSION
 from atoll.solvers.allocation.evaluate import PlanEvaluation, evaluate_plan
 from atoll.solvers.allocation.highs import WarmHiGHS
 from atoll.solvers.allocation.solve import MAX_ROUNDS, SOLVERS, solve_allocation
@@ -26,6 +29,7 @@ from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResul
 __all__ = [
     "MAX_ROUNDS",
     "SOLVERS",
+    "SOLVER_VERSION",
     "Allocation",
     "AllocationProblem",
     "AllocationResult",

@@ -7,9 +7,15 @@ several times what HiGHS spends solving them. This builder writes the same model
 same order (PuLP orders them by name: every ``added`` column, then every ``inst`` column), the
 same rows in the same order (start-up rows, availability rows by (region, config), demand rows),
 the same costs and bounds — so HiGHS sees the identical model and returns the identical plan. It
-covers whole-node libraries without the one-type rule, risk rows or a removal price; every other round goes
+covers whole-node libraries without the one-type rule or a removal price, risk included (a
+headroom is a larger demand, spread and on-demand floor rows follow the demand rows, as
+:func:`~atoll.solvers.allocation.model.risk_rows` adds them); every other round goes
 through PuLP (:mod:`~atoll.solvers.allocation.model`), which stays the readable statement of the
 ILP and the oracle this builder is tested against.
+
+A block with one demand row and no availability row — most of a simulated day's — is answered
+by the exact search of :mod:`~atoll.solvers.allocation.knapsack` instead of HiGHS, with HiGHS
+as its fallback past the search's node limit (``engine`` says which answered).
 
 Runs are checked as :mod:`~atoll.solvers.allocation.highs` checks PuLP's: the returned point's
 own cost against HiGHS's objective and dual bound, repeated with presolve off, then cold.
@@ -39,9 +45,14 @@ import numpy as np
 import pulp
 
 from atoll.solvers.allocation.highs import HIGHS_OPTIONS, HighsOption, doubt, proven, repeats, run_checked
+from atoll.solvers.allocation.knapsack import cover
 from atoll.solvers.allocation.reduction import RoundInstance
-from atoll.solvers.problem import Allocation
+from atoll.solvers.problem import Allocation, is_spot_region, model_of
 
+# Bump when the plan a solve returns may change for the same problem (it keys cached rule grids).
+# 2: blocks of one demand row answered by the covering search; its choice among plans of equal
+# cost, or within the gap of the start, is not HiGHS's, so trajectories of a simulation move.
+SOLVER_VERSION = 2
 _INF = highspy.kHighsInf
 _MEMO_SIZE = 4096  # answers kept per process (a few hundred bytes each)
 
@@ -59,6 +70,9 @@ class _Answer:
     solve_seconds: float
     guard_reasons: tuple[str, ...]
 
+
+# a one-row block as the covering search takes it: costs, extra costs, held, bounds, widths, demand
+_Cover = tuple[list[float], list[float], list[int], list[int], list[float], float]
 
 _ANSWERS: OrderedDict[bytes, _Answer] = OrderedDict()
 _ANSWERS_LOCK = threading.Lock()
@@ -79,7 +93,7 @@ def _solver() -> highspy.Highs:
 def supports(inst: RoundInstance, stage: str, solver: str) -> bool:
     """Whether this builder states the round's model exactly (else PuLP builds it)."""
     p = inst.problem
-    return (stage == "cost" and solver == "highs" and p.per_model_rule is None and not p.risk
+    return (stage == "cost" and solver == "highs" and p.per_model_rule is None
             and not p.index.sliced_rcs and p.removal_weight == 0)
 
 
@@ -97,6 +111,7 @@ class DirectRun:
         self.bound: float | None = None
         self.reported_objective: float | None = None
         self.solve_seconds = 0.0
+        self.engine = "highs"  # or "search" (the covering search), "memo" (a remembered answer)
         self._build(inst)
         self._start = self._start_vector(inst, start) if start is not None else None
         self.model_seconds = time.perf_counter() - t0
@@ -112,7 +127,12 @@ class DirectRun:
             if known is not None:
                 _ANSWERS.move_to_end(key)
         if known is not None:
+            self.engine = "memo"
             self._recall(known)
+        elif self._covered():
+            self.engine = "search"
+            self.guard_reasons = []
+            self._remember(key)
         else:
             self.guard_reasons = run_checked(attempt, warm)
             if time_limit is None or self.proven:
@@ -162,18 +182,60 @@ class DirectRun:
             row([(j, 1.0), (n_add + i, -1.0)], -float(inst.running[free[i]]), _INF)
         by_rc: dict[tuple[str, str], list[tuple[int, float]]] = {}
         by_service: dict[str, list[tuple[int, float]]] = {}
+        regions: list[str] = []  # of each template column, for the risk rows
         for i, key in enumerate(free):
             t = p.template(key)
             for c, use in t.node_use:
                 if (t.region, c) in inst.rows:
                     by_rc.setdefault((t.region, c), []).append((n_add + i, float(use)))
             by_service.setdefault(t.service.name, []).append((n_add + i, t.throughput))
+            regions.append(t.region)
+        risk = self._risk_rows(inst, by_service, regions, n_add) if p.risk else []
+        self._knapsack: _Cover | None = None
+        if not by_rc and not risk and len(inst.services) == 1 and all(float(b).is_integer() for b in bounds):
+            service = inst.services[0]
+            widths = [0.0] * n
+            for col, coef in by_service.get(service, []):
+                widths[col - n_add] = coef
+            held = [int(inst.running[key]) if k > 0 else 0 for key in free]
+            extra = [float(x_cost[i]) if held[i] == 0 else float(x_cost[i]) * (1.0 + k) for i in range(n)]
+            self._knapsack = ([float(v) for v in x_cost], extra, held, [int(b) for b in bounds], widths,
+                              float(inst.target(service)))
         for rc in sorted(by_rc):
             row(by_rc[rc], -_INF, inst.residual[rc])
         for s in inst.services:
             row(by_service.get(s, []), inst.target(s), _INF)
+        for terms, lo in risk:
+            row(terms, lo, _INF)
         self._rows = (np.asarray(starts, dtype=np.int32), np.asarray(index, dtype=np.int32),
                       np.asarray(value, dtype=np.float64), np.asarray(lower), np.asarray(upper))
+
+    @staticmethod
+    def _risk_rows(inst: RoundInstance, by_service: dict[str, list[tuple[int, float]]], regions: list[str],
+                   n_add: int) -> list[tuple[list[tuple[int, float]], float]]:
+        """The spread and on-demand floor rows (terms, lower bound) in
+        :func:`~atoll.solvers.allocation.model.risk_rows`'s order and arithmetic."""
+        p = inst.problem
+        held: dict[str, list[tuple[str, float]]] = {}
+        for key, n in inst.floor.items():
+            t = p.template(key)
+            held.setdefault(t.service.name, []).append((t.region, n * t.throughput))
+        pools = set(regions) | {r for hs in held.values() for r, _ in hs}
+        spot = sorted(z for z in pools if is_spot_region(z))
+        out: list[tuple[list[tuple[int, float]], float]] = []
+        for s in inst.services:
+            risk = p.risk_of(model_of(s))
+            rows: list[tuple[float, frozenset[str]]] = []
+            if risk.spread < 1:
+                rows += [(1 - risk.spread, frozenset(pools - {z})) for z in spot]
+            if risk.ondemand_floor > 0:
+                rows.append((risk.ondemand_floor, frozenset(r for r in pools if not is_spot_region(r))))
+            need = p.planning_demand(s)
+            for coef, counted in rows:
+                terms = [(col, th) for col, th in by_service.get(s, []) if regions[col - n_add] in counted]
+                const = sum(h for r, h in held.get(s, []) if r in counted)
+                out.append((terms, coef * need - const))
+        return out
 
     def _key(self, time_limit: float | None) -> bytes:
         h = hashlib.blake2b(digest_size=20)
@@ -227,6 +289,35 @@ class DirectRun:
         if len(starts):
             h.addRows(len(starts), lower, upper, len(index), starts, index, value)
         return h
+
+    # ---- a block with one demand row: the exact search of atoll.solvers.allocation.knapsack ----
+
+    def _covered(self) -> bool:
+        """Answer the block by :func:`~atoll.solvers.allocation.knapsack.cover` when it has one
+        demand row and no availability row; False (HiGHS runs) otherwise or past its node limit."""
+        if self._knapsack is None:
+            return False
+        costs, extra, held, units, widths, demand = self._knapsack
+        n_add = self.n_added
+        start = None if self._start is None else [int(round(v)) for v in self._start[n_add:]]
+        t0 = time.perf_counter()
+        found = cover(costs, extra, held, units, widths, demand, gap=self.gap, start=start)
+        if found is None:
+            return False
+        self.solve_seconds = time.perf_counter() - t0
+        if start is not None:
+            self.start_status = highspy.HighsStatus.kOk
+        if found.counts is None:
+            self.sol_status, self.stop, self.bound, self.reported_objective = (
+                pulp.LpSolutionInfeasible, "kInfeasible", None, None)
+            self._x = None
+            return True
+        x = np.asarray(found.counts, dtype=np.float64)
+        a = np.asarray([max(0.0, x[i] - held[i]) for i in self._added])
+        self._x = np.concatenate([a, x])
+        self.sol_status, self.stop = pulp.LpSolutionOptimal, "kOptimal"
+        self.bound, self.reported_objective = found.bound, found.objective
+        return True
 
     # ---- one run and its checks ----
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import random
 
 import pytest
-from alloc_instances import brute_force, random_problem
+from alloc_instances import brute_force, random_problem, with_spot_tier
 
 from atoll.solvers.allocation import direct, solve_allocation
 from atoll.solvers.allocation.direct import DirectRun
 from atoll.solvers.allocation.highs import SolverRun, status_of
 from atoll.solvers.allocation.model import build_model, extract, start_values
 from atoll.solvers.allocation.reduction import RoundInstance
-from atoll.solvers.problem import Allocation, SolveStatus
+from atoll.solvers.problem import Allocation, Risk, SolveStatus
 
 
 def _rounds(seed: int) -> list[tuple[RoundInstance, Allocation | None]]:
@@ -87,3 +87,30 @@ def test_the_reused_solver_forgets_a_guard_run_s_options() -> None:
     h = direct._solver()
     assert h.getOptionValue("presolve")[1] == "choose"
     assert h.getNumCol() == 0  # cleared before the next model is added
+
+
+
+@pytest.mark.parametrize("risk", [Risk(headroom=0.8), Risk(spread=0.5), Risk(ondemand_floor=0.3),
+                                  Risk(headroom=0.9, spread=0.6, ondemand_floor=0.2)],
+                         ids=lambda r: r.label())
+@pytest.mark.parametrize("seed", range(6))
+def test_risk_rows_in_arrays_equal_pulp_s(seed: int, risk: Risk) -> None:
+    rng = random.Random(seed)
+    base = with_spot_tier(random_problem(700 + seed, n_models=2, regions=("r1", "r2"), max_templates=6,
+                                         avail_max=3, with_running=True), rng, discount=(0.3, 0.6))
+    problem = base.with_changes(risk={m: risk for m in base.models})
+    if seed % 2:  # a grow model's floor enters the risk rows as a constant
+        problem = problem.with_changes(grow=frozenset(sorted(problem.free_models)[:1]))
+    for inst in (RoundInstance(problem, frozenset()), RoundInstance(problem, None)):
+        assert direct.supports(inst, "cost", "highs")
+        if not inst.free:
+            continue
+        arrays = DirectRun(inst, problem.running, None, problem.gap)
+        model = build_model(inst, "cost")
+        begin = start_values(inst, model, problem.running) if problem.running is not None else None
+        pulp_run = SolverRun(model.prob, "highs", None, problem.gap, begin)
+        assert len(arrays._rows[0]) == len(list(model.prob.constraints.values()))
+        assert status_of(arrays) is status_of(pulp_run)
+        if status_of(pulp_run) is SolveStatus.OPTIMAL:
+            assert arrays.column_objective == pytest.approx(pulp_run.column_objective, abs=1e-9)
+            assert extract(inst, arrays.values()) == extract(inst, model.values())
