@@ -376,7 +376,8 @@ class FleetModel:
                 if fam in self._family_names:
                     factor[self._family_names[fam]] = v
             # keys and rows are the base library's: only the throughputs change
-            templates = self.base.index.rescaled(factor[self._family_ids]).templates
+            near = next(reversed(self._corrected.values())).base.index if self._corrected else None
+            templates = self.base.index.rescaled(factor[self._family_ids], near=near).templates
             base = AllocationProblem(templates, {}, None, self.prices,
                                      startup_weight=self.base.startup_weight,
                                      time_limit=self.base.time_limit, gap=self.base.gap,

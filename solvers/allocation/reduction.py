@@ -303,7 +303,9 @@ _RANKED: weakref.WeakKeyDictionary[TemplateIndex, dict[tuple[object, ...], np.nd
 
 
 def _entries_by_rc(ix: TemplateIndex) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per (region, config) id: the templates that use it and how many nodes each."""
+    """Per (region, config) id: the templates that use it and how many nodes each (shared by a
+    capacity correction's index with the index it was scaled from: the rows are the same)."""
+    ix = ix._rescaled_from or ix
     got = _BY_RC.get(ix)
     if got is None:
         order = np.argsort(ix.rc, kind="stable")
@@ -333,11 +335,34 @@ def _ranking(p: AllocationProblem, prices: tuple[float, ...], risky: tuple[str, 
     got = memo.get((prices, risky))
     if got is None:
         ix = p.index
-        pos = np.arange(len(ix.keys))
-        got = np.lexsort((pos, -ix.throughput, p.costs, _groups(p)))
+        near = ix.near[0]() if ix.near is not None else None
+        earlier = _RANKED.get(near, {}).get((prices, risky)) if near is not None else None
+        if earlier is not None and ix.near is not None:
+            got = _reranked(earlier, ix.near[1], ix, p.costs, _groups(p))
+        else:
+            pos = np.arange(len(ix.keys))
+            got = np.lexsort((pos, -ix.throughput, p.costs, _groups(p)))
         if len(memo) >= 8:
             memo.pop(next(iter(memo)))
         memo[(prices, risky)] = got
+    return got
+
+
+def _reranked(earlier: np.ndarray, changed: np.ndarray, ix: TemplateIndex, costs: np.ndarray,
+              groups: np.ndarray) -> np.ndarray:
+    """The ranking of :func:`_ranking` from the ranking of the index ``ix`` was rescaled from
+    where only the templates ``changed`` moved their throughput: the order is by group first,
+    so only the groups holding a changed template are sorted again, each within its own span.
+    The key (group, cost, -throughput, position) is a total order, so the result is the one a
+    full sort gives."""
+    got = earlier.copy()
+    if not len(changed):
+        return got
+    ranked_groups = groups[earlier]
+    for g in np.unique(groups[changed]).tolist():
+        a, b = np.searchsorted(ranked_groups, [g, g + 1])
+        span = earlier[a:b]
+        got[a:b] = span[np.lexsort((span, -ix.throughput[span], costs[span]))]
     return got
 
 

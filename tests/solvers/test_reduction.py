@@ -56,3 +56,33 @@ def test_a_demand_too_small_for_a_bound_of_one_takes_the_full_pass(monkeypatch: 
     got = RoundInstance(q, frozenset(), frozenset())
     assert got.free == _full(q, frozenset(), frozenset(), monkeypatch).free
     assert calls  # the full pass ran its front
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_correction_chain_ranks_and_rescales_as_a_fresh_pass_does(seed: int) -> None:
+    """Each correction rescales from the previous one (``near``): its templates, groups and
+    ranking equal those of a rescale from scratch and of a full sort."""
+    import numpy as np
+
+    from atoll.solvers.problem import Risk
+
+    rng = np.random.default_rng(seed)
+    base = random_problem(seed, n_models=3, regions=("r1", "r2"), max_templates=16)
+    if seed % 3 == 0:  # a risk splits the groups by region
+        base = base.with_changes(risk={base.models[0]: Risk(headroom=0.8)})
+    scale = np.ones(len(base.templates))
+    near = None
+    for _ in range(6):
+        moved = rng.random(len(scale)) < 0.3
+        scale = np.where(moved, rng.choice([1.0, 0.9, 1.1, 1.2], len(scale)), scale)
+        index = base.index.rescaled(scale, near=near)
+        fresh = base.index.rescaled(scale)
+        assert index.templates == fresh.templates and dict(index.by_key) == dict(fresh.by_key)
+        assert dict(index.by_service) == dict(fresh.by_service)
+        p = base.with_changes(templates=index.templates)
+        assert p.index is index
+        key = (tuple(p.prices[rc] for rc in index.rcs), tuple(sorted(p.risk)) if p.risk else ())
+        ranked = reduction._ranking(p, *key)
+        full = np.lexsort((np.arange(len(index.keys)), -index.throughput, p.costs, reduction._groups(p)))
+        assert np.array_equal(ranked, full)
+        near = index
