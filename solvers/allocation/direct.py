@@ -192,7 +192,8 @@ class DirectRun:
             regions.append(t.region)
         risk = self._risk_rows(inst, by_service, regions, n_add) if p.risk else []
         self._knapsack: _Cover | None = None
-        if not by_rc and not risk and len(inst.services) == 1 and all(float(b).is_integer() for b in bounds):
+        one_row = not by_rc and not risk and len(inst.services) == 1
+        if one_row and k >= 0 and (x_cost >= 0).all() and all(float(b).is_integer() for b in bounds):
             service = inst.services[0]
             widths = [0.0] * n
             for col, coef in by_service.get(service, []):

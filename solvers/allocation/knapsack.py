@@ -51,8 +51,9 @@ def cover(costs: list[float], extra: list[float], held: list[int], units: list[i
     counts per template to keep unless something is better by more than ``gap``. None when the
     search passes ``node_limit`` nodes."""
     n = len(costs)
-    if any(c < 0 for c in costs) or any(e < 0 for e in extra):
-        raise ValueError("cover: costs must be >= 0 (a negative cost is not a covering problem)")
+    if any(c < 0 for c in costs) or any(e < c for c, e in zip(costs, extra, strict=True)):
+        raise ValueError("cover: costs must be >= 0 and extra >= costs (a template's further "
+                         "instances cost at least its running ones), got a cost below that")
     tol = 1e-9 * max(1.0, abs(demand))
     # items: (cost, width, new units?) -> [(column, units)] in column order; a template whose
     # further instances cost what its running ones do is one item

@@ -87,7 +87,7 @@ def test_past_its_node_limit_the_search_gives_up() -> None:
 
 
 def test_a_negative_cost_is_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="costs must be >= 0"):
+    with pytest.raises(ValueError, match="costs must be >= 0 and extra >= costs"):
         cover([-1.0], [-1.0], [0], [1], [1.0], 1.0, gap=0.0)
 
 
@@ -110,3 +110,5 @@ def test_through_the_array_path_the_search_equals_highs(seed: int, monkeypatch: 
         if status_of(theirs) is SolveStatus.OPTIMAL:
             assert ours.column_objective == pytest.approx(theirs.column_objective, abs=1e-9)
             assert ours.bound is not None and ours.bound <= theirs.column_objective + 1e-9
+    with pytest.raises(ValueError, match="extra >= costs"):
+        cover([2.0], [1.0], [1], [2], [1.0], 2.0, gap=0.0)
