@@ -183,8 +183,9 @@ class TemplateIndex:
         # set on a rescaled index: the index it was scaled from, and its factors
         self._rescaled_from: TemplateIndex | None = None
         self._scale = np.ones(len(templates))
-        # and the rescaled index it was derived from with the positions whose throughput differ
-        # (weak: a chain of corrections must not keep every earlier index alive)
+        # and the index it started from (the previous correction, or the one it was scaled from)
+        # with the positions whose throughput differ there (weak: a chain of corrections must
+        # not keep every earlier index alive)
         self.near: tuple[weakref.ReferenceType[TemplateIndex], np.ndarray] | None = None
 
     def costs_at(self, price: np.ndarray) -> np.ndarray:
@@ -212,19 +213,19 @@ class TemplateIndex:
         ``near``: an earlier result of this index's ``rescaled`` (the previous correction).
         Templates whose factor is the same there are its objects, and services without a changed
         template keep its groups: a correction that moves a few families then makes objects for
-        those families' templates only, not for every corrected one (fleet20: 2e5 per step)."""
+        those families' templates only, not for every corrected one (fleet20: 2e5 per step).
+        Without it the start is this index itself, every factor 1."""
         scale = np.asarray(scale, dtype=np.float64)
         if scale.shape != self.throughput.shape or not (np.isfinite(scale).all() and (scale > 0).all()):
             raise ValueError(f"TemplateIndex.rescaled: 'scale' must hold {len(self.templates)} finite "
                              f"factors > 0, got shape {scale.shape}")
         throughput = self.throughput * scale
-        prior = near if near is not None and near._rescaled_from is self else None
-        if prior is None:
-            templates = list(self.templates)
-            changed = np.flatnonzero(scale != 1.0)
+        # the index this one starts from: the previous correction, or this one (every factor 1)
+        if near is not None and near._rescaled_from is self:
+            prior, changed = near, np.flatnonzero(scale != near._scale)
         else:
-            templates = list(prior.templates)
-            changed = np.flatnonzero(scale != prior._scale)
+            prior, changed = self, np.flatnonzero(scale != 1.0)
+        templates = list(prior.templates)
         own = self.templates
         for i in changed.tolist():
             t = own[i]
@@ -235,20 +236,15 @@ class TemplateIndex:
         index.throughput = throughput
         index._scale = scale
         index._rescaled_from = self
-        index.near = None if prior is None else (weakref.ref(prior), changed)
-        if prior is None:
-            index.by_key = MappingProxyType(dict(zip(self.keys, index.templates, strict=True)))
-            index.by_service = MappingProxyType({
-                s: _pick(index.templates, self._service_positions[j]) for j, s in enumerate(self.services)})
-        else:
-            by_key = prior.by_key.copy()  # the proxy's dict.copy: dict(proxy) goes key by key, 15x slower
-            for i in changed.tolist():
-                by_key[self.keys[i]] = index.templates[i]
-            index.by_key = MappingProxyType(by_key)
-            moved = set(np.unique(self.service[changed]).tolist())
-            index.by_service = MappingProxyType({
-                s: _pick(index.templates, self._service_positions[j]) if j in moved else prior.by_service[s]
-                for j, s in enumerate(self.services)})
+        index.near = (weakref.ref(prior), changed)
+        by_key = prior.by_key.copy()  # the proxy's dict.copy: dict(proxy) goes key by key, 15x slower
+        for i in changed.tolist():
+            by_key[self.keys[i]] = index.templates[i]
+        index.by_key = MappingProxyType(by_key)
+        moved = set(np.unique(self.service[changed]).tolist())
+        index.by_service = MappingProxyType({
+            s: _pick(index.templates, self._service_positions[j]) if j in moved else prior.by_service[s]
+            for j, s in enumerate(self.services)})
         _remember(index)
         return index
 

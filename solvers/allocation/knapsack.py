@@ -82,12 +82,10 @@ def cover(costs: list[float], extra: list[float], held: list[int], units: list[i
         return sum(costs[t] * min(x[t], held[t]) + extra[t] * max(x[t] - held[t], 0) for t in range(n))
 
     best = math.inf
-    best_counts: list[int] | None = None
-    from_start = False
+    best_counts: list[int] | None = None  # None with a finite best: the start stands
     if (start is not None and all(0 <= start[t] <= units[t] for t in range(n))
             and sum(widths[t] * start[t] for t in range(n)) >= demand - tol):
         best = plan_cost(start)
-        from_start = True
 
     def beat(cost: float) -> float:
         """What a plan must cost to replace an incumbent of ``cost``."""
@@ -100,13 +98,13 @@ def cover(costs: list[float], extra: list[float], held: list[int], units: list[i
 
     def search(j: int, need: float, cost: float) -> bool:
         """False once the node limit is passed."""
-        nonlocal best, best_counts, from_start, limit, cut_bound, nodes
+        nonlocal best, best_counts, limit, cut_bound, nodes
         nodes += 1
         if nodes > node_limit:
             return False
         if need <= tol:
             if cost < limit:
-                best, best_counts, from_start, limit = cost, list(chosen), False, beat(cost)
+                best, best_counts, limit = cost, list(chosen), beat(cost)
             else:
                 cut_bound = min(cut_bound, cost)
             return True
@@ -132,8 +130,8 @@ def cover(costs: list[float], extra: list[float], held: list[int], units: list[i
         return None
     if best == math.inf:
         return Cover(None, math.inf, math.inf, nodes)
-    if best_counts is None:  # the start stands
-        assert start is not None and from_start
+    if best_counts is None:
+        assert start is not None
         counts = list(start)
     else:
         counts = [0] * n
