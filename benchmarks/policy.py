@@ -135,6 +135,10 @@ def main() -> None:
     parser.add_argument("--no-learned", action="store_true",
                         help="no training: the grid, the frontier and the per-model reference on the test "
                              "days only (a cell too costly to train on in the time at hand)")
+    parser.add_argument("--into", type=Path, default=None,
+                        help="also merge each finished cell, with this run's settings, into this JSON "
+                             "(one key per cell: benchmarks/results/policy.json gathers every cell "
+                             "measured; a cell measured again replaces its key)")
     parser.add_argument("--grid-only", action="store_true",
                         help="run (or read) each cell's validation grid into the cache and stop there: "
                              "a later run of the same cell reads it")
@@ -160,7 +164,21 @@ def main() -> None:
                 print(json.dumps({key: out[key]["headline"]}, default=str), file=sys.stderr, flush=True)
                 if args.out:
                     Path(args.out).write_text(json.dumps(out, indent=2, default=str))
+                if args.into and not args.grid_only:
+                    merge_cell(args.into, key, {**out[key], "settings": out["settings"]})
     print(json.dumps(out, indent=2, default=str))
+
+
+def merge_cell(path: Path, key: str, cell: dict[str, object]) -> None:
+    """Put ``cell`` under ``key`` in the JSON document at ``path`` (created if missing), the
+    other keys kept; written to a temporary file and renamed, so a crash leaves the old file."""
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    if not isinstance(doc, dict):
+        raise SystemExit(f"--into {path}: expected a JSON object of cells, got {type(doc).__name__}")
+    doc[key] = cell
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str))
+    tmp.replace(path)
 
 
 def _load() -> list[float]:

@@ -3,14 +3,22 @@
 test days. Prints ONE JSON document (progress on stderr).
 
 The world is the contest's: the calibration world (``capacity_error="calibration"``), the
-latency SLO model (late requests count as missed), spot and hedged markets. Selection, per
-market, on the validation days only: the variant of least effective cost (node $ + lost tokens
-at the reward's $/M, a lost token being one not served within the SLO) among those whose SLO
+latency SLO model (late requests count as missed), spot and hedged markets; ``--world charged``
+is the world that charges what a cluster charges (``atoll.envs.CHARGED``: sampled start-up,
+zone-correlated preemptions, spot acquisition that fails). Selection, per market, on the
+validation days only: the variant of least effective cost (node $ + lost tokens at the
+reward's $/M, a lost token being one not served within the SLO) among those whose SLO
 attainment is at least the neutral plan's minus 0.001. Every variant is reported on the test
-days, the chosen one marked; nothing on the test days chooses anything.
+days, the chosen one marked; nothing on the test days chooses anything. Each run also says where
+its misses went (:class:`atoll.envs.slo_loss.MissCounter`: after a preemption, capacity,
+latency). ``--hindsight``: hindsight (re-plan every model every step on the true demand) with
+the neutral and the chosen variant on the test days, the bound of what knowing the demand adds
+to that lever.
 
     .venv/bin/python benchmarks/risk.py [--scenario core] [--markets spot,hedged]
-        [--validation-days 8-10] [--test-days 11-14] [--variants neutral,h0.85,...] [--out FILE]
+        [--world calibration|charged] [--rule fixed:1@0.9] [--validation-days 8-10]
+        [--test-days 11-14] [--variants "neutral;h0.85;..."] [--hindsight] [--workers 2]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import argparse
 import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +36,18 @@ from emit import emit  # this folder's own module, imported while the folder is 
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from atoll.envs import CHARGED  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
 from atoll.envs.rollout import run_policy  # noqa: E402
+from atoll.envs.slo_loss import BUCKETS, MissCounter  # noqa: E402
 from atoll.solvers.problem import Risk  # noqa: E402
+
+WORLDS: dict[str, dict[str, Any]] = {
+    "calibration": {"capacity_error": "calibration", "slo_model": "latency"},
+    "charged": {k: v for k, v in CHARGED.items() if k != "observation"},
+}
 
 VARIANTS = ("neutral", "h0.85", "h0.7", "s0.5", "f0.3", "h0.85,s0.5", "h0.85,f0.3")
 KEYS = ("cost_usd", "slo_attainment", "goodput_share", "preemptions", "ondemand_node_hour_share",
@@ -47,14 +63,22 @@ def _days(text: str) -> list[int]:
     return list(range(int(a), int(b or a) + 1))
 
 
-def _run(scenario: str, market: str, risk: Risk, days: list[int], seed: int) -> dict[str, Any]:
-    config = FleetConfig(scenario=scenario, days=(min(days), max(days)), availability=market,
-                         capacity_error="calibration", slo_model="latency", risk=risk)
-    env = FleetEnv(config)
+def _run(job: tuple[str, str, str, str, str, list[int], int]) -> dict[str, Any]:
+    """One (scenario, market, world, rule, risk) run over ``days``: totals, effective cost, misses."""
+    scenario, market, world, rule, risk, days, seed = job
     t0 = time.perf_counter()
-    ep = run_policy(env, make_policy("fixed:1", len(env.models)), days=days, seed=seed)
+    probe = make_policy(rule, 1)
+    level = getattr(probe, "planning_quantile", None)
+    config = FleetConfig(scenario=scenario, days=(min(days), max(days)), availability=market,
+                         risk=Risk.parse(risk), **WORLDS[world],
+                         **({"planning_quantile": level} if level is not None else {}))
+    env = FleetEnv(config)
+    misses = MissCounter(env.models)
+    ep = run_policy(env, make_policy(rule, len(env.models)), days=days, seed=seed, on_step=misses.add)
     totals = ep.totals()
     out = {k: round(float(totals.get(k, 0.0)), 6) for k in KEYS}
+    fleet = misses.result()["fleet"]
+    out["misses"] = {b: round(fleet[f"{b}_share"], 4) for b in BUCKETS}
     lost = max(totals["demand_tokens"] - totals["goodput_tokens"], 0.0)  # not served within the SLO
     out["lost_mtok"] = round(lost / 1e6, 4)
     price = config.reward.unserved_usd_per_mtok
@@ -64,50 +88,84 @@ def _run(scenario: str, market: str, risk: Risk, days: list[int], seed: int) -> 
     return out
 
 
+def _run_all(jobs: list[tuple[str, str, str, str, str, list[int], int]], workers: int
+             ) -> list[dict[str, Any]]:
+    """The runs of ``jobs`` in order, ``workers`` at a time (each a whole simulation: same
+    figures whatever the number of workers)."""
+    for job in jobs:
+        log(f"{job[1]} days {job[5][0]}-{job[5][-1]}: {job[3]} + {job[4]} ...")
+    if workers <= 1:
+        outs = [_run(job) for job in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            outs = list(pool.map(_run, jobs))
+    for job, out in zip(jobs, outs, strict=True):
+        log(f"  {job[1]} {job[3]} + {job[4]} days {job[5][0]}-{job[5][-1]}: ${out['cost_usd']:,.1f}, "
+            f"SLO {out['slo_attainment']:.4f}, effective ${out['effective_cost_usd']:,.1f}, "
+            f"misses {out['misses']} ({out['wall_s']} s)")
+    return outs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="core")
     ap.add_argument("--markets", default="spot,hedged")
+    ap.add_argument("--world", default="calibration", choices=sorted(WORLDS))
+    ap.add_argument("--rule", default="fixed:1", help="the rule every variant runs (e.g. fixed:1@0.9)")
     ap.add_argument("--validation-days", default="8-10")
     ap.add_argument("--test-days", default="11-14")
     ap.add_argument("--variants", default=";".join(VARIANTS),
                     help="risk labels separated by ';' (each e.g. h0.85,s0.5,f0.3)")
+    ap.add_argument("--hindsight", action="store_true",
+                    help="also run hindsight with the neutral and the chosen variant on the test days")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=1, help="runs at a time (processes)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     variants = [v for v in args.variants.split(";") if v]
+    if "neutral" not in variants:
+        ap.error(f"--variants must include 'neutral' (the selection's SLO reference), got {args.variants!r}")
+    make_policy(args.rule, 1)  # a bad rule fails here, naming itself, before any run
     val, test = _days(args.validation_days), _days(args.test_days)
-    doc: dict[str, Any] = {"scenario": args.scenario, "rule": "fixed:1", "world": "calibration",
-                           "slo_model": "latency", "validation_days": val, "test_days": test,
-                           "seed": args.seed, "load_before": [round(x, 2) for x in os.getloadavg()],
-                           "markets": {}}
+    doc: dict[str, Any] = {"scenario": args.scenario, "rule": args.rule, "world": args.world,
+                           "world_settings": WORLDS[args.world], "slo_model": "latency",
+                           "validation_days": val, "test_days": test, "seed": args.seed,
+                           "workers": args.workers,
+                           "load_before": [round(x, 2) for x in os.getloadavg()], "markets": {}}
     t0 = time.perf_counter()
     for market in args.markets.split(","):
+        # an on-demand floor needs on-demand capacity to stand on
+        names = [v for v in variants if market == "hedged" or not (v.startswith("f") or ",f" in v)]
         cell: dict[str, Any] = {"validation": {}, "test": {}}
-        for v in variants:
-            if v.startswith("f") or ",f" in v:
-                if market != "hedged":
-                    continue  # an on-demand floor needs on-demand capacity to stand on
-            log(f"{market} validation {v} ...")
-            cell["validation"][v] = _run(args.scenario, market, Risk.parse(v), val, args.seed)
-            log(f"  {cell['validation'][v]}")
+        outs = _run_all([(args.scenario, market, args.world, args.rule, v, val, args.seed) for v in names],
+                        args.workers)
+        cell["validation"] = dict(zip(names, outs, strict=True))
         base = cell["validation"]["neutral"]["slo_attainment"]
         eligible = {v: r for v, r in cell["validation"].items() if r["slo_attainment"] >= base - 1e-3}
         chosen = min(eligible, key=lambda v: eligible[v]["effective_cost_usd"])
         cell["chosen_on_validation"] = chosen
-        for v in cell["validation"]:
-            log(f"{market} test {v} ...")
-            cell["test"][v] = _run(args.scenario, market, Risk.parse(v), test, args.seed)
-            log(f"  {cell['test'][v]}")
+        jobs = [(args.scenario, market, args.world, args.rule, v, test, args.seed) for v in names]
+        bounds = sorted({"neutral", chosen}) if args.hindsight else []
+        jobs += [(args.scenario, market, args.world, "hindsight", v, test, args.seed) for v in bounds]
+        outs = _run_all(jobs, args.workers)
+        cell["test"] = dict(zip(names, outs[:len(names)], strict=True))
         neutral, pick = cell["test"]["neutral"], cell["test"][chosen]
         cell["headline"] = {
             "chosen": chosen,
             "test_cost_ratio": round(pick["cost_usd"] / neutral["cost_usd"], 4),
             "test_effective_cost_ratio": round(pick["effective_cost_usd"] / neutral["effective_cost_usd"], 4),
             "test_slo_attainment": [neutral["slo_attainment"], pick["slo_attainment"]],
+            "test_misses": [neutral["misses"], pick["misses"]],
         }
+        if bounds:
+            cell["hindsight"] = dict(zip(bounds, outs[len(names):], strict=True))
+            hs = cell["hindsight"][chosen]
+            # the bound: what planning on the true demand with the chosen lever costs, against the rule
+            cell["headline"]["hindsight_effective_cost_ratio"] = round(
+                hs["effective_cost_usd"] / pick["effective_cost_usd"], 4)
         doc["markets"][market] = cell
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
+    doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
     emit(doc, args.out)
 
 

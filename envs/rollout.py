@@ -113,16 +113,18 @@ class Episode:
 
 
 def run_policy(env: FleetEnv, policy: Policy, *, days: Sequence[int], seed: int,
-               tick: Callable[[int], None] | None = None) -> Episode:
+               tick: Callable[[int], None] | None = None,
+               on_step: Callable[[dict[str, Any]], None] | None = None) -> Episode:
     """One episode per day (in order) with the env seeded ``seed`` at the first reset and each
     later reset seeded ``seed + i``, so every policy run with the same seed meets the same
-    availability, preemption draws and demand.
+    availability, preemption draws and demand. ``on_step`` sees every step's ``info`` (e.g.
+    :class:`atoll.envs.slo_loss.MissCounter`); ``tick`` is called with 1 per step (progress).
 
     Interrupted (Ctrl-C), it re-raises the KeyboardInterrupt with the episode so far attached as
     ``partial_episode``, so a caller can report the totals of the steps that ran."""
     episode = Episode(policy.name, seed)
     try:
-        _run_days(env, policy, days, seed, tick, episode)
+        _run_days(env, policy, days, seed, tick, on_step, episode)
     except KeyboardInterrupt as exc:
         exc.partial_episode = episode  # type: ignore[attr-defined]
         raise
@@ -130,7 +132,8 @@ def run_policy(env: FleetEnv, policy: Policy, *, days: Sequence[int], seed: int,
 
 
 def _run_days(env: FleetEnv, policy: Policy, days: Sequence[int], seed: int,
-              tick: Callable[[int], None] | None, episode: Episode) -> None:
+              tick: Callable[[int], None] | None, on_step: Callable[[dict[str, Any]], None] | None,
+              episode: Episode) -> None:
     for i, day in enumerate(days):
         obs, info = env.reset(seed=seed + i, options={"day": int(day), **policy.reset_options()})
         episode.days.append(int(day))
@@ -141,6 +144,8 @@ def _run_days(env: FleetEnv, policy: Policy, days: Sequence[int], seed: int,
             obs, reward, terminated, truncated, info = env.step(action)
             episode.add(info, reward)
             episode.count_changes(before, env.state.planned().as_dict(), env.config.step_s)
+            if on_step is not None:
+                on_step(info)
             done = terminated or truncated
             if tick is not None:
                 tick(1)
