@@ -42,6 +42,7 @@ from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
 from atoll.envs.rollout import run_policy  # noqa: E402
 from atoll.envs.slo_loss import BUCKETS, MissCounter  # noqa: E402
+from atoll.solvers.errors import AtollError  # noqa: E402
 from atoll.solvers.problem import Risk  # noqa: E402
 
 WORLDS: dict[str, dict[str, Any]] = {
@@ -125,7 +126,12 @@ def main() -> None:
     variants = [v for v in args.variants.split(";") if v]
     if "neutral" not in variants:
         ap.error(f"--variants must include 'neutral' (the selection's SLO reference), got {args.variants!r}")
-    make_policy(args.rule, 1)  # a bad rule fails here, naming itself, before any run
+    try:  # a bad rule or variant fails here, naming itself, before any run
+        make_policy(args.rule, 1)
+        for v in variants:
+            Risk.parse(v)
+    except (AtollError, ValueError) as exc:  # Risk's own checks raise ValueError
+        ap.error(str(exc))
     val, test = _days(args.validation_days), _days(args.test_days)
     doc: dict[str, Any] = {"scenario": args.scenario, "rule": args.rule, "world": args.world,
                            "world_settings": WORLDS[args.world], "slo_model": "latency",
