@@ -40,7 +40,7 @@ class MissCounter:
 
     def __init__(self, models: Sequence[str], *, window: int = 1) -> None:
         if window < 1:
-            raise ValueError(f"miss_breakdown: window must be >= 1 step, got {window}")
+            raise ValueError(f"MissCounter: window must be >= 1 step, got {window}")
         self.models, self.window = list(models), window
         m = len(self.models)
         self.missed = np.zeros((m, len(BUCKETS)))
