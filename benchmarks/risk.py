@@ -42,6 +42,7 @@ from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
 from atoll.envs.rollout import run_policy  # noqa: E402
 from atoll.envs.slo_loss import BUCKETS, MissCounter  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 from atoll.solvers.errors import AtollError  # noqa: E402
 from atoll.solvers.problem import Risk  # noqa: E402
 
@@ -70,8 +71,7 @@ def _run(job: tuple[str, str, str, str, str, list[int], int]) -> dict[str, Any]:
     """One (scenario, market, world, rule, risk) run over ``days``: totals, effective cost, misses."""
     scenario, market, world, rule, risk, days, seed = job
     t0 = time.perf_counter()
-    probe = make_policy(rule, 1)
-    level = getattr(probe, "planning_quantile", None)
+    level = parse_policy(rule).level  # the rule's own planning level (@q), the env's
     config = FleetConfig(scenario=scenario, days=(min(days), max(days)), availability=market,
                          risk=Risk.parse(risk), **WORLDS[world],
                          **({"planning_quantile": level} if level is not None else {}))
@@ -143,7 +143,7 @@ def main() -> None:
     t0 = time.perf_counter()
     for market in args.markets.split(","):
         # an on-demand floor needs on-demand capacity to stand on
-        names = [v for v in variants if market == "hedged" or not (v.startswith("f") or ",f" in v)]
+        names = [v for v in variants if market == "hedged" or Risk.parse(v).ondemand_floor == 0]
         cell: dict[str, Any] = {"validation": {}, "test": {}}
         outs = _run_all([(args.scenario, market, args.world, args.rule, v, val, args.seed) for v in names],
                         args.workers)
