@@ -67,8 +67,11 @@ RISK_MENUS: dict[str, tuple[str, ...]] = {
 }
 
 
-def risk_menu(availability: str) -> tuple[Risk, ...]:
-    """The risk presets of ``availability``'s market (:data:`RISK_MENUS`)."""
+def risk_menu(availability: str, chosen: Sequence[Risk] = ()) -> tuple[Risk, ...]:
+    """The risk presets of a ``risk`` action: ``chosen`` (``FleetConfig.risk_menu``) when given,
+    else ``availability``'s market's (:data:`RISK_MENUS`)."""
+    if chosen:
+        return tuple(chosen)
     return tuple(Risk.parse(r) for r in RISK_MENUS.get(availability, RISK_MENUS["default"]))
 
 

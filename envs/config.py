@@ -97,7 +97,10 @@ class FleetConfig:
     the forecast error, and it cuts the worst solve times of the extended scenario severalfold.
     ``risk``: the :class:`~atoll.solvers.problem.Risk` every re-plan takes for every model
     (headroom, spread over spot pools, on-demand floor; rows of the same exact ILP); neutral by
-    default, which is the plain ILP. ``removal_weight`` R: each running instance a re-plan removes
+    default, which is the plain ILP. ``risk_menu``: the presets a ``risk`` action chooses among
+    (:mod:`atoll.envs.actions`; ``risk`` stays preset 0); empty, the market's menu
+    (``RISK_MENUS``) — a per-model rule that names its own risks sets it. ``removal_weight`` R:
+    each running instance a re-plan removes
     costs R x its $/h in the re-plan's objective (the ILP's price of churn, beside the start-up
     weight for additions); 0 by default.
 
@@ -163,6 +166,7 @@ class FleetConfig:
     slo_model: str = "fluid"
     observation: str = "v1"
     risk: Risk = Risk()
+    risk_menu: tuple[Risk, ...] = ()
     removal_weight: float = 0.0
     startup: str = "fixed"
     preemption: str = "independent"
@@ -192,6 +196,10 @@ class FleetConfig:
         if not isinstance(self.risk, Risk):
             raise InputError(f"{owner}: field 'risk' must be a Risk (e.g. Risk.parse('h0.85,s0.5')), "
                              f"got {self.risk!r}")
+        if not isinstance(self.risk_menu, tuple) or not all(isinstance(r, Risk) for r in self.risk_menu) \
+                or len(set(self.risk_menu)) != len(self.risk_menu):
+            raise InputError(f"{owner}: field 'risk_menu' must be a tuple of distinct Risk presets "
+                             f"(empty: the market's menu), got {self.risk_menu!r}")
         if len(self.days) != 2 or not (isinstance(self.days[0], int) and isinstance(self.days[1], int)) \
                 or not 1 <= self.days[0] <= self.days[1]:
             raise InputError(f"{owner}: field 'days' must be (first, last) with 1 <= first <= last, "

@@ -289,8 +289,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self.gpu_types: tuple[str, ...] = fleet.gpu_types
         series = c.demand if c.demand is not None else workload_series(
             c.workload, self.models, spec.req_per_s, c.step_s, resample=c.resample, seed=c.demand_seed)
-        self.codec = ActionCodec.for_config(c.planning_quantile, c.action_levels, c.risk,
-                                            risk_menu(c.availability) if c.action == "risk" else ())
+        menu = risk_menu(c.availability, c.risk_menu) if c.action == "risk" else ()
+        self.codec = ActionCodec.for_config(c.planning_quantile, c.action_levels, c.risk, menu)
         self.book: DemandBook = build_book(self.models, series, forecaster=c.forecaster,
                                            horizon=c.look_ahead_steps, quantile=c.planning_quantile,
                                            levels=self.codec.levels)

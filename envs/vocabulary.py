@@ -16,7 +16,7 @@ the environment's configured level, :data:`DEFAULT_LEVEL` unless set):
 ``never``                       one plan for the day's peak
 ``hindsight``                   the true demand (a bound, not a policy)
 ``oracle-rate``                 the trace's own rate (a reference)
-``per-model:K1@q1,K2@q2,...``   model i fully every K_i steps at q_i, one entry per model
+``per-model:K1@q1[+R1],...``    model i fully every K_i steps at q_i (taking risk R_i), one entry per model
 ``learned:<model uri>``         a logged policy (an MLflow URI or ``name@alias`` / ``name/N``)
 ==============================  ==================================================================
 
@@ -25,6 +25,12 @@ Any rule may end in ``+RISK``, the risk its re-plans take for every model
 joined by commas, e.g. ``fixed:1@0.9+h0.7`` or ``threshold@0.95+h0.85,s0.5``); without it a rule
 takes the environment's configured risk (``FleetConfig.risk``, neutral unless set). A neutral
 suffix (``+neutral``) is the same as none and prints as none.
+
+A per-model entry may end in its own ``+RISK`` (``per-model:1@0.9+h0.85,f0.3,6@0.95``): an entry
+starts with its K, so a comma-separated part that is a risk's part (``h``, ``s`` or ``f`` and a
+number) continues the risk of the entry before it. When any entry names a risk, the entries
+without one take the neutral risk; when none does, every entry takes the environment's configured
+risk, as a rule does.
 
 A re-optimization (:class:`Reoptimization`) is ``hold``, ``full@q`` or ``grow@q``, optionally
 with the risk it takes (``full@0.9+h0.7``). A pool
@@ -39,7 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from atoll.forecast.forecasters import DEFAULT_LEVEL, PLANNING_LEVELS
 from atoll.solvers.errors import InputError, UnknownNameError
@@ -47,10 +53,12 @@ from atoll.solvers.problem import Risk
 from atoll.solvers.types import Pool
 
 __all__ = ["DEFAULT_LEVEL", "KINDS", "PER_MODEL_PREFIX", "PER_MODEL_USAGE", "PLANNING_LEVELS", "POLICY_USAGE",
-           "RISK_SEPARATOR", "RULE_KINDS", "Level", "PolicySpec", "Pool", "Reoptimization", "Risk",
+           "RISK_SEPARATOR", "Entry", "RULE_KINDS", "Level", "PolicySpec", "Pool", "Reoptimization", "Risk",
            "check_level", "format_level", "parse_level", "parse_policy", "parse_risk"]
 
 Level: TypeAlias = float  # a planning level: the forecast quantile a re-plan provisions for
+# A per-model entry: (K steps, level) or (K steps, level, the non-neutral risk it takes).
+Entry: TypeAlias = tuple[int, Level] | tuple[int, Level, Risk]
 
 # Re-optimization kinds, in the order of the Fleet-v1 action's codes.
 KINDS: tuple[str, ...] = ("hold", "full", "grow")
@@ -62,7 +70,8 @@ LEARNED_PREFIX = "learned:"
 
 POLICY_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], grow:K[@q], never, hindsight, "
                 "oracle-rate; q a planning level in " + ", ".join(f"{q:g}" for q in PLANNING_LEVELS))
-PER_MODEL_USAGE = "per-model:K1@q1,K2@q2,... (one K@q per model, in the fleet's order)"
+PER_MODEL_USAGE = ("per-model:K1@q1[+RISK1],K2@q2[+RISK2],... (one K@q per model, in the fleet's order, each "
+                   "optionally with its risk, e.g. per-model:1@0.9+h0.85,f0.3,6@0.95)")
 RISK_SEPARATOR = "+"  # a rule's risk suffix: fixed:1@0.9+h0.7
 RISK_USAGE = ("+RISK after a rule, RISK = h<headroom in (0, 1]>, s<spread in (0, 1]>, f<on-demand floor in "
               "[0, 1]> joined by commas (e.g. fixed:1@0.9+h0.7 or threshold+h0.85,s0.5)")
@@ -161,7 +170,7 @@ class PolicySpec:
     every: int | None = None
     band: tuple[float, float] | None = None
     level: Level | None = None
-    entries: tuple[tuple[int, Level], ...] = ()
+    entries: tuple[Entry, ...] = ()
     uri: str = ""
     risk: Risk | None = None
 
@@ -189,6 +198,8 @@ class PolicySpec:
         if bool(self.entries) != (self.kind == "per-model"):
             raise InputError("PolicySpec: field 'entries' holds a per-model assignment's (K, q) per "
                              f"model, got {self.entries!r} for {self.kind}")
+        if self.entries:
+            object.__setattr__(self, "entries", tuple(_entry(e) for e in self.entries))
         if (self.kind == "learned") != bool(self.uri):
             raise InputError("learned:<uri> needs the MLflow model URI that 'atoll train' printed, or a "
                              "registered name such as atoll-trigger-core@champion" if self.kind == "learned"
@@ -211,8 +222,16 @@ class PolicySpec:
     def levels(self) -> tuple[Level, ...]:
         """Every level the spec names (a per-model assignment's per model; empty: the env's)."""
         if self.is_per_model:
-            return tuple(q for _, q in self.entries)
+            return tuple(e[1] for e in self.entries)
         return () if self.level is None else (self.level,)
+
+    @property
+    def entry_risks(self) -> tuple[Risk, ...] | None:
+        """A per-model assignment's risk per model (neutral where an entry names none); None when
+        no entry names one (every model takes the environment's configured risk)."""
+        if not any(len(e) == 3 for e in self.entries):
+            return None
+        return tuple(e[2] if len(e) == 3 else Risk() for e in self.entries)
 
     def planning_level(self, default: Level) -> Level:
         """The level its environment is configured at: its ``@q``; a per-model assignment's most
@@ -226,7 +245,7 @@ class PolicySpec:
         if self.kind == "learned":
             return LEARNED_PREFIX + self.uri
         if self.kind == "per-model":
-            return PER_MODEL_PREFIX + ",".join(f"{k}@{format_level(q)}" for k, q in self.entries)
+            return PER_MODEL_PREFIX + ",".join(_entry_text(e) for e in self.entries)
         body = self.kind
         if self.every is not None:
             body += f":{self.every}"
@@ -237,11 +256,42 @@ class PolicySpec:
         return body if self.risk is None else f"{body}{RISK_SEPARATOR}{self.risk.label()}"
 
 
+def _entry(e: Any) -> Entry:
+    """An entry checked and normalized: (K, q), or (K, q, risk) with a non-neutral risk."""
+    if not (isinstance(e, tuple) and len(e) in (2, 3) and (len(e) == 2 or isinstance(e[2], Risk))):
+        raise InputError(f"PolicySpec: field 'entries' holds (K, q) or (K, q, Risk) per model, got {e!r}")
+    if len(e) == 3 and not e[2].neutral:
+        return int(e[0]), float(e[1]), e[2]
+    return int(e[0]), float(e[1])
+
+
+def _entry_text(e: Entry) -> str:
+    text = f"{e[0]}@{format_level(e[1])}"
+    return text + RISK_SEPARATOR + e[2].label() if len(e) == 3 else text
+
+
+def _entry_parts(text: str, body: str) -> list[str]:
+    """The entries' texts: a risk's part (h/s/f and a number) continues the previous entry's risk."""
+    entries: list[str] = []
+    for part in (p.strip() for p in body.split(",")):
+        if not part:
+            continue
+        if part[0] in "hsf" and part[1:2] in "0123456789.":
+            if not entries or RISK_SEPARATOR not in entries[-1]:
+                raise InputError(f"policy {text!r}: {part!r} continues no entry's {RISK_SEPARATOR}RISK; use "
+                                 f"{PER_MODEL_USAGE}")
+            entries[-1] += "," + part
+        else:
+            entries.append(part)
+    return entries
+
+
 def _per_model(text: str) -> PolicySpec:
     body = text.removeprefix(PER_MODEL_PREFIX)
-    parts = [p.strip() for p in body.split(",") if p.strip()]
-    entries = []
-    for part in parts:
+    entries: list[Entry] = []
+    for whole in _entry_parts(text, body):
+        part, plus, risk_text = whole.partition(RISK_SEPARATOR)
+        risk = parse_risk(risk_text, text) if plus else None
         k, sep, q = part.partition("@")
         try:
             every, level = int(k), (float(q) if sep else math.nan)
@@ -252,7 +302,7 @@ def _per_model(text: str) -> PolicySpec:
         if level not in PLANNING_LEVELS:
             raise InputError(f"policy {text!r}: {level!r} of entry {part!r} is not a planning level; use "
                              f"{', '.join(format_level(v) for v in PLANNING_LEVELS)}")
-        entries.append((every, level))
+        entries.append((every, level) if risk is None else (every, level, risk))
     if not entries:
         raise InputError(f"policy {text!r} gives no K@q entries; use {PER_MODEL_USAGE}")
     return PolicySpec("per-model", entries=tuple(entries))
@@ -267,9 +317,6 @@ def parse_policy(text: str | PolicySpec) -> PolicySpec:
     if spec.startswith(LEARNED_PREFIX):
         return PolicySpec("learned", uri=spec.removeprefix(LEARNED_PREFIX))
     if spec.startswith(PER_MODEL_PREFIX):
-        if RISK_SEPARATOR in spec:
-            raise InputError(f"bad policy {spec!r}: a per-model assignment takes no {RISK_SEPARATOR}RISK; "
-                             f"use {PER_MODEL_USAGE}")
         return _per_model(spec)
     spec, plus, risk_text = spec.partition(RISK_SEPARATOR)
     risk = parse_risk(risk_text, text.strip()) if plus else None

@@ -293,7 +293,7 @@ def _remember(index: TemplateIndex) -> None:
     _INDEX_CACHE[id(index.templates)] = index
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Risk:
     """The risk a re-plan takes for one model: three parameters of the allocation ILP.
 

@@ -63,38 +63,33 @@ def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces 
 
 
 def env_at_level(env: FleetEnv, policy: Policy, cache: dict[Any, FleetEnv] | None = None) -> FleetEnv:
-    """The env a policy runs on: ``env`` itself, or (a rule with its own planning level ``@q``)
-    the same configuration planning at q — same demand, availability and seeds, and the same
-    shared re-planner memo (atoll.envs.fleet_model.shared_replanner). A per-model rule
+    """The env a policy runs on: ``env`` itself, or the same configuration with what the policy
+    sets — same demand, availability and seeds, and the same shared re-planner memo
+    (atoll.envs.fleet_model.shared_replanner). A rule with its own planning level ``@q`` plans at
+    q; a rule with a ``+RISK`` takes that risk (``FleetConfig.risk``). A per-model rule
     (:class:`~atoll.training.per_model.PerModelRule`) gets the configuration at its most common
-    level with every level it uses among the action levels. A rule with a ``+RISK`` gets the
-    configuration taking that risk (``FleetConfig.risk``) at its level."""
+    level with every level it uses among the action levels; with risks of its own, also at its
+    most common risk with the ``risk`` action over every risk it uses (``FleetConfig.risk_menu``)."""
+    c = env.config
+    changes: dict[str, Any] = {}
     risk = getattr(policy, "risk", None)
-    if risk is not None and risk != env.config.risk:
-        key_r: Any = ("risk", risk.label(), getattr(policy, "planning_quantile", None))
-        if cache is not None and key_r in cache:
-            return cache[key_r]
-        changes_r: dict[str, Any] = {"risk": risk}
-        if getattr(policy, "planning_quantile", None) is not None:
-            changes_r["planning_quantile"] = policy.planning_quantile
-        other_r = FleetEnv(dataclasses.replace(env.config, **changes_r))
-        if cache is not None:
-            cache[key_r] = other_r
-        return other_r
+    if risk is not None and risk != c.risk:
+        changes["risk"] = risk
     q = getattr(policy, "planning_quantile", None)
+    if q is not None and q != c.planning_quantile:
+        changes["planning_quantile"] = q
     levels = getattr(policy, "action_levels", None)
-    if levels is not None and q is not None:
-        key: Any = (q, tuple(levels))
-        if tuple(levels) == tuple(env.config.action_levels) and q == env.config.planning_quantile:
-            return env
-        changes: dict[str, Any] = {"planning_quantile": q, "action_levels": tuple(levels)}
-    else:
-        if q is None or q == env.config.planning_quantile:
-            return env
-        key, changes = q, {"planning_quantile": q}
+    if levels is not None and q is not None and tuple(levels) != tuple(c.action_levels):
+        changes["action_levels"] = tuple(levels)
+    presets = tuple(getattr(policy, "risk_presets", ()))
+    if presets and (c.action != "risk" or tuple(c.risk_menu) != presets):
+        changes.update(action="risk", risk_menu=presets)
+    if not changes:
+        return env
+    key = tuple(sorted(changes.items()))
     if cache is not None and key in cache:
         return cache[key]
-    other = FleetEnv(dataclasses.replace(env.config, **changes))
+    other = FleetEnv(dataclasses.replace(c, **changes))
     if cache is not None:
         cache[key] = other
     return other

@@ -43,13 +43,16 @@ from atoll.envs.actions import ActionCodec
 from atoll.envs.vocabulary import (
     PER_MODEL_USAGE,
     PLANNING_LEVELS,
+    Entry,
     PolicySpec,
     parse_policy,
 )
 from atoll.solvers.errors import AtollError, InputError
+from atoll.solvers.problem import NEUTRAL_RISK, Risk
 from atoll.solvers.validation import check_number
 
-Option = tuple[int, float]  # (K steps, planning level q) of a fixed:K@q rule
+# (K steps, planning level q) of a fixed:K@q rule, or (K, q, risk) of fixed:K@q+RISK
+Option = Entry
 MODEL_KEYS: tuple[str, ...] = ("cost_usd", "requests", "met_requests", "unserved_tokens")
 
 
@@ -59,19 +62,20 @@ def model_key(i: int, key: str) -> str:
 
 
 def fixed_option(spec: str | PolicySpec) -> Option | None:
-    """(K, q) of ``fixed:K@q``; None for any other spec (a threshold rule, no level, a ``+RISK``:
-    an assignment's entries take the environment's risk, so a rule with its own is no option)."""
+    """(K, q) of ``fixed:K@q``, (K, q, risk) of ``fixed:K@q+RISK``; None for any other spec (a
+    threshold rule, a rule without a level)."""
     try:
         parsed = parse_policy(spec)
     except AtollError:
         return None
-    if parsed.kind != "fixed" or parsed.every is None or parsed.level is None or parsed.risk is not None:
+    if parsed.kind != "fixed" or parsed.every is None or parsed.level is None:
         return None
-    return parsed.every, parsed.level
+    return (parsed.every, parsed.level) if parsed.risk is None else (parsed.every, parsed.level, parsed.risk)
 
 
 def option_name(option: Option) -> str:
-    return str(PolicySpec("fixed", every=option[0], level=option[1]))
+    risk = option[2] if len(option) == 3 else None
+    return str(PolicySpec("fixed", every=option[0], level=option[1], risk=risk))
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,7 @@ class Assignment:
 
 
 def assignment_spec(options: Sequence[Option]) -> str:
-    return str(PolicySpec("per-model", entries=tuple((int(k), float(q)) for k, q in options)))
+    return str(PolicySpec("per-model", entries=tuple(options)))
 
 
 def evaluate(table: Table, options: Sequence[Option]) -> Assignment:
@@ -283,19 +287,29 @@ def per_model_reference(table: Table, n_models: int, frontier: Sequence[tuple[st
 @dataclass
 class PerModelRule:
     """Re-plan model i fully at level ``levels[i]`` every ``every[i]`` steps (step 0 holds, as
-    ``fixed:K`` does). ``planning_quantile`` is the assignment's most common level (ties: the
-    highest), the level its env is configured at; ``action_levels`` every level it uses."""
+    ``fixed:K`` does), taking risk ``risks[i]`` when given (empty: the environment's configured
+    risk for every model). ``planning_quantile`` is the assignment's most common level (ties: the
+    highest), the level its env is configured at; ``action_levels`` every level it uses. With
+    risks, ``risk`` is the most common one (ties: the greatest), the risk its env is configured
+    at (so the first plan takes it, as the rule's does), and ``risk_presets`` every risk it uses:
+    its env's ``risk`` action menu. A uniform assignment is exactly ``fixed:K@q[+RISK]``."""
 
     every: tuple[int, ...]
     levels: tuple[float, ...]
+    risks: tuple[Risk, ...] = ()
     name: str = ""
     planning_quantile: float | None = None
+    risk: Risk | None = field(init=False, default=None)
     _codes: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.every or len(self.every) != len(self.levels):
             raise InputError(f"PerModelRule: fields 'every' ({len(self.every)}) and 'levels' "
                              f"({len(self.levels)}) must give one entry per model")
+        if self.risks and (len(self.risks) != len(self.every)
+                           or not all(isinstance(r, Risk) for r in self.risks)):
+            raise InputError(f"PerModelRule: field 'risks' must give one Risk per model "
+                             f"({len(self.every)}) or none, got {self.risks!r}")
         bad = [k for k in self.every if not (isinstance(k, int) and k >= 1)]
         if bad:
             raise InputError(f"PerModelRule: field 'every' must hold intervals >= 1 step, got {bad[0]!r}")
@@ -305,26 +319,42 @@ class PerModelRule:
                              f"{', '.join(f'{q:g}' for q in PLANNING_LEVELS)}")
         counts = Counter(self.levels)
         self.planning_quantile = max(counts, key=lambda q: (counts[q], q))
-        self.name = self.name or assignment_spec(list(zip(self.every, self.levels, strict=True)))
-        codec = ActionCodec.for_config(self.planning_quantile, self.action_levels)
-        self._codes = np.array([codec.encode("full", q) for q in self.levels], dtype=np.int8)
+        if self.risks:
+            by_risk = Counter(self.risks)
+            self.risk = max(by_risk, key=lambda r: (by_risk[r], r))
+        risks = self.risks or (NEUTRAL_RISK,) * len(self.every)
+        entries: list[Option] = [(k, q) if r.neutral else (k, q, r)
+                                 for k, q, r in zip(self.every, self.levels, risks, strict=True)]
+        self.name = self.name or assignment_spec(entries)
+        codec = ActionCodec.for_config(self.planning_quantile, self.action_levels,
+                                       self.risk or NEUTRAL_RISK, self.risk_presets)
+        self._codes = np.array([codec.encode("full", q, self.risks[i] if self.risks else None)
+                                for i, q in enumerate(self.levels)], dtype=np.int8)
 
     @property
     def action_levels(self) -> tuple[float, ...]:
         return tuple(sorted(set(self.levels)))
 
+    @property
+    def risk_presets(self) -> tuple[Risk, ...]:
+        """Every risk the assignment uses, its configured one first (empty without risks)."""
+        if self.risk is None:
+            return ()
+        return (self.risk, *sorted(set(self.risks) - {self.risk}))
+
     @classmethod
     def parse(cls, spec: str | PolicySpec, n_models: int) -> PerModelRule:
-        """``per-model:K1@q1,K2@q2,...`` (or its :class:`~atoll.envs.vocabulary.PolicySpec`) with
-        one entry per model."""
+        """``per-model:K1@q1[+RISK1],K2@q2[+RISK2],...`` (or its
+        :class:`~atoll.envs.vocabulary.PolicySpec`) with one entry per model."""
         parsed = parse_policy(spec)
         if not parsed.is_per_model:
             raise InputError(f"policy {str(spec)!r} is not a per-model assignment; use {PER_MODEL_USAGE}")
         if len(parsed.entries) != n_models:
             raise InputError(f"policy {str(spec)!r} gives {len(parsed.entries)} K@q entries for {n_models} "
                              f"models; use {PER_MODEL_USAGE}")
-        every, levels = zip(*parsed.entries, strict=True)
-        return cls(tuple(every), tuple(levels), name=str(spec).strip())
+        every = tuple(e[0] for e in parsed.entries)
+        levels = tuple(e[1] for e in parsed.entries)
+        return cls(every, levels, parsed.entry_risks or (), name=str(spec).strip())
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
         step = int(info.get("step", 0))

@@ -185,8 +185,8 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
             mlflow.log_metrics(stats)
         size = int(np.prod(vec.observation_space.shape or (0,)))
         models = list(config.models or config.scenario_spec.models)
-        codec = ActionCodec.for_config(config.planning_quantile, config.action_levels, config.risk,
-                                       risk_menu(config.availability) if config.action == "risk" else ())
+        menu = risk_menu(config.availability, config.risk_menu) if config.action == "risk" else ()
+        codec = ActionCodec.for_config(config.planning_quantile, config.action_levels, config.risk, menu)
         fleet = fleet_name(config.scenario, config.models, config.scenario_spec.models)
         uri = log_policy(model, vec, run_id=run_id, observation_size=size,
                          n_models=len(models),

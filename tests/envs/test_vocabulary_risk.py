@@ -45,7 +45,7 @@ def test_the_suffix_is_typed_and_neutral_is_no_suffix() -> None:
     ("fixed:1+f-0.1", InputError, "field 'ondemand_floor' must be in \\[0, 1\\]"),
     ("fixed:1+h0.7,h0.8", InputError, "each at most once"),
     ("fixed:1+hx", InputError, "needs a number after 'h'"),
-    ("per-model:1@0.9,3@0.95+h0.7", InputError, "a per-model assignment takes no \\+RISK"),
+    ("per-model:1@0.9,h0.7", InputError, "'h0.7' continues no entry's \\+RISK"),
     ("sometimes+h0.7", UnknownNameError, "unknown policy"),
 ])
 def test_bad_suffixes_are_errors_naming_the_text(text: str, error: type[Exception], match: str) -> None:
@@ -82,8 +82,9 @@ def test_a_rule_with_a_risk_runs_on_the_env_configured_with_it() -> None:
     assert at.config.risk == Risk(headroom=0.7) and at.config.planning_quantile == 0.95
     assert env_at_level(env, rule, cache) is at
     assert env_at_level(env, make_policy("fixed:1", len(env.models)), cache) is env
-    # a per-model option is a rule of the configured risk only
-    assert fixed_option("fixed:1@0.9") == (1, 0.9) and fixed_option("fixed:1@0.9+h0.7") is None
+    # a per-model option carries the rule's risk
+    assert fixed_option("fixed:1@0.9") == (1, 0.9)
+    assert fixed_option("fixed:1@0.9+h0.7") == (1, 0.9, Risk(headroom=0.7))
 
 
 def test_a_clone_of_a_risky_rule_emits_its_fleet_v4_preset() -> None:
