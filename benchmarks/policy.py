@@ -226,7 +226,7 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     if not args.no_hindsight:  # the bound with the same levers as the rules
         refs += [f"hindsight+{r}" for r in settings.risks if r != "neutral"]
     if args.no_learned:
-        return _rules_only(config, settings, validation, grid_s, refs, key, loads, log)
+        return _rules_only(config, settings, validation, grid_s, refs, key, loads, log, world)
     scorer = validation_scorer(config, validation, settings)
     if args.learned_run:
         train, train_s = _finished_run(args.learned_run)
@@ -278,7 +278,8 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
 
 
 def _rules_only(config: FleetConfig, settings: ContestSettings, validation: Any, grid_s: float,
-                refs: list[str], key: str, loads: dict[str, list[float]], log: Any) -> dict[str, Any]:
+                refs: list[str], key: str, loads: dict[str, list[float]], log: Any, world: str
+                ) -> dict[str, Any]:
     """A cell without a learned policy: the frontier and the per-model reference chosen on the
     validation days, run on the test days (``--no-learned``)."""
     t = time.perf_counter()
@@ -289,7 +290,7 @@ def _rules_only(config: FleetConfig, settings: ContestSettings, validation: Any,
     pol = doc["policies"]
     days = settings.test_days[1] - settings.test_days[0] + 1
     return {
-        "world": "calibration" if config.correction else "exact", "learned": None,
+        "world": world, "learned": None,
         "grid_seconds": grid_s, "contest_seconds": time.perf_counter() - t,
         "test_seconds": doc["test_seconds"],
         "parent_run_id": doc["parent_run_id"], "loadavg": loads, "frontier": doc["frontier"],
