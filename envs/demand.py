@@ -40,6 +40,7 @@ from atoll.forecast.scaling import Scale, apply_scale, split_scale, with_scale
 from atoll.forecast.workloads import (
     LANGUAGE_MODELS,
     SERVEGEN_MODELS,
+    SERVEGEN_WORKLOADS,
     DemandSeries,
     load_workload,
     n_model_groups,
@@ -212,20 +213,21 @@ def _read_cache(path: os.PathLike[str] | str, shapes: Sequence[tuple[int, ...]]
 def _named_series(workload: str, n_models: int, mean_rate: float, step_s: float, resample: str = "hold",
                   seed: int = 0) -> tuple[DemandSeries, ...]:
     head, spec = split_scale(workload.strip()) if "," not in workload else (workload, None)
-    if head == "servegen":
+    if head in SERVEGEN_WORKLOADS:
         # The scenario's definition: every client group at the scenario's mean rate, unless the
         # workload asks otherwise (servegen@mean:R, servegen@factor:F, servegen@none).
         asked = spec is not None
         spec = spec if spec is not None else Scale("mean", mean_rate)
         if spec.kind != "none":
             log.log(logging.WARNING if asked else logging.INFO,
-                    "servegen: %d client groups' requests/s scaled (%s%s)", n_models, spec,
+                    "%s: %d client groups' requests/s scaled (%s%s)", head, n_models, spec,
                     "" if asked else ", the scenario's rate")
-        return _servegen_series(n_models, spec, step_s, resample, seed)
+        return _servegen_series(n_models, spec, step_s, resample, seed, SERVEGEN_WORKLOADS[head])
     names = [w.strip() for w in workload.split(",") if w.strip()]
     if len(names) != n_models:
         raise DemandError(f"workload {workload!r} names {len(names)} series for {n_models} models; "
-                          f"give one per model (comma-separated) or use 'servegen'")
+                          f"give one per model (comma-separated) or use one of "
+                          f"{', '.join(SERVEGEN_WORKLOADS)}")
     out = []
     for name in names:
         base, own = split_scale(name)
@@ -242,7 +244,7 @@ def _named_series(workload: str, n_models: int, mean_rate: float, step_s: float,
 SERIES_FORMAT = 1  # layout of a cached scenario series file
 
 
-def _servegen_series(n_models: int, spec: Scale, step_s: float, resample: str, seed: int
+def _servegen_series(n_models: int, spec: Scale, step_s: float, resample: str, seed: int, split: str = "all"
                      ) -> tuple[DemandSeries, ...]:
     """The ServeGen scenario's series, read from the sampled-demand cache when it holds them.
 
@@ -253,12 +255,12 @@ def _servegen_series(n_models: int, spec: Scale, step_s: float, resample: str, s
     sampling again."""
     files = _servegen_files()
     key = (SERIES_FORMAT, SAMPLER_VERSION, _code_digest(), n_models, spec.kind, float(spec.value),
-           float(step_s), resample, int(seed) if resample == "sampled" else 0, files)
+           float(step_s), resample, int(seed) if resample == "sampled" else 0, files, split)
     path = cache_root() / "demand" / f"{hashlib.sha256(repr(key).encode()).hexdigest()[:24]}.npz"
     cached = _read_series(path, n_models)
     if cached is not None:
         return cached
-    out = _sample_servegen(n_models, spec, step_s, resample, seed)
+    out = _sample_servegen(n_models, spec, step_s, resample, seed, split)
     arrays = [a for srs in out for a in (srs.requests_per_s, srs.input_tokens, srs.output_tokens)]
     names = np.frombuffer("\n".join(srs.name for srs in out).encode(), dtype=np.uint8)
     _write_arrays(path, arrays, names=names, step_s=np.array([float(step_s)]))
@@ -291,13 +293,13 @@ def _servegen_files() -> tuple[tuple[str, int, int], ...]:
     return tuple(out)
 
 
-def _sample_servegen(n_models: int, spec: Scale, step_s: float, resample: str, seed: int
+def _sample_servegen(n_models: int, spec: Scale, step_s: float, resample: str, seed: int, split: str = "all"
                      ) -> tuple[DemandSeries, ...]:
-    raw = n_model_scenario(n_models, step_s=step_s)
+    raw = n_model_scenario(n_models, step_s=step_s, split=split)
     factors = [spec.factor_for(float(np.mean(s.requests_per_s))) for s in raw]
     if resample == "sampled":
         out = []
-        groups = n_model_groups(n_models)
+        groups = n_model_groups(n_models, split=split)
         for i, ((source, members, name), hold, factor) in enumerate(zip(groups, raw, factors, strict=True)):
             counts = sample_counts(servegen_windows(source), members, factor, step_s,
                                    np.random.default_rng([seed, i]))
@@ -349,7 +351,10 @@ def workload_series(workload: str, models: Sequence[str], mean_rate: float, step
                     resample: str = "sampled", seed: int = 0, scale: str | None = None
                     ) -> tuple[DemandSeries, ...]:
     """The scenario's demand: ``servegen`` = ServeGen client groups (one per model, see
-    ``atoll.forecast.workloads.n_model_scenario``), or one workload name per model, comma-separated.
+    ``atoll.forecast.workloads.n_model_scenario``); ``servegen-steady`` / ``servegen-bursty`` the
+    same groups from the steady or the bursty half of each source's request volume (clients
+    ordered by their inter-arrival CV, :func:`atoll.forecast.workloads.split_clients`); or one
+    workload name per model, comma-separated.
 
     Scaling: ``servegen`` and the bundled traces named in a list (``servegen:<model>``,
     ``azure:<trace>``) are scaled to ``mean_rate`` req/s over the whole trace — the scenario's
@@ -391,7 +396,7 @@ def underlying_rates(workload: str, models: Sequence[str], mean_rate: float, ste
     plans on it): for ``servegen`` sampled per step, each 600 s window's rate at the scenario's
     scale (what the arrival processes are sampled at); otherwise — counts already, or a
     ``demand`` given as series — their :func:`smoothed_rates`."""
-    if demand is None and resample == "sampled" and workload.strip().split("@")[0] == "servegen":
+    if demand is None and resample == "sampled" and workload.strip().split("@")[0] in SERVEGEN_WORKLOADS:
         held = workload_series(workload, models, mean_rate, step_s, resample="hold")
         return np.stack([np.asarray(s.requests_per_s[:steps], dtype=float) for s in held])
     series = demand if demand is not None else workload_series(workload, models, mean_rate, step_s,

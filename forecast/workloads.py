@@ -469,9 +469,60 @@ def _load_named(name: str, *, step_s: float, data: Path | None) -> tuple[DemandS
 LANGUAGE_MODELS: tuple[str, ...] = ("m-large", "m-mid", "m-small")
 
 
-def n_model_groups(n: int, data: Path | None = None) -> list[tuple[str, list[int], str]]:
+# Which of a ServeGen model's clients make the scenario's demand: all of them, or the steady or
+# the bursty half of its request volume (the servegen-steady / servegen-bursty workloads).
+DEMAND_SPLITS: tuple[str, ...] = ("all", "steady", "bursty")
+# The scenario workloads built from ServeGen's client groups, and the split each takes.
+SERVEGEN_WORKLOADS: dict[str, str] = {"servegen": "all", "servegen-steady": "steady",
+                                      "servegen-bursty": "bursty"}
+
+
+@lru_cache(maxsize=8)
+def client_burstiness(model: str, data: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(requests per second summed over the trace's windows, request-weighted mean coefficient of
+    variation of the inter-arrival times) of each client of ServeGen ``model``, in client order.
+    The CV is the trace's own per window (its third column): 1 for Poisson arrivals, above 1 for
+    arrivals that come in bursts; a window without requests weighs nothing."""
+    if model not in SERVEGEN_MODELS:
+        raise WorkloadError(f"unknown ServeGen model {model!r}; valid: {', '.join(SERVEGEN_MODELS)}")
+    folder = (data or shared_data_dir()) / "servegen" / "data" / SERVEGEN_MODELS[model] / model
+    traces = sorted(folder.glob("chunk-*-trace.csv.gz"), key=lambda p: int(p.name.split("-")[1]))
+    if not traces:
+        raise FileNotFoundError(f"no ServeGen traces in {folder} — check ATOLL_SHARED_DATA")
+    volume, cv = np.zeros(len(traces)), np.zeros(len(traces))
+    for i, path in enumerate(traces):
+        with gzip.open(path, "rt") as fh:
+            rows = [(float(r[1]), float(r[2]) if r[2] else 0.0) for r in csv.reader(fh)]
+        rate, window_cv = np.array(rows).T if rows else (np.zeros(0), np.zeros(0))
+        volume[i] = rate.sum()
+        cv[i] = float((rate * window_cv).sum() / volume[i]) if volume[i] > 0 else 0.0
+    return volume, cv
+
+
+def split_clients(model: str, split: str, data: Path | None = None) -> list[int]:
+    """The clients of ServeGen ``model`` in ``split`` (:data:`DEMAND_SPLITS`), in client order.
+
+    Clients are ordered by their inter-arrival CV (:func:`client_burstiness`; ties by index); the
+    steady ones are those whose cumulative request volume stays below half the model's, the bursty
+    ones the rest (the client straddling the half goes to the bursty side). A client that never
+    sends a request is in neither."""
+    if split not in DEMAND_SPLITS:
+        raise WorkloadError(f"unknown demand split {split!r}; valid: {', '.join(DEMAND_SPLITS)}")
+    volume, cv = client_burstiness(model, data)
+    if split == "all":
+        return list(range(len(volume)))
+    active = [i for i in range(len(volume)) if volume[i] > 0]
+    order = sorted(active, key=lambda i: (cv[i], i))
+    cum = np.cumsum(volume[order]) / max(volume.sum(), 1e-12)
+    steady = [i for i, c in zip(order, cum, strict=True) if c < 0.5]
+    chosen = steady if split == "steady" else [i for i in order if i not in set(steady)]
+    return sorted(chosen)
+
+
+def n_model_groups(n: int, data: Path | None = None, split: str = "all") -> list[tuple[str, list[int], str]]:
     """(ServeGen source model, client indices, series name) of each of :func:`n_model_scenario`'s
-    ``n`` models, in order (see there for how clients are grouped)."""
+    ``n`` models, in order (see there for how clients are grouped), from the clients of ``split``
+    (:func:`split_clients`)."""
     if n < 1:
         raise WorkloadError(f"n must be >= 1 model, got {n}")
     data = data or shared_data_dir()
@@ -480,13 +531,15 @@ def n_model_groups(n: int, data: Path | None = None) -> list[tuple[str, list[int
     for source, groups in zip(LANGUAGE_MODELS, per, strict=True):
         if groups == 0:
             continue
-        rate = _servegen_clients(source, data)[0]
+        members = split_clients(source, split, data)
+        rate = _servegen_clients(source, data)[0][members]
         if groups > len(rate):
-            raise WorkloadError(f"{source} has {len(rate)} clients; it cannot make {groups} groups")
+            raise WorkloadError(f"{source} has {len(rate)} clients{'' if split == 'all' else ' ' + split}; "
+                                f"it cannot make {groups} groups")
         windows_per_day = DAY_S // SERVEGEN_WINDOW_S
         daily = rate[:, : rate.shape[1] // windows_per_day * windows_per_day]
         profile = daily.reshape(len(rate), -1, windows_per_day).mean(axis=1)
-        order = sorted(range(len(rate)), key=lambda i: (int(np.argmax(profile[i])), i))
+        order = sorted(range(len(rate)), key=lambda i: (int(np.argmax(profile[i])), members[i]))
         volume = rate[order].sum(axis=1)
         cum = np.cumsum(volume) / max(volume.sum(), 1e-12)
         # group g takes clients whose cumulative volume falls in (g/G, (g+1)/G]; every group
@@ -496,12 +549,15 @@ def n_model_groups(n: int, data: Path | None = None) -> list[tuple[str, list[int
             idx = int(np.searchsorted(cum, g / groups)) + 1
             cuts.append(min(max(idx, cuts[-1] + 1), len(order) - (groups - g)))
         cuts.append(len(order))
+        tag = "" if split == "all" else f"{split}/"
         for g in range(groups):
-            out.append((source, [order[i] for i in range(cuts[g], cuts[g + 1])], f"{source}/g{g}"))
+            out.append((source, [members[order[i]] for i in range(cuts[g], cuts[g + 1])],
+                        f"{source}/{tag}g{g}"))
     return out
 
 
-def n_model_scenario(n: int, *, step_s: float = 300, data: Path | None = None) -> list[DemandSeries]:
+def n_model_scenario(n: int, *, step_s: float = 300, data: Path | None = None, split: str = "all"
+                     ) -> list[DemandSeries]:
     """``n`` model series with distinct shapes from the clients of the three ServeGen language
     models (deterministic).
 
@@ -510,7 +566,9 @@ def n_model_scenario(n: int, *, step_s: float = 300, data: Path | None = None) -
     client index) and cut into contiguous groups of about equal request volume: each group is a
     set of clients with a similar daily phase, so the groups' curves differ in shape, not just
     in scale. Series are named ``<source>/g<i>``; scale them with :func:`scale_to_mean_rate`.
+    ``split`` takes the groups from the steady or the bursty half of each source's request volume
+    only (:func:`split_clients`; series ``<source>/<split>/g<i>``).
     """
     data = data or shared_data_dir()
     return [load_servegen(source, step_s=step_s, data=data, clients=members, name=name)
-            for source, members, name in n_model_groups(n, data)]
+            for source, members, name in n_model_groups(n, data, split)]

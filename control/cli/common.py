@@ -178,8 +178,10 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", default="core", action=Given,
                    help=f"solver scenario: {', '.join(BUNDLED_SCENARIOS)}")
     p.add_argument("--workload", default="servegen", action=Given,
-                   help="servegen (ServeGen client groups, one per model) or one workload per model, "
-                        "comma-separated (servegen:m-large, csv:PATH#MODEL, ...)")
+                   help="servegen (ServeGen client groups, one per model), servegen-steady or "
+                        "servegen-bursty (the groups from the steady or the bursty half of each source's "
+                        "requests), or one workload per model, comma-separated (servegen:m-large, "
+                        "csv:PATH#MODEL, ...)")
     add_fleet_option(p)
     p.add_argument("--availability", default=None, choices=AVAILABILITY_KINDS,
                    help="node availability and market: ample, scarce (static caps, on-demand), spot "
