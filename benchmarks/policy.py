@@ -32,6 +32,10 @@ The risk levers (``--risks``, risk labels separated by ``;``): the rule grid is 
 the test days with each of them — the bound with the same levers (``bound``: the best of them by
 its frontier cost ratio, read off the test-day means).
 
+The demand (``--workload``): ``servegen`` (every ServeGen client), ``servegen-steady`` or
+``servegen-bursty`` (the steady or the bursty half of each source's requests); a cell of either
+half has its key end in ``/steady`` or ``/bursty``.
+
 Beside the one-rule frontier the contest reports the per-model
 reference (coordinate descent on the validation days, :mod:`atoll.training.per_model`) and both
 ratios against it. Every cell records ``os.getloadavg()`` before and after each phase; the
@@ -59,6 +63,7 @@ from atoll.envs.actions import DEFAULT_ACTION_LEVELS  # noqa: E402
 from atoll.envs.config import FleetConfig, RewardWeights  # noqa: E402
 from atoll.envs.policies import FIXED_INTERVALS, THRESHOLD_BANDS  # noqa: E402
 from atoll.envs.vocabulary import PLANNING_LEVELS  # noqa: E402
+from atoll.forecast.workloads import SERVEGEN_WORKLOADS  # noqa: E402
 from atoll.solvers.allocation.direct import SOLVER_VERSION  # noqa: E402
 from atoll.solvers.paths import cache_root  # noqa: E402
 from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
@@ -116,6 +121,9 @@ def main() -> None:
     parser.add_argument("--risks", default="neutral",
                         help="the risk menu crossed with the rule grid, labels separated by ';' "
                              "(e.g. 'neutral;h0.85;h0.7'); hindsight also runs with each")
+    parser.add_argument("--workload", default="servegen", choices=sorted(SERVEGEN_WORKLOADS),
+                        help="the scenario's demand: every ServeGen client, or its steady or bursty half "
+                             "(a cell's key ends in /steady or /bursty)")
     parser.add_argument("--risk-action", action="store_true",
                         help="the learned policy chooses a risk preset per model (atoll/Fleet-v4; needs "
                              "--worlds charged)")
@@ -159,7 +167,8 @@ def main() -> None:
     for scenario in args.scenarios.split(","):
         for availability in args.availabilities.split(","):
             for world in args.worlds.split(","):
-                key = f"{scenario}/{availability}/{world}{args.out_suffix}"
+                demand = "" if args.workload == "servegen" else "/" + args.workload.removeprefix("servegen-")
+                key = f"{scenario}/{availability}/{world}{demand}{args.out_suffix}"
                 out[key] = cell(args, settings, scenario, availability, world, reward, key, log)
                 print(json.dumps({key: out[key]["headline"]}, default=str), file=sys.stderr, flush=True)
                 if args.out:
@@ -195,6 +204,7 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     closed = {"calibration": CLOSED_LOOP, "charged": CHARGED}.get(world, {})
     levels = tuple(float(q) for q in (args.action_levels or args.levels).split(","))
     config = FleetConfig(scenario=scenario, availability=availability, reward=reward, action_levels=levels,
+                         workload=args.workload,
                          action="risk" if args.risk_action else "reopt", **closed)
     env_id = {"exact": "atoll/Fleet-v1", "calibration": "atoll/Fleet-v2",
               "charged": "atoll/Fleet-v4" if args.risk_action else "atoll/Fleet-v3"}[world]

@@ -18,7 +18,7 @@ to that lever.
     .venv/bin/python benchmarks/risk.py [--scenario core] [--markets spot,hedged]
         [--world calibration|charged] [--rule fixed:1@0.9] [--validation-days 8-10]
         [--test-days 11-14] [--variants "neutral;h0.85;..."] [--hindsight] [--workers 2]
-        [--out FILE]
+        [--workload servegen|servegen-steady|servegen-bursty] [--out FILE]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from atoll.envs.policies import make_policy  # noqa: E402
 from atoll.envs.rollout import run_policy  # noqa: E402
 from atoll.envs.slo_loss import BUCKETS, MissCounter  # noqa: E402
 from atoll.envs.vocabulary import parse_policy  # noqa: E402
+from atoll.forecast.workloads import SERVEGEN_WORKLOADS  # noqa: E402
 from atoll.solvers.errors import AtollError  # noqa: E402
 from atoll.solvers.problem import Risk  # noqa: E402
 
@@ -67,13 +68,17 @@ def _days(text: str) -> list[int]:
     return list(range(int(a), int(b or a) + 1))
 
 
-def _run(job: tuple[str, str, str, str, str, list[int], int]) -> dict[str, Any]:
-    """One (scenario, market, world, rule, risk) run over ``days``: totals, effective cost, misses."""
-    scenario, market, world, rule, risk, days, seed = job
+Job = tuple[str, str, str, str, str, list[int], int, str]
+
+
+def _run(job: Job) -> dict[str, Any]:
+    """One (scenario, market, world, rule, risk) run over ``days`` on ``workload``: totals,
+    effective cost, misses."""
+    scenario, market, world, rule, risk, days, seed, workload = job
     t0 = time.perf_counter()
     level = parse_policy(rule).level  # the rule's own planning level (@q), the env's
     config = FleetConfig(scenario=scenario, days=(min(days), max(days)), availability=market,
-                         risk=Risk.parse(risk), **WORLDS[world],
+                         risk=Risk.parse(risk), workload=workload, **WORLDS[world],
                          **({"planning_quantile": level} if level is not None else {}))
     env = FleetEnv(config)
     misses = MissCounter(env.models)
@@ -91,8 +96,7 @@ def _run(job: tuple[str, str, str, str, str, list[int], int]) -> dict[str, Any]:
     return out
 
 
-def _run_all(jobs: list[tuple[str, str, str, str, str, list[int], int]], workers: int
-             ) -> list[dict[str, Any]]:
+def _run_all(jobs: list[Job], workers: int) -> list[dict[str, Any]]:
     """The runs of ``jobs`` in order, ``workers`` at a time (each a whole simulation: same
     figures whatever the number of workers)."""
     for job in jobs:
@@ -122,6 +126,8 @@ def main() -> None:
     ap.add_argument("--hindsight", action="store_true",
                     help="also run hindsight with the neutral and the chosen variant on the test days")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workload", default="servegen", choices=sorted(SERVEGEN_WORKLOADS),
+                    help="the scenario's demand: every ServeGen client, or its steady or bursty half")
     ap.add_argument("--workers", type=int, default=1, help="runs at a time (processes)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -135,7 +141,8 @@ def main() -> None:
     except (AtollError, ValueError) as exc:  # Risk's own checks raise ValueError
         ap.error(str(exc))
     val, test = _days(args.validation_days), _days(args.test_days)
-    doc: dict[str, Any] = {"scenario": args.scenario, "rule": args.rule, "world": args.world,
+    doc: dict[str, Any] = {"scenario": args.scenario, "workload": args.workload, "rule": args.rule,
+                           "world": args.world,
                            "world_settings": WORLDS[args.world], "slo_model": "latency",
                            "validation_days": val, "test_days": test, "seed": args.seed,
                            "workers": args.workers,
@@ -145,16 +152,18 @@ def main() -> None:
         # an on-demand floor needs on-demand capacity to stand on
         names = [v for v in variants if market == "hedged" or Risk.parse(v).ondemand_floor == 0]
         cell: dict[str, Any] = {"validation": {}, "test": {}}
-        outs = _run_all([(args.scenario, market, args.world, args.rule, v, val, args.seed) for v in names],
-                        args.workers)
+        outs = _run_all([(args.scenario, market, args.world, args.rule, v, val, args.seed, args.workload)
+                         for v in names], args.workers)
         cell["validation"] = dict(zip(names, outs, strict=True))
         base = cell["validation"]["neutral"]["slo_attainment"]
         eligible = {v: r for v, r in cell["validation"].items() if r["slo_attainment"] >= base - 1e-3}
         chosen = min(eligible, key=lambda v: eligible[v]["effective_cost_usd"])
         cell["chosen_on_validation"] = chosen
-        jobs = [(args.scenario, market, args.world, args.rule, v, test, args.seed) for v in names]
+        jobs = [(args.scenario, market, args.world, args.rule, v, test, args.seed, args.workload)
+                for v in names]
         bounds = sorted({"neutral", chosen}) if args.hindsight else []
-        jobs += [(args.scenario, market, args.world, "hindsight", v, test, args.seed) for v in bounds]
+        jobs += [(args.scenario, market, args.world, "hindsight", v, test, args.seed, args.workload)
+                 for v in bounds]
         outs = _run_all(jobs, args.workers)
         cell["test"] = dict(zip(names, outs[:len(names)], strict=True))
         neutral, pick = cell["test"]["neutral"], cell["test"][chosen]
