@@ -95,7 +95,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     **Demand** (``workload="servegen"``): per step, sampled from the trace's per-client arrival
     processes (:mod:`atoll.envs.arrivals`) with the generator seeded by ``demand_seed``
     (``resample="hold"``: each 600 s window's rate repeated); forecasts are one causal pass per
-    (trace, seed), cached. **Market** ``availability``: ``ample`` / ``scarce`` (static caps),
+    (trace, seed), cached; ``servegen-steady`` / ``servegen-bursty``: the same from the steady or
+    the bursty half of each source's clients (:func:`atoll.forecast.workloads.split_clients`).
+    **Market** ``availability``: ``ample`` / ``scarce`` (static caps),
     ``spot`` (every pool follows a spot trace), ``hedged`` (spot pools beside an on-demand quota
     at on-demand prices; the ILP picks the tier per instance). ``preemption="zone"`` (``v3``):
     the configs of one GPU type in one region read their trace at one offset and are
