@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from atoll.forecast.workloads import SERVEGEN_MODELS, SERVEGEN_WINDOW_S, WorkloadError
-from atoll.solvers.paths import shared_data_dir
+from atoll.forecast.workloads import SERVEGEN_WINDOW_S, WorkloadError, servegen_traces
 
 IDLE, GAMMA, WEIBULL = 0, 1, 2
 # Bumped whenever the counts drawn for a seed change (the sampled-demand cache keys on it).
@@ -54,12 +53,7 @@ class ClientWindows:
 @lru_cache(maxsize=4)
 def servegen_windows(model: str, data: Path | None = None) -> ClientWindows:
     """Every client's arrival process of one ServeGen model, from its ``chunk-*-trace.csv.gz``."""
-    if model not in SERVEGEN_MODELS:
-        raise WorkloadError(f"unknown ServeGen model {model!r}; valid: {', '.join(SERVEGEN_MODELS)}")
-    folder = (data or shared_data_dir()) / "servegen" / "data" / SERVEGEN_MODELS[model] / model
-    traces = sorted(folder.glob("chunk-*-trace.csv.gz"), key=lambda p: int(p.name.split("-")[1]))
-    if not traces:
-        raise FileNotFoundError(f"no ServeGen traces in {folder} — check ATOLL_SHARED_DATA")
+    traces = servegen_traces(model, data)
     import pandas as pd
 
     frames = [pd.read_csv(path, header=None, usecols=[1, 3, 4, 5], names=["rate", "kind", "shape", "scale"],

@@ -194,15 +194,21 @@ def _fill_nearest(means: np.ndarray) -> tuple[np.ndarray, int]:
     return means[nearest], missing
 
 
-@lru_cache(maxsize=8)
-def _servegen_clients(model: str, data: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-    """(rates [clients, windows], input means [clients, length windows], output means, fill report)."""
+def servegen_traces(model: str, data: Path | None = None) -> list[Path]:
+    """The ``chunk-<client>-trace.csv.gz`` files of ServeGen ``model``, in client order."""
     if model not in SERVEGEN_MODELS:
         raise WorkloadError(f"unknown ServeGen model {model!r}; valid: {', '.join(SERVEGEN_MODELS)}")
-    folder = data / "servegen" / "data" / SERVEGEN_MODELS[model] / model
+    folder = (data or shared_data_dir()) / "servegen" / "data" / SERVEGEN_MODELS[model] / model
     traces = sorted(folder.glob("chunk-*-trace.csv.gz"), key=lambda p: int(p.name.split("-")[1]))
     if not traces:
         raise FileNotFoundError(f"no ServeGen traces in {folder} — check ATOLL_SHARED_DATA")
+    return traces
+
+
+@lru_cache(maxsize=8)
+def _servegen_clients(model: str, data: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(rates [clients, windows], input means [clients, length windows], output means, fill report)."""
+    traces = servegen_traces(model, data)
     rates = []
     for path in traces:
         with gzip.open(path, "rt") as fh:
@@ -483,12 +489,7 @@ def client_burstiness(model: str, data: Path | None = None) -> tuple[np.ndarray,
     variation of the inter-arrival times) of each client of ServeGen ``model``, in client order.
     The CV is the trace's own per window (its third column): 1 for Poisson arrivals, above 1 for
     arrivals that come in bursts; a window without requests weighs nothing."""
-    if model not in SERVEGEN_MODELS:
-        raise WorkloadError(f"unknown ServeGen model {model!r}; valid: {', '.join(SERVEGEN_MODELS)}")
-    folder = (data or shared_data_dir()) / "servegen" / "data" / SERVEGEN_MODELS[model] / model
-    traces = sorted(folder.glob("chunk-*-trace.csv.gz"), key=lambda p: int(p.name.split("-")[1]))
-    if not traces:
-        raise FileNotFoundError(f"no ServeGen traces in {folder} — check ATOLL_SHARED_DATA")
+    traces = servegen_traces(model, data)
     volume, cv = np.zeros(len(traces)), np.zeros(len(traces))
     for i, path in enumerate(traces):
         with gzip.open(path, "rt") as fh:
