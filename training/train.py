@@ -274,14 +274,22 @@ def bootstrap_teacher(rule_spec: str, env: FleetEnv) -> Callable[[np.ndarray, Ma
     spec of another number of models)."""
     if parse_policy(rule_spec).is_per_model:
         per_model = PerModelRule.parse(rule_spec, len(env.models))
-        if env.config.action != "reopt":
-            raise InputError(f"bootstrap rule {rule_spec!r} needs the reopt action (atoll/Fleet-v1 or -v2)")
+        if env.config.action == "binary":
+            raise InputError(f"bootstrap rule {rule_spec!r} needs a per-model action (atoll/Fleet-v1 to "
+                             f"-v4), not MultiBinary")
         missing = sorted({q for q in per_model.levels if q not in env.codec.levels})
         if missing:
             raise InputError(f"bootstrap rule {rule_spec!r} plans at {', '.join(f'{q:g}' for q in missing)}, "
                              f"not among the env's action levels "
                              f"{', '.join(f'{q:g}' for q in env.codec.levels)}; add them to action_levels")
-        codes = np.array([env.codec.encode("full", q) for q in per_model.levels], dtype=np.int64)
+        absent = sorted({r.label() for r in per_model.risks if r not in env.codec.risks})
+        if absent:
+            raise InputError(f"bootstrap rule {rule_spec!r} takes risk {', '.join(absent)}, not among the "
+                             f"env's risk presets {', '.join(r.label() for r in env.codec.risks)}; clone it "
+                             f"on atoll/Fleet-v4 (action='risk') with a risk_menu that has it")
+        risks = per_model.risks or (None,) * len(per_model.levels)
+        codes = np.array([env.codec.encode("full", q, r)
+                          for q, r in zip(per_model.levels, risks, strict=True)], dtype=np.int64)
         return lambda obs, info: np.where(per_model.act(obs, info) > 0, codes, 0)
     rule = make_policy(rule_spec, len(env.models))
     level = rule.planning_quantile

@@ -25,6 +25,7 @@ from atoll.training.per_model import (
     model_key,
     model_table,
 )
+from atoll.training.train import bootstrap_teacher
 
 H07 = Risk(headroom=0.7)
 
@@ -99,3 +100,15 @@ def test_the_table_crosses_options_with_risks_and_the_descent_mixes_them() -> No
     assert best.spec == "per-model:1@0.9+h0.7,1@0.9"
     assert PerModelRule.parse(best.spec, 2).risks == (H07, Risk())
     assert evaluate(table, [(1, 0.9, H07)] * 2).spec == "fixed:1@0.9+h0.7"
+
+
+def test_a_clone_of_a_risky_assignment_emits_each_model_its_preset() -> None:
+    spec = "per-model:1@0.9+h0.7,1@0.9"
+    env = FleetEnv(dataclasses.replace(config(), days=(4, 4), action="risk", episode_steps=4))
+    obs, info = env.reset(seed=0, options={"day": 4})
+    codes = bootstrap_teacher(spec, env)(obs, {**info, "step": 1})
+    assert [env.codec.decode(int(c)).label() for c in codes] == ["full@0.9+h0.7", "full@0.9"]
+    with pytest.raises(InputError, match="takes risk h0.7, not among the env's risk presets neutral"):
+        bootstrap_teacher(spec, FleetEnv(dataclasses.replace(config(), days=(4, 4), episode_steps=4)))
+    with pytest.raises(InputError, match="takes risk f0.5, not among"):
+        bootstrap_teacher("per-model:1@0.9+f0.5,1@0.9", env)
