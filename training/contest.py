@@ -330,8 +330,8 @@ def reference_rule(grid: Sequence[str]) -> str | None:
     when a smaller grid lacks it the grid's ``fixed:K@0.9`` with the least K (None: neither)."""
     if REFERENCE_RULE in grid:
         return REFERENCE_RULE
-    at = [(option[0], r) for r in grid
-          if (option := fixed_option(r)) is not None and option[1] == DEFAULT_LEVEL]
+    at = [(option[0], r) for r in grid  # a rule of the configured risk (no +RISK of its own)
+          if (option := fixed_option(r)) is not None and option[1] == DEFAULT_LEVEL and len(option) == 2]
     return min(at)[1] if at else None
 
 

@@ -1,5 +1,5 @@
 """The contest's grid with the risk lever: ContestSettings crosses its rules with a risk menu,
-refuses a malformed one, and the per-model reference reads only the rules of the configured risk."""
+refuses a malformed one, and the per-model reference takes the rules' risk twins as options too."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ def test_a_bad_risk_menu_is_an_error(risks: tuple[str, ...]) -> None:
         ContestSettings(levels=(0.9,), intervals=(1,), bands=(), risks=risks)
 
 
-def test_per_model_targets_skip_the_rules_with_a_risk() -> None:
+def test_per_model_targets_take_the_rules_with_a_risk_too() -> None:
     frontier = [("fixed:1@0.9", 0.90), ("fixed:1@0.9+h0.7", 0.95), ("fixed:3@0.9", 0.85)]
-    assert [n for n, _ in frontier_targets(frontier, 3)] == ["fixed:3@0.9", "fixed:1@0.9"]
+    assert [n for n, _ in frontier_targets(frontier, 3)] == ["fixed:3@0.9", "fixed:1@0.9", "fixed:1@0.9+h0.7"]
+    # the SLO reference stays a rule of the configured risk, even when the grid lacks fixed:1@0.9
+    assert reference_rule(["fixed:1@0.9+h0.7", "fixed:3@0.9"]) == "fixed:3@0.9"
