@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from atoll.envs.actions import ACTION_KINDS, DEFAULT_ACTION_LEVELS
+from atoll.envs.actions import ACTION_KINDS, DEFAULT_ACTION_LEVELS, ActionCodec, risk_menu
 from atoll.envs.capacity_error import CapacityError
 from atoll.envs.vocabulary import DEFAULT_LEVEL
 from atoll.forecast.forecasters import FORECASTERS, QUANTILES
@@ -302,6 +302,13 @@ class FleetConfig:
         from the model, the planner corrects, the SLO is latency-based or a policy observes them."""
         return (not self.capacity_error_spec.exact or self.correction or self.slo_model == "latency"
                 or self.observation in ("v2", "v3"))
+
+    @property
+    def action_codec(self) -> ActionCodec:
+        """The codes of this configuration's action: its planning level and risk first, then the
+        other action levels and (``action="risk"``) the risk menu's other presets."""
+        menu = risk_menu(self.availability, self.risk_menu) if self.action == "risk" else ()
+        return ActionCodec.for_config(self.planning_quantile, self.action_levels, self.risk, menu)
 
     @property
     def price_kind(self) -> str:

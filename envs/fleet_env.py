@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from atoll.envs.actions import ActionCodec, risk_menu
+from atoll.envs.actions import ActionCodec
 from atoll.envs.availability import (
     ACQUIRE_BACKOFF_MAX_S,
     ACQUIRE_BACKOFF_S,
@@ -291,8 +291,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self.gpu_types: tuple[str, ...] = fleet.gpu_types
         series = c.demand if c.demand is not None else workload_series(
             c.workload, self.models, spec.req_per_s, c.step_s, resample=c.resample, seed=c.demand_seed)
-        menu = risk_menu(c.availability, c.risk_menu) if c.action == "risk" else ()
-        self.codec = ActionCodec.for_config(c.planning_quantile, c.action_levels, c.risk, menu)
+        self.codec: ActionCodec = c.action_codec
         self.book: DemandBook = build_book(self.models, series, forecaster=c.forecaster,
                                            horizon=c.look_ahead_steps, quantile=c.planning_quantile,
                                            levels=self.codec.levels)

@@ -26,7 +26,6 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from atoll.envs import ENV_ID, ENV_ID_V0, ENV_ID_V2, ENV_ID_V3, ENV_ID_V4
-from atoll.envs.actions import ActionCodec, risk_menu
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
@@ -185,8 +184,7 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
             mlflow.log_metrics(stats)
         size = int(np.prod(vec.observation_space.shape or (0,)))
         models = list(config.models or config.scenario_spec.models)
-        menu = risk_menu(config.availability, config.risk_menu) if config.action == "risk" else ()
-        codec = ActionCodec.for_config(config.planning_quantile, config.action_levels, config.risk, menu)
+        codec = config.action_codec
         fleet = fleet_name(config.scenario, config.models, config.scenario_spec.models)
         uri = log_policy(model, vec, run_id=run_id, observation_size=size,
                          n_models=len(models),
