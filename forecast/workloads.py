@@ -509,9 +509,9 @@ def split_clients(model: str, split: str, data: Path | None = None) -> list[int]
     sends a request is in neither."""
     if split not in DEMAND_SPLITS:
         raise WorkloadError(f"unknown demand split {split!r}; valid: {', '.join(DEMAND_SPLITS)}")
+    if split == "all":  # every client, without reading their burstiness
+        return list(range(len(servegen_traces(model, data))))
     volume, cv = client_burstiness(model, data)
-    if split == "all":
-        return list(range(len(volume)))
     active = [i for i in range(len(volume)) if volume[i] > 0]
     order = sorted(active, key=lambda i: (cv[i], i))
     cum = np.cumsum(volume[order]) / max(volume.sum(), 1e-12)
