@@ -103,12 +103,15 @@ class PolicyResult:
     def per_seed(self) -> list[dict[str, float]]:
         return [e.totals() for e in self.episodes]
 
-    def summary(self) -> dict[str, dict[str, float]]:
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per figure: the mean and std over the seeds, and each seed's value (``per_seed``, seed 0
+        first), so ratios between policies can be paired seed by seed."""
         rows = self.per_seed()
-        out: dict[str, dict[str, float]] = {}
+        out: dict[str, dict[str, Any]] = {}
         for k in SUMMARY_KEYS:
             values = np.array([r[k] for r in rows], dtype=float)
-            out[k] = {"mean": float(values.mean()), "std": float(values.std())}
+            out[k] = {"mean": float(values.mean()), "std": float(values.std()),
+                      "per_seed": [float(v) for v in values]}
         return out
 
 

@@ -15,6 +15,7 @@ from atoll.envs.vocabulary import PLANNING_LEVELS
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError, UnknownNameError
 from atoll.training.contest import ContestSettings, run_contest
+from atoll.training.evaluate import seed_value
 
 DAYS = 7  # 1-3 warm the forecaster up, 4-5 validation, 6-7 test
 
@@ -75,6 +76,15 @@ def test_no_test_day_data_reaches_the_selection(contest) -> None:  # type: ignor
     # ... while the test days did change
     a, b = contest.result(contest.frontier[0]), changed.result(contest.frontier[0])
     assert a.summary()["cost_usd"]["mean"] != b.summary()["cost_usd"]["mean"]
+
+
+def test_summary_keeps_each_seed_in_order(contest) -> None:  # type: ignore[no-untyped-def]
+    result = contest.result(contest.frontier[0])
+    figures = result.summary()
+    for key, figure in figures.items():
+        assert figure["per_seed"] == [float(e.totals()[key]) for e in result.episodes]
+        assert np.isclose(np.mean(figure["per_seed"]), figure["mean"])
+    assert [e.seed for e in result.episodes] == [seed_value(k) for k in range(SETTINGS.seeds)]
 
 
 def test_every_policy_meets_the_same_demand_and_seeds(contest) -> None:  # type: ignore[no-untyped-def]
