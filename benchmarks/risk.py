@@ -13,11 +13,14 @@ days, the chosen one marked; nothing on the test days chooses anything. Each run
 its misses went (:class:`atoll.envs.slo_loss.MissCounter`: after a preemption, capacity,
 latency). ``--hindsight``: hindsight (re-plan every model every step on the true demand) with
 the neutral and the chosen variant on the test days, the bound of what knowing the demand adds
-to that lever.
+to that lever. ``--oracle-rate``: the same re-plans for the trace's own underlying rate (the
+rate the requests are drawn from, not their sampled counts) with the chosen variant — the bound
+of a perfect rate forecast, which unlike hindsight keeps the margin a forecast's quantile needs
+against the sampling noise.
 
     .venv/bin/python benchmarks/risk.py [--scenario core] [--markets spot,hedged]
         [--world calibration|charged] [--rule fixed:1@0.9] [--validation-days 8-10]
-        [--test-days 11-14] [--variants "neutral;h0.85;..."] [--hindsight] [--workers 2]
+        [--test-days 11-14] [--variants "neutral;h0.85;..."] [--hindsight] [--oracle-rate] [--workers 2]
         [--workload servegen|servegen-steady|servegen-bursty] [--out FILE]
 """
 
@@ -125,6 +128,9 @@ def main() -> None:
                     help="risk labels separated by ';' (each e.g. h0.85,s0.5,f0.3)")
     ap.add_argument("--hindsight", action="store_true",
                     help="also run hindsight with the neutral and the chosen variant on the test days")
+    ap.add_argument("--oracle-rate", action="store_true",
+                    help="also run oracle-rate (plans for the trace's true rate) with the chosen variant "
+                         "on the test days")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workload", default="servegen", choices=sorted(SERVEGEN_WORKLOADS),
                     help="the scenario's demand: every ServeGen client, or its steady or bursty half")
@@ -164,6 +170,9 @@ def main() -> None:
         bounds = sorted({"neutral", chosen}) if args.hindsight else []
         jobs += [(args.scenario, market, args.world, "hindsight", v, test, args.seed, args.workload)
                  for v in bounds]
+        if args.oracle_rate:
+            jobs.append((args.scenario, market, args.world, "oracle-rate", chosen, test, args.seed,
+                         args.workload))
         outs = _run_all(jobs, args.workers)
         cell["test"] = dict(zip(names, outs[:len(names)], strict=True))
         neutral, pick = cell["test"]["neutral"], cell["test"][chosen]
@@ -175,11 +184,17 @@ def main() -> None:
             "test_misses": [neutral["misses"], pick["misses"]],
         }
         if bounds:
-            cell["hindsight"] = dict(zip(bounds, outs[len(names):], strict=True))
+            cell["hindsight"] = dict(zip(bounds, outs[len(names):len(names) + len(bounds)], strict=True))
             hs = cell["hindsight"][chosen]
             # the bound: what planning on the true demand with the chosen lever costs, against the rule
             cell["headline"]["hindsight_effective_cost_ratio"] = round(
                 hs["effective_cost_usd"] / pick["effective_cost_usd"], 4)
+        if args.oracle_rate:
+            oracle = outs[-1]
+            cell["oracle_rate"] = {chosen: oracle}
+            # the bound of a perfect rate forecast with the chosen lever, against the rule with it
+            cell["headline"]["oracle_rate_effective_cost_ratio"] = round(
+                oracle["effective_cost_usd"] / pick["effective_cost_usd"], 4)
         doc["markets"][market] = cell
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)
     doc["load_after"] = [round(x, 2) for x in os.getloadavg()]
