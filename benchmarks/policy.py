@@ -88,6 +88,9 @@ def main() -> None:
     parser.add_argument("--scenarios", default="core,extended")
     parser.add_argument("--availabilities", default="hedged,spot")
     parser.add_argument("--timesteps", type=int, default=30_000)
+    parser.add_argument("--checkpoint-every", type=int, default=0,
+                        help="save the training run's state every this many PPO steps; the same command "
+                             "run again after a stop resumes it (0: never)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--validation-seeds", type=int, default=None)
     parser.add_argument("--train-days", default="4-7")
@@ -324,7 +327,8 @@ def _train(args: argparse.Namespace, config: FleetConfig, scorer: Any, key: str,
                                     eval_every=args.eval_every, patience=args.patience,
                                     ent_coef=args.ent_coef, bootstrap_epochs=args.bootstrap_epochs,
                                     learning_rate=args.learning_rate),
-                      validate=scorer, note=lambda text, k=key: log(f"{k}: {text}"))
+                      validate=scorer, note=lambda text, k=key: log(f"{k}: {text}"),
+                      checkpoint_every=args.checkpoint_every)
     return train, time.perf_counter() - t
 
 

@@ -30,6 +30,8 @@ from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
 from atoll.envs.vocabulary import format_level, parse_policy
+from atoll.solvers.paths import cache_root
+from atoll.training.checkpoint import CheckpointSpec
 from atoll.training.evaluate import PolicyResult, comparison_rows, evaluate_policies, markdown_table
 from atoll.training.mlflow_output import make_logger
 from atoll.training.policy_model import log_policy
@@ -66,6 +68,12 @@ def settings_key(settings: Mapping[str, Any]) -> str:
 
 
 REUSE_TAG = "atoll.settings_key"
+
+
+def checkpoint_folder(key: str) -> Path:
+    """Where the training run of settings key ``key`` keeps its checkpoints: ``training/<key>``
+    under the cache root (``$ATOLL_CACHE_DIR`` or the user's cache folder)."""
+    return cache_root() / "training" / key
 
 
 def find_logged_policy(tag: str, value: str) -> tuple[str, str] | None:
@@ -168,18 +176,27 @@ def crown(spec: str, validation: Mapping[str, float]) -> str | None:
 def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, str] | None = None,
               tick: Callable[[int], None] | None = None,
               validate: Callable[[Any], float] | None = None,
-              note: Callable[[str], None] | None = None) -> dict[str, Any]:
+              note: Callable[[str], None] | None = None, checkpoint_every: int = 0) -> dict[str, Any]:
     """Train and log: params, SB3 learning curves, the policy as one pyfunc model, registered as
-    a version of ``atoll-trigger`` (its signature and metadata say what it takes and returns)."""
+    a version of ``atoll-trigger`` (its signature and metadata say what it takes and returns).
+
+    ``checkpoint_every`` > 0 saves the run's state every that many PPO steps under
+    :func:`checkpoint_folder` and resumes a stopped run of the same settings from it (the new
+    MLflow run is tagged ``atoll.resumed_at`` with the PPO steps it went on from; the stopped
+    run's learning curves stay in its own run)."""
+    params = _train_params(config, settings)
+    key = settings_key(params)
+    checkpoint = CheckpointSpec(checkpoint_folder(key), key, checkpoint_every) if checkpoint_every else None
     experiment = configure()
     with mlflow.start_run(experiment_id=experiment, run_name=f"train-{config.scenario}",
                           tags={"atoll.kind": "train", **(tags or {})}) as run:
         run_id = run.info.run_id
-        params = _train_params(config, settings)
         mlflow.log_params(params)
-        mlflow.set_tag(REUSE_TAG, settings_key(params))  # what train_or_reuse looks runs up by
+        mlflow.set_tag(REUSE_TAG, key)  # what train_or_reuse looks runs up by
         model, vec, stats = train_policy(config, settings, logger=make_logger(run_id, extra_formats=()),
-                                         tick=tick, validate=validate, note=note)
+                                         tick=tick, validate=validate, note=note, checkpoint=checkpoint)
+        if "resumed_at" in stats:
+            mlflow.set_tag("atoll.resumed_at", str(int(stats["resumed_at"])))
         if stats:
             mlflow.log_metrics(stats)
         size = int(np.prod(vec.observation_space.shape or (0,)))

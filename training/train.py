@@ -56,6 +56,8 @@ from atoll.envs.policies import Policy, make_policy
 from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import AtollError, InputError
 from atoll.solvers.validation import check_fraction, check_integer, check_number
+from atoll.training import checkpoint as ckpt
+from atoll.training.checkpoint import CheckpointSpec
 from atoll.training.per_model import PerModelRule
 
 DEPLOYABLE_RULES = ("fixed", "threshold", "grow", "never")
@@ -262,6 +264,17 @@ class ValidationStop(BaseCallback):
             self._bad += 1
         return self._bad < self.patience
 
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the early stop (:mod:`atoll.training.checkpoint`)."""
+        return {"best": self.best, "best_state": self.best_state, "scores": list(self.scores),
+                "last": self._last, "bad": self._bad}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Go on from a checkpoint's :meth:`state`."""
+        self.best, self.best_state = float(state["best"]), state["best_state"]
+        self.scores = [(int(t), float(v)) for t, v in state["scores"]]
+        self._last, self._bad = int(state["last"]), int(state["bad"])
+
     def restore_best(self) -> None:
         if self.best_state is not None:
             self.model.policy.load_state_dict(self.best_state[0])
@@ -420,35 +433,52 @@ def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, settings: TrainSett
 def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger | None = None,
                  tick: Callable[[int], None] | None = None,
                  validate: Callable[[Policy], float] | None = None,
-                 note: Callable[[str], None] | None = None) -> tuple[PPO, VecNormalize, dict[str, float]]:
+                 note: Callable[[str], None] | None = None,
+                 checkpoint: CheckpointSpec | None = None) -> tuple[PPO, VecNormalize, dict[str, float]]:
     """Train PPO on ``config``'s training days; returns the model, its VecNormalize and stats
     (``bootstrap_loss``, ``episodes``, in a world off the model ``capacity_error_draws``; with early
     stopping ``validation_best``, ``validation_evaluations`` and ``stopped_at``; after cloning,
     ``bootstrap_agreement`` and :func:`moved_from_clone`'s ``moved_from_clone`` and
-    ``teacher_agreement_after``, read after the best parameters are restored)."""
+    ``teacher_agreement_after``, read after the best parameters are restored).
+
+    With ``checkpoint``, the run saves its state every ``checkpoint.every`` PPO steps and, when the
+    folder holds a checkpoint of this run, goes on from it (``resumed_at``: the PPO steps it had
+    done; ``episodes`` then counts the episodes since); a finished run removes its checkpoints."""
     torch.set_num_threads(1)
-    vec = make_vec_env(config, settings.n_envs, settings.seed, settings.gamma, settings.demand_seeds)
-    model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
-                batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
-                gae_lambda=settings.gae_lambda, ent_coef=settings.ent_coef, device="cpu",
-                seed=settings.seed, verbose=0,
-                policy_kwargs={"net_arch": list(settings.net_arch)})
+    resumed = ckpt.load(checkpoint) if checkpoint is not None else None
+    done = resumed.steps if resumed is not None else 0
+    # a resumed run's envs start afresh: seeded past the steps done, they do not replay its first episodes
+    vec = make_vec_env(config, settings.n_envs, settings.seed + done, settings.gamma, settings.demand_seeds)
+    if resumed is not None:
+        model = PPO.load(resumed.model_path, env=vec, device="cpu")
+        model.set_random_seed(settings.seed + done)
+        vec.obs_rms, vec.ret_rms = resumed.obs_rms, resumed.ret_rms
+    else:
+        model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
+                    batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
+                    gae_lambda=settings.gae_lambda, ent_coef=settings.ent_coef, device="cpu",
+                    seed=settings.seed, verbose=0,
+                    policy_kwargs={"net_arch": list(settings.net_arch)})
     if logger is not None:
         model.set_logger(logger)
-    stats: dict[str, float] = {}
-    record: CloneRecord | None = None
-    if settings.bootstrap_steps:
+    stats: dict[str, float] = dict(resumed.stats) if resumed is not None else {}
+    record: CloneRecord | None = resumed.record if resumed is not None else None
+    if settings.bootstrap_steps and resumed is None:
         local = FleetEnv(env_config(config, 0, settings.demand_seeds))
         local.reset(seed=settings.seed)
         loss, agreement, record = _bootstrap(model, vec, local, settings, tick)
         stats["bootstrap_loss"], stats["bootstrap_agreement"] = loss, agreement
         vec.reset()
+    elif resumed is not None and tick is not None:
+        tick(settings.bootstrap_steps + done)  # the work the checkpoint holds
     callbacks: list[BaseCallback] = [_Progress(tick)] if tick is not None else []
     stop = None
     if validate is not None and settings.eval_every:
         stop = ValidationStop(validate, vec, settings.eval_every, settings.patience, note)
         callbacks.append(stop)
-        if settings.bootstrap_steps:  # the cloned policy is a candidate too
+        if resumed is not None and resumed.stop is not None:
+            stop.restore(resumed.stop)
+        elif settings.bootstrap_steps:  # the cloned policy is a candidate too
             vec.training = False
             stop.best = float(validate(TrainingPolicy(model, vec)))
             stop.best_state = (copy.deepcopy(model.policy.state_dict()), copy.deepcopy(vec.obs_rms))
@@ -456,7 +486,22 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
             vec.training = True
             if note is not None:
                 note(f"validation score {stop.best:.4f} after bootstrapping")
-    model.learn(total_timesteps=settings.timesteps, callback=callbacks or None, progress_bar=False)
+    if checkpoint is not None:
+        spec, kept = checkpoint, dict(stats)
+
+        def save_now() -> None:
+            where = ckpt.save(spec, model, vec, stats=kept, stop=stop.state() if stop is not None else None,
+                              record=record)
+            if note is not None:
+                note(f"checkpoint at {model.num_timesteps} PPO steps: {where}")
+        callbacks.append(ckpt.Checkpointing(save_now, checkpoint.every, done))
+        if resumed is not None:
+            stats["resumed_at"] = float(done)
+            if note is not None:
+                note(f"resumed from {resumed.model_path.parent} at {done} PPO steps")
+    if settings.timesteps > done:
+        model.learn(total_timesteps=settings.timesteps - done, callback=callbacks or None, progress_bar=False,
+                    reset_num_timesteps=resumed is None)
     vec.training = False  # frozen statistics from here on (evaluation, logging)
     episodes = sum(len(r) for r in vec.env_method("get_episode_rewards"))
     stats["episodes"] = float(episodes)
@@ -469,4 +514,6 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
         stats["validation_evaluations"] = float(len(stop.scores))
     if record is not None:
         stats.update(moved_from_clone(model, vec, record))
+    if checkpoint is not None:
+        ckpt.clear(checkpoint)
     return model, vec, stats

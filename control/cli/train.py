@@ -9,6 +9,7 @@ from atoll.control.cli.common import add_env_options, make_env, parse_days
 from atoll.control.cli.output import output_for, progress
 from atoll.envs import CLOSED_LOOP, ENV_ID, ENV_ID_V2
 from atoll.envs.config import FleetConfig, RewardWeights
+from atoll.solvers.errors import InputError
 
 if TYPE_CHECKING:
     from atoll.training.train import TrainSettings
@@ -48,9 +49,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from atoll.training.tracking import train_run
 
     out = output_for(args)
+    if args.checkpoint_every < 0:
+        raise InputError(f"--checkpoint-every: PPO steps between checkpoints must be >= 0 (0: never), "
+                         f"got {args.checkpoint_every}")
     config, settings = train_config(args, parse_days(args.train_days), args.timesteps, args.seed)
     with progress("training", settings.bootstrap_steps + settings.ppo_steps) as advance:
-        run = train_run(config, settings, tick=advance)
+        run = train_run(config, settings, tick=advance, checkpoint_every=args.checkpoint_every)
     out.result(f"run_id     {run['run_id']}\nmodel_uri  {run['model_uri']}\nregistered {run['registered']}")
     out.json(run)
     return 0
@@ -94,5 +98,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timesteps", type=int, default=20_000,
                    help="PPO environment steps after the bootstrap (default 20000)")
     p.add_argument("--seed", type=int, default=0, help="seed of PPO and of the envs (>= 0)")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
+                   help="save the run's state every STEPS PPO steps under the cache folder; the same "
+                        "command run again after a stop goes on from the last one (default 0: never)")
     add_train_options(p, bootstrap_steps=2_880)
     p.set_defaults(handler=cmd_train)

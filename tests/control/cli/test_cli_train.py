@@ -21,6 +21,8 @@ def _runs() -> list[object]:
     (("--timesteps", "0"), "field 'timesteps' must be >= 1, got 0"),
     (("--bootstrap-rule", "hindsight"), "field 'bootstrap_rule' must be a deployable rule"),
     (("--bootstrap-smoothing", "0.7"), "field 'bootstrap_smoothing' must be in [0, 0.5), got 0.7"),
+    (("--checkpoint-every", "-5"), "--checkpoint-every: PPO steps between checkpoints must be >= 0 "
+                                   "(0: never), got -5"),
 ])
 def test_train_bad_settings_exit_2_and_leave_no_run(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
                                                     message: str) -> None:

@@ -1,0 +1,154 @@
+"""A training run's state on disk, so a run stopped part-way (a closed session, a killed job, a
+machine restart) resumes where its last checkpoint left it instead of starting over.
+
+PPO on a charged extended fleet takes hours on two cores (a simulated day is about a minute
+per process there), longer than a working session. A checkpoint is taken at the start of a
+rollout (after the previous PPO update) once ``every`` steps have passed since the last one,
+and holds what the run needs to go on:
+
+- the PPO model (policy, value network, Adam state, step count; SB3's ``model.zip``);
+- the ``VecNormalize`` statistics (observation and return running means);
+- the early stop's state (best score, its parameters and statistics, the scores so far, the
+  evaluations without improvement) and the cloning's :class:`~atoll.training.train.CloneRecord`;
+- the statistics gathered before PPO (``bootstrap_loss``, ``bootstrap_agreement``).
+
+A checkpoint is keyed by the run's settings key (environment and PPO parameters,
+:func:`atoll.training.tracking.settings_key`): only the same run resumes from it. It is written
+into a fresh folder and made current by an atomic rename of its pointer file, so a run killed
+while saving leaves the previous checkpoint whole.
+
+What a resumed run does not keep: the envs' places inside their episodes (they reset, seeded
+with ``seed + i + steps done``, so they do not replay the first episodes) and the rollout under
+way when the run stopped. A resumed run is a valid run of the same settings, deterministic for
+its checkpoint, but not bit-identical to one that was never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecNormalize
+
+from atoll.solvers.errors import InputError
+
+POINTER = "latest.json"
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """Where and how often a training run saves its state.
+
+    Attributes:
+        folder: the run's checkpoint folder (one run per folder; created when missing).
+        key: the run's settings key; a checkpoint taken under another key is refused.
+        every: PPO steps between checkpoints (>= 1); checkpoints fall on rollout boundaries.
+    """
+
+    folder: Path
+    key: str
+    every: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 1:
+            raise InputError(f"CheckpointSpec: field 'every' must be PPO steps >= 1, got {self.every!r}")
+        if not self.key:
+            raise InputError("CheckpointSpec: field 'key' must be the run's settings key, got ''")
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """A checkpoint read back: the PPO steps it was taken at and what the run keeps beside the model."""
+
+    steps: int
+    model_path: Path
+    obs_rms: Any
+    ret_rms: Any
+    stats: dict[str, float]
+    stop: dict[str, Any] | None
+    record: Any
+
+
+def save(spec: CheckpointSpec, model: PPO, vec: VecNormalize, *, stats: dict[str, float],
+         stop: dict[str, Any] | None, record: Any) -> Path:
+    """Write a checkpoint of the run at ``model.num_timesteps`` and make it current; returns its folder."""
+    spec.folder.mkdir(parents=True, exist_ok=True)
+    steps = int(model.num_timesteps)
+    target = spec.folder / f"steps-{steps:09d}"
+    partial = spec.folder / f".partial-{steps:09d}-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    model.save(partial / "model.zip")
+    state = {"format": FORMAT, "key": spec.key, "steps": steps, "obs_rms": vec.obs_rms,
+             "ret_rms": vec.ret_rms, "stats": dict(stats), "stop": stop, "record": record}
+    with open(partial / "state.pkl", "wb") as fh:
+        pickle.dump(state, fh)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    pointer = spec.folder / f".{POINTER}.tmp"
+    pointer.write_text(json.dumps({"format": FORMAT, "key": spec.key, "steps": steps, "folder": target.name}))
+    os.replace(pointer, spec.folder / POINTER)  # the checkpoint is current only once this lands
+    for old in spec.folder.glob("steps-*"):
+        if old != target:
+            shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def load(spec: CheckpointSpec) -> Resumed | None:
+    """The current checkpoint of ``spec``'s run, or None when the folder holds none; an InputError
+    naming the folder when it holds another run's checkpoint or a damaged one."""
+    pointer = spec.folder / POINTER
+    if not pointer.is_file():
+        return None
+    fix = f"delete {spec.folder} to start the run over"
+    try:
+        head = json.loads(pointer.read_text())
+        folder = spec.folder / str(head["folder"])
+        if head.get("key") != spec.key:
+            raise InputError(f"checkpoint {spec.folder}: taken by the run with settings key "
+                             f"{head.get('key')!r}, not this run's {spec.key!r}; {fix}")
+        with open(folder / "state.pkl", "rb") as fh:
+            state = pickle.load(fh)
+    except InputError:
+        raise
+    except (OSError, ValueError, KeyError, pickle.UnpicklingError, EOFError) as exc:
+        raise InputError(f"checkpoint {spec.folder}: unreadable ({type(exc).__name__}: {exc}); "
+                         f"{fix}") from exc
+    if state.get("format") != FORMAT or state.get("key") != spec.key or not (folder / "model.zip").is_file():
+        raise InputError(f"checkpoint {folder}: not a format-{FORMAT} checkpoint of settings key "
+                         f"{spec.key!r} with its model.zip; {fix}")
+    return Resumed(int(state["steps"]), folder / "model.zip", state["obs_rms"], state["ret_rms"],
+                   dict(state["stats"]), state["stop"], state["record"])
+
+
+def clear(spec: CheckpointSpec) -> None:
+    """Remove the run's checkpoints (a finished run is in MLflow; nothing is left to resume)."""
+    shutil.rmtree(spec.folder, ignore_errors=True)
+
+
+class Checkpointing(BaseCallback):
+    """Calls ``save_now`` at the start of a rollout once ``every`` steps have passed since the
+    last checkpoint (or since the run started or resumed)."""
+
+    def __init__(self, save_now: Callable[[], None], every: int, start: int) -> None:
+        super().__init__()
+        self.save_now, self.every, self._last = save_now, every, start
+        self.saved: list[int] = []
+
+    def _on_rollout_start(self) -> None:
+        if self.num_timesteps - self._last >= self.every:
+            self._last = self.num_timesteps
+            self.save_now()
+            self.saved.append(self.num_timesteps)
+
+    def _on_step(self) -> bool:
+        return True
