@@ -12,21 +12,30 @@ attainment is at least the neutral plan's minus 0.001. Every variant is reported
 days, the chosen one marked; nothing on the test days chooses anything. Each run also says where
 its misses went (:class:`atoll.envs.slo_loss.MissCounter`: after a preemption, capacity,
 latency). ``--hindsight``: hindsight (re-plan every model every step on the true demand) with
-the neutral and the chosen variant on the test days, the bound of what knowing the demand adds
-to that lever. ``--oracle-rate``: the same re-plans for the trace's own underlying rate (the
-rate the requests are drawn from, not their sampled counts) with the chosen variant — the bound
-of a perfect rate forecast, which unlike hindsight keeps the margin a forecast's quantile needs
-against the sampling noise.
+the neutral and the chosen variant on the test days: what knowing the demand adds to that
+lever. ``--oracle-rate``: the same re-plans for the trace's own underlying rate (the rate the
+requests are drawn from, not their sampled counts) with the chosen variant: what a perfect rate
+forecast adds. Both are references, not bounds: a rule planning for a forecast's quantile keeps
+a margin these plans for a mean do not, and can beat them.
+
+Each finished run is kept in the cache (``risk/`` under ``$ATOLL_CACHE_DIR`` or the user's
+cache folder), keyed by its job, world and solver version, and read back by a later invocation
+(``"cached": true``), so a stopped benchmark loses only the runs under way; ``--fresh`` runs
+everything anew. A run whose re-plans stopped at the solver's time limit (``time_limited_solves``)
+is kept as this machine found it.
 
     .venv/bin/python benchmarks/risk.py [--scenario core] [--markets spot,hedged]
         [--world calibration|charged] [--rule fixed:1@0.9] [--validation-days 8-10]
         [--test-days 11-14] [--variants "neutral;h0.85;..."] [--hindsight] [--oracle-rate] [--workers 2]
-        [--workload servegen|servegen-steady|servegen-bursty] [--out FILE]
+        [--workload servegen|servegen-steady|servegen-bursty] [--fresh] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
+import json
 import os
 import sys
 import time
@@ -47,7 +56,9 @@ from atoll.envs.rollout import run_policy  # noqa: E402
 from atoll.envs.slo_loss import BUCKETS, MissCounter  # noqa: E402
 from atoll.envs.vocabulary import parse_policy  # noqa: E402
 from atoll.forecast.workloads import SERVEGEN_WORKLOADS  # noqa: E402
+from atoll.solvers.allocation.direct import SOLVER_VERSION  # noqa: E402
 from atoll.solvers.errors import AtollError  # noqa: E402
+from atoll.solvers.paths import cache_root  # noqa: E402
 from atoll.solvers.problem import Risk  # noqa: E402
 
 WORLDS: dict[str, dict[str, Any]] = {
@@ -74,9 +85,21 @@ def _days(text: str) -> list[int]:
 Job = tuple[str, str, str, str, str, list[int], int, str]
 
 
-def _run(job: Job) -> dict[str, Any]:
+def _cached(job: Job) -> Path:
+    """Where a finished run of ``job`` is kept: ``risk/<digest>.json`` under the cache root, the
+    digest of the job, its world's settings and the solver version (a fleet20 run takes hours, and
+    a stopped benchmark then loses only the runs under way)."""
+    key = json.dumps([list(job[:5]), job[5], job[6], job[7], WORLDS[job[2]], SOLVER_VERSION], default=str)
+    return cache_root() / "risk" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _run(job: Job, fresh: bool = False) -> dict[str, Any]:
     """One (scenario, market, world, rule, risk) run over ``days`` on ``workload``: totals,
-    effective cost, misses."""
+    effective cost, misses; read back when a finished run of the same job is in the cache
+    (``cached``: true; its ``wall_s`` and ``load`` are the original run's) unless ``fresh``."""
+    path = _cached(job)
+    if not fresh and path.exists():
+        return {**json.loads(path.read_text()), "cached": True}
     scenario, market, world, rule, risk, days, seed, workload = job
     t0 = time.perf_counter()
     level = parse_policy(rule).level  # the rule's own planning level (@q), the env's
@@ -96,23 +119,27 @@ def _run(job: Job) -> dict[str, Any]:
     out["effective_cost_usd"] = round(totals["cost_usd"] + price * lost / 1e6, 4)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     out["load"] = round(os.getloadavg()[0], 2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(path)  # whole or absent: a run killed while writing leaves no half file
     return out
 
 
-def _run_all(jobs: list[Job], workers: int) -> list[dict[str, Any]]:
+def _run_all(jobs: list[Job], workers: int, fresh: bool) -> list[dict[str, Any]]:
     """The runs of ``jobs`` in order, ``workers`` at a time (each a whole simulation: same
     figures whatever the number of workers)."""
     for job in jobs:
         log(f"{job[1]} days {job[5][0]}-{job[5][-1]}: {job[3]} + {job[4]} ...")
     if workers <= 1:
-        outs = [_run(job) for job in jobs]
+        outs = [_run(job, fresh) for job in jobs]
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            outs = list(pool.map(_run, jobs))
+            outs = list(pool.map(functools.partial(_run, fresh=fresh), jobs))
     for job, out in zip(jobs, outs, strict=True):
         log(f"  {job[1]} {job[3]} + {job[4]} days {job[5][0]}-{job[5][-1]}: ${out['cost_usd']:,.1f}, "
             f"SLO {out['slo_attainment']:.4f}, effective ${out['effective_cost_usd']:,.1f}, "
-            f"misses {out['misses']} ({out['wall_s']} s)")
+            f"misses {out['misses']} ({out['wall_s']} s{', cached' if out.get('cached') else ''})")
     return outs
 
 
@@ -135,6 +162,8 @@ def main() -> None:
     ap.add_argument("--workload", default="servegen", choices=sorted(SERVEGEN_WORKLOADS),
                     help="the scenario's demand: every ServeGen client, or its steady or bursty half")
     ap.add_argument("--workers", type=int, default=1, help="runs at a time (processes)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="run every job anew, ignoring (and replacing) the finished runs in the cache")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     variants = [v for v in args.variants.split(";") if v]
@@ -159,7 +188,7 @@ def main() -> None:
         names = [v for v in variants if market == "hedged" or Risk.parse(v).ondemand_floor == 0]
         cell: dict[str, Any] = {"validation": {}, "test": {}}
         outs = _run_all([(args.scenario, market, args.world, args.rule, v, val, args.seed, args.workload)
-                         for v in names], args.workers)
+                         for v in names], args.workers, args.fresh)
         cell["validation"] = dict(zip(names, outs, strict=True))
         base = cell["validation"]["neutral"]["slo_attainment"]
         eligible = {v: r for v, r in cell["validation"].items() if r["slo_attainment"] >= base - 1e-3}
@@ -173,7 +202,7 @@ def main() -> None:
         if args.oracle_rate:
             jobs.append((args.scenario, market, args.world, "oracle-rate", chosen, test, args.seed,
                          args.workload))
-        outs = _run_all(jobs, args.workers)
+        outs = _run_all(jobs, args.workers, args.fresh)
         cell["test"] = dict(zip(names, outs[:len(names)], strict=True))
         neutral, pick = cell["test"]["neutral"], cell["test"][chosen]
         cell["headline"] = {
