@@ -20,9 +20,10 @@ a margin these plans for a mean do not, and can beat them.
 
 Each finished run is kept in the cache (``risk/`` under ``$ATOLL_CACHE_DIR`` or the user's
 cache folder), keyed by its job, world and solver version, and read back by a later invocation
-(``"cached": true``), so a stopped benchmark loses only the runs under way; ``--fresh`` runs
-everything anew. A run whose re-plans stopped at the solver's time limit (``time_limited_solves``)
-is kept as this machine found it.
+(``"cached": true``), so a stopped benchmark loses only the runs under way. ``--fresh`` runs
+everything anew, as it must after a change to the simulator (the key does not see the code). A
+run whose re-plans stopped at the solver's time limit (``time_limited_solves``) is kept as this
+machine found it.
 
     .venv/bin/python benchmarks/risk.py [--scenario core] [--markets spot,hedged]
         [--world calibration|charged] [--rule fixed:1@0.9] [--validation-days 8-10]
@@ -221,7 +222,7 @@ def main() -> None:
         if args.oracle_rate:
             oracle = outs[-1]
             cell["oracle_rate"] = {chosen: oracle}
-            # the bound of a perfect rate forecast with the chosen lever, against the rule with it
+            # a perfect rate forecast with the chosen lever, against the rule with it
             cell["headline"]["oracle_rate_effective_cost_ratio"] = round(
                 oracle["effective_cost_usd"] / pick["effective_cost_usd"], 4)
         doc["markets"][market] = cell
