@@ -49,6 +49,7 @@ from emit import emit  # this folder's own module, imported while the folder is 
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+from atoll.control.plans import atomic_write_text  # noqa: E402
 from atoll.envs import CHARGED  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
@@ -121,9 +122,7 @@ def _run(job: Job, fresh: bool = False) -> dict[str, Any]:
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     out["load"] = round(os.getloadavg()[0], 2)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(out))
-    tmp.replace(path)  # whole or absent: a run killed while writing leaves no half file
+    atomic_write_text(path, json.dumps(out))  # whole or absent, even if killed mid-write
     return out
 
 

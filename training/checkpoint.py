@@ -142,13 +142,11 @@ class Checkpointing(BaseCallback):
     def __init__(self, save_now: Callable[[], None], every: int, start: int) -> None:
         super().__init__()
         self.save_now, self.every, self._last = save_now, every, start
-        self.saved: list[int] = []
 
     def _on_rollout_start(self) -> None:
         if self.num_timesteps - self._last >= self.every:
             self._last = self.num_timesteps
             self.save_now()
-            self.saved.append(self.num_timesteps)
 
     def _on_step(self) -> bool:
         return True
