@@ -49,7 +49,6 @@ from emit import emit  # this folder's own module, imported while the folder is 
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from atoll.control.plans import atomic_write_text  # noqa: E402
 from atoll.envs import CHARGED  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
@@ -60,6 +59,7 @@ from atoll.envs.vocabulary import parse_policy  # noqa: E402
 from atoll.forecast.workloads import SERVEGEN_WORKLOADS  # noqa: E402
 from atoll.solvers.allocation.direct import SOLVER_VERSION  # noqa: E402
 from atoll.solvers.errors import AtollError  # noqa: E402
+from atoll.solvers.files import atomic_write_text  # noqa: E402
 from atoll.solvers.paths import cache_root  # noqa: E402
 from atoll.solvers.problem import Risk  # noqa: E402
 

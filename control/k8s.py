@@ -48,7 +48,8 @@ from atoll.control.k8s_render import (
     workload_name,
 )
 from atoll.control.k8s_validate import check_api
-from atoll.control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
+from atoll.control.plans import PlanRecord, SinkError, SinkResult
+from atoll.solvers.files import atomic_write_text
 
 __all__ = ["CAPACITY_LABEL", "DEFAULT_GPU_PRODUCTS", "DEFAULT_MODEL_SOURCES", "GPU_COUNT_LABEL",
            "GPU_PRODUCT_LABEL", "REGION_LABEL", "K8sApplySink", "K8sManifestSink", "K8sOptions",

@@ -9,15 +9,10 @@ state and delivered after a restart.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import re
-import stat
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from atoll.solvers.errors import AtollError
@@ -32,37 +27,6 @@ TEMPLATE_FIELDS: tuple[str, ...] = ("service", "model", "phase", "region", "node
 class SinkError(AtollError):
     """A plan could not be delivered (or a sink spec is malformed); the message names the sink,
     the thing that failed and what to do."""
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so a reader sees the old or the new file, never a torn one:
-    a temporary file in the same directory (same filesystem, so the rename is atomic), fsync,
-    ``os.replace``, then fsync the directory so the rename itself survives a power cut."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp makes the file 0600; the file it replaces keeps its mode, a new one gets 0644
-        # (plans and manifests are read by other users: a GitOps agent, kubectl, a dashboard)
-        try:
-            mode = stat.S_IMODE(os.stat(path).st_mode)
-        except OSError:
-            mode = 0o644
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), mode)
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 def describe_template(t: Template, default_tier: str = "") -> dict[str, Any]:

@@ -42,7 +42,8 @@ from prometheus_client.registry import Collector
 
 from atoll.control.k8s import K8sApplySink, K8sManifestSink, K8sOptions, dump_yaml_all
 from atoll.control.k8s_scale import DESIRED, NODES, SEQUENCE, desired_rows, pool_rows, scaled_objects
-from atoll.control.plans import PlanRecord, SinkError, SinkResult, atomic_write_text
+from atoll.control.plans import PlanRecord, SinkError, SinkResult
+from atoll.solvers.files import atomic_write_text
 
 __all__ = ["JsonDirSink", "K8sApplySink", "K8sManifestSink", "K8sOptions", "MetricsSink", "PlanRecord",
            "PlanSink", "SinkError", "SinkResult", "deliver", "make_sink"]

@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from atoll.control.metrics import MetricsSnapshot
-from atoll.control.plans import PlanRecord, atomic_write_text
+from atoll.control.plans import PlanRecord
 from atoll.solvers.errors import AtollError
+from atoll.solvers.files import atomic_write_text
 from atoll.solvers.packing import Packing, PackingError
 
 STATE_VERSION = 1

@@ -16,6 +16,7 @@ the same requests.
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -47,6 +48,7 @@ from atoll.forecast.workloads import (
     n_model_scenario,
 )
 from atoll.solvers.errors import InputError
+from atoll.solvers.files import atomic_write_bytes
 from atoll.solvers.paths import cache_root, shared_data_dir
 
 log = logging.getLogger(__name__)
@@ -337,12 +339,12 @@ def _write_arrays(path: Path, arrays: Sequence[np.ndarray], **extra: np.ndarray)
     written costs time, never the result."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}.npz")
         payload: dict[str, Any] = {f"a{i}": a for i, a in enumerate(arrays)}
         payload["checksum"] = np.frombuffer(_checksum(arrays), dtype=np.uint8)
         payload.update(extra)
-        np.savez_compressed(tmp, **payload)
-        os.replace(tmp, path)
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **payload)
+        atomic_write_bytes(path, buffer.getvalue())
     except OSError as exc:
         log.warning("cache %s not written (%s)", path, exc)
 

@@ -35,6 +35,7 @@ from scipy.optimize import least_squares
 
 from atoll.solvers.catalog import load_catalog
 from atoll.solvers.errors import InputError
+from atoll.solvers.files import atomic_write_text
 from atoll.solvers.paths import PERF_FACTORS_PATH, shared_data_dir, user_perf_factors_path
 from atoll.solvers.perf import SIBLING, PerfFactors, step_terms
 from atoll.solvers.profiles import DATASETS, Observation, load_observations
@@ -263,9 +264,7 @@ def write_factors(report: dict[str, Any], path: Path | None = None, *, package: 
     text = json.dumps(rounded(report), indent=1, sort_keys=True, allow_nan=True) + "\n"
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(target)
+        atomic_write_text(target, text)
     except OSError as exc:
         raise InputError(f"cannot write the calibration to {target}: {exc}; pass --out with a "
                          f"writable file") from exc

@@ -27,14 +27,13 @@ import hashlib
 import json
 import logging
 import math
-import os
 import pickle
-import tempfile
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from atoll.solvers.errors import InputError
+from atoll.solvers.files import atomic_write_bytes
 from atoll.solvers.paths import cache_root
 from atoll.solvers.types import Phase, Service, Stage, Template
 
@@ -176,14 +175,7 @@ def _write_entry(path: Path, header: dict[str, Any], body: bytes) -> Path:
     """A header line, then ``body``: written to a temporary file and renamed into place, so a
     crash never leaves a half-written entry."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:12]}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(canonical(header).encode() + b"\n" + body)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, canonical(header).encode() + b"\n" + body)
     return path
 
 

@@ -39,6 +39,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize
 
 from atoll.solvers.errors import InputError
+from atoll.solvers.files import atomic_write_text
 
 POINTER = "latest.json"
 FORMAT = 1
@@ -94,9 +95,9 @@ def save(spec: CheckpointSpec, model: PPO, vec: VecNormalize, *, stats: dict[str
         pickle.dump(state, fh)
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
-    pointer = spec.folder / f".{POINTER}.tmp"
-    pointer.write_text(json.dumps({"format": FORMAT, "key": spec.key, "steps": steps, "folder": target.name}))
-    os.replace(pointer, spec.folder / POINTER)  # the checkpoint is current only once this lands
+    # the checkpoint is current only once its pointer lands
+    atomic_write_text(spec.folder / POINTER,
+                      json.dumps({"format": FORMAT, "key": spec.key, "steps": steps, "folder": target.name}))
     for old in spec.folder.glob("steps-*"):
         if old != target:
             shutil.rmtree(old, ignore_errors=True)

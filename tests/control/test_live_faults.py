@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,7 +30,7 @@ from atoll.control.metrics import (
     PrometheusSource,
     assemble,
 )
-from atoll.control.plans import PlanRecord, SinkError, atomic_write_text
+from atoll.control.plans import PlanRecord, SinkError
 from atoll.control.sinks import JsonDirSink, deliver
 from atoll.control.state import STATE_FILE, HistoryPoint, StateError, StateLock, load_state, save_state
 from atoll.envs.policies import make_policy
@@ -496,12 +494,3 @@ def test_a_state_number_beyond_a_float_is_a_state_error_naming_the_file(tmp_path
     path.write_text(path.read_text().replace('"last_tick_s":1e999', '"starting":[["k",1,1e999]],"x":0'))
     with pytest.raises(StateError, match=str(path)):
         load_state(tmp_path)
-
-
-def test_atomic_writes_are_readable_by_others(tmp_path: Path) -> None:
-    path = tmp_path / "plan.json"
-    atomic_write_text(path, "{}")
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
-    os.chmod(path, 0o640)
-    atomic_write_text(path, "{}")  # a file's own mode is kept
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640

@@ -77,7 +77,7 @@ def test_crash_between_temp_write_and_rename_keeps_the_old_state(tmp_path: Path,
     def crash(src: str, dst: str) -> None:
         raise OSError("simulated crash before the rename")
 
-    monkeypatch.setattr("atoll.control.plans.os.replace", crash)
+    monkeypatch.setattr("atoll.solvers.files.os.replace", crash)
     with pytest.raises(StateError, match="simulated crash"):
         save_state(tmp_path, ControllerState(tick=2, running={"k": 5}))
     monkeypatch.undo()
