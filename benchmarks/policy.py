@@ -115,6 +115,9 @@ def main() -> None:
     parser.add_argument("--ent-coef", type=float, default=TrainSettings.ent_coef)
     parser.add_argument("--bootstrap-epochs", type=int, default=TrainSettings.bootstrap_epochs)
     parser.add_argument("--learning-rate", type=float, default=TrainSettings.learning_rate)
+    parser.add_argument("--normalize-observations", action="store_true",
+                        help="standardize observations (VecNormalize norm_obs), as results before it was "
+                             "off by default were trained")
     parser.add_argument("--out-suffix", default="", help="label of this attempt in the JSON keys")
     parser.add_argument("--unserved-usd-per-mtok", type=float, default=RewardWeights.unserved_usd_per_mtok)
     parser.add_argument("--reopt-usd", type=float, default=RewardWeights.reopt_usd)
@@ -326,7 +329,8 @@ def _train(args: argparse.Namespace, config: FleetConfig, scorer: Any, key: str,
                                     bootstrap_min_updates=args.bootstrap_min_updates,
                                     eval_every=args.eval_every, patience=args.patience,
                                     ent_coef=args.ent_coef, bootstrap_epochs=args.bootstrap_epochs,
-                                    learning_rate=args.learning_rate),
+                                    learning_rate=args.learning_rate,
+                                    normalize_observations=args.normalize_observations),
                       validate=scorer, note=lambda text, k=key: log(f"{k}: {text}"),
                       checkpoint_every=args.checkpoint_every)
     return train, time.perf_counter() - t

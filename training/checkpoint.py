@@ -89,7 +89,8 @@ def save(spec: CheckpointSpec, model: PPO, vec: VecNormalize, *, stats: dict[str
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     model.save(partial / "model.zip")
-    state = {"format": FORMAT, "key": spec.key, "steps": steps, "obs_rms": vec.obs_rms,
+    obs_rms = vec.obs_rms if vec.norm_obs else None  # SB3 keeps none when it passes observations through
+    state = {"format": FORMAT, "key": spec.key, "steps": steps, "obs_rms": obs_rms,
              "ret_rms": vec.ret_rms, "stats": dict(stats), "stop": stop, "record": record}
     with open(partial / "state.pkl", "wb") as fh:
         pickle.dump(state, fh)

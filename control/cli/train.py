@@ -38,7 +38,8 @@ def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int
     settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps,
                              bootstrap_rule=args.bootstrap_rule,
                              bootstrap_smoothing=args.bootstrap_smoothing, n_envs=args.n_envs,
-                             demand_seeds=args.demand_seeds)
+                             demand_seeds=args.demand_seeds,
+                             normalize_observations=args.normalize_observations)
     env = make_env(args, days, reward=reward, **world_options(args))
     if settings.bootstrap_steps:
         bootstrap_teacher(settings.bootstrap_rule, env)  # a rule that does not fit the env fails here
@@ -83,6 +84,10 @@ def add_train_options(p: argparse.ArgumentParser, *, bootstrap_steps: int) -> No
                    help="training envs, one process each (both cores; a fleet file's envs step in-process)")
     p.add_argument("--demand-seeds", type=int, default=2,
                    help="demand realizations trained on (env i uses demand seed i mod this)")
+    p.add_argument("--normalize-observations", action="store_true",
+                   help="standardize the observation by its running mean and std (off by default: its "
+                        "entries are already scaled to their bounds, and a short cloning set's std blows "
+                        "up a rare feature on days it never saw)")
     add_env_id_option(p)
     p.add_argument("--unserved-usd-per-mtok", type=float, default=RewardWeights.unserved_usd_per_mtok,
                    help="reward: value of a million tokens not served within SLO ($)")

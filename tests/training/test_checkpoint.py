@@ -62,7 +62,7 @@ def test_a_stopped_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
 
 def test_a_resumed_run_keeps_the_checkpoint_parameters_and_statistics(tmp_path: Path) -> None:
     spec = CheckpointSpec(tmp_path / "run", "k2", every=32)
-    settings = dataclasses.replace(SETTINGS, eval_every=0)
+    settings = dataclasses.replace(SETTINGS, eval_every=0, normalize_observations=True)
     with pytest.raises(Stop):
         train_policy(tiny_config(), settings, tick=_killer(48 + 40), checkpoint=spec)
     kept = ckpt.load(spec)
@@ -71,7 +71,7 @@ def test_a_resumed_run_keeps_the_checkpoint_parameters_and_statistics(tmp_path: 
     stopped = dataclasses.replace(settings, timesteps=32)  # nothing left to learn: the checkpoint as it is
     model, vec, stats = train_policy(tiny_config(), stopped, checkpoint=spec)
     assert model.num_timesteps == 32 and stats["resumed_at"] == 32
-    assert np.allclose(vec.obs_rms.mean, kept.obs_rms.mean)
+    assert np.allclose(vec.obs_rms.mean, kept.obs_rms.mean) and np.allclose(vec.ret_rms.var, kept.ret_rms.var)
     for a, b in zip(model.policy.state_dict().values(), saved.policy.state_dict().values(), strict=True):
         assert np.array_equal(a.numpy(), b.numpy())
 

@@ -139,10 +139,11 @@ def test_a_per_model_teacher_is_cloned_in_the_envs_codes() -> None:
 
     # codec levels (0.9, 0.7, 0.95): model 0 full at 0.9 is code 1, model 1 full at 0.95 code 5
     settings = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,
-                             bootstrap_steps=96, bootstrap_epochs=1, bootstrap_min_updates=400,
+                             bootstrap_steps=96, bootstrap_epochs=1, bootstrap_min_updates=1_000,
                              bootstrap_rule="per-model:1@0.9,1@0.95", learning_rate=1e-9, seed=0)
     model, vec, stats = train_policy(tiny_config(), settings)
-    assert stats["bootstrap_agreement"] >= 0.98  # step 0 of an episode holds: the rest re-plan
+    # all but at most the two episodes' first steps (the rule holds there: the reset just planned)
+    assert stats["bootstrap_agreement"] >= 1 - 2 / 96
     env = FleetEnv(tiny_config(days=(6, 6)))
     obs, _ = env.reset(seed=0)
     obs, *_ = env.step(np.array([1, 5]))
@@ -150,7 +151,7 @@ def test_a_per_model_teacher_is_cloned_in_the_envs_codes() -> None:
     # smoothing keeps the argmax and leaves the other levels of the same kind to PPO's sampling
     smooth = dataclasses.replace(settings, bootstrap_smoothing=0.2)
     model, vec, stats = train_policy(tiny_config(), smooth)
-    assert stats["bootstrap_agreement"] >= 0.98
+    assert stats["bootstrap_agreement"] >= 1 - 2 / 96
     dist = model.policy.get_distribution(model.policy.obs_to_tensor(vec.normalize_obs(obs))[0])
     probs = np.stack([d.probs.detach().numpy()[0] for d in dist.distribution])
     assert probs[0, 1] == pytest.approx(0.8, abs=0.05)
@@ -169,6 +170,11 @@ def test_vecnormalize_discounts_with_the_settings_gamma() -> None:
                              gamma=0.9)
     model, vec, _ = train_policy(tiny_config(), settings)
     assert model.gamma == 0.9 and vec.gamma == 0.9  # reward scaling uses the return PPO discounts
+    # observations reach the network as the env scales them, unless standardization is asked for
+    obs = FleetEnv(tiny_config()).reset(seed=0)[0]
+    assert vec.norm_reward and not vec.norm_obs and np.array_equal(vec.normalize_obs(obs), obs)
+    _, normalized, _ = train_policy(tiny_config(), dataclasses.replace(settings, normalize_observations=True))
+    assert normalized.norm_obs and not np.array_equal(normalized.normalize_obs(obs), obs)
 
 
 def test_train_settings_fields_are_documented_and_validated() -> None:
@@ -178,7 +184,7 @@ def test_train_settings_fields_are_documented_and_validated() -> None:
     for field in dataclasses.fields(TrainSettings):
         assert f"        {field.name}: " in doc, f"TrainSettings.{field.name} is not documented"
     for bad in ({"seed": -1}, {"gamma": 0.0}, {"gamma": 1.5}, {"gae_lambda": -0.1}, {"learning_rate": 0.0},
-                {"ent_coef": -1.0}, {"net_arch": ()}, {"bootstrap_epochs": 0}):
+                {"ent_coef": -1.0}, {"net_arch": ()}, {"bootstrap_epochs": 0}, {"normalize_observations": 1}):
         name = next(iter(bad))
         with pytest.raises(ValueError, match=f"field '{name}'"):
             TrainSettings(**bad)  # type: ignore[arg-type]

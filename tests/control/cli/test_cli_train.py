@@ -57,3 +57,14 @@ def test_evaluate_unknown_learned_uri_exits_2(capsys: pytest.CaptureFixture[str]
     assert "learned policy 'runs:/0123456789abcdef/policy' cannot be loaded" in error["message"]
     assert "MLFLOW_TRACKING_URI" in error["message"] and "Traceback" not in captured.err
     assert _runs() == []
+
+
+def test_train_standardizes_observations_only_when_asked(shared_data: object) -> None:
+    from atoll.control.cli import build_parser
+    from atoll.control.cli.train import train_config
+
+    for argv, expected in (((), False), (("--normalize-observations",), True)):
+        args = build_parser("train").parse_args(["train", "--forecaster", "naive", "--bootstrap-steps", "0",
+                                                 *argv])
+        _, settings = train_config(args, (4, 4), 64, 0)
+        assert settings.normalize_observations is expected
