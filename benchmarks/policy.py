@@ -267,8 +267,9 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
         "test_seconds": doc["test_seconds"], "train_run_id": train["run_id"],
         "model_uri": train["model_uri"], "registered": train["registered"], "fleet": train["fleet"],
         "bootstrap_rule": teacher,
-        "training": {**{k: train[k] for k in ("bootstrap_loss", "bootstrap_agreement", "validation_best",
-                                              "stopped_at", "validation_evaluations", "episodes",
+        "training": {**{k: train[k] for k in ("bootstrap_loss", "bootstrap_agreement",
+                                              "clone_validation_agreement", "validation_best", "stopped_at",
+                                              "validation_evaluations", "episodes",
                                               "capacity_error_draws", "moved_from_clone",
                                               "teacher_agreement_after")
                         if k in train},

@@ -253,6 +253,32 @@ class TrainingPolicy:
         return {}
 
 
+class TeacherAgreement:
+    """``policy`` acting as itself, counting the (step, model) pairs on which its action is what
+    ``teacher`` would do on the same observation: the clone's agreement on days it was not
+    cloned on (the validation days), at no extra simulation."""
+
+    def __init__(self, policy: TrainingPolicy, teacher: Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]
+                 ) -> None:
+        self.policy, self.teacher = policy, teacher
+        self.name, self.planning_quantile = policy.name, policy.planning_quantile
+        self.same = self.pairs = 0
+
+    def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
+        action = self.policy.act(observation, info)
+        expected = np.asarray(self.teacher(observation, info)).reshape(action.shape)
+        self.same += int(np.sum(action == expected))
+        self.pairs += action.size
+        return action
+
+    def reset_options(self) -> dict[str, Any]:
+        return self.policy.reset_options()
+
+    @property
+    def agreement(self) -> float:
+        return self.same / self.pairs if self.pairs else float("nan")
+
+
 class ValidationStop(BaseCallback):
     """Scores the policy every ``every`` steps with ``validate`` (lower is better), keeps the best
     parameters and normalization statistics, stops after ``patience`` scores without improvement."""
@@ -462,7 +488,9 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
     (``bootstrap_loss``, ``episodes``, in a world off the model ``capacity_error_draws``; with early
     stopping ``validation_best``, ``validation_evaluations`` and ``stopped_at``; after cloning,
     ``bootstrap_agreement`` and :func:`moved_from_clone`'s ``moved_from_clone`` and
-    ``teacher_agreement_after``, read after the best parameters are restored).
+    ``teacher_agreement_after``, read after the best parameters are restored; after cloning with
+    early stopping, ``clone_validation_agreement``: the clone's agreement with its teacher on the
+    observations of its own validation run, days it was not cloned on).
 
     With ``checkpoint``, the run saves its state every ``checkpoint.every`` PPO steps and, when the
     folder holds a checkpoint of this run, goes on from it (``resumed_at``: the PPO steps it had
@@ -489,9 +517,11 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
         model.set_logger(logger)
     stats: dict[str, float] = dict(resumed.stats) if resumed is not None else {}
     record: CloneRecord | None = resumed.record if resumed is not None else None
+    teacher = None
     if settings.bootstrap_steps and resumed is None:
         local = FleetEnv(env_config(config, 0, settings.demand_seeds))
         local.reset(seed=settings.seed)
+        teacher = bootstrap_teacher(settings.bootstrap_rule, local)
         loss, agreement, record = _bootstrap(model, vec, local, settings, tick)
         stats["bootstrap_loss"], stats["bootstrap_agreement"] = loss, agreement
         vec.reset()
@@ -504,14 +534,17 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
         callbacks.append(stop)
         if resumed is not None and resumed.stop is not None:
             stop.restore(resumed.stop)
-        elif settings.bootstrap_steps:  # the cloned policy is a candidate too
+        elif teacher is not None:  # the cloned policy is a candidate too
             vec.training = False
-            stop.best = float(validate(TrainingPolicy(model, vec)))
+            clone = TeacherAgreement(TrainingPolicy(model, vec), teacher)
+            stop.best = float(validate(clone))
+            stats["clone_validation_agreement"] = clone.agreement
             stop.best_state = (copy.deepcopy(model.policy.state_dict()), copy.deepcopy(obs_stats(vec)))
             stop.scores.append((0, stop.best))
             vec.training = True
             if note is not None:
-                note(f"validation score {stop.best:.4f} after bootstrapping")
+                note(f"validation score {stop.best:.4f} after bootstrapping; the clone agrees with its "
+                     f"teacher on {clone.agreement:.1%} of (step, model) pairs there")
     if checkpoint is not None:
         spec, kept = checkpoint, dict(stats)
 

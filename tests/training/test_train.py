@@ -163,6 +163,31 @@ def test_a_per_model_teacher_is_cloned_in_the_envs_codes() -> None:
         TrainSettings(bootstrap_smoothing=0.5)
 
 
+def test_the_clones_agreement_is_measured_on_days_it_was_not_cloned_on() -> None:
+    from atoll.training.train import train_policy
+
+    settings = TrainSettings(timesteps=32, n_steps=32, batch_size=16, n_epochs=1, n_envs=1,
+                             bootstrap_steps=96, bootstrap_epochs=1, bootstrap_min_updates=1_000,
+                             learning_rate=1e-9, bootstrap_rule="per-model:1@0.9,1@0.95", eval_every=1_000,
+                             patience=1, seed=0)
+    env = FleetEnv(tiny_config(days=(6, 6)))
+    actions: list[np.ndarray] = []
+
+    def validate(policy: object) -> float:  # the clone's own trajectory on day 6 (cloned on days 4-5)
+        obs, info = env.reset(seed=0)
+        for _ in range(20):
+            action = policy.act(obs, info)  # type: ignore[attr-defined]
+            actions.append(action)
+            obs, _, terminated, truncated, info = env.step(action)
+        return 1.0
+
+    _, _, stats = train_policy(tiny_config(), settings, validate=validate)
+    teacher = [np.array([0, 0]) if t == 0 else np.array([1, 5]) for t in range(len(actions))]  # step 0 holds
+    expected = np.mean([a == b for a, b in zip(actions, teacher, strict=True)])
+    assert len(actions) == 20 and stats["clone_validation_agreement"] == pytest.approx(expected)
+    assert expected >= 0.9
+
+
 def test_vecnormalize_discounts_with_the_settings_gamma() -> None:
     from atoll.training.train import train_policy
 
