@@ -102,11 +102,11 @@ class TrainSettings:
             ``bootstrap_epochs`` gives (30 passes over 576 observations are 90 Adam steps from
             SB3's near-uniform start: on extended that clone of ``fixed:1@0.9`` agreed with it
             on too few observations and scored 2.82 on the validation days). >= 1.
-        bootstrap_smoothing: label smoothing of the clone toward the other planning levels of
-            the imitated kind (``full``/``grow`` at level q: this share of the target spread over
-            the same kind at the other levels; ``hold`` is not smoothed). The clone's argmax stays
-            the rule's action while PPO's sampled actions try other levels, not ``hold``.
-            0 <= . < 0.5.
+        bootstrap_smoothing: label smoothing of the clone toward the other options of the
+            imitated kind (``full``/``grow`` at level q taking risk preset r: this share of the
+            target spread over the same kind at every other (level, risk preset) pair of the
+            action; ``hold`` is not smoothed). The clone's argmax stays the rule's action while
+            PPO's sampled actions try other levels and risks, not ``hold``. 0 <= . < 0.5.
         eval_every: PPO steps between validation scores (early stopping); 0 never scores. >= 0.
         patience: validation scores without improvement before training stops. >= 1.
         normalize_observations: standardize each observation entry by its running mean and std
@@ -374,8 +374,9 @@ def bootstrap_teacher(rule_spec: str, env: FleetEnv) -> Callable[[np.ndarray, Ma
 
 def smoothed_targets(codes: np.ndarray, n_codes: int, smoothing: float) -> np.ndarray:
     """One distribution over the ``n_codes`` codes per entry of ``codes`` (any shape): the code
-    itself with 1 - ``smoothing``, the same kind (full / grow) at each other planning level with an
-    equal share of ``smoothing``; ``hold`` (0), or a code with no other level, keeps all of it."""
+    itself with 1 - ``smoothing``, the same kind (full / grow) at each other (planning level, risk
+    preset) pair of the action (:class:`~atoll.envs.actions.ActionCodec`'s layout) with an equal
+    share of ``smoothing``; ``hold`` (0), or a code with no other pair, keeps all of it."""
     codes = np.asarray(codes, dtype=np.int64)
     target = np.zeros((*codes.shape, n_codes), dtype=np.float32)
     levels = (n_codes - 1) // 2

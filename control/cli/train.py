@@ -79,7 +79,7 @@ def add_train_options(p: argparse.ArgumentParser, *, bootstrap_steps: int) -> No
                         "core/spot)")
     p.add_argument("--bootstrap-smoothing", type=float, default=0.0,
                    help="share of the cloned action's probability spread over the same kind at the other "
-                        "planning levels (PPO then explores levels, not holds); 0 <= S < 0.5")
+                        "planning levels and risk presets (PPO then explores them, not holds); 0 <= S < 0.5")
     p.add_argument("--n-envs", type=int, default=2,
                    help="training envs, one process each (both cores; a fleet file's envs step in-process)")
     p.add_argument("--demand-seeds", type=int, default=2,
