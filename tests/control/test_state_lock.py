@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from test_controller import Harness, fleet  # noqa: F401 - the module-scoped fleet fixture
 
-from atoll.control import plans
 from atoll.control.cli import main
 from atoll.control.live_fleet import LiveFleet
 from atoll.control.state import StateError, StateLock, StateLocked, load_state
+from atoll.solvers import files
 
 HOLDER = ("import sys, time\nfrom atoll.control.state import StateLock\n"
           "lock = StateLock(sys.argv[1])\nprint('locked', flush=True)\ntime.sleep(120)\n")
@@ -77,7 +77,7 @@ def test_a_read_only_state_folder_stops_the_tick_before_delivery_and_loses_nothi
     h = Harness(fleet, tmp_path)
     h.tick()  # warm-up: the next tick plans from nothing
     saved = load_state(h.dir)
-    real = plans.tempfile.mkstemp
+    real = files.tempfile.mkstemp
 
     def read_only(*args: object, **kwargs: object) -> tuple[int, str]:
         if Path(str(kwargs.get("dir"))) == h.dir:
@@ -85,7 +85,7 @@ def test_a_read_only_state_folder_stops_the_tick_before_delivery_and_loses_nothi
         return real(*args, **kwargs)  # type: ignore[call-overload,no-any-return]
 
     if os.geteuid() == 0:  # root writes through a read-only mode: make the filesystem refuse
-        monkeypatch.setattr(plans.tempfile, "mkstemp", read_only)
+        monkeypatch.setattr(files.tempfile, "mkstemp", read_only)
     else:
         h.dir.chmod(0o500)
     try:
