@@ -385,7 +385,7 @@ def _specs(text: str) -> list[str]:
     out: list[str] = []
     for part in (p.strip() for p in text.split(",")):
         if part and ":" not in part and out and (out[-1].startswith("per-model:") or "+" in out[-1]) \
-                and not part.startswith(("hindsight", "never", "oracle-rate")):
+                and not part.startswith(("hindsight", "never", "oracle-rate", "oracle-quantile")):
             out[-1] += f",{part}"
         elif part:
             out.append(part)

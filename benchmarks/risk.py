@@ -16,7 +16,10 @@ the neutral and the chosen variant on the test days: what knowing the demand add
 lever. ``--oracle-rate``: the same re-plans for the trace's own underlying rate (the rate the
 requests are drawn from, not their sampled counts) with the chosen variant: what a perfect rate
 forecast adds. Both are references, not bounds: a rule planning for a forecast's quantile keeps
-a margin these plans for a mean do not, and can beat them.
+a margin these plans for a mean do not, and can beat them. ``--oracle-quantile``: the rule's own
+level with the chosen variant, planned for each step's quantile of the demand sampled anew from
+the true rate (:func:`atoll.envs.demand.sampled_quantiles`): the rule's margin on a perfect
+forecast of the rate and its noise, so what is left between the rule and it is the forecast's.
 
 Each finished run is kept in the cache (``risk/`` under ``$ATOLL_CACHE_DIR`` or the user's
 cache folder), keyed by its job, world and solver version, and read back by a later invocation
@@ -27,7 +30,8 @@ machine found it.
 
     .venv/bin/python benchmarks/risk.py [--scenario core] [--markets spot,hedged]
         [--world calibration|charged] [--rule fixed:1@0.9] [--validation-days 8-10]
-        [--test-days 11-14] [--variants "neutral;h0.85;..."] [--hindsight] [--oracle-rate] [--workers 2]
+        [--test-days 11-14] [--variants "neutral;h0.85;..."] [--hindsight] [--oracle-rate]
+        [--oracle-quantile] [--workers 2]
         [--workload servegen|servegen-steady|servegen-bursty] [--fresh] [--out FILE]
 """
 
@@ -158,6 +162,9 @@ def main() -> None:
     ap.add_argument("--oracle-rate", action="store_true",
                     help="also run oracle-rate (plans for the trace's true rate) with the chosen variant "
                          "on the test days")
+    ap.add_argument("--oracle-quantile", action="store_true",
+                    help="also run oracle-quantile at the rule's level (plans for the quantile of the demand "
+                         "sampled anew from the true rate) with the chosen variant on the test days")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workload", default="servegen", choices=sorted(SERVEGEN_WORKLOADS),
                     help="the scenario's demand: every ServeGen client, or its steady or bursty half")
@@ -199,9 +206,12 @@ def main() -> None:
         bounds = sorted({"neutral", chosen}) if args.hindsight else []
         jobs += [(args.scenario, market, args.world, "hindsight", v, test, args.seed, args.workload)
                  for v in bounds]
-        if args.oracle_rate:
-            jobs.append((args.scenario, market, args.world, "oracle-rate", chosen, test, args.seed,
-                         args.workload))
+        oracles = [o for o, on in (("oracle-rate", args.oracle_rate),
+                                   ("oracle-quantile", args.oracle_quantile)) if on]
+        level = parse_policy(args.rule).level  # oracle-quantile plans at the rule's own level
+        jobs += [(args.scenario, market, args.world,
+                  f"{o}@{level:g}" if o == "oracle-quantile" and level is not None else o,
+                  chosen, test, args.seed, args.workload) for o in oracles]
         outs = _run_all(jobs, args.workers, args.fresh)
         cell["test"] = dict(zip(names, outs[:len(names)], strict=True))
         neutral, pick = cell["test"]["neutral"], cell["test"][chosen]
@@ -218,11 +228,11 @@ def main() -> None:
             # the bound: what planning on the true demand with the chosen lever costs, against the rule
             cell["headline"]["hindsight_effective_cost_ratio"] = round(
                 hs["effective_cost_usd"] / pick["effective_cost_usd"], 4)
-        if args.oracle_rate:
-            oracle = outs[-1]
-            cell["oracle_rate"] = {chosen: oracle}
-            # a perfect rate forecast with the chosen lever, against the rule with it
-            cell["headline"]["oracle_rate_effective_cost_ratio"] = round(
+        for o, oracle in zip(oracles, outs[len(outs) - len(oracles):], strict=True):
+            key = o.replace("-", "_")
+            cell[key] = {chosen: oracle}
+            # a perfect forecast (of the rate; of its quantile) with the chosen lever, against the rule
+            cell["headline"][f"{key}_effective_cost_ratio"] = round(
                 oracle["effective_cost_usd"] / pick["effective_cost_usd"], 4)
         doc["markets"][market] = cell
     doc["wall_seconds"] = round(time.perf_counter() - t0, 1)

@@ -378,6 +378,32 @@ def workload_series(workload: str, models: Sequence[str], mean_rate: float, step
                          resample, int(seed))
 
 
+QUANTILE_DRAWS = 16  # independent samples of the demand the rate's own quantiles are read from
+QUANTILE_FIRST_SEED = 10_000  # their seeds: far from the demand seeds envs train and are tested on
+
+
+def sampled_quantiles(workload: str, models: Sequence[str], mean_rate: float, step_s: float, *,
+                      levels: Sequence[float], steps: int, draws: int = QUANTILE_DRAWS,
+                      first_seed: int = QUANTILE_FIRST_SEED) -> dict[float, np.ndarray]:
+    """{q: [M, steps]} each step's q quantile of the requests/s the scenario's demand is sampled
+    as, over ``draws`` independent samples (seeds ``first_seed``, ``first_seed + 1``, ...): what a
+    forecaster that knew the rate and its sampling noise, but not the realization, would plan for
+    at level q (``oracle-quantile``). Only the sampled ServeGen workloads have a sampling model
+    to draw from; anything else is a DemandError naming the workload."""
+    if workload.strip().split("@")[0] not in SERVEGEN_WORKLOADS:
+        raise DemandError(f"oracle-quantile draws the demand anew, which only the sampled ServeGen "
+                          f"workloads ({', '.join(sorted(SERVEGEN_WORKLOADS))}) can; workload {workload!r} "
+                          f"is given as counts — use oracle-rate or hindsight for it")
+    if not (isinstance(draws, int) and draws >= 2):
+        raise DemandError(f"sampled_quantiles: draws must be an integer >= 2, got {draws!r}")
+    stack = np.stack([
+        np.stack([np.asarray(s.requests_per_s[:steps], dtype=float)
+                  for s in workload_series(workload, models, mean_rate, step_s, resample="sampled",
+                                           seed=first_seed + k)])
+        for k in range(draws)])
+    return {float(q): np.quantile(stack, q, axis=0) for q in levels}
+
+
 SMOOTH_STEPS = 7  # centered window (35 min at 5-min steps) of the smoothed rate of counts
 
 

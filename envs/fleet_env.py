@@ -24,7 +24,14 @@ from atoll.envs.availability import (
 )
 from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.correction import CapacityCorrection
-from atoll.envs.demand import DemandBook, build_book, underlying_rates, workload_series
+from atoll.envs.demand import (
+    DemandBook,
+    DemandError,
+    build_book,
+    sampled_quantiles,
+    underlying_rates,
+    workload_series,
+)
 from atoll.envs.fleet import WARM_S, FleetState
 from atoll.envs.fleet_model import FleetModel
 from atoll.envs.observation import RISK_WINDOW, SINCE_CAP, build_observation, observation_space
@@ -41,7 +48,7 @@ __all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
 
 Availability = StaticAvailability | SpotAvailability | HedgedAvailability | MarketAvailability
 INITIAL_PLANS = ("forecast", "peak")
-PLANNING = ("forecast", "oracle", "oracle-rate")
+PLANNING = ("forecast", "oracle", "oracle-rate", "oracle-quantile")
 
 
 class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -209,7 +216,11 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     running. ``options={"planning": "oracle"}`` plans re-optimizations for the true demand over
     the look-ahead instead of the forecast (the hindsight reference); ``"oracle-rate"`` for the
     maximum over the look-ahead of the rate the demand is drawn from, never the sampled counts
-    (:func:`atoll.envs.demand.underlying_rates`; the ``oracle-rate`` reference).
+    (:func:`atoll.envs.demand.underlying_rates`; the ``oracle-rate`` reference);
+    ``"oracle-quantile"`` for the maximum over the look-ahead of each step's quantile, at the
+    re-plan's level, of the demand as sampled anew from that rate
+    (:func:`atoll.envs.demand.sampled_quantiles`; the ``oracle-quantile`` reference: the rule's
+    margin on a perfect forecast of the rate and its noise).
 
     **Termination**: never (the fleet has no terminal state). **Truncation**: after
     ``episode_steps`` steps.
@@ -347,6 +358,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             rates = self.book.rates[:, g: g + h].max(axis=1)
         elif how == "oracle-rate":
             rates = self.underlying_rates[:, g: g + h].max(axis=1)
+        elif how == "oracle-quantile":
+            qs, at = self.rate_quantiles, levels or [self.config.planning_quantile] * len(self.models)
+            rates = np.array([qs[q][i, g: g + h].max() for i, q in enumerate(at)])
         elif how == "peak":
             rates = self.book.day_peak[:, g // self.book.steps_per_day]
         elif levels is None:
@@ -364,6 +378,22 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                 c.workload, self.models, c.scenario_spec.req_per_s, c.step_s, resample=c.resample,
                 steps=self.book.rates.shape[1], demand=c.demand)
         return self._underlying
+
+    @property
+    def rate_quantiles(self) -> dict[float, np.ndarray]:
+        """{level: [M, steps]} the demand's own per-step quantiles at the action's levels and the
+        configured one (``oracle-quantile``; sampled on first use, each draw cached on disk)."""
+        if getattr(self, "_quantiles", None) is None:
+            c = self.config
+            if c.demand is not None or c.resample != "sampled":
+                raise DemandError(f"oracle-quantile needs demand sampled from a ServeGen workload "
+                                  f"(resample='sampled', no demand series given); this env has "
+                                  f"resample={c.resample!r}{' and its own demand series' if c.demand else ''}"
+                                  f" — use oracle-rate or hindsight")
+            self._quantiles = sampled_quantiles(
+                c.workload, self.models, c.scenario_spec.req_per_s, c.step_s,
+                levels=sorted({*self.codec.levels, c.planning_quantile}), steps=self.book.rates.shape[1])
+        return self._quantiles
 
     def decode(self, action: Any) -> list[Reoptimization]:
         """The re-optimization each model gets from ``action`` (either version's encoding)."""

@@ -36,6 +36,9 @@ crosses the rules with a menu of risks (:func:`rule_grid`'s ``risks``).
 - ``oracle-rate``: the same, for the trace's own underlying rate over the look-ahead instead of
   the sampled demand (a forecaster that knows the rate but not the sampling noise): with
   ``hindsight`` it splits the gap to the rules into "forecastable" and "noise".
+- ``oracle-quantile[@q]``: the same, for each step's q quantile of the demand sampled anew from
+  that rate (the realization unknown): the rule's own margin on a perfect forecast of the rate
+  and its noise, so the gap between a rule at q and it is the forecast's alone.
 """
 
 from __future__ import annotations
@@ -182,6 +185,19 @@ class OracleRate(Hindsight):
         return {"planning": "oracle-rate"}
 
 
+@dataclass
+class OracleQuantile(Hindsight):
+    """Re-plans every model every step for the maximum over the look-ahead of each step's
+    quantile, at its planning level (``@q``, else the env's), of the demand sampled anew from the
+    trace's own rate: the rule's margin on a forecast that knew the rate and its sampling noise,
+    but not the realization (a reference, not a policy)."""
+
+    name: str = "oracle-quantile"
+
+    def reset_options(self) -> dict[str, Any]:
+        return {"planning": "oracle-quantile"}
+
+
 RULES: dict[str, Callable[[int, PolicySpec], Policy]] = {
     "fixed": lambda n, s: FixedInterval(n, s.every or 0),
     "threshold": lambda n, s: Threshold(n, *s.band) if s.band else Threshold(n),
@@ -189,13 +205,14 @@ RULES: dict[str, Callable[[int, PolicySpec], Policy]] = {
     "never": lambda n, s: Never(n),
     "hindsight": lambda n, s: Hindsight(n),
     "oracle-rate": lambda n, s: OracleRate(n),
+    "oracle-quantile": lambda n, s: OracleQuantile(n),
 }
 
 
 def make_policy(spec: str | PolicySpec, n_models: int) -> Policy:
     """A rule policy from its name or spec: ``fixed:K``, ``threshold``, ``threshold:LOW:HIGH``,
-    ``grow:K`` (each with an optional ``@q`` planning level), ``never``, ``hindsight``,
-    ``oracle-rate``. Its ``name`` is the text as given (a spec's canonical text)."""
+    ``grow:K``, ``oracle-quantile`` (each with an optional ``@q`` planning level), ``never``,
+    ``hindsight``, ``oracle-rate``. Its ``name`` is the text as given (a spec's canonical text)."""
     parsed = parse_policy(spec)
     if not parsed.is_rule:
         raise UnknownNameError(f"unknown policy {str(spec).strip()!r}; valid: {POLICY_USAGE}"

@@ -16,6 +16,7 @@ the environment's configured level, :data:`DEFAULT_LEVEL` unless set):
 ``never``                       one plan for the day's peak
 ``hindsight``                   the true demand (a bound, not a policy)
 ``oracle-rate``                 the trace's own rate (a reference)
+``oracle-quantile[@q]``         the q quantile of the demand sampled from that rate (a reference)
 ``per-model:K1@q1[+R1],...``    model i fully every K_i steps at q_i (taking risk R_i), one entry per model
 ``learned:<model uri>``         a logged policy (an MLflow URI or ``name@alias`` / ``name/N``)
 ==============================  ==================================================================
@@ -63,13 +64,16 @@ Entry: TypeAlias = tuple[int, Level] | tuple[int, Level, Risk]
 # Re-optimization kinds, in the order of the Fleet-v1 action's codes.
 KINDS: tuple[str, ...] = ("hold", "full", "grow")
 # Rule kinds make_policy builds, and the kinds that take no argument and no level.
-RULE_KINDS: tuple[str, ...] = ("fixed", "threshold", "grow", "never", "hindsight", "oracle-rate")
+RULE_KINDS: tuple[str, ...] = ("fixed", "threshold", "grow", "never", "hindsight", "oracle-rate",
+                               "oracle-quantile")
 _BARE: tuple[str, ...] = ("never", "hindsight", "oracle-rate")
+_NO_ARGUMENT: tuple[str, ...] = (*_BARE, "oracle-quantile")  # a level, but no argument
 PER_MODEL_PREFIX = "per-model:"
 LEARNED_PREFIX = "learned:"
 
 POLICY_USAGE = ("fixed:K[@q] (K >= 1 steps), threshold[:LOW:HIGH][@q], grow:K[@q], never, hindsight, "
-                "oracle-rate; q a planning level in " + ", ".join(f"{q:g}" for q in PLANNING_LEVELS))
+                "oracle-rate, oracle-quantile[@q]; q a planning level in "
+                + ", ".join(f"{q:g}" for q in PLANNING_LEVELS))
 PER_MODEL_USAGE = ("per-model:K1@q1[+RISK1],K2@q2[+RISK2],... (one K@q per model, in the fleet's order, each "
                    "optionally with its risk, e.g. per-model:1@0.9+h0.85,f0.3,6@0.95)")
 RISK_SEPARATOR = "+"  # a rule's risk suffix: fixed:1@0.9+h0.7
@@ -328,7 +332,7 @@ def parse_policy(text: str | PolicySpec) -> PolicySpec:
                                f"{', learned:<model uri>' if kind == 'learned' else ''}")
     try:
         if kind in ("fixed", "grow") and len(args) != 1 or kind == "threshold" and len(args) not in (0, 2) \
-                or kind in _BARE and args:
+                or kind in _NO_ARGUMENT and args:
             raise ValueError("wrong number of arguments")
         if kind in _BARE and level is not None:
             raise ValueError(f"{kind} takes no planning level")
