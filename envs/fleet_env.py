@@ -472,8 +472,10 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                 grow: frozenset[str] = frozenset(), caps: dict[Pool, int] | None = None,
                 risk: dict[str, Risk] | None = None) -> PlanOutcome:
         caps = caps if caps is not None else self._planning_caps()
+        # an infeasible re-plan falls back to goodput mode and nobody reads why: naming the
+        # services short of capacity cost one small ILP per service, a third of a busy env's time
         return self.fleet.replan(self.state, models, demand, caps, grow=grow, factors=self._factors(),
-                                 risk=risk)
+                                 risk=risk, diagnose=False)
 
     def _observe(self) -> np.ndarray:
         g = self._g

@@ -392,12 +392,13 @@ class FleetModel:
     def replan(self, state: FleetState, models: frozenset[str], demand: np.ndarray,
                caps: Mapping[Pool, int], replanner: Replanner | None = None,
                grow: frozenset[str] = frozenset(), factors: Mapping[str, float] | None = None,
-               risk: Mapping[str, Risk] | None = None) -> PlanOutcome:
+               risk: Mapping[str, Risk] | None = None, diagnose: bool = True) -> PlanOutcome:
         """Re-optimize ``models`` for ``demand`` ([M, 2] tokens/s) within ``caps`` minus the nodes
         draining instances still hold, the others fixed at their planned counts; the ``grow``
         ones (a subset of ``models``) keep every planned instance and may only add. With
         ``factors`` (family -> learned capacity factor) it solves with corrected capacities; with
-        ``risk`` (model -> Risk) those models take that risk instead of the configured one."""
+        ``risk`` (model -> Risk) those models take that risk instead of the configured one;
+        ``diagnose`` as :meth:`Replanner.plan`'s."""
         if factors and replanner is None:
             replanner = self.corrected_replanner(factors)
         svc: dict[str, float] = {}
@@ -406,7 +407,8 @@ class FleetModel:
             svc[f"{m}/decode"] = float(demand[i, 1])
         drain = self.draining_by_cell(state)
         avail = {cell: max(0, n - drain.get(cell, 0)) for cell, n in caps.items()}
-        return (replanner or self.replanner).plan(models, svc, avail, state.planned(), grow=grow, risk=risk)
+        return (replanner or self.replanner).plan(models, svc, avail, state.planned(), grow=grow, risk=risk,
+                                                  diagnose=diagnose)
 
     def apply(self, state: FleetState, allocation: Allocation, rng: np.random.Generator | None = None) -> int:
         """Move ``state`` toward ``allocation`` with the config's transition (see

@@ -67,16 +67,20 @@ class Replanner:
 
     def plan(self, models: frozenset[str], demand: Mapping[str, float], availability: Mapping[Pool, int],
              running: Allocation, grow: frozenset[str] = frozenset(),
-             risk: Mapping[str, Risk] | None = None) -> PlanOutcome:
+             risk: Mapping[str, Risk] | None = None, diagnose: bool = True) -> PlanOutcome:
         """Re-optimize ``models`` for ``demand`` (tokens/s per service) within ``availability``;
         the ``grow`` models keep their running instances (a subset of ``models``); ``risk``
-        (model -> Risk) overrides the base problem's risk of those models."""
+        (model -> Risk) overrides the base problem's risk of those models. ``diagnose``: an
+        infeasible cost-mode solve's message names the services short of capacity (False: it
+        only says so, at no extra solve; the outcome is the same either way)."""
         rounded = {s: round_up(d, self.demand_round) for s, d in demand.items() if model_of(s) in models}
         grow = frozenset(grow) & frozenset(models)
         key: tuple[object, ...] = (tuple(sorted(models)), tuple(sorted(grow)), tuple(sorted(rounded.items())),
                                    running.counts, tuple(sorted(availability.items())))
         if risk:
             key += (tuple(sorted((m, r.label()) for m, r in risk.items())),)
+        if not diagnose:  # the same plan, a shorter message
+            key += ("undiagnosed",)
         if self.memoize:
             hit = self._memo.get(key)
             if hit is not None:
@@ -84,7 +88,7 @@ class Replanner:
                 self.hits += 1
                 return replace(hit, cached=True)
         self.misses += 1
-        outcome = self._solve(models, rounded, availability, running, grow, risk)
+        outcome = self._solve(models, rounded, availability, running, grow, risk, diagnose)
         if self.memoize:
             self._memo[key] = outcome
             if len(self._memo) > self.max_entries:
@@ -93,11 +97,12 @@ class Replanner:
 
     def _solve(self, models: frozenset[str], demand: Mapping[str, float],
                availability: Mapping[Pool, int], running: Allocation,
-               grow: frozenset[str] = frozenset(), risk: Mapping[str, Risk] | None = None) -> PlanOutcome:
+               grow: frozenset[str] = frozenset(), risk: Mapping[str, Risk] | None = None,
+               diagnose: bool = True) -> PlanOutcome:
         extra = {"risk": {**(self.base.risk or {}), **risk}} if risk else {}
         problem = self.base.with_changes(demand=demand, availability=availability, running=running,
                                          reoptimize=models, mode="cost", grow=grow, **extra)
-        res = solve_allocation(problem, warm_start=running)
+        res = solve_allocation(problem, warm_start=running, diagnose=diagnose)
         seconds = res.build_seconds + res.solve_seconds
         guarded = res.guard_resolves
         if res.allocation is not None and res.status in _SOLVED:

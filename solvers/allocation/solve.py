@@ -211,12 +211,21 @@ def _whole_node_start(problem: AllocationProblem, solver: str, decompose: bool) 
     return res.allocation if res.allocation is not None and res.allocation.counts else None
 
 
+UNDIAGNOSED = ("demand is infeasible in cost mode (not diagnosed; solve_allocation(..., diagnose=True) "
+               "names the services short of capacity)")
+
+
 def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | None = None,
-                     solver: str = "highs", decompose: bool = True) -> AllocationResult:
+                     solver: str = "highs", decompose: bool = True, diagnose: bool = True
+                     ) -> AllocationResult:
     """Solve the allocation ILP exactly (to ``problem.gap``) by row generation (module
     docstring). ``decompose``: solve a cost-mode round's independent blocks of services apart
-    (:mod:`~atoll.solvers.allocation.blocks`); False keeps every round one ILP. Never raises
-    for a failed solve: the result's status and message say what happened."""
+    (:mod:`~atoll.solvers.allocation.blocks`); False keeps every round one ILP. ``diagnose``: an
+    infeasible cost-mode problem's message names the services short of capacity
+    (:func:`~atoll.solvers.allocation.diagnosis.diagnose_infeasible`, one small ILP per service);
+    False says only that it is infeasible, for a caller that falls back to goodput mode and reads
+    no message (the simulator). Never raises for a failed solve: the result's status and message
+    say what happened."""
     if solver not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; valid solvers: {', '.join(SOLVERS)}")
     t0 = time.perf_counter()
@@ -249,7 +258,8 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
                           + "; ".join(inst.overused) + "; re-optimize them too")
         served_by = {problem.template(k).service.name for k in inst.free}
         if problem.mode == "cost" and any(s not in served_by for s in inst.services):
-            return result(SolveStatus.INFEASIBLE, None, diagnose_infeasible(inst))
+            why = diagnose_infeasible(inst) if diagnose else UNDIAGNOSED
+            return result(SolveStatus.INFEASIBLE, None, why)
         rows: set[tuple[str, str]] = set()
         for round_no in range(MAX_ROUNDS + 1):
             if round_no:
@@ -262,7 +272,7 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
             out = runner.round(inst)
             if out.allocation is None:
                 infeasible = out.status is SolveStatus.INFEASIBLE and problem.mode == "cost"
-                msg = diagnose_infeasible(inst) if infeasible else out.message
+                msg = (diagnose_infeasible(inst) if diagnose else UNDIAGNOSED) if infeasible else out.message
                 return result(out.status, None, msg)
             violated = _violated_rows(inst, out.allocation)
             if not violated:

@@ -29,6 +29,8 @@ def test_replanner_outcomes_are_proven_and_equal_cold_solves(seed: int) -> None:
         demand = {s: d * rng.uniform(0.5, 1.5) for s, d in base.demand.items()}
         avail = {rc: int(v) for rc, v in (base.availability or {}).items()}
         out = planner.plan(frozenset(base.models), demand, avail, running)
+        quiet = planner.plan(frozenset(base.models), demand, avail, running, diagnose=False)
+        assert (quiet.allocation, quiet.status, quiet.mode) == (out.allocation, out.status, out.mode)
         if out.allocation is None:
             continue
         problem = base.with_changes(demand=demand, availability=avail, running=running,

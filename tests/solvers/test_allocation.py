@@ -109,6 +109,9 @@ def test_infeasible_names_the_service_and_suggests_goodput():
     assert served.status is SolveStatus.OPTIMAL
     assert served.served["m/decode"] == pytest.approx(32.0)  # 8 small instances
     assert served.served_share["m"] == pytest.approx(0.32)
+    quiet = solve_allocation(problem, diagnose=False)  # the same verdict, without naming why
+    assert quiet.status is SolveStatus.INFEASIBLE and quiet.allocation is None
+    assert "not diagnosed" in quiet.message and "m/decode" not in quiet.message
 
 
 def test_service_without_templates_is_infeasible_by_name():
