@@ -9,7 +9,7 @@ and holds what the run needs to go on:
 - the PPO model (policy, value network, Adam state, step count; SB3's ``model.zip``);
 - the ``VecNormalize`` statistics (observation and return running means);
 - the early stop's state (best score, its parameters and statistics, the scores so far, the
-  evaluations without improvement) and the cloning's :class:`~atoll.training.train.CloneRecord`;
+  evaluations without improvement) and the cloning's :class:`~atoll.training.cloning.CloneRecord`;
 - the statistics gathered before PPO (``bootstrap_loss``, ``bootstrap_agreement``).
 
 A checkpoint is keyed by the run's settings key (environment and PPO parameters,

@@ -2,9 +2,9 @@
 
 The loop is SB3's own: ``PPO("MlpPolicy")`` on a ``SubprocVecEnv`` of FleetEnvs (one process
 per env: both cores of the target machine; ``DummyVecEnv`` with one env) wrapped in
-``VecNormalize`` (observations and rewards), on CPU with one torch thread. Env ``i`` meets demand
-realization ``demand_seed + i mod demand_seeds`` and days drawn from the training days, so the
-policy cannot memorize one day's demand.
+``VecNormalize`` (rewards; observations only with ``normalize_observations``), on CPU with one
+torch thread. Env ``i`` meets demand realization ``demand_seed + i mod demand_seeds`` and days
+drawn from the training days, so the policy cannot memorize one day's demand.
 
 Any FleetEnv config trains, ``atoll/Fleet-v2`` included (``atoll.envs.CLOSED_LOOP``: the world's
 capacities off the model, online correction, latency SLO and the observation's closed-loop block
@@ -21,7 +21,8 @@ behaviour cloning to a rule policy's actions (``bootstrap_rule``, default ``fixe
 fully every step at the configured level, the frontier's reference rule; chosen on validation
 days 8-10 of core/spot, where a clone of ``grow:12@0.7`` scored 1.22 against the frontier and
 one of ``fixed:1`` 1.00) on observations from the training days (cross-entropy on each model's
-action logits). PPO then starts from a policy on the frontier rather than from uniform codes.
+action logits; :mod:`atoll.training.cloning`). PPO then starts from a policy on the frontier
+rather than from uniform codes.
 
 Early stopping (optional, ``validate`` given and ``eval_every`` > 0): every ``eval_every`` steps
 the deterministic policy is scored by ``validate`` (lower is better: the contest's validation-day
@@ -42,7 +43,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
@@ -52,13 +52,19 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNorm
 
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
-from atoll.envs.policies import Policy, make_policy
+from atoll.envs.policies import Policy
 from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import AtollError, InputError
 from atoll.solvers.validation import check_fraction, check_integer, check_number
 from atoll.training import checkpoint as ckpt
 from atoll.training.checkpoint import CheckpointSpec
-from atoll.training.per_model import PerModelRule
+from atoll.training.cloning import (
+    CloneRecord,
+    TeacherAgreement,
+    bootstrap_teacher,
+    clone_rule,
+    moved_from_clone,
+)
 
 DEPLOYABLE_RULES = ("fixed", "threshold", "grow", "never")
 
@@ -253,32 +259,6 @@ class TrainingPolicy:
         return {}
 
 
-class TeacherAgreement:
-    """``policy`` acting as itself, counting the (step, model) pairs on which its action is what
-    ``teacher`` would do on the same observation: the clone's agreement on days it was not
-    cloned on (the validation days), at no extra simulation."""
-
-    def __init__(self, policy: TrainingPolicy, teacher: Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]
-                 ) -> None:
-        self.policy, self.teacher = policy, teacher
-        self.name, self.planning_quantile = policy.name, policy.planning_quantile
-        self.same = self.pairs = 0
-
-    def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
-        action = self.policy.act(observation, info)
-        expected = np.asarray(self.teacher(observation, info)).reshape(action.shape)
-        self.same += int(np.sum(action == expected))
-        self.pairs += action.size
-        return action
-
-    def reset_options(self) -> dict[str, Any]:
-        return self.policy.reset_options()
-
-    @property
-    def agreement(self) -> float:
-        return self.same / self.pairs if self.pairs else float("nan")
-
-
 class ValidationStop(BaseCallback):
     """Scores the policy every ``every`` steps with ``validate`` (lower is better), keeps the best
     parameters and normalization statistics, stops after ``patience`` scores without improvement."""
@@ -329,157 +309,6 @@ class ValidationStop(BaseCallback):
                 self.vec.obs_rms = self.best_state[1]
 
 
-def bootstrap_teacher(rule_spec: str, env: FleetEnv) -> Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]:
-    """The imitated rule as a function of (observation, info) returning ``env``'s action codes; an
-    InputError when the rule does not fit ``env`` (a level outside its action levels, a per-model
-    spec of another number of models)."""
-    if parse_policy(rule_spec).is_per_model:
-        per_model = PerModelRule.parse(rule_spec, len(env.models))
-        if env.config.action == "binary":
-            raise InputError(f"bootstrap rule {rule_spec!r} needs a per-model action (atoll/Fleet-v1 to "
-                             f"-v4), not MultiBinary")
-        missing = sorted({q for q in per_model.levels if q not in env.codec.levels})
-        if missing:
-            raise InputError(f"bootstrap rule {rule_spec!r} plans at {', '.join(f'{q:g}' for q in missing)}, "
-                             f"not among the env's action levels "
-                             f"{', '.join(f'{q:g}' for q in env.codec.levels)}; add them to action_levels")
-        absent = sorted({r.label() for r in per_model.risks if r not in env.codec.risks})
-        if absent:
-            raise InputError(f"bootstrap rule {rule_spec!r} takes risk {', '.join(absent)}, not among the "
-                             f"env's risk presets {', '.join(r.label() for r in env.codec.risks)}; clone it "
-                             f"on atoll/Fleet-v4 (action='risk') with a risk_menu that has it")
-        risks = per_model.risks or (None,) * len(per_model.levels)
-        codes = np.array([env.codec.encode("full", q, r)
-                          for q, r in zip(per_model.levels, risks, strict=True)], dtype=np.int64)
-        return lambda obs, info: np.where(per_model.act(obs, info) > 0, codes, 0)
-    rule = make_policy(rule_spec, len(env.models))
-    level = rule.planning_quantile
-    risk = getattr(rule, "risk", None)
-    if risk is not None and risk not in env.codec.risks:
-        raise InputError(f"bootstrap rule {rule_spec!r} takes risk {risk.label()!r}, not one of the env's "
-                         f"risk presets {', '.join(r.label() for r in env.codec.risks)}; clone it on "
-                         f"atoll/Fleet-v4 (action='risk'), whose menu has it")
-    if risk is not None:
-        return lambda obs, info: env.codec.relevel(rule.act(obs, info), level or env.codec.levels[0], risk)
-    if level is not None and level not in env.codec.levels:
-        raise InputError(f"bootstrap rule {rule_spec!r} plans at {level:g}, not one of the env's action "
-                         f"levels {', '.join(f'{q:g}' for q in env.codec.levels)}")
-    if level is not None and env.config.action == "binary" and level != env.codec.levels[0]:
-        raise InputError(f"bootstrap rule {rule_spec!r}: a MultiBinary env plans at "
-                         f"{env.codec.levels[0]:g} only; give the rule without @q")
-    if level is not None and env.config.action == "reopt":
-        return lambda obs, info: env.codec.relevel(rule.act(obs, info), level)
-    return rule.act
-
-
-def smoothed_targets(codes: np.ndarray, n_codes: int, smoothing: float) -> np.ndarray:
-    """One distribution over the ``n_codes`` codes per entry of ``codes`` (any shape): the code
-    itself with 1 - ``smoothing``, the same kind (full / grow) at each other (planning level, risk
-    preset) pair of the action (:class:`~atoll.envs.actions.ActionCodec`'s layout) with an equal
-    share of ``smoothing``; ``hold`` (0), or a code with no other pair, keeps all of it."""
-    codes = np.asarray(codes, dtype=np.int64)
-    target = np.zeros((*codes.shape, n_codes), dtype=np.float32)
-    levels = (n_codes - 1) // 2
-    flat, out = codes.reshape(-1), target.reshape(-1, n_codes)
-    for row, code in enumerate(flat):
-        if code == 0 or levels < 2 or smoothing == 0:
-            out[row, code] = 1.0
-            continue
-        j, kind = divmod(int(code) - 1, 2)
-        out[row, code] = 1.0 - smoothing
-        for other in range(levels):
-            if other != j:
-                out[row, 1 + 2 * other + kind] = smoothing / (levels - 1)
-    return target
-
-
-@dataclass(frozen=True)
-class CloneRecord:
-    """What the cloning saw and did: its raw observations, the rule's codes on them and the
-    clone's deterministic codes (what :func:`moved_from_clone` compares the trained policy with)."""
-
-    observations: np.ndarray
-    teacher: np.ndarray
-    clone: np.ndarray
-
-
-def _deterministic(model: BaseAlgorithm, vec: VecNormalize, raw: np.ndarray) -> np.ndarray:
-    """[N, M] the policy's deterministic codes (MultiBinary: bits) on raw observations."""
-    action, _ = model.predict(vec.normalize_obs(np.asarray(raw, dtype=np.float32)), deterministic=True)
-    return np.asarray(action, dtype=np.int64).reshape(len(raw), -1)
-
-
-def moved_from_clone(model: BaseAlgorithm, vec: VecNormalize, record: CloneRecord) -> dict[str, float]:
-    """How far the trained policy moved from its clone, on the cloning's observations (each
-    normalized with the statistics of its own time): the share of (observation, model) pairs
-    where its deterministic code differs from the clone's, and its agreement with the teacher."""
-    now = _deterministic(model, vec, record.observations)
-    return {"moved_from_clone": float(np.mean(now != record.clone)),
-            "teacher_agreement_after": float(np.mean(now == record.teacher))}
-
-
-def _bootstrap(model: PPO, vec: VecNormalize, env: FleetEnv, settings: TrainSettings,
-               tick: Callable[[int], None] | None) -> tuple[float, float, CloneRecord]:
-    """Behaviour cloning of ``settings.bootstrap_rule`` on ``env`` (a training env in this process);
-    returns the final training loss, the clone's agreement (the share of (observation, model)
-    pairs on which its deterministic action is the rule's) and its :class:`CloneRecord`."""
-    teacher = bootstrap_teacher(settings.bootstrap_rule, env)
-    discrete = isinstance(env.action_space, spaces.MultiDiscrete)
-    if settings.bootstrap_smoothing and not discrete:
-        raise InputError("TrainSettings: field 'bootstrap_smoothing' needs the reopt action "
-                         "(a MultiBinary env has one planning level)")
-    raw, acts = [], []
-    obs, info = env.reset()
-    for _ in range(settings.bootstrap_steps):
-        action = teacher(obs, info)
-        raw.append(obs)
-        acts.append(action)
-        if vec.norm_obs:  # the statistics PPO will normalize with start from these
-            vec.obs_rms.update(obs[None, :])
-        obs, _, term, trunc, info = env.step(action)
-        if term or trunc:
-            obs, info = env.reset()
-        if tick is not None:
-            tick(1)
-    x = torch.as_tensor(vec.normalize_obs(np.asarray(raw, dtype=np.float32)))
-    n_codes = int(env.action_space.nvec[0]) if isinstance(env.action_space, spaces.MultiDiscrete) else 2
-    codes = np.asarray(acts, dtype=np.int64)
-    y = torch.as_tensor(smoothed_targets(codes, n_codes, settings.bootstrap_smoothing) if discrete
-                        else codes.astype(np.float32))
-    policy = model.policy
-    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
-    bce = torch.nn.BCEWithLogitsLoss()
-    ce = torch.nn.CrossEntropyLoss()  # with class probabilities as targets: soft cross-entropy
-
-    def logits_of(batch: torch.Tensor) -> torch.Tensor:
-        features = policy.extract_features(batch, policy.pi_features_extractor)
-        assert isinstance(features, torch.Tensor)  # MlpPolicy shares one extractor
-        return policy.action_net(policy.mlp_extractor.forward_actor(features))
-
-    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        if not discrete:
-            return bce(logits, target)
-        return ce(logits.reshape(-1, n_codes), target.reshape(-1, n_codes))  # one categorical per model
-
-    batches = -(-len(x) // 256)
-    epochs = max(settings.bootstrap_epochs, -(-settings.bootstrap_min_updates // batches))
-    loss = torch.tensor(0.0)
-    gen = torch.Generator().manual_seed(model.seed or 0)
-    for _ in range(epochs):
-        for idx in torch.randperm(len(x), generator=gen).split(256):
-            loss = loss_fn(logits_of(x[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    with torch.no_grad():
-        logits = logits_of(x)
-        chosen = (logits.reshape(len(x), -1, n_codes).argmax(-1).numpy() if discrete
-                  else (logits > 0).numpy().astype(np.int64))
-    record = CloneRecord(np.asarray(raw, dtype=np.float32), codes.reshape(len(x), -1),
-                         np.asarray(chosen, dtype=np.int64).reshape(len(x), -1))
-    return float(loss.detach()), float(np.mean(chosen == codes)), record
-
-
 def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger | None = None,
                  tick: Callable[[int], None] | None = None,
                  validate: Callable[[Policy], float] | None = None,
@@ -523,7 +352,10 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
         local = FleetEnv(env_config(config, 0, settings.demand_seeds))
         local.reset(seed=settings.seed)
         teacher = bootstrap_teacher(settings.bootstrap_rule, local)
-        loss, agreement, record = _bootstrap(model, vec, local, settings, tick)
+        loss, agreement, record = clone_rule(model, vec, local, rule=settings.bootstrap_rule,
+                                             steps=settings.bootstrap_steps, epochs=settings.bootstrap_epochs,
+                                             min_updates=settings.bootstrap_min_updates,
+                                             smoothing=settings.bootstrap_smoothing, tick=tick)
         stats["bootstrap_loss"], stats["bootstrap_agreement"] = loss, agreement
         vec.reset()
     elif resumed is not None and tick is not None:

@@ -32,7 +32,8 @@ def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int
                  ) -> tuple[FleetConfig, TrainSettings]:
     """The environment and PPO settings the options describe, all validated before MLflow starts
     a run, so bad input leaves no FAILED run (shared with ``atoll demo``)."""
-    from atoll.training.train import TrainSettings, bootstrap_teacher  # torch: only when training
+    from atoll.training.cloning import bootstrap_teacher  # torch: only when training
+    from atoll.training.train import TrainSettings
 
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps,

@@ -13,9 +13,9 @@ from atoll.envs.policies import make_policy, rule_grid
 from atoll.envs.vocabulary import PolicySpec, Reoptimization, parse_policy, parse_risk
 from atoll.solvers.errors import InputError, UnknownNameError
 from atoll.solvers.problem import Risk
+from atoll.training.cloning import bootstrap_teacher
 from atoll.training.evaluate import env_at_level
 from atoll.training.per_model import fixed_option
-from atoll.training.train import bootstrap_teacher
 
 RISKY = ["fixed:1+h0.7", "fixed:3@0.95+h0.85", "threshold:0.5:1@0.9+h0.85,s0.5", "threshold+f0.3",
          "grow:6@0.9+h0.7", "never+h0.7", "hindsight+h0.7", "oracle-rate+h0.85,s0.5,f0.2"]

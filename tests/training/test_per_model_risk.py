@@ -14,6 +14,7 @@ from atoll.envs.rollout import run_policy
 from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk
+from atoll.training.cloning import bootstrap_teacher
 from atoll.training.evaluate import env_at_level, resolve_policy
 from atoll.training.per_model import (
     MODEL_KEYS,
@@ -25,7 +26,6 @@ from atoll.training.per_model import (
     model_key,
     model_table,
 )
-from atoll.training.train import bootstrap_teacher
 
 H07 = Risk(headroom=0.7)
 

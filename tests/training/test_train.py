@@ -122,7 +122,7 @@ def test_bootstrap_rule_is_cloned_and_validated() -> None:
 
 
 def test_smoothed_targets_spread_over_the_same_kind_at_other_levels() -> None:
-    from atoll.training.train import smoothed_targets
+    from atoll.training.cloning import smoothed_targets
 
     # 3 levels: codes 0 hold, 1/2 full/grow at level 0, 3/4 at level 1, 5/6 at level 2
     t = smoothed_targets(np.array([[0, 1], [4, 5]]), 7, 0.2)
