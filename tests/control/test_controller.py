@@ -308,7 +308,8 @@ class TimedOutReplanner:
     def __init__(self, allocation: Allocation | None) -> None:
         self.allocation = allocation
 
-    def plan(self, models, demand, availability, running, grow=frozenset(), risk=None) -> PlanOutcome:  # noqa: ANN001
+    def plan(self, models, demand, availability, running, grow=frozenset(), risk=None,  # noqa: ANN001
+             diagnose=True) -> PlanOutcome:  # noqa: ANN001
         status = SolveStatus.FEASIBLE_TIME_LIMIT if self.allocation else SolveStatus.ERROR
         return PlanOutcome(self.allocation, status, "cost" if self.allocation else "hold", 10.0, False,
                            "time limit reached" + ("" if self.allocation else " without a feasible plan"))

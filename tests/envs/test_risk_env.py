@@ -31,8 +31,9 @@ def test_applied_plans_keep_the_spread() -> None:
     inner = replanner._solve
     checked: list[bool] = []
 
-    def solve_and_check(models, demand, availability, running, grow=frozenset(), risk=None):  # type: ignore[no-untyped-def]
-        out = inner(models, demand, availability, running, grow, risk)
+    def solve_and_check(models, demand, availability, running, grow=frozenset(), risk=None,  # type: ignore[no-untyped-def]
+                        diagnose=True):
+        out = inner(models, demand, availability, running, grow, risk, diagnose)
         if out.allocation is not None and out.mode == "cost":
             problem = replanner.base.with_changes(demand=demand, availability=availability,
                                                   running=running, reoptimize=models, grow=grow)
