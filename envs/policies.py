@@ -38,7 +38,8 @@ crosses the rules with a menu of risks (:func:`rule_grid`'s ``risks``).
   ``hindsight`` it splits the gap to the rules into "forecastable" and "noise".
 - ``oracle-quantile[@q]``: the same, for each step's q quantile of the demand sampled anew from
   that rate (the realization unknown): the rule's own margin on a perfect forecast of the rate
-  and its noise, so the gap between a rule at q and it is the forecast's alone.
+  and its noise. A rule at q differs from it only through its forecast (its error, and the
+  wider band that error gives the rule's q quantile).
 """
 
 from __future__ import annotations
