@@ -79,6 +79,12 @@ class Resumed:
     record: Any
 
 
+def obs_stats(vec: VecNormalize) -> Any:
+    """The observation statistics ``vec`` normalizes with (None when it passes observations
+    through: SB3 keeps no ``obs_rms`` then)."""
+    return vec.obs_rms if vec.norm_obs else None
+
+
 def save(spec: CheckpointSpec, model: PPO, vec: VecNormalize, *, stats: dict[str, float],
          stop: dict[str, Any] | None, record: Any) -> Path:
     """Write a checkpoint of the run at ``model.num_timesteps`` and make it current; returns its folder."""
@@ -89,8 +95,7 @@ def save(spec: CheckpointSpec, model: PPO, vec: VecNormalize, *, stats: dict[str
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     model.save(partial / "model.zip")
-    obs_rms = vec.obs_rms if vec.norm_obs else None  # SB3 keeps none when it passes observations through
-    state = {"format": FORMAT, "key": spec.key, "steps": steps, "obs_rms": obs_rms,
+    state = {"format": FORMAT, "key": spec.key, "steps": steps, "obs_rms": obs_stats(vec),
              "ret_rms": vec.ret_rms, "stats": dict(stats), "stop": stop, "record": record}
     with open(partial / "state.pkl", "wb") as fh:
         pickle.dump(state, fh)

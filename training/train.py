@@ -234,12 +234,6 @@ def make_vec_env(config: FleetConfig, n_envs: int, seed: int, gamma: float, dema
     return VecNormalize(vec, norm_obs=normalize_observations, norm_reward=True, gamma=gamma)
 
 
-def obs_stats(vec: VecNormalize) -> Any:
-    """The observation statistics ``vec`` normalizes with (None when it passes observations
-    through: SB3 keeps no ``obs_rms`` then)."""
-    return vec.obs_rms if vec.norm_obs else None
-
-
 class TrainingPolicy:
     """The policy being trained, with the rule policies' interface (deterministic actions on
     observations normalized with the current statistics)."""
@@ -286,7 +280,7 @@ class ValidationStop(BaseCallback):
         if score < self.best - 1e-9:
             self.best, self._bad = score, 0
             self.best_state = (copy.deepcopy(self.model.policy.state_dict()),
-                               copy.deepcopy(obs_stats(self.vec)))
+                               copy.deepcopy(ckpt.obs_stats(self.vec)))
         else:
             self._bad += 1
         return self._bad < self.patience
@@ -372,7 +366,7 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
             clone = TeacherAgreement(TrainingPolicy(model, vec), teacher)
             stop.best = float(validate(clone))
             stats["clone_validation_agreement"] = clone.agreement
-            stop.best_state = (copy.deepcopy(model.policy.state_dict()), copy.deepcopy(obs_stats(vec)))
+            stop.best_state = (copy.deepcopy(model.policy.state_dict()), copy.deepcopy(ckpt.obs_stats(vec)))
             stop.scores.append((0, stop.best))
             vec.training = True
             if note is not None:
