@@ -14,7 +14,7 @@ the environment's configured level, :data:`DEFAULT_LEVEL` unless set):
 ``threshold[:LOW:HIGH][@q]``    a model whose forecast / planned capacity leaves [LOW, HIGH]
 ``grow:K[@q]``                  a grow every step, a full re-plan every K-th
 ``never``                       one plan for the day's peak
-``hindsight``                   the true demand (a bound, not a policy)
+``hindsight``                   the realized demand (a reference, not a policy)
 ``oracle-rate``                 the trace's own rate (a reference)
 ``oracle-quantile[@q]``         the q quantile of the demand sampled from that rate (a reference)
 ``per-model:K1@q1[+R1],...``    model i fully every K_i steps at q_i (taking risk R_i), one entry per model

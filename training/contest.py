@@ -71,7 +71,7 @@ class ContestSettings:
     ``risks`` (risk labels, ``neutral`` the rule without a ``+RISK``); ``lost_usd_per_mtok`` the
     price of a million tokens not served within SLO in the effective cost (None: the reward's
     ``unserved_usd_per_mtok``); ``workers`` rule processes (1: run in this process);
-    ``hindsight`` runs the hindsight bound on the test days too (it re-solves every step: the
+    ``hindsight`` runs the hindsight reference on the test days too (it re-solves every step: the
     costliest policy on a large fleet); ``per_model_targets`` SLO targets of the per-model
     reference (:mod:`atoll.training.per_model`; 0: only its least-effective-cost assignment),
     ``per_model_passes`` its coordinate-descent passes; ``ray_address`` runs the rules as Ray
