@@ -153,10 +153,20 @@ def main() -> None:
                         help="also merge each finished cell, with this run's settings, into this JSON "
                              "(one key per cell: benchmarks/results/policy.json gathers every cell "
                              "measured; a cell measured again replaces its key)")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="FILE[=SUFFIX]",
+                        help="run nothing: copy every cell of these earlier documents of this script, with "
+                             "their settings and the file's name, into --into (SUFFIX is appended to the "
+                             "file's cell keys, to keep two attempts at one cell apart)")
     parser.add_argument("--grid-only", action="store_true",
                         help="run (or read) each cell's validation grid into the cache and stop there: "
                              "a later run of the same cell reads it")
     args = parser.parse_args()
+    if args.merge is not None:
+        if args.into is None:
+            raise SystemExit("--merge copies cells into the document --into names; add --into FILE")
+        merged = merge_documents(args.into, args.merge)
+        print(json.dumps({"into": str(args.into), "merged": merged}, indent=2))
+        return
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = ContestSettings(
         validation_days=_days(args.validation_days), test_days=_days(args.test_days), seeds=args.seeds,
@@ -194,6 +204,30 @@ def merge_cell(path: Path, key: str, cell: dict[str, object]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2, default=str))
     tmp.replace(path)
+
+
+def merge_documents(into: Path, specs: list[str]) -> dict[str, str]:
+    """Copy every cell (a key whose value has a ``headline``) of each earlier document of this
+    script into ``into`` (:func:`merge_cell`), with the document's ``settings`` and its file name
+    as ``source``; ``FILE=SUFFIX`` appends SUFFIX to the file's keys. Returns key -> file."""
+    merged: dict[str, str] = {}
+    for spec in specs:
+        name, _, suffix = spec.partition("=")
+        path = Path(name)
+        if not path.is_file():
+            raise SystemExit(f"--merge: no file {path}; give documents this script wrote (--out)")
+        try:
+            doc = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"--merge: {path} is not JSON ({exc})") from exc
+        cells = {k: v for k, v in doc.items() if isinstance(v, dict) and "headline" in v} \
+            if isinstance(doc, dict) else {}
+        if not cells:
+            raise SystemExit(f"--merge: {path} holds no contest cell (a key with a 'headline')")
+        for key, value in cells.items():
+            merge_cell(into, key + suffix, {**value, "settings": doc.get("settings"), "source": path.name})
+            merged[key + suffix] = path.name
+    return merged
 
 
 def _load() -> list[float]:
