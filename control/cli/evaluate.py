@@ -201,6 +201,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--per-model-passes", type=int, default=3,
                    help="--rules grid: coordinate-descent passes over the models")
     e.add_argument("--no-hindsight", action="store_true",
-                   help="--rules grid: skip the hindsight reference on the test days (it re-solves every step)")
+                   help="--rules grid: skip the hindsight reference on the test days (it re-solves every "
+                        "step)")
     add_env_id_option(e)
     e.set_defaults(handler=cmd_evaluate)
