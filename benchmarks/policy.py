@@ -40,6 +40,8 @@ Beside the one-rule frontier the contest reports the per-model
 reference (coordinate descent on the validation days, :mod:`atoll.training.per_model`) and both
 ratios against it. Every cell records ``os.getloadavg()`` before and after each phase; the
 document is rewritten after every cell (``--out``), so an interrupted run keeps what it measured.
+``--merge FILE[=SUFFIX] ... --into benchmarks/results/policy.json`` runs nothing: it copies the
+cells of earlier documents into the one document that gathers every cell.
 """
 
 from __future__ import annotations
