@@ -249,6 +249,9 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
             out = replace(out, packing=pack_plan(problem, allocation))
         return out
 
+    def why_infeasible(inst: RoundInstance) -> str:
+        return diagnose_infeasible(inst) if diagnose else UNDIAGNOSED
+
     try:
         keep = frozenset(k for k, _ in warm_start.counts) if warm_start is not None else frozenset()
         inst = RoundInstance(problem, frozenset(), keep)
@@ -258,8 +261,7 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
                           + "; ".join(inst.overused) + "; re-optimize them too")
         served_by = {problem.template(k).service.name for k in inst.free}
         if problem.mode == "cost" and any(s not in served_by for s in inst.services):
-            why = diagnose_infeasible(inst) if diagnose else UNDIAGNOSED
-            return result(SolveStatus.INFEASIBLE, None, why)
+            return result(SolveStatus.INFEASIBLE, None, why_infeasible(inst))
         rows: set[tuple[str, str]] = set()
         for round_no in range(MAX_ROUNDS + 1):
             if round_no:
@@ -272,7 +274,7 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
             out = runner.round(inst)
             if out.allocation is None:
                 infeasible = out.status is SolveStatus.INFEASIBLE and problem.mode == "cost"
-                msg = (diagnose_infeasible(inst) if diagnose else UNDIAGNOSED) if infeasible else out.message
+                msg = why_infeasible(inst) if infeasible else out.message
                 return result(out.status, None, msg)
             violated = _violated_rows(inst, out.allocation)
             if not violated:
