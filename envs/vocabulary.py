@@ -19,6 +19,7 @@ the environment's configured level, :data:`DEFAULT_LEVEL` unless set):
 ``oracle-quantile[@q]``         the q quantile of the demand sampled from that rate (a reference)
 ``per-model:K1@q1[+R1],...``    model i fully every K_i steps at q_i (taking risk R_i), one entry per model
 ``learned:<model uri>``         a logged policy (an MLflow URI or ``name@alias`` / ``name/N``)
+``learned:file:PATH``           a policy file (a folder with its card, model and statistics)
 ==============================  ==================================================================
 
 Any rule may end in ``+RISK``, the risk its re-plans take for every model

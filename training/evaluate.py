@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from atoll.envs.rollout import RESULT_COLUMNS, TOTAL_KEYS, Episode, result_cells
 from atoll.envs.vocabulary import PolicySpec, parse_policy
 from atoll.solvers.errors import InputError
 from atoll.training.per_model import PerModelRule
+from atoll.training.policy_file import FILE_PREFIX, FilePolicy
 from atoll.training.registry import FleetSpaces, check_fits, fleet_policy_uri
 
 SUMMARY_KEYS: tuple[str, ...] = (*TOTAL_KEYS, "solves", "preemptions", "goodput_tokens", "demand_tokens")
@@ -33,7 +35,8 @@ def seed_value(seed: int) -> int:
 
 def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces | None = None) -> Policy:
     """``learned:<model uri>`` loads a logged policy (``learned:atoll-trigger-core@champion`` and
-    ``learned:atoll-trigger-core/3`` name registered versions: ``models:/...``); anything else is a
+    ``learned:atoll-trigger-core/3`` name registered versions: ``models:/...``), ``learned:file:PATH``
+    a policy file (:mod:`atoll.training.policy_file`, no MLflow needed); anything else is a
     rule (atoll.envs.policies) or a per-model rule assignment (``per-model:K@q,...``,
     :mod:`atoll.training.per_model`).
 
@@ -42,6 +45,11 @@ def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces 
     (``atoll-trigger-<fleet>``), and a policy whose observation or action space does not fit the
     fleet is an InputError naming both."""
     parsed = parse_policy(spec)
+    if parsed.is_learned and parsed.uri.startswith(FILE_PREFIX):
+        policy_file = FilePolicy(Path(parsed.uri.removeprefix(FILE_PREFIX)), name=str(spec))
+        check_fits(parsed.uri, policy_file.metadata, fleet or FleetSpaces(
+            policy_file.card.fleet, n_models, (policy_file.card.observation_size,)))
+        return policy_file
     if parsed.is_learned:
         from atoll.training.policy_model import load_policy
 
@@ -120,7 +128,8 @@ def evaluate_policies(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int
     """Run each policy over ``days`` for seeds 0..seeds-1."""
     if seeds < 1:
         raise InputError(f"seeds must be >= 1, got {seeds}")
-    policies = [resolve_policy(s, len(env.models)) for s in specs]
+    spaces = FleetSpaces.of_env(env)
+    policies = [resolve_policy(s, len(env.models), fleet=spaces) for s in specs]
     results = []
     levels: dict[float, FleetEnv] = {}
     for spec, policy in zip(specs, policies, strict=True):

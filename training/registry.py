@@ -81,12 +81,14 @@ class FleetSpaces:
     """What a policy must fit to act on a fleet: ``fleet`` its name (:func:`fleet_name`),
     ``n_models`` codes per action, ``observation_sizes`` the observation sizes the fleet can give
     (the env: its own; the controller: the ``Fleet-v1`` and ``Fleet-v2`` sizes), ``n_codes`` the
-    codes per model (None: not checked, e.g. a controller that decodes any level)."""
+    codes per model (None: not checked, e.g. a controller that decodes any level), ``env_ids`` the
+    registered envs whose policies it runs (empty: not checked)."""
 
     fleet: str
     n_models: int
     observation_sizes: tuple[int, ...]
     n_codes: int | None = None
+    env_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.fleet:
@@ -108,7 +110,7 @@ class FleetSpaces:
         nvec = getattr(env.action_space, "nvec", None)
         c = env.config
         return cls(fleet_name(c.scenario, c.models, c.scenario_spec.models), len(env.models),
-                   (int(shape[0]),), int(nvec[0]) if nvec is not None else 2)
+                   (int(shape[0]),), int(nvec[0]) if nvec is not None else 2, (env_id(c),))
 
     @classmethod
     def of_live_fleet(cls, fleet: Any) -> FleetSpaces:
@@ -118,20 +120,40 @@ class FleetSpaces:
         from atoll.envs.observation import observation_size
 
         m, g = len(fleet.models), len(fleet.gpu_types)
+        from atoll.envs import ENV_ID, ENV_ID_V0, ENV_ID_V2
+
         return cls(fleet_name(fleet.scenario, fleet.models, fleet.config.scenario_spec.models), m,
-                   (observation_size(m, g), observation_size(m, g, closed_loop=True)))
+                   (observation_size(m, g), observation_size(m, g, closed_loop=True)),
+                   env_ids=(ENV_ID_V0, ENV_ID, ENV_ID_V2))
 
     def describe(self) -> str:
         sizes = " or ".join(str(n) for n in self.observation_sizes)
         codes = f", {self.n_codes} action codes per model" if self.n_codes is not None else ""
-        return f"fleet {self.fleet!r} ({self.n_models} models, observations of {sizes} features{codes})"
+        envs = f", {' or '.join(self.env_ids)}" if self.env_ids else ""
+        return f"fleet {self.fleet!r} ({self.n_models} models, observations of {sizes} features{codes}{envs})"
+
+
+def env_id(config: Any) -> str:
+    """The registered env a :class:`~atoll.envs.config.FleetConfig` is: ``atoll/Fleet-v4`` (the
+    action with a risk preset), ``atoll/Fleet-v3`` (the observation of risk), ``atoll/Fleet-v2``
+    (the reopt action with the closed-loop observation), ``atoll/Fleet-v1`` or ``atoll/Fleet-v0``
+    (MultiBinary)."""
+    from atoll.envs import ENV_ID, ENV_ID_V0, ENV_ID_V2, ENV_ID_V3, ENV_ID_V4
+
+    if config.action == "risk":
+        return ENV_ID_V4
+    if config.action != "reopt":
+        return ENV_ID_V0
+    if config.observation == "v3":
+        return ENV_ID_V3
+    return ENV_ID_V2 if config.observation == "v2" else ENV_ID
 
 
 def describe_policy(uri: str, metadata: Mapping[str, Any]) -> str:
     """A loaded policy's fleet and spaces as its metadata records them."""
     codes = metadata.get("action_codes")
     fleet = metadata.get("fleet") or metadata.get("scenario", "?")
-    return (f"policy {uri!r} (fleet {fleet!r}, {metadata.get('env_id', 'an unknown env')}: "
+    return (f"policy {uri!r} (fleet {fleet!r}, {metadata.get('env_id') or 'an unknown env'}: "
             f"{metadata.get('n_models', '?')} models, observations of "
             f"{metadata.get('observation_size', '?')} features"
             + (f", {len(codes)} action codes per model" if codes else "") + ")")
@@ -150,6 +172,9 @@ def check_fits(uri: str, metadata: Mapping[str, Any], spaces: FleetSpaces) -> No
         wrong.append("observation size")
     if codes and spaces.n_codes is not None and len(codes) != spaces.n_codes:
         wrong.append("action codes per model")
+    trained_on = metadata.get("env_id")
+    if trained_on and spaces.env_ids and trained_on not in spaces.env_ids:
+        wrong.append("env id")
     if wrong:
         raise InputError(f"{describe_policy(uri, metadata)} does not fit {spaces.describe()}: "
                          f"{', '.join(wrong)} differ; use the fleet's own policy "

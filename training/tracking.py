@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import io
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +28,18 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from atoll.envs import ENV_ID, ENV_ID_V0, ENV_ID_V2, ENV_ID_V3, ENV_ID_V4
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
 from atoll.envs.vocabulary import format_level, parse_policy
 from atoll.solvers.paths import cache_root
-from atoll.training.checkpoint import CheckpointSpec
+from atoll.training import checkpoint as ckpt
 from atoll.training.evaluate import PolicyResult, comparison_rows, evaluate_policies, markdown_table
 from atoll.training.mlflow_output import make_logger
+from atoll.training.policy_file import PolicyCard, write_policy_file
 from atoll.training.policy_model import log_policy
-from atoll.training.registry import CHAMPION, PREFIX, fleet_name, registered_name
+from atoll.training.registry import CHAMPION, PREFIX, env_id, fleet_name, registered_name
+from atoll.training.run_folder import RunFolder, identity, run_status
 from atoll.training.train import TrainSettings, train_policy
 
 EXPERIMENT = "atoll"
@@ -71,8 +75,8 @@ REUSE_TAG = "atoll.settings_key"
 
 
 def checkpoint_folder(key: str) -> Path:
-    """Where the training run of settings key ``key`` keeps its checkpoints: ``training/<key>``
-    under the cache root (``$ATOLL_CACHE_DIR`` or the user's cache folder)."""
+    """The run folder of a training run asked for checkpoints without a run folder of its own:
+    ``training/<key>`` under the cache root (``$ATOLL_CACHE_DIR`` or the user's cache folder)."""
     return cache_root() / "training" / key
 
 
@@ -99,19 +103,6 @@ def _log_correction(episodes: Sequence[Any]) -> None:
     if last:
         mlflow.log_metrics({"correction_families": float(len(last)), "correction_factor_min": min(last),
                             "correction_factor_max": max(last)})
-
-
-def env_id(config: FleetConfig) -> str:
-    """The registered env a config is: ``atoll/Fleet-v2`` (the reopt action with the closed-loop
-    observation), ``atoll/Fleet-v1`` or ``atoll/Fleet-v0`` (MultiBinary); ``atoll/Fleet-v3`` (the
-    observation of risk) and ``atoll/Fleet-v4`` (the action with a risk preset)."""
-    if config.action == "risk":
-        return ENV_ID_V4
-    if config.action != "reopt":
-        return ENV_ID_V0
-    if config.observation == "v3":
-        return ENV_ID_V3
-    return ENV_ID_V2 if config.observation == "v2" else ENV_ID
 
 
 def config_params(config: FleetConfig) -> dict[str, str]:
@@ -173,26 +164,76 @@ def crown(spec: str, validation: Mapping[str, float]) -> str | None:
     return f"{name}/{version}"
 
 
+def data_hash(config: FleetConfig) -> str:
+    """sha256 (16 hex digits) of the demand the env samples on the config's days: the training
+    data a policy card names."""
+    book = FleetEnv(config).book
+    first, last = config.days
+    per_day = book.steps_per_day
+    digest = hashlib.sha256(np.ascontiguousarray(book.rates[:, (first - 1) * per_day: last * per_day],
+                                                 dtype=np.float64).tobytes())
+    digest.update(json.dumps(list(book.models)).encode())
+    return digest.hexdigest()[:16]
+
+
+def policy_card(config: FleetConfig, settings: TrainSettings, *, observation_size: int, steps: int,
+                selected: str, validation_score: float | None, command: str, created: str,
+                digest: str) -> PolicyCard:
+    """The card of a policy trained with ``config`` and ``settings``."""
+    models = tuple(config.models or config.scenario_spec.models)
+    codec = config.action_codec
+    return PolicyCard(
+        env_id=env_id(config), observation=config.observation, observation_size=observation_size,
+        action=config.action if config.action in ("reopt", "risk") else "multibinary",
+        action_codes=tuple(codec.names() if config.action in ("reopt", "risk") else ("hold", "full")),
+        fleet=fleet_name(config.scenario, config.models, config.scenario_spec.models), models=models,
+        scenario=config.scenario, availability=config.availability,
+        world=config_params(config),
+        train_days=(int(config.days[0]), int(config.days[1])), demand_seeds=settings.demand_seeds,
+        data_hash=digest, steps=steps, bootstrap_steps=settings.bootstrap_steps, selected=selected,
+        validation_score=validation_score, command=command, git_commit=git_commit(), created=created)
+
+
+def _utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, str] | None = None,
               tick: Callable[[int], None] | None = None,
               validate: Callable[[Any], float] | None = None,
-              note: Callable[[str], None] | None = None, checkpoint_every: int = 0) -> dict[str, Any]:
+              note: Callable[[str], None] | None = None, checkpoint_every: int = 0,
+              run_dir: Path | None = None, command: str = "",
+              now: Callable[[], str] = _utc_now) -> dict[str, Any]:
     """Train and log: params, SB3 learning curves, the policy as one pyfunc model, registered as
-    a version of ``atoll-trigger`` (its signature and metadata say what it takes and returns).
+    a version of ``atoll-trigger-<fleet>`` (its signature and metadata say what it takes and
+    returns), and the same policy as a policy file (:mod:`atoll.training.policy_file`) among the
+    run's artifacts (``policy_file/``).
 
-    ``checkpoint_every`` > 0 saves the run's state every that many PPO steps under
-    :func:`checkpoint_folder` and resumes a stopped run of the same settings from it (the new
-    MLflow run is tagged ``atoll.resumed_at`` with the PPO steps it went on from; the stopped
-    run's learning curves stay in its own run)."""
+    ``run_dir`` (or, without it, ``checkpoint_every`` > 0: a folder under the cache root) is the
+    run's folder (:mod:`atoll.training.run_folder`): checkpoints every ``checkpoint_every`` PPO
+    steps (0: only at the end), resumed when the same run is asked again (a larger budget goes
+    on from the last one; the new MLflow run is tagged ``atoll.resumed_at``), and the finished
+    command's ``policy-best`` and ``policy-last`` files. ``command`` is recorded on the cards;
+    ``now`` gives their time."""
     params = _train_params(config, settings)
     key = settings_key(params)
-    checkpoint = CheckpointSpec(checkpoint_folder(key), key, checkpoint_every) if checkpoint_every else None
+    run_key = settings_key(identity(params))
+    folder = None
+    if run_dir is not None or checkpoint_every:
+        where = Path(run_dir) if run_dir is not None else checkpoint_folder(run_key)
+        folder = RunFolder.open(where, params, run_key, command=command)
+    checkpoint = folder.checkpoint_spec(checkpoint_every or sys.maxsize) if folder is not None else None
     experiment = configure()
+    earlier = run_status(folder.path).get("mlflow_runs", []) if folder is not None else []
     with mlflow.start_run(experiment_id=experiment, run_name=f"train-{config.scenario}",
                           tags={"atoll.kind": "train", **(tags or {})}) as run:
         run_id = run.info.run_id
         mlflow.log_params(params)
         mlflow.set_tag(REUSE_TAG, key)  # what train_or_reuse looks runs up by
+        if folder is not None:
+            mlflow.set_tag("atoll.run_dir", str(folder.path))
+            folder.write_status({"state": "running", "timesteps": settings.timesteps,
+                                 "mlflow_runs": [*earlier, run_id], "updated": now()})
         model, vec, stats = train_policy(config, settings, logger=make_logger(run_id, extra_formats=()),
                                          tick=tick, validate=validate, note=note, checkpoint=checkpoint)
         if "resumed_at" in stats:
@@ -218,7 +259,29 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
         registered = register_policy(uri, {"scenario": config.scenario, "availability": config.availability,
                                            "run_id": run_id}, fleet)
         mlflow.set_tag("atoll.registered", registered.removeprefix("models:/"))
-    return {"run_id": run_id, "model_uri": uri, "registered": registered, "fleet": fleet, **stats}
+        steps = int(model.num_timesteps)
+        card = functools.partial(policy_card, config, settings, observation_size=size, command=command,
+                                 created=now(), digest=data_hash(config))
+        best_score = stats.get("validation_best")
+        with tempfile.TemporaryDirectory(prefix="atoll-policy-file-") as tmp:
+            best = folder.best if folder is not None else Path(tmp) / "policy"
+            write_policy_file(best, card(steps=steps, selected="best", validation_score=best_score),
+                              model=model, obs_rms=ckpt.obs_stats(vec))
+            mlflow.log_artifacts(str(best), artifact_path="policy_file")
+        result = {"run_id": run_id, "model_uri": uri, "registered": registered, "fleet": fleet, **stats}
+        if folder is not None and checkpoint is not None:
+            last = ckpt.load(checkpoint)
+            if last is not None:
+                write_policy_file(folder.last, card(steps=last.steps, selected="last",
+                                                    validation_score=best_score),
+                                  model_zip=last.model_path, obs_rms=last.obs_rms)
+            scores = [[t, v] for t, v in (last.stop or {}).get("scores", [])] if last is not None else []
+            folder.write_status({"state": "stopped-early" if stats.get("stopped_early") else "finished",
+                                 "timesteps": settings.timesteps, "steps": steps,
+                                 "validation_scores": scores, "validation_best": best_score,
+                                 "mlflow_runs": [*earlier, run_id], "updated": now()})
+            result.update({"run_dir": str(folder.path), "policy_file": str(folder.best)})
+    return result
 
 
 def train_or_reuse(config: FleetConfig, settings: TrainSettings, *, retrain: bool = False,

@@ -57,7 +57,7 @@ from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import AtollError, InputError
 from atoll.solvers.validation import check_fraction, check_integer, check_number
 from atoll.training import checkpoint as ckpt
-from atoll.training.checkpoint import CheckpointSpec
+from atoll.training.checkpoint import CheckpointSpec, ReplayableResets
 from atoll.training.cloning import (
     CloneRecord,
     TeacherAgreement,
@@ -221,7 +221,8 @@ def make_vec_env(config: FleetConfig, n_envs: int, seed: int, gamma: float, dema
             torch.set_num_threads(1)
             env = FleetEnv(cfg)
             env.reset(seed=seed + i)
-            return Monitor(env)
+            # outermost, so a checkpoint can read and replay how each episode began
+            return ReplayableResets(Monitor(env))
         return make
 
     factories = [factory(i) for i in range(n_envs)]
@@ -296,6 +297,11 @@ class ValidationStop(BaseCallback):
         self.scores = [(int(t), float(v)) for t, v in state["scores"]]
         self._last, self._bad = int(state["last"]), int(state["bad"])
 
+    @property
+    def stopped(self) -> bool:
+        """Whether ``patience`` scores in a row did not improve (the run is over whatever its budget)."""
+        return self._bad >= self.patience
+
     def restore_best(self) -> None:
         if self.best_state is not None:
             self.model.policy.load_state_dict(self.best_state[0])
@@ -316,9 +322,13 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
     early stopping, ``clone_validation_agreement``: the clone's agreement with its teacher on the
     observations of its own validation run, days it was not cloned on).
 
-    With ``checkpoint``, the run saves its state every ``checkpoint.every`` PPO steps and, when the
-    folder holds a checkpoint of this run, goes on from it (``resumed_at``: the PPO steps it had
-    done; ``episodes`` then counts the episodes since); a finished run removes its checkpoints."""
+    With ``checkpoint``, the run saves its state every ``checkpoint.every`` PPO steps and once more
+    at its end and, when the folder holds a checkpoint of this run, goes on from it (``resumed_at``:
+    the PPO steps it had done; ``resumed_exact``: 1 when it went on bit-identically,
+    :mod:`atoll.training.checkpoint`; ``episodes`` then counts the episodes since). The last
+    checkpoint stays: the same run with a larger ``timesteps`` continues from it. A run that stopped
+    early (``stopped_early``) is over: a larger budget does not continue it, a larger ``patience``
+    does."""
     torch.set_num_threads(1)
     resumed = ckpt.load(checkpoint) if checkpoint is not None else None
     done = resumed.steps if resumed is not None else 0
@@ -327,10 +337,22 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
                        normalize_observations=settings.normalize_observations)
     if resumed is not None:
         model = PPO.load(resumed.model_path, env=vec, device="cpu")
-        model.set_random_seed(settings.seed + done)
         vec.ret_rms = resumed.ret_rms
         if resumed.obs_rms is not None:
             vec.obs_rms = resumed.obs_rms
+        if resumed.exact:
+            # every env begins the episode it was at the start of, with the stopped run's random
+            # states: the rest of the run is the one that was never stopped
+            assert resumed.random is not None and resumed.episodes is not None
+            ckpt.set_random_states(resumed.random)
+            first = [vec.env_method("replay_reset", began, indices=[i])[0]
+                     for i, began in enumerate(resumed.episodes)]
+            model._last_obs = vec.normalize_obs(np.stack(first))  # type: ignore[assignment]
+            model._last_episode_starts = np.ones((settings.n_envs,), dtype=bool)
+        else:
+            # the envs reset afresh, seeded past the steps done (make_vec_env)
+            model.set_random_seed(settings.seed + done)
+            model._last_obs = None  # type: ignore[assignment]
     else:
         model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
                     batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
@@ -358,6 +380,7 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
     stop = None
     if validate is not None and settings.eval_every:
         stop = ValidationStop(validate, vec, settings.eval_every, settings.patience, note)
+        stop.init_callback(model)  # learn() sets it again; a run with nothing left to learn needs it too
         callbacks.append(stop)
         if resumed is not None and resumed.stop is not None:
             stop.restore(resumed.stop)
@@ -372,22 +395,34 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
             if note is not None:
                 note(f"validation score {stop.best:.4f} after bootstrapping; the clone agrees with its "
                      f"teacher on {clone.agreement:.1%} of (step, model) pairs there")
+    saved = [done]
     if checkpoint is not None:
         spec, kept = checkpoint, dict(stats)
 
         def save_now() -> None:
             where = ckpt.save(spec, model, vec, stats=kept, stop=stop.state() if stop is not None else None,
                               record=record)
+            saved[0] = int(model.num_timesteps)
             if note is not None:
                 note(f"checkpoint at {model.num_timesteps} PPO steps: {where}")
         callbacks.append(ckpt.Checkpointing(save_now, checkpoint.every, done))
         if resumed is not None:
             stats["resumed_at"] = float(done)
+            stats["resumed_exact"] = float(resumed.exact)
             if note is not None:
-                note(f"resumed from {resumed.model_path.parent} at {done} PPO steps")
-    if settings.timesteps > done:
+                note(f"resumed from {resumed.model_path.parent} at {done} PPO steps "
+                     f"({'exactly' if resumed.exact else 'mid-episode: the envs reset afresh'})")
+    stopped_before = stop is not None and stop.stopped
+    if stopped_before and note is not None:
+        note(f"the run stopped early at {done} PPO steps ({settings.patience} validation scores without "
+             f"improvement): nothing to continue; raise --patience to go on")
+    if settings.timesteps > done and not stopped_before:
         model.learn(total_timesteps=settings.timesteps - done, callback=callbacks or None, progress_bar=False,
                     reset_num_timesteps=resumed is None)
+    if checkpoint is not None and model.num_timesteps > saved[0]:
+        save_now()  # the last state, before the best parameters are restored: a larger budget goes on from it
+    if stop is not None:
+        stats["stopped_early"] = float(stop.stopped)
     vec.training = False  # frozen statistics from here on (evaluation, logging)
     episodes = sum(len(r) for r in vec.env_method("get_episode_rewards"))
     stats["episodes"] = float(episodes)
@@ -400,6 +435,4 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
         stats["validation_evaluations"] = float(len(stop.scores))
     if record is not None:
         stats.update(moved_from_clone(model, vec, record))
-    if checkpoint is not None:
-        ckpt.clear(checkpoint)
     return model, vec, stats

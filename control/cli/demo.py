@@ -14,6 +14,7 @@ within that fleet's model.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from atoll.control.cli.common import add_env_options, parse_days
 from atoll.control.cli.evaluate import contest
@@ -37,13 +38,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = output_for(args)
     train_days, eval_days = parse_days(args.train_days), parse_days(args.eval_days)
     config, settings = train_config(args, train_days, args.timesteps, seed=0)
-    with progress("training", settings.bootstrap_steps + settings.ppo_steps) as advance:
-        trained = train_or_reuse(config, settings, retrain=args.retrain, tick=advance)
-    if trained["reused"]:
-        out.note(f"reusing the policy run {trained['run_id']} trained with the same settings: "
-                 f"{trained['model_uri']} (--retrain to train again)")
+    if args.policy is not None:
+        trained = _given_policy(args.policy, config)
+        out.note(f"evaluating {args.policy} (no training)")
     else:
-        out.note(f"trained: run {trained['run_id']}, model {trained['model_uri']}")
+        with progress("training", settings.bootstrap_steps + settings.ppo_steps) as advance:
+            trained = train_or_reuse(config, settings, retrain=args.retrain, tick=advance)
+        if trained["reused"]:
+            out.note(f"reusing the policy run {trained['run_id']} trained with the same settings: "
+                     f"{trained['model_uri']} (--retrain to train again)")
+        else:
+            out.note(f"trained: run {trained['run_id']}, model {trained['model_uri']}")
     from atoll.training.contest import ContestSettings
 
     validation_days = parse_days(args.validation_days)
@@ -53,7 +58,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     grid = ContestSettings(validation_days=validation_days, test_days=eval_days, seeds=1,
                            levels=DEMO_LEVELS, intervals=DEMO_INTERVALS, bands=DEMO_BANDS,
                            workers=args.workers, per_model_targets=DEMO_PER_MODEL_TARGETS)
-    spec = f"learned:{trained['model_uri']}"
+    spec = args.policy or f"learned:{trained['model_uri']}"
     result = contest(out, args, [spec], grid, run_name="demo")
     for name, version in result.get("champion", {}).items():
         model = version.rpartition("/")[0]
@@ -75,6 +80,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _given_policy(spec: str, config: Any) -> dict[str, Any]:
+    """What the demo reports of a policy it was given instead of training one (``--policy``)."""
+    from atoll.envs.vocabulary import parse_policy
+    from atoll.training.registry import fleet_name
+
+    if not parse_policy(spec).is_learned:
+        raise UserError(f"--policy {spec!r}: the demo compares a learned policy with the rules; give "
+                        f"learned:file:PATH or learned:<model uri>")
+    return {"model_uri": parse_policy(spec).uri, "reused": True,
+            "fleet": fleet_name(config.scenario, config.models, config.scenario_spec.models)}
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="train, evaluate and compare a re-planning policy on the default data")
     add_env_options(p)
@@ -87,6 +104,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timesteps", type=int, default=4_032,
                    help="PPO environment steps after the bootstrap (default 4032: 14 days of 5-minute steps)")
     add_train_options(p, bootstrap_steps=1_440)
+    p.add_argument("--policy", default=None, metavar="SPEC",
+                   help="a learned policy to compare instead of training one: learned:file:PATH (a policy "
+                        "file, e.g. a shipped one under training/policies) or learned:<model uri>")
     p.add_argument("--retrain", action="store_true",
                    help="train even if a finished run trained a policy with the same settings")
     p.set_defaults(handler=cmd_demo)

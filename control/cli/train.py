@@ -1,8 +1,12 @@
-"""``atoll train``: a PPO re-planning trigger on FleetEnv, logged to MLflow."""
+"""``atoll train``: a PPO re-planning trigger on FleetEnv in a run folder, logged to MLflow;
+``atoll train --status DIR``: where a run stands."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from atoll.control.cli.common import add_env_options, make_env, parse_days
@@ -15,6 +19,7 @@ if TYPE_CHECKING:
     from atoll.training.train import TrainSettings
 
 BOOTSTRAP_RULE = "fixed:1"
+CHECKPOINT_EVERY = 2_304  # two rollouts of the default 2 envs x 576 steps
 
 
 def world_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -48,17 +53,48 @@ def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from atoll.training.tracking import train_run
-
     out = output_for(args)
+    if args.status is not None:
+        return _status(out, args.status)
+    from atoll.training.registry import fleet_name
+    from atoll.training.run_folder import default_run_dir, identity
+    from atoll.training.tracking import _train_params, settings_key, train_run
+
     if args.checkpoint_every < 0:
-        raise InputError(f"--checkpoint-every: PPO steps between checkpoints must be >= 0 (0: never), "
-                         f"got {args.checkpoint_every}")
+        raise InputError(f"--checkpoint-every: PPO steps between checkpoints must be >= 0 (0: only at the "
+                         f"end), got {args.checkpoint_every}")
     config, settings = train_config(args, parse_days(args.train_days), args.timesteps, args.seed)
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(
+        fleet_name(config.scenario, config.models, config.scenario_spec.models),
+        settings_key(identity(_train_params(config, settings))))
+    out.note(f"run folder {run_dir} (the same command again resumes it; 'atoll train --status {run_dir}')")
     with progress("training", settings.bootstrap_steps + settings.ppo_steps) as advance:
-        run = train_run(config, settings, tick=advance, checkpoint_every=args.checkpoint_every)
-    out.result(f"run_id     {run['run_id']}\nmodel_uri  {run['model_uri']}\nregistered {run['registered']}")
+        run = train_run(config, settings, tick=advance, checkpoint_every=args.checkpoint_every,
+                        run_dir=run_dir, command=shlex.join(["atoll", *sys.argv[1:]]),
+                        note=out.note)
+    out.result(f"run_id      {run['run_id']}\nmodel_uri   {run['model_uri']}\n"
+               f"registered  {run['registered']}\nrun_dir     {run['run_dir']}\n"
+               f"policy_file {run['policy_file']} "
+               f"(--policy learned:file:{run['policy_file']})")
     out.json(run)
+    return 0
+
+
+def _status(out: Any, folder: str) -> int:
+    from atoll.training.run_folder import run_status
+
+    status = run_status(Path(folder))
+    left = status["steps_left"]
+    lines = [f"run_dir      {status['run_dir']}", f"state        {status['state']}",
+             f"checkpoint   {status['checkpoint_steps']} PPO steps"
+             + ("" if status["checkpoint_exact"] is None else
+                " (resumes exactly)" if status["checkpoint_exact"] else " (resumes mid-episode)"),
+             f"budget       {status['timesteps']} PPO steps" + (f", {left} left" if left else ""),
+             f"validation   best {status['validation_best']} over {len(status['validation_scores'])} scores",
+             *(f"policy-{name:<7} {path}" for name, path in status["policies"].items()),
+             f"command      {status['command']}"]
+    out.result("\n".join(lines))
+    out.json(status)
     return 0
 
 
@@ -104,8 +140,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timesteps", type=int, default=20_000,
                    help="PPO environment steps after the bootstrap (default 20000)")
     p.add_argument("--seed", type=int, default=0, help="seed of PPO and of the envs (>= 0)")
-    p.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
-                   help="save the run's state every STEPS PPO steps under the cache folder; the same "
-                        "command run again after a stop goes on from the last one (default 0: never)")
+    p.add_argument("--run-dir", default=None, metavar="DIR",
+                   help="the run's folder: settings, checkpoints, policy-best and policy-last; the same "
+                        "command again resumes it, a larger --timesteps continues it, a changed setting is "
+                        "refused (default runs/<fleet>-<settings key> under the working directory)")
+    p.add_argument("--checkpoint-every", type=int, default=CHECKPOINT_EVERY, metavar="STEPS",
+                   help="save the run's state every STEPS PPO steps into the run folder (and always at the "
+                        f"end; 0: only at the end; default {CHECKPOINT_EVERY})")
+    p.add_argument("--status", default=None, metavar="DIR",
+                   help="print where the run in DIR stands (steps, budget, scores, policy files) and exit")
     add_train_options(p, bootstrap_steps=2_880)
     p.set_defaults(handler=cmd_train)

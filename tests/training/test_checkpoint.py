@@ -1,5 +1,6 @@
 """A stopped training run resumes from its checkpoint: the same steps in all, the early stop's
-and the cloning's state carried over, another run's or a damaged checkpoint refused by name."""
+and the cloning's state carried over, another run's or a damaged checkpoint refused by name.
+Where the envs stand mid-episode at a checkpoint (32-step rollouts of 48-step episodes here)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,9 @@ def test_a_stopped_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
     assert stats["bootstrap_agreement"] == kept.stats["bootstrap_agreement"]  # cloned once, not again
     assert stats["validation_evaluations"] == 4  # 0 and 40 before the stop, 80 and 120 after
     assert "moved_from_clone" in stats  # measured against the checkpoint's clone record
-    assert not (tmp_path / "run").exists()  # a finished run leaves nothing to resume
+    final = ckpt.load(spec)  # a finished run keeps its last state: a larger budget goes on from it
+    assert final is not None and final.steps == SETTINGS.ppo_steps and not final.exact  # 32-step rollouts
+    # of 48-step episodes: the envs stand mid-episode
 
 
 def test_a_resumed_run_keeps_the_checkpoint_parameters_and_statistics(tmp_path: Path) -> None:
@@ -67,7 +70,7 @@ def test_a_resumed_run_keeps_the_checkpoint_parameters_and_statistics(tmp_path: 
         train_policy(tiny_config(), settings, tick=_killer(48 + 40), checkpoint=spec)
     kept = ckpt.load(spec)
     assert kept is not None and kept.steps == 32
-    saved = PPO.load(kept.model_path, device="cpu")  # read now: the finished run below removes it
+    saved = PPO.load(kept.model_path, device="cpu")
     stopped = dataclasses.replace(settings, timesteps=32)  # nothing left to learn: the checkpoint as it is
     model, vec, stats = train_policy(tiny_config(), stopped, checkpoint=spec)
     assert model.num_timesteps == 32 and stats["resumed_at"] == 32
@@ -95,17 +98,21 @@ def test_another_runs_or_a_damaged_checkpoint_is_refused_by_name(tmp_path: Path)
 
 def test_train_run_resumes_under_the_cache_folder_and_tags_the_run(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from atoll.training.run_folder import identity
     from atoll.training.tracking import _train_params, checkpoint_folder, settings_key, train_run
 
     monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path / "cache"))
     settings = dataclasses.replace(SETTINGS, eval_every=0, timesteps=64)
     config = tiny_config()
-    folder = checkpoint_folder(settings_key(_train_params(config, settings)))
-    assert folder.parent == tmp_path / "cache" / "training"
+    run_dir = checkpoint_folder(settings_key(identity(_train_params(config, settings))))
+    assert run_dir.parent == tmp_path / "cache" / "training"
+    folder = run_dir / "checkpoints"
     with pytest.raises(Stop):
         train_run(config, settings, tick=_killer(48 + 40), checkpoint_every=32)
     assert (folder / ckpt.POINTER).is_file()
     out = train_run(config, settings, checkpoint_every=32)
     run = MlflowClient().get_run(out["run_id"])
     assert run.data.tags["atoll.resumed_at"] == "32" and out["resumed_at"] == 32
-    assert not folder.exists()
+    assert out["run_dir"] == str(run_dir) and (run_dir / "policy-best" / "card.json").is_file()
+    last = ckpt.load(CheckpointSpec(folder, out["run_dir"] and ckpt.pointer(folder)["key"], every=32))
+    assert last is not None and last.steps == 64
