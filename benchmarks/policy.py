@@ -90,9 +90,15 @@ def main() -> None:
     parser.add_argument("--scenarios", default="core,extended")
     parser.add_argument("--availabilities", default="hedged,spot")
     parser.add_argument("--timesteps", type=int, default=30_000)
-    parser.add_argument("--checkpoint-every", type=int, default=0,
-                        help="save the training run's state every this many PPO steps; the same command "
-                             "run again after a stop resumes it (0: never)")
+    parser.add_argument("--checkpoint-every", type=int, default=2_304,
+                        help="save the training run's state every this many PPO steps into its run folder; "
+                             "the same command run again after a stop resumes it (0: only at the end)")
+    parser.add_argument("--run-dir", type=Path, default=Path("benchmarks/runs"),
+                        help="where each cell's training run folder lives (<run-dir>/<cell>): inside the "
+                             "repository, so a run longer than a sitting is committed and resumed")
+    parser.add_argument("--policy-file", default=None, metavar="PATH",
+                        help="evaluate this policy file (e.g. training/policies/<cell>) instead of training: "
+                             "the command that re-evaluates a shipped policy on more --seeds")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--validation-seeds", type=int, default=None)
     parser.add_argument("--train-days", default="4-7")
@@ -280,13 +286,17 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     if args.no_learned:
         return _rules_only(config, settings, validation, grid_s, refs, key, loads, log, world)
     scorer = validation_scorer(config, validation, settings)
-    if args.learned_run:
+    if args.policy_file:
+        train, train_s = _given_file(args.policy_file), 0.0
+    elif args.learned_run:
         train, train_s = _finished_run(args.learned_run)
     else:
         train, train_s = _train(args, config, scorer, key, log, teacher)
     loads["after_training"] = _load()
     log(f"{key}: trained in {train_s:.0f} s: {train['model_uri']} ({train['registered']})")
-    learned = f"learned:{train['registered'].removeprefix('models:/')}"
+    # the figure is the policy file's: the same file ships, and re-evaluates to the same figure
+    learned = (f"learned:file:{train['policy_file']}" if train.get("policy_file")
+               else f"learned:{train['registered'].removeprefix('models:/')}")
     t = time.perf_counter()
     doc = contest_run(config, [learned], settings, run_name=f"benchmark-{key}",
                       validation=validation, references=refs)
@@ -301,6 +311,7 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
         "world": world, "env_id": env_id, "risks": list(settings.risks), "bound": _bound(doc),
         "train_seconds": train_s, "contest_seconds": contest_s, "grid_seconds": grid_s,
         "test_seconds": doc["test_seconds"], "train_run_id": train["run_id"],
+        "policy_file": train.get("policy_file"), "run_dir": train.get("run_dir"),
         "model_uri": train["model_uri"], "registered": train["registered"], "fleet": train["fleet"],
         "bootstrap_rule": teacher,
         "training": {**{k: train[k] for k in ("bootstrap_loss", "bootstrap_agreement",
@@ -369,8 +380,23 @@ def _train(args: argparse.Namespace, config: FleetConfig, scorer: Any, key: str,
                                     learning_rate=args.learning_rate,
                                     normalize_observations=args.normalize_observations),
                       validate=scorer, note=lambda text, k=key: log(f"{k}: {text}"),
-                      checkpoint_every=args.checkpoint_every)
+                      checkpoint_every=args.checkpoint_every, run_dir=args.run_dir / _folder_name(key),
+                      command=" ".join(["python", "benchmarks/policy.py", *sys.argv[1:]]))
     return train, time.perf_counter() - t
+
+
+def _folder_name(key: str) -> str:
+    """A cell key as a folder name: ``extended/spot/charged`` -> ``extended-spot-charged``."""
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in key.replace("/", "-")).strip("-")
+
+
+def _given_file(path: str) -> dict[str, Any]:
+    """A policy file evaluated as the cell's learned policy (``--policy-file``): what its card says."""
+    from atoll.training.policy_file import read_card
+
+    card = read_card(Path(path))
+    return {"run_id": None, "model_uri": f"file:{path}", "registered": f"file:{path}", "fleet": card.fleet,
+            "policy_file": path, "validation_best": card.validation_score}
 
 
 def _ppo_steps(args: argparse.Namespace) -> int:

@@ -92,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with guard:
         try:
             args = build_parser(name if name in COMMANDS else None).parse_args(argv)
+            args.argv = tuple(argv)  # the command as given: recorded where a result names how it was made
             json_mode = bool(getattr(args, "json", False))
             return int(args.handler(args) or 0)
         except AtollError as exc:

@@ -70,7 +70,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out.note(f"run folder {run_dir} (the same command again resumes it; 'atoll train --status {run_dir}')")
     with progress("training", settings.bootstrap_steps + settings.ppo_steps) as advance:
         run = train_run(config, settings, tick=advance, checkpoint_every=args.checkpoint_every,
-                        run_dir=run_dir, command=shlex.join(["atoll", *sys.argv[1:]]),
+                        run_dir=run_dir, command=shlex.join(["atoll", *getattr(args, "argv", sys.argv[1:])]),
                         note=out.note)
     out.result(f"run_id      {run['run_id']}\nmodel_uri   {run['model_uri']}\n"
                f"registered  {run['registered']}\nrun_dir     {run['run_dir']}\n"

@@ -18,8 +18,8 @@ from atoll.training.registry import FleetSpaces
 from atoll.training.train import TrainSettings
 
 SHIPPED = Path(__file__).resolve().parents[2] / "training" / "policies"
-SETTINGS = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, n_envs=1, bootstrap_steps=0, seed=0,
-                         normalize_observations=True)
+SETTINGS = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, n_envs=1, bootstrap_steps=0,
+                         seed=0, normalize_observations=True)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,6 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_policy_file_acts_as_its_model_with_its_statistics(trained: Path) -> None:
     from stable_baselines3 import PPO
-    from stable_baselines3.common.vec_env import VecNormalize
 
     folder = trained
     policy = resolve_policy(f"learned:file:{folder}", 2, fleet=FleetSpaces.of_env(FleetEnv(tiny_config())))

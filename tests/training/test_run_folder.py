@@ -24,6 +24,7 @@ from atoll.training.run_folder import RunFolder, run_status
 from atoll.training.train import TrainSettings, train_policy
 
 HERE = Path(__file__).resolve().parent
+NEVER = 10**9  # checkpoints: only the last one
 # one env in this process; 128-step rollouts of 64-step episodes: every rollout ends on episodes' ends
 SETTINGS = TrainSettings(timesteps=512, n_steps=128, batch_size=64, n_epochs=2, n_envs=1, bootstrap_steps=32,
                          bootstrap_epochs=1, bootstrap_min_updates=5, seed=0)
@@ -51,7 +52,8 @@ def test_a_larger_budget_continues_the_run_bit_for_bit(tmp_path: Path) -> None:
     resumed, _, stats = train_policy(config(), more, checkpoint=spec, tick=ticks.append)
     assert stats["resumed_at"] == 512 and stats["resumed_exact"] == 1.0
     assert sum(ticks) == SETTINGS.bootstrap_steps + 1024  # the checkpoint's work, then 512 more steps
-    once, _, _ = train_policy(config(), more, checkpoint=ckpt.CheckpointSpec(tmp_path / "b", "k", every=10**9))
+    once, _, _ = train_policy(config(), more,
+                              checkpoint=ckpt.CheckpointSpec(tmp_path / "b", "k", every=NEVER))
     assert resumed.num_timesteps == once.num_timesteps == 1024
     assert _same(_params(resumed), _params(once))  # the same rollouts, the same updates
     assert not _same(_params(resumed), at_512)  # and the 512 more steps did learn
@@ -94,7 +96,8 @@ def test_a_killed_run_goes_on_from_its_last_checkpoint(tmp_path: Path) -> None:
     more = dataclasses.replace(SETTINGS, timesteps=1024)
     resumed, _, stats = train_policy(config(), more, checkpoint=ckpt.CheckpointSpec(folder, "k", every=128))
     assert stats["resumed_at"] == kept.steps
-    once, _, _ = train_policy(config(), more, checkpoint=ckpt.CheckpointSpec(tmp_path / "once", "k", every=10**9))
+    once, _, _ = train_policy(config(), more,
+                              checkpoint=ckpt.CheckpointSpec(tmp_path / "once", "k", every=NEVER))
     assert _same(_params(resumed), _params(once))
 
 
@@ -138,7 +141,8 @@ def test_train_run_writes_the_folder_and_status_reads_it(tmp_path: Path) -> None
     assert status["state"] == "finished" and status["checkpoint_steps"] == 128 and status["checkpoint_exact"]
     assert status["mlflow_runs"] == [out["run_id"]] and set(status["policies"]) == {"best", "last"}
     card = read_card(tmp_path / "run" / "policy-best")
-    assert card.steps == 128 and card.command == "atoll train --timesteps 128" and card.env_id == "atoll/Fleet-v1"
+    assert card.steps == 128 and card.command == "atoll train --timesteps 128"
+    assert card.env_id == "atoll/Fleet-v1"
     assert card.created == "2026-01-01T00:00:00+00:00" and len(card.data_hash) == 16
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert "ppo.timesteps" not in run["settings"] and run["settings"]["ppo.seed"] == "0"

@@ -40,6 +40,6 @@ def test_a_fleet_v4_policy_is_logged_with_its_codes_and_fits_only_its_env() -> N
     assert policy.metadata["action_codes"] == env.codec.names()  # type: ignore[attr-defined]
     obs, info = env.reset(seed=0)
     assert all(0 <= c < env.codec.n for c in policy.act(obs, info))
-    with pytest.raises(InputError, match="action codes per model differ"):
+    with pytest.raises(InputError, match="action codes per model, env id differ"):
         resolve_policy(f"learned:{out['model_uri']}", 2,
                        fleet=FleetSpaces.of_env(FleetEnv(tiny_config(days=(6, 6)))))

@@ -22,7 +22,7 @@ def _runs() -> list[object]:
     (("--bootstrap-rule", "hindsight"), "field 'bootstrap_rule' must be a deployable rule"),
     (("--bootstrap-smoothing", "0.7"), "field 'bootstrap_smoothing' must be in [0, 0.5), got 0.7"),
     (("--checkpoint-every", "-5"), "--checkpoint-every: PPO steps between checkpoints must be >= 0 "
-                                   "(0: never), got -5"),
+                                   "(0: only at the end), got -5"),
 ])
 def test_train_bad_settings_exit_2_and_leave_no_run(capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
                                                     message: str) -> None:
@@ -68,3 +68,26 @@ def test_train_standardizes_observations_only_when_asked(shared_data: object) ->
                                                  *argv])
         _, settings = train_config(args, (4, 4), 64, 0)
         assert settings.normalize_observations is expected
+
+
+def test_train_status_and_a_policy_file_through_the_cli(capsys: pytest.CaptureFixture[str],
+                                                        shared_data: object, tmp_path: object) -> None:
+    run_dir = f"{tmp_path}/run"
+    base = ["--forecaster", "naive", "--train-days", "4-4", "--n-envs", "1", "--bootstrap-steps", "0"]
+    assert main(["train", *base, "--timesteps", "64", "--run-dir", run_dir, "--json"]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert trained["run_dir"] == run_dir and trained["policy_file"] == f"{run_dir}/policy-best"
+    assert main(["train", "--status", run_dir, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["state"] == "finished" and status["checkpoint_steps"] == 576 and status["checkpoint_exact"]
+    assert status["command"].startswith("atoll ")
+    code = main(["train", *base, "--train-days", "4-5", "--timesteps", "64", "--run-dir", run_dir, "--json"])
+    error = json.loads(capsys.readouterr().out)["error"]["message"]
+    assert code == 2 and "env.days: the run has '(4, 4)', this command '(4, 5)'" in error
+    code = main(["evaluate", "--forecaster", "naive", "--eval-days", "11", "--seeds", "1",
+                 "--env", "atoll/Fleet-v2", "--policies", f"learned:file:{run_dir}/policy-best", "--json"])
+    error = json.loads(capsys.readouterr().out)["error"]["message"]
+    assert code == 2 and "atoll/Fleet-v1" in error
+    assert "atoll/Fleet-v2): observation size, env id differ" in error
+    assert main(["train", "--status", f"{tmp_path}", "--json"]) == 2
+    assert "no run.json (not a run folder)" in json.loads(capsys.readouterr().out)["error"]["message"]
