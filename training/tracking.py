@@ -265,7 +265,8 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
         best_score = stats.get("validation_best")
         with tempfile.TemporaryDirectory(prefix="atoll-policy-file-") as tmp:
             best = folder.best if folder is not None else Path(tmp) / "policy"
-            write_policy_file(best, card(steps=steps, selected="best", validation_score=best_score),
+            best_steps = int(stats.get("validation_best_at", steps))
+            write_policy_file(best, card(steps=best_steps, selected="best", validation_score=best_score),
                               model=model, obs_rms=ckpt.obs_stats(vec))
             mlflow.log_artifacts(str(best), artifact_path="policy_file")
         result = {"run_id": run_id, "model_uri": uri, "registered": registered, "fleet": fleet, **stats}

@@ -316,7 +316,8 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
                  checkpoint: CheckpointSpec | None = None) -> tuple[PPO, VecNormalize, dict[str, float]]:
     """Train PPO on ``config``'s training days; returns the model, its VecNormalize and stats
     (``bootstrap_loss``, ``episodes``, in a world off the model ``capacity_error_draws``; with early
-    stopping ``validation_best``, ``validation_evaluations`` and ``stopped_at``; after cloning,
+    stopping ``validation_best`` (and ``validation_best_at``, the steps its parameters had taken),
+    ``validation_evaluations`` and ``stopped_at``; after cloning,
     ``bootstrap_agreement`` and :func:`moved_from_clone`'s ``moved_from_clone`` and
     ``teacher_agreement_after``, read after the best parameters are restored; after cloning with
     early stopping, ``clone_validation_agreement``: the clone's agreement with its teacher on the
@@ -431,6 +432,9 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
     if stop is not None:
         stop.restore_best()
         stats["validation_best"] = stop.best
+        # the PPO steps the kept parameters had taken (0: the clone)
+        stats["validation_best_at"] = float(min((t for t, v in stop.scores if v <= stop.best + 1e-9),
+                                                default=model.num_timesteps))
         stats["stopped_at"] = float(model.num_timesteps)
         stats["validation_evaluations"] = float(len(stop.scores))
     if record is not None:
