@@ -77,7 +77,7 @@ class ReplayableResets(gym.Wrapper[Any, Any, Any, Any]):
             generator, _ = seeding.np_random(seed)
         else:
             generator = self.env.unwrapped.np_random
-        self._began = (copy.deepcopy(generator.bit_generator.state), copy.deepcopy(options))
+        self._began = (dict(copy.deepcopy(generator.bit_generator.state)), copy.deepcopy(options))
         return self.env.reset(seed=seed, options=options)
 
     def episode_start(self) -> tuple[dict[str, Any], dict[str, Any] | None] | None:

@@ -348,12 +348,12 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
             ckpt.set_random_states(resumed.random)
             first = [vec.env_method("replay_reset", began, indices=[i])[0]
                      for i, began in enumerate(resumed.episodes)]
-            model._last_obs = vec.normalize_obs(np.stack(first))  # type: ignore[assignment]
+            model._last_obs = vec.normalize_obs(np.stack(first))
             model._last_episode_starts = np.ones((settings.n_envs,), dtype=bool)
         else:
             # the envs reset afresh, seeded past the steps done (make_vec_env)
             model.set_random_seed(settings.seed + done)
-            model._last_obs = None  # type: ignore[assignment]
+            model._last_obs = None
     else:
         model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
                     batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,

@@ -1,6 +1,7 @@
 """A tiny training run registers ``atoll-trigger-<fleet>``; the contest's crowning sets ``champion`` only
 for a validation score that beats the frontier; the controller loads the policy by that alias
-(``learned:champion``, the fleet's own, as ``atoll control --policy`` does) and acts with it."""
+(``learned:champion``, the fleet's own, as ``atoll control --policy`` does) and acts with it; the
+run's policy file (``learned:file:``) acts the same."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def config() -> FleetConfig:
 
 def test_registered_policy_is_crowned_on_validation_and_drives_the_controller(tmp_path: Path) -> None:
     out = train_run(config(), TrainSettings(timesteps=128, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,
-                                            bootstrap_steps=48, bootstrap_epochs=2))
+                                            bootstrap_steps=48, bootstrap_epochs=2), run_dir=tmp_path / "run")
     name = registered_name(fleet_name("core", MODELS))
     assert out["registered"] == f"models:/{name}/1"
     client = MlflowClient()
@@ -72,3 +73,7 @@ def test_registered_policy_is_crowned_on_validation_and_drives_the_controller(tm
     for i, m in enumerate(MODELS):
         if m in last.reopt and "no capacity" not in last.chosen[m]:
             assert last.reopt[m] == controller.codec.decode(int(codes[i])).label()
+    # the same policy as a file (no MLflow): the controller's fleet takes it and it answers the same
+    from_file = resolve_policy(f"learned:file:{out['policy_file']}", 2,
+                               fleet=FleetSpaces.of_live_fleet(fleet))
+    assert np.array_equal(from_file.act(obs), codes)
