@@ -48,10 +48,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -61,18 +59,15 @@ from typing import Any
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from atoll.envs import CHARGED, CLOSED_LOOP  # noqa: E402
-from atoll.envs.actions import DEFAULT_ACTION_LEVELS  # noqa: E402
 from atoll.envs.config import FleetConfig, RewardWeights  # noqa: E402
 from atoll.envs.policies import FIXED_INTERVALS, THRESHOLD_BANDS  # noqa: E402
 from atoll.envs.vocabulary import PLANNING_LEVELS  # noqa: E402
 from atoll.forecast.workloads import SERVEGEN_WORKLOADS  # noqa: E402
-from atoll.solvers.allocation.direct import SOLVER_VERSION  # noqa: E402
-from atoll.solvers.paths import cache_root  # noqa: E402
 from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
 from atoll.training.contest import (  # noqa: E402
     ContestSettings,
+    cached_validation_grid,
     per_model_best,
-    validation_grid,
     validation_scorer,
 )
 from atoll.training.frontier import Point, frontier_cost_at  # noqa: E402
@@ -257,21 +252,7 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     env_id = {"exact": "atoll/Fleet-v1", "calibration": "atoll/Fleet-v2",
               "charged": "atoll/Fleet-v4" if args.risk_action else "atoll/Fleet-v3"}[world]
     loads: dict[str, list[float]] = {"start": _load()}
-    # The rules emit hold / full at their own level and risk only: the action's levels and risk
-    # menu do not change their totals, so a grid run for another action space is the same grid.
-    plain = dataclasses.replace(config, action_levels=DEFAULT_ACTION_LEVELS, action="reopt")
-    grid_key = (plain, settings.grid, settings.validation_days, settings.validation_seeds or settings.seeds,
-                SOLVER_VERSION)
-    digest = hashlib.sha256(pickle.dumps(grid_key)).hexdigest()[:20]
-    cached = cache_root() / "contest" / f"validation-{digest}.pkl"
-    if cached.exists():
-        validation, grid_s = pickle.loads(cached.read_bytes())
-        log(f"{key}: validation grid read from {cached} (it took {grid_s:.0f} s)")
-    else:
-        validation, grid_s = validation_grid(plain, settings)
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_bytes(pickle.dumps((validation, grid_s)))
-        log(f"{key}: validation grid of {len(validation)} rules in {grid_s:.0f} s")
+    validation, grid_s, cached = cached_validation_grid(config, settings, note=lambda t: log(f"{key}: {t}"))
     loads["after_grid"] = _load()
     if args.grid_only:
         return {"world": world, "grid_seconds": grid_s, "grid_cache": str(cached), "loadavg": loads,

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -39,6 +40,7 @@ from atoll.envs.policies import FIXED_INTERVALS, THRESHOLD_BANDS, Policy, rule_g
 from atoll.envs.rollout import Episode, run_policy
 from atoll.envs.vocabulary import DEFAULT_LEVEL, PLANNING_LEVELS, PolicySpec, parse_policy
 from atoll.solvers.errors import InputError
+from atoll.solvers.files import atomic_write_bytes
 from atoll.training.evaluate import PolicyResult, env_at_level, resolve_policy, seed_value
 from atoll.training.frontier import (
     Headline,
@@ -307,6 +309,34 @@ def _contest_env(config: FleetConfig, st: ContestSettings) -> tuple[FleetConfig,
     for q in st.levels:
         env_at_level(base, resolve_policy(PolicySpec("fixed", every=1, level=q), 1), {})
     return config, base
+
+
+def cached_validation_grid(config: FleetConfig, settings: ContestSettings,
+                           note: Callable[[str], None] | None = None) -> tuple[Totals, float, Path]:
+    """:func:`validation_grid`, read from the cache folder when the same grid ran before (keyed by
+    the config without its action space, the grid, the days, the seeds and the solver version:
+    the rules emit hold / full at their own level and risk only, so the action's levels and risk
+    menu do not change their totals); returns the totals, the seconds the grid took, the file."""
+    from atoll.envs.actions import DEFAULT_ACTION_LEVELS
+    from atoll.solvers.allocation.direct import SOLVER_VERSION
+    from atoll.solvers.paths import cache_root
+
+    plain = dataclasses.replace(config, action_levels=DEFAULT_ACTION_LEVELS, action="reopt")
+    key = (plain, settings.grid, settings.validation_days, settings.validation_seeds or settings.seeds,
+           SOLVER_VERSION)
+    digest = hashlib.sha256(pickle.dumps(key)).hexdigest()[:20]
+    cached = cache_root() / "contest" / f"validation-{digest}.pkl"
+    if cached.exists():
+        validation, grid_s = pickle.loads(cached.read_bytes())
+        if note is not None:
+            note(f"validation grid read from {cached} (it took {grid_s:.0f} s)")
+        return validation, grid_s, cached
+    validation, grid_s = validation_grid(plain, settings)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(cached, pickle.dumps((validation, grid_s)))
+    if note is not None:
+        note(f"validation grid of {len(validation)} rules in {grid_s:.0f} s")
+    return validation, grid_s, cached
 
 
 def validation_grid(config: FleetConfig, settings: ContestSettings | None = None, *,
