@@ -1,0 +1,197 @@
+"""The room before training, per contest cell, as one JSON document on stdout (progress on stderr).
+
+Per cell (scenario / market / world [/ demand half]):
+
+1. the rule grid (``fixed:K@q[+RISK]``) on the validation days (cached:
+   :func:`atoll.training.contest.cached_validation_grid`); the **best uniform rule** (least
+   effective cost there) and the **per-model rule** (:func:`atoll.training.contest.per_model_best`)
+   are chosen there, nothing else is;
+2. on the test days, for every seed (the same demand, availability and preemption draws for every
+   policy of that seed): each *preset* — the grid's ``fixed:1`` rules, every level and risk — run
+   uniformly with each step's effective cost per model recorded; the best rule, the per-model rule
+   and the demand oracles (``oracle-rate`` and ``oracle-quantile`` taking the best rule's risk);
+3. the **lever oracle** per block size (``--blocks``, steps; 12 = 1 h, 48 = 4 h): per seed, model
+   and block the preset of least cost in hindsight (:func:`atoll.training.lever_oracle.compose`),
+   its estimate, and the same choice **run as a real policy**
+   (:class:`atoll.training.lever_oracle.ScheduledRule`);
+4. ratios of effective cost (node $ + lost tokens at ``--lost-usd-per-mtok``), paired per seed, with
+   95% t intervals (:func:`atoll.training.lever_oracle.paired_ratio`): **room** = the run lever
+   oracle / the per-model rule (what any policy with these levers could gain), the demand room =
+   oracle-rate / the per-model rule, and the per-model rule / the best rule; each also over the
+   seeds where no run of that seed hit a solver time limit (``without_time_limited``).
+
+What is not paired: each policy's first plan is made at its own configured risk (a rule's, or the
+schedule's most used preset), as in the contest. Results merge into ``--out`` (one key per cell).
+
+    .venv/bin/python benchmarks/room.py --cells core/spot/charged --seeds 8 --out benchmarks/results/room.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+# Run as a script, this file's folder leads sys.path and its name would shadow the package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+import numpy as np  # noqa: E402
+
+from atoll.envs import CHARGED, CLOSED_LOOP  # noqa: E402
+from atoll.envs.config import FleetConfig  # noqa: E402
+from atoll.envs.fleet_env import FleetEnv  # noqa: E402
+from atoll.solvers.files import atomic_write_text  # noqa: E402
+from atoll.training.contest import (  # noqa: E402
+    ContestSettings,
+    cached_validation_grid,
+    per_model_best,
+    validation_choices,  # noqa: E402
+)
+from atoll.training.evaluate import env_at_level, resolve_policy, seed_value  # noqa: E402
+from atoll.training.lever_oracle import ScheduledRule, compose, paired_ratio, preset_of, step_costs  # noqa: E402
+
+DEMAND_ORACLES = ("oracle-rate", "oracle-quantile")
+WORLDS = {"exact": {}, "calibration": CLOSED_LOOP, "charged": CHARGED}
+
+
+def _run(env: FleetEnv, spec_or_policy: Any, days: list[int], seed: int, lost: float
+         ) -> tuple[np.ndarray, dict[str, float]]:
+    policy = resolve_policy(spec_or_policy, len(env.models)) if isinstance(spec_or_policy, str) \
+        else spec_or_policy
+    costs, episode = step_costs(env_at_level(env, policy, {}), policy, days=days, seed=seed_value(seed),
+                                lost_usd_per_mtok=lost)
+    t = episode.totals()
+    return costs, {"effective_usd": float(costs.sum()), "cost_usd": t["cost_usd"],
+                   "slo_attainment": t["slo_attainment"], "time_limited_solves": t["time_limited_solves"],
+                   "reoptimizations": t["reoptimizations"]}
+
+
+def seed_job(config: FleetConfig, presets: list[str], refs: dict[str, str], blocks: list[int],
+             days: list[int], seed: int, lost: float) -> dict[str, Any]:
+    """Everything of one seed: the presets (with their step costs), the references, the oracles."""
+    env = FleetEnv(config)
+    out: dict[str, Any] = {}
+    costs = []
+    for spec in presets:
+        c, totals = _run(env, spec, days, seed, lost)
+        costs.append(c)
+        out[spec] = totals
+    for name, spec in refs.items():
+        out[name] = out[spec] if spec in out else _run(env, spec, days, seed, lost)[1]
+    stacked = np.stack(costs)
+    options = tuple(preset_of(s) for s in presets)
+    for b in blocks:
+        schedule, estimate = compose(stacked, b)
+        oracle = ScheduledRule(options, schedule, b, tuple(days), config.episode_steps,
+                               name=f"lever-oracle/{b}")
+        _, totals = _run(env, oracle, days, seed, lost)
+        share = np.bincount(schedule.ravel(), minlength=len(presets)).tolist()
+        out[f"lever_oracle/{b}"] = {**totals, "estimate_usd": estimate, "preset_share": share}
+    return out
+
+
+def _ratio(rows: list[dict[str, Any]], num: str, den: str) -> dict[str, Any]:
+    clean = [r for r in rows
+             if not any(v.get("time_limited_solves", 0) for v in r.values() if isinstance(v, dict))]
+    both = paired_ratio([r[num]["effective_usd"] for r in rows], [r[den]["effective_usd"] for r in rows])
+    both["without_time_limited"] = (paired_ratio([r[num]["effective_usd"] for r in clean],
+                                                 [r[den]["effective_usd"] for r in clean]) if clean else None)
+    return both
+
+
+def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
+    parts = key.split("/")
+    scenario, availability, world = parts[:3]
+    workload = f"servegen-{parts[3]}" if len(parts) > 3 else "servegen"
+    config = FleetConfig(scenario=scenario, availability=availability, workload=workload,
+                         action_levels=tuple(float(q) for q in args.levels.split(",")), **WORLDS[world])
+    risks = tuple(r.strip() for r in args.risks.split(";") if r.strip())
+    st = ContestSettings(validation_days=_days(args.validation_days), test_days=_days(args.test_days),
+                         seeds=args.seeds, validation_seeds=1, levels=config.action_levels,
+                         intervals=tuple(int(k) for k in args.intervals.split(",")), bands=(),
+                         workers=args.workers, risks=risks, per_model_targets=0, hindsight=False)
+    t0 = time.perf_counter()
+    validation, grid_s, _ = cached_validation_grid(config, st, note=lambda t: log(f"{key}: {t}"))
+    lost = st.lost_price(config)
+    n = len(FleetEnv(config).models)
+    _, best, _ = validation_choices(validation, n, st, lost)
+    per_model = per_model_best(config, validation, n, st)
+    presets = [s for s in st.grid if s.startswith("fixed:1@")]
+    best_risk = best.partition("+")[2]
+    suffix = f"+{best_risk}" if best_risk else ""
+    refs = {"best_rule": best, "per_model_rule": per_model, "oracle-rate": f"oracle-rate{suffix}",
+            "oracle-quantile": f"oracle-quantile{suffix}"}
+    log(f"{key}: best rule {best}, per-model rule {per_model}, presets {presets}")
+    tdays = list(range(st.test_days[0], st.test_days[1] + 1))
+    blocks = [int(b) for b in args.blocks.split(",")]
+    first, last = min(st.validation_days[0], st.test_days[0]), max(st.validation_days[1], st.test_days[1])
+    config = dataclasses.replace(config, days=(first, last))
+    FleetEnv(config)  # the demand and forecast caches, once, before the workers read them
+    rows: list[dict[str, Any]] = [{} for _ in range(args.seeds)]
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        futures = {pool.submit(seed_job, config, presets, refs, blocks, tdays, k, lost): k
+                   for k in range(args.seeds)}
+        for future, k in futures.items():
+            rows[k] = future.result()
+            log(f"{key}: seed {k} done ({time.perf_counter() - t0:.0f} s)")
+    oracles = [f"lever_oracle/{b}" for b in blocks]
+    ratios = {"room": {o: _ratio(rows, o, "per_model_rule") for o in oracles},
+              "demand_room": {d: _ratio(rows, d, "per_model_rule") for d in DEMAND_ORACLES},
+              "per_model_rule_vs_best_rule": _ratio(rows, "per_model_rule", "best_rule"),
+              "lever_oracle_vs_best_rule": {o: _ratio(rows, o, "best_rule") for o in oracles}}
+    estimate = {f"lever_oracle/{b}": paired_ratio([r[f"lever_oracle/{b}"]["estimate_usd"] for r in rows],
+                                                  [r["per_model_rule"]["effective_usd"] for r in rows])
+                for b in blocks}
+    names = [*presets, *refs, *(f"lever_oracle/{b}" for b in blocks)]
+    means = {name: {k: float(np.mean([r[name][k] for r in rows]))
+                    for k in ("effective_usd", "cost_usd", "slo_attainment", "time_limited_solves")}
+             for name in names}
+    return {"settings": {**vars(args), "cell": key}, "best_rule": best, "per_model_rule": per_model,
+            "presets": presets, "lost_usd_per_mtok": lost, "test_days": tdays, "seeds": args.seeds,
+            "grid_seconds": grid_s, "seconds": time.perf_counter() - t0, "loadavg": list(os.getloadavg()),
+            "ratios": ratios, "composed_estimate_vs_per_model_rule": estimate, "means": means,
+            "per_seed": rows}
+
+
+def _days(text: str) -> tuple[int, int]:
+    a, _, b = text.partition("-")
+    return int(a), int(b or a)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cells", default="core/spot/charged",
+                        help="comma-separated scenario/market/world[/steady|bursty]")
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--levels", default="0.9")
+    parser.add_argument("--intervals", default="1,3")
+    parser.add_argument("--risks", default="neutral;h0.85;h0.7")
+    parser.add_argument("--blocks", default="12,48", help="lever-oracle block sizes in steps (12: 1 h)")
+    parser.add_argument("--validation-days", default="8-10")
+    parser.add_argument("--test-days", default="11-14")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None, help="merge each cell into this JSON document")
+    args = parser.parse_args()
+
+    def log(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    out: dict[str, Any] = {}
+    for key in args.cells.split(","):
+        out[key] = cell(args, key, log)
+        log(json.dumps({key: out[key]["ratios"]["room"]}))
+        if args.out:
+            doc = json.loads(args.out.read_text()) if args.out.exists() else {}
+            doc[key] = out[key]
+            atomic_write_text(args.out, json.dumps(doc, indent=1, default=str) + "\n")
+    print(json.dumps(out, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
