@@ -33,12 +33,17 @@ def seed_value(seed: int) -> int:
     return 1000 * seed
 
 
-def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces | None = None) -> Policy:
+def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces | None = None,
+                   configurable: bool = False) -> Policy:
     """``learned:<model uri>`` loads a logged policy (``learned:atoll-trigger-core@champion`` and
     ``learned:atoll-trigger-core/3`` name registered versions: ``models:/...``), ``learned:file:PATH``
     a policy file (:mod:`atoll.training.policy_file`, no MLflow needed); anything else is a
     rule (atoll.envs.policies) or a per-model rule assignment (``per-model:K@q,...``,
     :mod:`atoll.training.per_model`).
+
+    ``configurable``: the caller runs the policy on the env configured with what it sets
+    (:func:`env_at_level`: a policy file's action levels and risk presets) and checks the action's
+    codes there, so only the observation is checked here.
 
     ``fleet``: the spaces of the fleet the policy will act on. With it, ``learned:champion`` and
     the one-name ``learned:atoll-trigger@ALIAS`` resolve to the fleet's own registered model
@@ -47,8 +52,12 @@ def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces 
     parsed = parse_policy(spec)
     if parsed.is_learned and parsed.uri.startswith(FILE_PREFIX):
         policy_file = FilePolicy(Path(parsed.uri.removeprefix(FILE_PREFIX)), name=str(spec))
-        check_fits(parsed.uri, policy_file.metadata, fleet or FleetSpaces(
-            policy_file.card.fleet, n_models, (policy_file.card.observation_size,)))
+        spaces = fleet or FleetSpaces(policy_file.card.fleet, n_models, (policy_file.card.observation_size,))
+        if configurable and policy_file.action_levels is not None:
+            # the caller configures the env with the policy's levels and presets (env_at_level) and
+            # checks the codes then; the observation must fit as it is
+            spaces = dataclasses.replace(spaces, n_codes=None, env_ids=())
+        check_fits(parsed.uri, policy_file.metadata, spaces)
         return policy_file
     if parsed.is_learned:
         from atoll.training.policy_model import load_policy
@@ -129,11 +138,13 @@ def evaluate_policies(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int
     if seeds < 1:
         raise InputError(f"seeds must be >= 1, got {seeds}")
     spaces = FleetSpaces.of_env(env)
-    policies = [resolve_policy(s, len(env.models), fleet=spaces) for s in specs]
+    policies = [resolve_policy(s, len(env.models), fleet=spaces, configurable=True) for s in specs]
     results = []
     levels: dict[float, FleetEnv] = {}
     for spec, policy in zip(specs, policies, strict=True):
         at = env_at_level(env, policy, levels)
+        if isinstance(policy, FilePolicy):  # configured with its levels and presets: now it must fit
+            check_fits(policy.uri, policy.metadata, FleetSpaces.of_env(at))
         episodes = [run_policy(at, policy, days=days, seed=seed_value(seed), tick=tick)
                     for seed in range(seeds)]
         for e in episodes:

@@ -19,6 +19,7 @@ A folder is written complete or not at all: into a temporary sibling, then renam
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ import numpy as np
 from stable_baselines3 import PPO
 
 from atoll.solvers.errors import InputError
+from atoll.solvers.problem import Risk
 
 CARD = "card.json"
 MODEL = "model.zip"
@@ -63,6 +65,10 @@ class PolicyCard:
         command: the command that trained it. ``git_commit``: atoll's commit then.
         created: when it was written (ISO 8601, UTC).
         reset_options: env reset options the policy was trained with.
+        planning_quantile, action_levels: the env's configured level and the levels its codes
+            name; ``risk`` and ``risk_menu`` (labels) its configured risk and, for a ``risk``
+            action, the presets: an env is configured with them to run the policy
+            (:class:`FilePolicy` exposes them as a rule does).
     """
 
     env_id: str
@@ -86,6 +92,10 @@ class PolicyCard:
     git_commit: str
     created: str
     reset_options: Mapping[str, Any] = field(default_factory=dict)
+    planning_quantile: float | None = None
+    action_levels: tuple[float, ...] = ()
+    risk: str = "neutral"
+    risk_menu: tuple[str, ...] = ()
     format: str = FORMAT
 
     def __post_init__(self) -> None:
@@ -126,22 +136,30 @@ class PolicyCard:
         doc["action_codes"], doc["models"] = list(self.action_codes), list(self.models)
         doc["train_days"], doc["world"] = list(self.train_days), dict(self.world)
         doc["reset_options"] = dict(self.reset_options)
+        doc["action_levels"], doc["risk_menu"] = list(self.action_levels), list(self.risk_menu)
         return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], where: str) -> PolicyCard:
         known = set(cls.__dataclass_fields__)
-        missing = sorted(known - set(doc) - {"reset_options", "format"})
+        optional = {"reset_options", "format", "planning_quantile", "action_levels", "risk", "risk_menu"}
+        missing = sorted(known - set(doc) - optional)
         if missing:
             raise InputError(f"{where}: the card lacks {', '.join(missing)}; write it again with "
                              f"'atoll train' (this atoll reads {FORMAT!r})")
         values = {k: doc[k] for k in known if k in doc}
+        if "planning_quantile" not in doc:  # a card written before these fields: read off its world
+            values.update(_action_facts(doc))
         try:
             values["action_codes"] = tuple(str(c) for c in values["action_codes"])
             values["models"] = tuple(str(m) for m in values["models"])
             first, last = values["train_days"]
             values["train_days"] = (int(first), int(last))
             values["world"] = {str(k): str(v) for k, v in dict(values["world"]).items()}
+            values["action_levels"] = tuple(float(q) for q in values.get("action_levels", ()))
+            values["risk_menu"] = tuple(str(r) for r in values.get("risk_menu", ()))
+            if values.get("planning_quantile") is not None:
+                values["planning_quantile"] = float(values["planning_quantile"])
             score = values["validation_score"]
             values["validation_score"] = None if score is None else float(score)
         except (TypeError, ValueError) as exc:
@@ -150,6 +168,29 @@ class PolicyCard:
             return cls(**values)
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from exc
+
+
+def _action_facts(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The configured level, action levels, risk and risk menu of a card that lacks them, from the
+    env settings it records (``world``) and the names of its action codes."""
+    from atoll.envs.vocabulary import Reoptimization
+
+    world = dict(doc.get("world") or {})
+    try:
+        quantile = float(world["env.planning_quantile"])
+        levels = tuple(float(q) for q in ast.literal_eval(world["env.action_levels"]))
+        risk = Risk(**ast.literal_eval(world["env.risk"])).label()
+        menu: list[str] = []
+        if doc.get("action") == "risk":
+            for name in doc.get("action_codes", []):
+                reopt = Reoptimization.parse(str(name))
+                label = reopt.risk.label() if reopt.risk is not None else risk
+                if reopt.kind == "full" and label not in menu:
+                    menu.append(label)
+    except (KeyError, ValueError, SyntaxError, TypeError) as exc:
+        raise InputError(f"the card's world lacks the env's levels or risk ({exc}); write it again "
+                         f"with 'atoll train'") from exc
+    return {"planning_quantile": quantile, "action_levels": levels, "risk": risk, "risk_menu": tuple(menu)}
 
 
 def write_policy_file(folder: Path, card: PolicyCard, *, model: PPO | None = None,
@@ -207,8 +248,6 @@ class FilePolicy:
     """A policy file with the rule policies' interface (``name``, ``act``, ``reset_options``):
     deterministic actions for raw observations, standardized as in training."""
 
-    planning_quantile: float | None = None  # plans at the env's configured level
-
     def __init__(self, folder: Path, name: str | None = None) -> None:
         self.folder = Path(folder)
         self.card = read_card(self.folder)
@@ -236,6 +275,26 @@ class FilePolicy:
     @property
     def n_models(self) -> int:
         return self.card.n_models
+
+    # What the env it runs on must be configured with (read by atoll.training.evaluate.env_at_level,
+    # as a rule's own level and risk are): the codes mean these levels and presets.
+    @property
+    def planning_quantile(self) -> float | None:
+        return self.card.planning_quantile
+
+    @property
+    def action_levels(self) -> tuple[float, ...] | None:
+        return self.card.action_levels or None
+
+    @property
+    def risk(self) -> Risk | None:
+        return Risk.parse(self.card.risk) if self.card.planning_quantile is not None else None
+
+    @property
+    def risk_presets(self) -> tuple[Risk, ...]:
+        if self.card.action != "risk" or not self.card.risk_menu:
+            return ()
+        return tuple(Risk.parse(r) for r in self.card.risk_menu)
 
     def normalize(self, observations: np.ndarray) -> np.ndarray:
         """What VecNormalize.normalize_obs does with the saved statistics (clip 10; identity without)."""

@@ -191,7 +191,10 @@ def policy_card(config: FleetConfig, settings: TrainSettings, *, observation_siz
         world=config_params(config),
         train_days=(int(config.days[0]), int(config.days[1])), demand_seeds=settings.demand_seeds,
         data_hash=digest, steps=steps, bootstrap_steps=settings.bootstrap_steps, selected=selected,
-        validation_score=validation_score, command=command, git_commit=git_commit(), created=created)
+        validation_score=validation_score, command=command, git_commit=git_commit(), created=created,
+        planning_quantile=float(config.planning_quantile), action_levels=tuple(config.action_levels),
+        risk=config.risk.label(),
+        risk_menu=tuple(r.label() for r in codec.risks) if config.action == "risk" else ())
 
 
 def _utc_now() -> str:

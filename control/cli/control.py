@@ -157,6 +157,15 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float],
         policy = resolve_policy(args.policy, len(fleet.models), fleet=FleetSpaces.of_live_fleet(fleet))
     except (KeyError, ValueError, OSError) as exc:
         raise UserError(f"--policy {args.policy!r}: {as_user_error(exc)}") from exc
+    codes = dict(getattr(policy, "metadata", None) or {}).get("action_codes")
+    if codes:  # the controller decodes with its own levels: the policy's codes must mean the same
+        from atoll.envs.actions import ActionCodec
+
+        ours = ActionCodec.for_config(settings.planning_quantile, fleet.config.action_levels).names()
+        if list(codes) != ours:
+            raise UserError(f"--policy {args.policy!r}: its action codes ({', '.join(codes)}) are not this "
+                            f"controller's ({', '.join(ours)}); use a policy trained with this fleet's "
+                            f"planning level and action levels")
     try:
         sink: PlanSink = DryRunSink(args.sink, _k8s_options(args)) if args.dry_run else \
             make_sink(args.sink, apply=args.apply, options=_k8s_options(args))

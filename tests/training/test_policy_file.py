@@ -112,3 +112,30 @@ def test_every_shipped_policy_loads_and_names_how_to_reevaluate_it(folder: Path)
     assert (folder / "model.zip").stat().st_size < 1_000_000  # small enough to ship
     readme = (folder / "README.md").read_text()
     assert f"learned:file:training/policies/{folder.name}" in readme  # the command that re-evaluates it
+
+
+def test_a_policy_file_configures_the_env_it_is_evaluated_on(tmp_path: Path) -> None:
+    from atoll.training.checkpoint import obs_stats
+    from atoll.training.evaluate import evaluate_policies
+    from atoll.training.policy_file import write_policy_file
+    from atoll.training.tracking import data_hash, policy_card
+    from atoll.training.train import train_policy
+
+    narrow = tiny_config(action_levels=(0.9,))  # 3 codes per model; the default env has 7
+    model, vec, _ = train_policy(narrow, SETTINGS)
+    card = policy_card(narrow, SETTINGS, observation_size=int(vec.observation_space.shape[0]), steps=64,
+                       selected="best", validation_score=None, command="atoll train", created="now",
+                       digest=data_hash(narrow))
+    assert card.action_levels == (0.9,) and card.planning_quantile == 0.9 and card.risk == "neutral"
+    folder = write_policy_file(tmp_path / "narrow", card, model=model, obs_rms=obs_stats(vec))
+    env = FleetEnv(tiny_config(days=(6, 6)))
+    with pytest.raises(InputError, match="action codes per model differ"):
+        resolve_policy(f"learned:file:{folder}", 2, fleet=FleetSpaces.of_env(env))
+    [result] = evaluate_policies(env, [f"learned:file:{folder}"], days=[6], seeds=1)
+    assert len(result.episodes[0].steps) == 48  # run on the env configured with its levels
+    # a card written before the action fields reads them off its world and codes
+    doc = json.loads((folder / CARD).read_text())
+    for key in ("planning_quantile", "action_levels", "risk", "risk_menu"):
+        del doc[key]
+    (folder / CARD).write_text(json.dumps(doc))
+    assert read_card(folder) == card
