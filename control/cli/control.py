@@ -304,7 +304,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prometheus", default=None, metavar="URL", help="Prometheus server (HTTP API)")
     p.add_argument("--scrape", default=None, metavar="URL[,URL...]", help="vLLM /metrics endpoints")
     p.add_argument("--policy", default="threshold",
-                   help="learned:<model uri> or learned:champion (this fleet's, atoll-trigger-<fleet>), "
+                   help="learned:<model uri>, learned:champion (this fleet's, atoll-trigger-<fleet>) or "
+                        "learned:file:PATH (a policy file), "
                         "fixed:K (every K ticks), "
                         "threshold[:LOW:HIGH], grow:K or never")
     p.add_argument("--scenario", default="core", help="solver scenario the fleet is planned from")
