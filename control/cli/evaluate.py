@@ -175,9 +175,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_env_options(e)
     e.add_argument("--eval-days", default="11-14", help="the test days")
     e.add_argument("--policies", default=None,
-                   help="comma-separated: learned:<model uri>, learned:file:PATH (a policy file), fixed:K[@q], "
-                        f"threshold[:LOW:HIGH][@q], never, hindsight (default {DEFAULT_POLICIES}); with --rules "
-                        "grid only learned policies")
+                   help="comma-separated: learned:<model uri>, learned:file:PATH (a policy file), "
+                        f"fixed:K[@q], threshold[:LOW:HIGH][@q], never, hindsight (default "
+                        f"{DEFAULT_POLICIES}); with --rules grid only learned policies")
     e.add_argument("--seeds", type=int, default=3,
                    help="seeds per policy (availability offsets, preemptions); results are mean ± std")
     e.add_argument("--rules", choices=("listed", "grid"), default="listed",
