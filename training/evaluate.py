@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from atoll.envs import ENV_ID_V3, ENV_ID_V4
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
 from atoll.envs.rollout import RESULT_COLUMNS, TOTAL_KEYS, Episode, result_cells, run_policy
@@ -43,7 +44,7 @@ def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces 
 
     ``configurable``: the caller runs the policy on the env configured with what it sets
     (:func:`env_at_level`: a policy file's action levels and risk presets) and checks the action's
-    codes there, so only the observation is checked here.
+    codes there, so only the observation and env id are checked here.
 
     ``fleet``: the spaces of the fleet the policy will act on. With it, ``learned:champion`` and
     the one-name ``learned:atoll-trigger@ALIAS`` resolve to the fleet's own registered model
@@ -56,7 +57,9 @@ def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces 
         if configurable and policy_file.action_levels is not None:
             # the caller configures the env with the policy's levels and presets (env_at_level) and
             # checks the codes then; the observation must fit as it is
-            spaces = dataclasses.replace(spaces, n_codes=None, env_ids=())
+            # (a Fleet-v3 env runs a Fleet-v4 policy once its action takes the presets)
+            ids = spaces.env_ids + ((ENV_ID_V4,) if ENV_ID_V3 in spaces.env_ids else ())
+            spaces = dataclasses.replace(spaces, n_codes=None, env_ids=ids)
         check_fits(parsed.uri, policy_file.metadata, spaces)
         return policy_file
     if parsed.is_learned:
