@@ -54,7 +54,7 @@ def preset_of(spec: str) -> Option:
 
 
 def _risk(option: Option) -> Risk:
-    return option[2] if len(option) > 2 else NEUTRAL_RISK  # type: ignore[misc]
+    return option[2] if len(option) > 2 else NEUTRAL_RISK
 
 
 def step_costs(env: FleetEnv, policy: Any, *, days: Sequence[int], seed: int, lost_usd_per_mtok: float

@@ -254,6 +254,14 @@ class FilePolicy:
         self.uri = f"{FILE_PREFIX}{folder}"
         self.name = name or f"learned:{self.uri}"
         self.metadata = self.card.metadata()
+        # What the env it runs on is configured with (read by atoll.training.evaluate.env_at_level,
+        # as a rule's own level and risk are): its codes mean these levels and presets.
+        card = self.card
+        self.planning_quantile: float | None = card.planning_quantile
+        self.action_levels: tuple[float, ...] | None = card.action_levels or None
+        self.risk: Risk | None = Risk.parse(card.risk) if card.planning_quantile is not None else None
+        self.risk_presets: tuple[Risk, ...] = (tuple(Risk.parse(r) for r in card.risk_menu)
+                                               if card.action == "risk" else ())
         if not (self.folder / MODEL).is_file():
             raise InputError(f"policy file {str(self.folder)!r}: no {MODEL}")
         try:
@@ -275,26 +283,6 @@ class FilePolicy:
     @property
     def n_models(self) -> int:
         return self.card.n_models
-
-    # What the env it runs on must be configured with (read by atoll.training.evaluate.env_at_level,
-    # as a rule's own level and risk are): the codes mean these levels and presets.
-    @property
-    def planning_quantile(self) -> float | None:
-        return self.card.planning_quantile
-
-    @property
-    def action_levels(self) -> tuple[float, ...] | None:
-        return self.card.action_levels or None
-
-    @property
-    def risk(self) -> Risk | None:
-        return Risk.parse(self.card.risk) if self.card.planning_quantile is not None else None
-
-    @property
-    def risk_presets(self) -> tuple[Risk, ...]:
-        if self.card.action != "risk" or not self.card.risk_menu:
-            return ()
-        return tuple(Risk.parse(r) for r in self.card.risk_menu)
 
     def normalize(self, observations: np.ndarray) -> np.ndarray:
         """What VecNormalize.normalize_obs does with the saved statistics (clip 10; identity without)."""
