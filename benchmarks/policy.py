@@ -50,6 +50,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -362,7 +363,7 @@ def _train(args: argparse.Namespace, config: FleetConfig, scorer: Any, key: str,
                                     normalize_observations=args.normalize_observations),
                       validate=scorer, note=lambda text, k=key: log(f"{k}: {text}"),
                       checkpoint_every=args.checkpoint_every, run_dir=args.run_dir / _folder_name(key),
-                      command=" ".join(["python", "benchmarks/policy.py", *sys.argv[1:]]))
+                      command=shlex.join(["python", "benchmarks/policy.py", *sys.argv[1:]]))
     return train, time.perf_counter() - t
 
 
