@@ -10,10 +10,12 @@ Per cell (scenario / market / world [/ demand half]):
    policy of that seed): each *preset* — the grid's ``fixed:1`` rules, every level and risk — run
    uniformly with each step's effective cost per model recorded; the best rule, the per-model rule
    and the demand oracles (``oracle-rate`` and ``oracle-quantile`` taking the best rule's risk);
-3. the **lever oracle** per block size (``--blocks``, steps; 12 = 1 h, 48 = 4 h): per seed, model
-   and block the preset of least cost in hindsight (:func:`atoll.training.lever_oracle.compose`),
-   its estimate, and the same choice **run as a real policy**
-   (:class:`atoll.training.lever_oracle.ScheduledRule`);
+3. the **time-of-day rule**, a state-dependent rule: per model and hour of the day, the preset of
+   least cost summed over the validation days (``--time-of-day-seeds`` seeds of their own), run on
+   the test days as a policy switched by the clock; then the **lever oracle** per block size
+   (``--blocks``, steps; 12 = 1 h, 48 = 4 h): per seed, model and block the preset of least cost
+   in hindsight (:func:`atoll.training.lever_oracle.compose`), its estimate, and the same choice
+   **run as a real policy** (:class:`atoll.training.lever_oracle.ScheduledRule`);
 4. ratios of effective cost (node $ + lost tokens at ``--lost-usd-per-mtok``), paired per seed, with
    95% t intervals (:func:`atoll.training.lever_oracle.paired_ratio`): **room** = the run lever
    oracle / the per-model rule (what any policy with these levers could gain), the demand room =
@@ -72,9 +74,27 @@ def _run(env: FleetEnv, spec_or_policy: Any, days: list[int], seed: int, lost: f
                    "reoptimizations": t["reoptimizations"]}
 
 
+def preset_costs(config: FleetConfig, presets: list[str], days: list[int], seed: int, lost: float
+                 ) -> np.ndarray:
+    """Each preset run uniformly over ``days``: step costs per model, ``(presets, steps, models)``."""
+    env = FleetEnv(config)
+    return np.stack([_run(env, spec, days, seed, lost)[0] for spec in presets])
+
+
+def time_of_day_schedule(costs: np.ndarray, days: int, block: int) -> np.ndarray:
+    """The least-cost preset per model and hour-of-day block, summed over ``days`` days of
+    validation costs ``(presets, steps, models)``: a rule switched by the clock, ``(blocks, models)``."""
+    p, steps, m = costs.shape
+    per_day = costs.reshape(p, days, steps // days, m).sum(axis=1)
+    schedule, _ = compose(per_day, block)
+    return schedule
+
+
 def seed_job(config: FleetConfig, presets: list[str], refs: dict[str, str], blocks: list[int],
-             days: list[int], seed: int, lost: float) -> dict[str, Any]:
-    """Everything of one seed: the presets (with their step costs), the references, the oracles."""
+             days: list[int], seed: int, lost: float, clock: np.ndarray | None = None,
+             clock_block: int = 12) -> dict[str, Any]:
+    """Everything of one seed: the presets (with their step costs), the references, the oracles,
+    and the time-of-day rule (``clock``: its schedule for one day, chosen on validation days)."""
     env = FleetEnv(config)
     out: dict[str, Any] = {}
     costs = []
@@ -93,6 +113,10 @@ def seed_job(config: FleetConfig, presets: list[str], refs: dict[str, str], bloc
         _, totals = _run(env, oracle, days, seed, lost)
         share = np.bincount(schedule.ravel(), minlength=len(presets)).tolist()
         out[f"lever_oracle/{b}"] = {**totals, "estimate_usd": estimate, "preset_share": share}
+    if clock is not None:
+        rule = ScheduledRule(options, np.tile(clock, (len(days), 1)), clock_block, tuple(days),
+                             config.episode_steps, name="time-of-day")
+        out["time_of_day"] = _run(env, rule, days, seed, lost)[1]
     return out
 
 
@@ -134,8 +158,17 @@ def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
     config = dataclasses.replace(config, days=(first, last))
     FleetEnv(config)  # the demand and forecast caches, once, before the workers read them
     rows: list[dict[str, Any]] = [{} for _ in range(args.seeds)]
+    clock = None
+    vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        futures = {pool.submit(seed_job, config, presets, refs, blocks, tdays, k, lost): k
+        if args.time_of_day_seeds:
+            # the time-of-day rule is chosen on the validation days' costs, never on the test days'
+            val = [pool.submit(preset_costs, config, presets, vdays, 100 + k, lost)
+                   for k in range(args.time_of_day_seeds)]
+            clock = time_of_day_schedule(sum(f.result() for f in val), len(vdays), 12)
+            log(f"{key}: time-of-day rule chosen on days {vdays[0]}-{vdays[-1]} "
+                f"({args.time_of_day_seeds} seeds): preset shares {np.bincount(clock.ravel()).tolist()}")
+        futures = {pool.submit(seed_job, config, presets, refs, blocks, tdays, k, lost, clock): k
                    for k in range(args.seeds)}
         for future, k in futures.items():
             rows[k] = future.result()
@@ -145,10 +178,13 @@ def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
               "demand_room": {d: _ratio(rows, d, "per_model_rule") for d in DEMAND_ORACLES},
               "per_model_rule_vs_best_rule": _ratio(rows, "per_model_rule", "best_rule"),
               "lever_oracle_vs_best_rule": {o: _ratio(rows, o, "best_rule") for o in oracles}}
+    if clock is not None:
+        ratios["time_of_day_vs_per_model_rule"] = _ratio(rows, "time_of_day", "per_model_rule")
     estimate = {f"lever_oracle/{b}": paired_ratio([r[f"lever_oracle/{b}"]["estimate_usd"] for r in rows],
                                                   [r["per_model_rule"]["effective_usd"] for r in rows])
                 for b in blocks}
     names = [*presets, *refs, *(f"lever_oracle/{b}" for b in blocks)]
+    names += ["time_of_day"] if clock is not None else []
     means = {name: {k: float(np.mean([r[name][k] for r in rows]))
                     for k in ("effective_usd", "cost_usd", "slo_attainment", "time_limited_solves")}
              for name in names}
@@ -156,6 +192,7 @@ def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
             "presets": presets, "lost_usd_per_mtok": lost, "test_days": tdays, "seeds": args.seeds,
             "grid_seconds": grid_s, "seconds": time.perf_counter() - t0, "loadavg": list(os.getloadavg()),
             "ratios": ratios, "composed_estimate_vs_per_model_rule": estimate, "means": means,
+            "time_of_day_schedule": clock.tolist() if clock is not None else None,
             "per_seed": rows}
 
 
@@ -176,6 +213,8 @@ def main() -> None:
     parser.add_argument("--validation-days", default="8-10")
     parser.add_argument("--test-days", default="11-14")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--time-of-day-seeds", type=int, default=2,
+                        help="validation seeds (100, 101, ...) the time-of-day rule is chosen on (0: none)")
     parser.add_argument("--out", type=Path, default=None, help="merge each cell into this JSON document")
     args = parser.parse_args()
 
