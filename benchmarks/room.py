@@ -56,7 +56,14 @@ from atoll.training.contest import (  # noqa: E402
     validation_choices,  # noqa: E402
 )
 from atoll.training.evaluate import env_at_level, resolve_policy, seed_value  # noqa: E402
-from atoll.training.lever_oracle import ScheduledRule, compose, paired_ratio, preset_of, step_costs  # noqa: E402
+from atoll.training.lever_oracle import (  # noqa: E402
+    ScheduledRule,
+    clock_schedule,
+    compose,
+    paired_ratio,
+    preset_of,
+    step_costs,
+)
 
 DEMAND_ORACLES = ("oracle-rate", "oracle-quantile")
 WORLDS = {"exact": {}, "calibration": CLOSED_LOOP, "charged": CHARGED}
@@ -79,15 +86,6 @@ def preset_costs(config: FleetConfig, presets: list[str], days: list[int], seed:
     """Each preset run uniformly over ``days``: step costs per model, ``(presets, steps, models)``."""
     env = FleetEnv(config)
     return np.stack([_run(env, spec, days, seed, lost)[0] for spec in presets])
-
-
-def time_of_day_schedule(costs: np.ndarray, days: int, block: int) -> np.ndarray:
-    """The least-cost preset per model and hour-of-day block, summed over ``days`` days of
-    validation costs ``(presets, steps, models)``: a rule switched by the clock, ``(blocks, models)``."""
-    p, steps, m = costs.shape
-    per_day = costs.reshape(p, days, steps // days, m).sum(axis=1)
-    schedule, _ = compose(per_day, block)
-    return schedule
 
 
 def seed_job(config: FleetConfig, presets: list[str], refs: dict[str, str], blocks: list[int],
@@ -165,7 +163,7 @@ def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
             # the time-of-day rule is chosen on the validation days' costs, never on the test days'
             val = [pool.submit(preset_costs, config, presets, vdays, 100 + k, lost)
                    for k in range(args.time_of_day_seeds)]
-            clock = time_of_day_schedule(sum(f.result() for f in val), len(vdays), 12)
+            clock = clock_schedule(sum(f.result() for f in val), len(vdays), 12)
             log(f"{key}: time-of-day rule chosen on days {vdays[0]}-{vdays[-1]} "
                 f"({args.time_of_day_seeds} seeds): preset shares {np.bincount(clock.ravel()).tolist()}")
         futures = {pool.submit(seed_job, config, presets, refs, blocks, tdays, k, lost, clock): k

@@ -16,6 +16,9 @@ market, so a model's cost under preset A depends on the others' presets.
 days and seed, each model re-planned with its block's preset, so the oracle's figure is a
 measured one; both are reported.
 
+**A rule switched by the clock** (:func:`clock_schedule`): the same choice made per hour of the
+day on validation days, and run on other days — a state-dependent rule, not an oracle.
+
 **Paired** (:func:`paired_ratio`): figures are ratios per seed (same demand, availability,
 preemption draws), summarized as a mean with a 95% t interval over seeds; a ratio whose interval
 holds 1 is a tie.
@@ -88,6 +91,17 @@ def compose(costs: np.ndarray, block_steps: int) -> tuple[np.ndarray, float]:
     schedule = per_block.argmin(axis=0)
     estimate = float(np.take_along_axis(per_block, schedule[None], axis=0).sum())
     return schedule, estimate
+
+
+def clock_schedule(costs: np.ndarray, days: int, block_steps: int) -> np.ndarray:
+    """A rule switched by the clock: per model and block of the day, the preset of least cost
+    summed over ``days`` whole days of ``costs`` ``(presets, steps, models)`` (chosen on
+    validation days, then tiled over the days it runs); ``(blocks per day, models)``."""
+    p, steps, m = costs.shape
+    if days < 1 or steps % days:
+        raise InputError(f"clock_schedule: {steps} steps are not {days} whole days")
+    schedule, _ = compose(costs.reshape(p, days, steps // days, m).sum(axis=1), block_steps)
+    return schedule
 
 
 @dataclass

@@ -16,7 +16,14 @@ from atoll.envs.policies import make_policy
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk
 from atoll.training.evaluate import env_at_level
-from atoll.training.lever_oracle import ScheduledRule, compose, paired_ratio, preset_of, step_costs
+from atoll.training.lever_oracle import (
+    ScheduledRule,
+    clock_schedule,
+    compose,
+    paired_ratio,
+    preset_of,
+    step_costs,
+)
 
 PRESETS = ("fixed:1@0.9", "fixed:1@0.9+h0.7")
 
@@ -105,3 +112,16 @@ def test_paired_ratios_carry_a_t_interval() -> None:
     assert paired_ratio([1.0], [2.0])["low"] is None
     with pytest.raises(InputError, match="paired per seed"):
         paired_ratio([1.0, 2.0], [1.0])
+
+
+def test_the_clock_schedule_sums_the_days_hour_by_hour() -> None:
+    rng = np.random.default_rng(9)
+    costs = rng.uniform(0, 10, size=(2, 3 * 8, 2))  # 2 presets, 3 days of 8 steps, 2 models
+    schedule = clock_schedule(costs, 3, 4)  # 2 blocks a day
+    assert schedule.shape == (2, 2)
+    for b, m in itertools.product(range(2), range(2)):
+        totals = [sum(costs[p, d * 8 + b * 4: d * 8 + b * 4 + 4, m].sum() for d in range(3))
+                  for p in range(2)]
+        assert schedule[b, m] == int(np.argmin(totals))
+    with pytest.raises(InputError, match="24 steps are not 5 whole days"):
+        clock_schedule(costs, 5, 4)
