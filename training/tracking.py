@@ -244,33 +244,32 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
         if stats:
             mlflow.log_metrics(stats)
         size = int(np.prod(vec.observation_space.shape or (0,)))
-        models = list(config.models or config.scenario_spec.models)
-        codec = config.action_codec
-        fleet = fleet_name(config.scenario, config.models, config.scenario_spec.models)
-        uri = log_policy(model, vec, run_id=run_id, observation_size=size,
-                         n_models=len(models),
-                         metadata={"scenario": config.scenario, "fleet": fleet, "models": models,
-                                   "train_days": list(config.days), "availability": config.availability,
-                                   "env_id": env_id(config),
-                                   "world": {"capacity_error": str(config.capacity_error),
-                                             "correction": config.correction, "slo_model": config.slo_model,
-                                             "observation": config.observation},
-                                   "demand_seeds": settings.demand_seeds,
-                                   "action_codes": (codec.names() if config.action in ("reopt", "risk")
-                                                    else ["hold", "full"])})
-        mlflow.set_tag("atoll.model_uri", uri)
-        registered = register_policy(uri, {"scenario": config.scenario, "availability": config.availability,
-                                           "run_id": run_id}, fleet)
-        mlflow.set_tag("atoll.registered", registered.removeprefix("models:/"))
         steps = int(model.num_timesteps)
         card = functools.partial(policy_card, config, settings, observation_size=size, command=command,
                                  created=now(), digest=data_hash(config))
         best_score = stats.get("validation_best")
+        best_card = card(steps=int(stats.get("validation_best_at", steps)), selected="best",
+                         validation_score=best_score)
+        fleet = best_card.fleet
+        # the registry's metadata names what the card names (one source for both)
+        uri = log_policy(model, vec, run_id=run_id, observation_size=size,
+                         n_models=best_card.n_models,
+                         metadata={"scenario": config.scenario, "fleet": fleet,
+                                   "models": list(best_card.models), "train_days": list(config.days),
+                                   "availability": config.availability,
+                                   "env_id": best_card.env_id,
+                                   "world": {"capacity_error": str(config.capacity_error),
+                                             "correction": config.correction, "slo_model": config.slo_model,
+                                             "observation": config.observation},
+                                   "demand_seeds": settings.demand_seeds,
+                                   "action_codes": list(best_card.action_codes)})
+        mlflow.set_tag("atoll.model_uri", uri)
+        registered = register_policy(uri, {"scenario": config.scenario, "availability": config.availability,
+                                           "run_id": run_id}, fleet)
+        mlflow.set_tag("atoll.registered", registered.removeprefix("models:/"))
         with tempfile.TemporaryDirectory(prefix="atoll-policy-file-") as tmp:
             best = folder.best if folder is not None else Path(tmp) / "policy"
-            best_steps = int(stats.get("validation_best_at", steps))
-            write_policy_file(best, card(steps=best_steps, selected="best", validation_score=best_score),
-                              model=model, obs_rms=ckpt.obs_stats(vec))
+            write_policy_file(best, best_card, model=model, obs_rms=ckpt.obs_stats(vec))
             mlflow.log_artifacts(str(best), artifact_path="policy_file")
         result = {"run_id": run_id, "model_uri": uri, "registered": registered, "fleet": fleet, **stats}
         if folder is not None and checkpoint is not None:
