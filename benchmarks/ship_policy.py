@@ -3,7 +3,7 @@
 re-evaluates it (prints one JSON document: what was shipped, where, its size).
 
     .venv/bin/python benchmarks/ship_policy.py benchmarks/results/policy_core_exact_shipped.json \
-        core/spot/exact [--into training/policies]
+        core/spot/exact [--into training/policies] [--as FOLDER]
 
 The cell must come from ``benchmarks/policy.py`` run with a run folder (its ``policy_file``). The
 README's re-evaluation command is the cell's own command with ``--policy-file`` in place of the
@@ -46,7 +46,7 @@ def reevaluation_command(settings: dict[str, Any], folder: str, seeds: int | Non
     return shlex.join([*words, "--policy-file", folder])
 
 
-def ship(doc_path: Path, key: str, into: Path) -> dict[str, Any]:
+def ship(doc_path: Path, key: str, into: Path, name: str | None = None) -> dict[str, Any]:
     doc = json.loads(doc_path.read_text())
     if key not in doc:
         cells = ", ".join(k for k in doc if k != "settings")
@@ -59,7 +59,7 @@ def ship(doc_path: Path, key: str, into: Path) -> dict[str, Any]:
     source = cell.get("policy_file")
     if not source:
         raise SystemExit(f"{doc_path} {key}: no policy_file (run benchmarks/policy.py with a run folder)")
-    name = key.replace("/", "-")
+    name = name or key.replace("/", "-")
     target = into / name
     card = read_card(Path(source))
     if target.exists():
@@ -108,8 +108,12 @@ def main() -> None:
     parser.add_argument("document", type=Path, help="a JSON document benchmarks/policy.py wrote (--out)")
     parser.add_argument("cells", nargs="+", help="cell keys to ship, e.g. core/spot/exact")
     parser.add_argument("--into", type=Path, default=Path("training/policies"))
+    parser.add_argument("--as", dest="name", help="the folder name under --into (one cell only), for a cell "
+                        "whose key another shipped policy already holds, e.g. core-spot-charged-1728")
     args = parser.parse_args()
-    print(json.dumps([ship(args.document, key, args.into) for key in args.cells], indent=2))
+    if args.name and len(args.cells) != 1:
+        parser.error(f"--as {args.name} names one folder, but {len(args.cells)} cells were given: ship them one by one")
+    print(json.dumps([ship(args.document, key, args.into, args.name) for key in args.cells], indent=2))
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
 from atoll.envs.vocabulary import DEFAULT_LEVEL, Reoptimization
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.packing import Packing, describe_packing, repack
-from atoll.solvers.problem import Allocation
+from atoll.solvers.problem import Allocation, Risk
 
 PUBLISH_BAND = 2.0  # standard errors a learned factor must move before the planner sees it
 
@@ -125,6 +125,9 @@ class ControllerSettings:
     # online capacity correction: learn a factor per template family from the servers'
     # latency and throughput, and plan with the corrected capacities
     correction: bool = True
+    # the levels the policy's action codes mean (None: the fleet's); a rule assigning levels per
+    # model (``per-model:``) brings its own, as it does in the simulator
+    action_levels: tuple[float, ...] | None = None
     # scale-down stabilization (HPA's stabilizationWindowSeconds for scale-down): a service
     # shrinks only to the most instances the solver wanted for it over this window (controller
     # seconds); 0: off
@@ -170,6 +173,10 @@ class ControllerSettings:
         if not 0 < self.planning_quantile < 1:
             raise ValueError(f"ControllerSettings: field 'planning_quantile' must be in (0, 1), "
                              f"got {self.planning_quantile!r}")
+        if self.action_levels is not None and (not self.action_levels or not all(
+                isinstance(q, int | float) and 0 < q < 1 for q in self.action_levels)):
+            raise ValueError(f"ControllerSettings: field 'action_levels' must be levels in (0, 1), "
+                             f"got {self.action_levels!r}")
 
 
 @dataclass(frozen=True)
@@ -253,6 +260,7 @@ class Controller:
                              f"{expected} (atoll/Fleet-v1) or {closed} (atoll/Fleet-v2); use a policy "
                              f"trained on scenario {fleet.scenario!r}")
         self._closed_obs = size == closed  # a policy trained on atoll/Fleet-v2 sees the servers' signals
+        self.risk = policy_risk(policy, s, fleet.config.action_levels)
         self.clock_offset = 0.0
         self.wall = wall
         loaded = load_state(self.state_dir)  # StateError (names the file and the fix) propagates
@@ -300,7 +308,7 @@ class Controller:
             if record is not None:
                 self._planned.update(planned_demand(record))
         # the env's action encoding: level 0 is the configured planning level (code 1 = full there)
-        self.codec = ActionCodec.for_config(s.planning_quantile, fleet.config.action_levels)
+        self.codec = ActionCodec.for_config(s.planning_quantile, s.action_levels or fleet.config.action_levels)
         self.forecaster = LiveForecast(shapes=fleet.shapes, forecaster=s.forecaster,
                                        quantile=s.planning_quantile, levels=self.codec.levels,
                                        horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S,
@@ -774,10 +782,14 @@ class Controller:
             replanner = model.corrected_replanner(factors) if factors else self.fleet.replanner
             if replanner is model.replanner:
                 replanner = self.fleet.replanner
+            # a rule's +RISK: the same ILP rows as in the simulator (a larger demand for a
+            # headroom, the spread and on-demand floor rows)
+            risk = {m: self.risk for m in solved} if self.risk is not None else None
             out = model.replan(fs, frozenset(solved), tokens, self.fleet.availability,
-                               replanner=replanner, grow=frozenset(grow))
+                               replanner=replanner, grow=frozenset(grow), risk=risk)
             solve = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
-                     "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand}
+                     "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand,
+                     "risk": (self.risk or self.fleet.model.config.risk).label()}
             allocation = out.allocation
         else:
             solve = {"status": "not solved", "mode": None, "solver_seconds": 0.0, "cached": False,
@@ -1092,6 +1104,33 @@ class Controller:
                          "change": change,
                          "action": "add" if change > 0 else "remove", "instances": record.plan.get(key, 0)})
         return rows
+
+
+def policy_risk(policy: Policy, settings: ControllerSettings, fleet_levels: tuple[float, ...]) -> Risk | None:
+    """The risk every live re-plan takes for ``policy`` (None: the fleet's configured risk), after
+    checking that the controller honours everything else the policy names: a rule's planning level
+    (``@q``) must be the settings' and its action levels the codec's (else its codes would mean
+    other levels), and a choice among risk presets per model and step (``per-model:`` with risks,
+    a learned ``atoll/Fleet-v4`` policy) is refused: the live codec has no risk presets. A
+    ValueError names the part and the fix; nothing a policy asks for is dropped."""
+    name = getattr(policy, "name", type(policy).__name__)
+    presets = tuple(getattr(policy, "risk_presets", ()) or ())
+    if presets:
+        raise ValueError(f"policy {name!r} chooses among risk presets per model ("
+                         f"{', '.join(r.label() for r in presets)}); the live controller takes one risk for "
+                         f"every model: use a rule with one +RISK (e.g. fixed:1@0.9+{presets[-1].label()})")
+    q = getattr(policy, "planning_quantile", None)
+    if q is not None and q != settings.planning_quantile:
+        raise ValueError(f"policy {name!r} plans at level {q:g}, but the controller's planning level is "
+                         f"{settings.planning_quantile:g}: set ControllerSettings.planning_quantile={q:g}")
+    levels = getattr(policy, "action_levels", None)
+    ours = settings.action_levels or fleet_levels
+    if levels and tuple(levels) != tuple(ours):
+        raise ValueError(f"policy {name!r} chooses among levels {', '.join(f'{v:g}' for v in levels)}, but "
+                         f"the controller decodes levels {', '.join(f'{v:g}' for v in ours)}: set "
+                         f"ControllerSettings.action_levels={tuple(levels)}")
+    risk = getattr(policy, "risk", None)
+    return risk if isinstance(risk, Risk) else None
 
 
 def planned_demand(record: PlanRecord) -> dict[str, tuple[float, float]]:

@@ -42,3 +42,14 @@ def _shipped_registries_unchanged() -> Iterator[None]:
     before = snapshot()
     yield
     assert snapshot() == before, "a test changed the shipped catalog, models or scenarios of this process"
+
+
+@pytest.fixture(autouse=True)
+def _no_run_folder_in_the_repository() -> Iterator[None]:
+    """``atoll train`` without ``--run-dir`` writes ``runs/<fleet>-<key>`` under the working
+    directory: a test must pass a temporary one, or the next run resumes the last one's state."""
+    runs = Path(__file__).resolve().parents[1] / "runs"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
+    yield
+    after = set(runs.iterdir()) if runs.is_dir() else set()
+    assert after == before, f"a test wrote a run folder into the repository: {sorted(map(str, after - before))}"

@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
@@ -157,11 +158,19 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float],
         policy = resolve_policy(args.policy, len(fleet.models), fleet=FleetSpaces.of_live_fleet(fleet))
     except (KeyError, ValueError, OSError) as exc:
         raise UserError(f"--policy {args.policy!r}: {as_user_error(exc)}") from exc
+    # a rule's @q and a per-model rule's (or a policy file's) levels configure the controller, as
+    # they configure the simulator's env (training.evaluate.env_at_level); its +RISK goes to every
+    # re-plan (Controller.risk), and what the controller cannot honour is refused there
+    q = getattr(policy, "planning_quantile", None)
+    levels = getattr(policy, "action_levels", None)
+    settings = replace(settings, planning_quantile=q if q is not None else settings.planning_quantile,
+                       action_levels=tuple(levels) if levels else None)
     codes = dict(getattr(policy, "metadata", None) or {}).get("action_codes")
     if codes:  # the controller decodes with its own levels: the policy's codes must mean the same
         from atoll.envs.actions import ActionCodec
 
-        ours = ActionCodec.for_config(settings.planning_quantile, fleet.config.action_levels).names()
+        ours = ActionCodec.for_config(settings.planning_quantile,
+                                      settings.action_levels or fleet.config.action_levels).names()
         if list(codes) != ours:
             raise UserError(f"--policy {args.policy!r}: its action codes ({', '.join(codes)}) are not this "
                             f"controller's ({', '.join(ours)}); use a policy trained with this fleet's "

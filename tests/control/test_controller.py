@@ -346,3 +346,43 @@ def test_a_policy_for_another_fleet_is_refused(fleet: LiveFleet, tmp_path: Path)
 
     with pytest.raises(ValueError, match="takes observations of 7 values.*scenario 'core'"):
         Controller(fleet, ScriptedSource(FakeClock(), {}), Wrong(), JsonDirSink(tmp_path), tmp_path)
+
+
+def test_a_rules_risk_reaches_every_live_replan(fleet: LiveFleet, tmp_path: Path) -> None:
+    # 13 req/s: 1,300 prompt and 130 generation tokens/s, planned at x 1.1. Neutral: 2 prefill
+    # instances (1,600 tokens/s), 1 decode (200). At headroom 0.7 the ILP covers the demand / 0.7:
+    # 3 prefill (2,400 >= 2,043) and 2 decode (400 >= 204), the simulator's rows
+    plans = {}
+    for spec in ("fixed:1@0.9", "fixed:1@0.9+h0.7"):
+        h = Harness(fleet, tmp_path / spec.replace(":", "_").replace("+", "_"), policy=spec,
+                    rates={m: 13.0 for m in MODELS})
+        h.tick()
+        report = h.tick()
+        assert report.solve is not None and report.solve["risk"] == ("h0.7" if "+" in spec else "neutral")
+        plans[spec] = capacity(fleet, h.controller.state.running)
+    assert np.all(plans["fixed:1@0.9"] == [[2 * PREFILL_TPS, DECODE_TPS]] * 2)
+    assert np.all(plans["fixed:1@0.9+h0.7"] == [[3 * PREFILL_TPS, 2 * DECODE_TPS]] * 2)
+    demand = np.array([13.0 * INPUT, 13.0 * OUTPUT]) * 1.1
+    assert np.all(plans["fixed:1@0.9+h0.7"] >= demand / 0.7)
+
+
+def test_what_the_controller_cannot_honour_is_refused_not_dropped(fleet: LiveFleet, tmp_path: Path) -> None:
+    from atoll.training.evaluate import resolve_policy
+
+    source = ScriptedSource(FakeClock(), {})
+    with pytest.raises(ValueError, match=r"plans at level 0.5.*planning level is 0.9.*planning_quantile=0.5"):
+        Controller(fleet, source, make_policy("fixed:1@0.5", 2), JsonDirSink(tmp_path), tmp_path / "a")
+    per_model = resolve_policy("per-model:1@0.9+h0.7,1@0.9", 2)
+    with pytest.raises(ValueError, match=r"risk presets per model \(neutral, h0.7\).*one \+RISK"):
+        Controller(fleet, source, per_model, JsonDirSink(tmp_path), tmp_path / "b")
+    levels = resolve_policy("per-model:1@0.9,1@0.95", 2)
+    with pytest.raises(ValueError, match=r"levels 0.9, 0.95.*action_levels=\(0.9, 0.95\)"):
+        Controller(fleet, source, levels, JsonDirSink(tmp_path), tmp_path / "c",
+                   settings=ControllerSettings(planning_quantile=0.95, action_levels=(0.9,)))
+    # with the policy's levels the controller decodes its codes as the simulator does
+    c = Controller(fleet, source, levels, JsonDirSink(tmp_path), tmp_path / "d",
+                   settings=ControllerSettings(planning_quantile=0.95, action_levels=(0.9, 0.95)))
+    assert set(c.codec.levels) == {0.9, 0.95} and c.risk is None
+    # its codes mean what they mean in the simulator: model i's code is full at its own level
+    codes = levels.act(np.zeros(1), {"step": 1})
+    assert [c.codec.decode(int(k)).label() for k in codes] == ["full@0.9", "full@0.95"]

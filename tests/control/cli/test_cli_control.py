@@ -34,6 +34,9 @@ def test_parse_interval() -> None:
     (["--scrape", "http://127.0.0.1:1", "--prometheus", "http://127.0.0.1:2"], "exactly one of"),
     (["--scrape", "http://127.0.0.1:1", "--policy", "sometimes"], "unknown policy 'sometimes'"),
     (["--scrape", "http://127.0.0.1:1", "--scenario", "huge"], "huge"),
+    # a choice among risk presets per model cannot be honoured live: refused, never dropped
+    (["--scrape", "http://127.0.0.1:1", "--policy", "per-model:1@0.9+h0.7,1@0.9,1@0.9"],
+     "chooses among risk presets per model"),
     (["--scrape", "http://127.0.0.1:1", "--interval", "often"], "--interval 'often'"),
 ])
 def test_bad_arguments_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
@@ -146,3 +149,23 @@ def test_once_with_metrics_down_holds_saves_and_exits_1(tmp_path: Path,
     assert report["plan_changed"] is False and report["sink_result"] is None
     assert "check that the server is up" in captured.err.replace("\n", " ")
     assert load_state(tmp_path / "s").tick == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("policy", "level", "levels", "risk"), [
+    ("fixed:1@0.5", 0.5, None, None),
+    ("fixed:1@0.9+h0.7", 0.9, None, "h0.7"),
+    ("per-model:1@0.9,1@0.95,1@0.95", 0.95, (0.9, 0.95), None),
+])
+def test_the_policys_level_levels_and_risk_configure_the_controller(tmp_path: Path, policy: str, level: float,
+                                                                     levels: tuple[float, ...] | None,
+                                                                     risk: str | None) -> None:
+    # as the simulator's env takes them (training.evaluate.env_at_level): nothing dropped
+    from atoll.control.cli import build_parser
+    from atoll.control.cli.control import build_controller
+
+    args = build_parser("control").parse_args(["control", "--scrape", "http://127.0.0.1:1", "--state",
+                                               str(tmp_path / "s"), "--sink", f"json:{tmp_path / 'p'}",
+                                               "--policy", policy])
+    c = build_controller(args, clock=lambda: 0.0)
+    assert c.settings.planning_quantile == level and c.settings.action_levels == levels
+    assert (c.risk.label() if c.risk is not None else None) == risk

@@ -54,7 +54,7 @@ def test_readme_walkthrough(fleet_file: Path, tmp_path: Path, capsys: pytest.Cap
     plan = run(capsys, "solve", "--fleet", fleet, "--json")
     assert plan["status"] == "optimal" and plan["fleet"] == fleet and plan["runtime"] == "vllm"
     trained = run(capsys, "train", "--fleet", fleet, "--train-days", "4-4", "--timesteps", "256",
-                  "--bootstrap-steps", "64", "--seed", "0", "--json")
+                  "--bootstrap-steps", "64", "--seed", "0", "--run-dir", str(tmp_path / "run"), "--json")
     uri = trained["model_uri"]
     port = closed_port()
     replay = subprocess.Popen([sys.executable, "-m", "atoll.control.cli", "replay", "--fleet", fleet,
