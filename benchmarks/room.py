@@ -127,6 +127,36 @@ def _ratio(rows: list[dict[str, Any]], num: str, den: str) -> dict[str, Any]:
     return both
 
 
+def ratios_of(rows: list[dict[str, Any]], presets: list[str], blocks: list[int]) -> dict[str, Any]:
+    """The cell's paired ratios from its per-seed rows. Besides the room against the per-model rule
+    (chosen on validation days), the room against the **test days' best uniform preset**, chosen in
+    hindsight (least mean effective cost over the seeds): it separates what a within-day choice of
+    lever could gain from what choosing the rule on unrepresentative validation days cost."""
+    oracles = [f"lever_oracle/{b}" for b in blocks]
+    hindsight = min(presets, key=lambda name: float(np.mean([r[name]["effective_usd"] for r in rows])))
+    ratios: dict[str, Any] = {
+        "room": {o: _ratio(rows, o, "per_model_rule") for o in oracles},
+        "demand_room": {d: _ratio(rows, d, "per_model_rule") for d in DEMAND_ORACLES},
+        "per_model_rule_vs_best_rule": _ratio(rows, "per_model_rule", "best_rule"),
+        "lever_oracle_vs_best_rule": {o: _ratio(rows, o, "best_rule") for o in oracles},
+        "test_best_preset": hindsight,
+        "lever_oracle_vs_test_best_preset": {o: _ratio(rows, o, hindsight) for o in oracles},
+        "per_model_rule_vs_test_best_preset": _ratio(rows, "per_model_rule", hindsight)}
+    if all("time_of_day" in r for r in rows):
+        ratios["time_of_day_vs_per_model_rule"] = _ratio(rows, "time_of_day", "per_model_rule")
+    return ratios
+
+
+def recompute(path: Path) -> dict[str, Any]:
+    """``--recompute``: every cell's ratios again from its stored per-seed rows (no run)."""
+    doc = json.loads(path.read_text())
+    for c in doc.values():
+        blocks = [int(k.split("/")[1]) for k in c["composed_estimate_vs_per_model_rule"]]
+        c["ratios"] = ratios_of(c["per_seed"], c["presets"], blocks)
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+    return doc
+
+
 def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
     parts = key.split("/")
     scenario, availability, world = parts[:3]
@@ -171,13 +201,7 @@ def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
         for future, k in futures.items():
             rows[k] = future.result()
             log(f"{key}: seed {k} done ({time.perf_counter() - t0:.0f} s)")
-    oracles = [f"lever_oracle/{b}" for b in blocks]
-    ratios = {"room": {o: _ratio(rows, o, "per_model_rule") for o in oracles},
-              "demand_room": {d: _ratio(rows, d, "per_model_rule") for d in DEMAND_ORACLES},
-              "per_model_rule_vs_best_rule": _ratio(rows, "per_model_rule", "best_rule"),
-              "lever_oracle_vs_best_rule": {o: _ratio(rows, o, "best_rule") for o in oracles}}
-    if clock is not None:
-        ratios["time_of_day_vs_per_model_rule"] = _ratio(rows, "time_of_day", "per_model_rule")
+    ratios = ratios_of(rows, presets, blocks)
     estimate = {f"lever_oracle/{b}": paired_ratio([r[f"lever_oracle/{b}"]["estimate_usd"] for r in rows],
                                                   [r["per_model_rule"]["effective_usd"] for r in rows])
                 for b in blocks}
@@ -214,7 +238,12 @@ def main() -> None:
     parser.add_argument("--time-of-day-seeds", type=int, default=2,
                         help="validation seeds (100, 101, ...) the time-of-day rule is chosen on (0: none)")
     parser.add_argument("--out", type=Path, default=None, help="merge each cell into this JSON document")
+    parser.add_argument("--recompute", type=Path, default=None, metavar="FILE",
+                        help="recompute the ratios of every cell of FILE from its per-seed rows, run nothing")
     args = parser.parse_args()
+    if args.recompute:
+        print(json.dumps({k: c["ratios"] for k, c in recompute(args.recompute).items()}, indent=1))
+        return
 
     def log(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
