@@ -45,7 +45,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
-from atoll.envs import CHARGED, CLOSED_LOOP  # noqa: E402
+from atoll.envs import WORLDS  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.solvers.files import atomic_write_text  # noqa: E402
@@ -66,7 +66,6 @@ from atoll.training.lever_oracle import (  # noqa: E402
 )
 
 DEMAND_ORACLES = ("oracle-rate", "oracle-quantile")
-WORLDS = {"exact": {}, "calibration": CLOSED_LOOP, "charged": CHARGED}
 
 
 def _run(env: FleetEnv, spec_or_policy: Any, days: list[int], seed: int, lost: float

@@ -308,7 +308,8 @@ class Controller:
             if record is not None:
                 self._planned.update(planned_demand(record))
         # the env's action encoding: level 0 is the configured planning level (code 1 = full there)
-        self.codec = ActionCodec.for_config(s.planning_quantile, s.action_levels or fleet.config.action_levels)
+        self.codec = ActionCodec.for_config(s.planning_quantile,
+                                            s.action_levels or fleet.config.action_levels)
         self.forecaster = LiveForecast(shapes=fleet.shapes, forecaster=s.forecaster,
                                        quantile=s.planning_quantile, levels=self.codec.levels,
                                        horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S,

@@ -30,6 +30,27 @@ CLOSED_LOOP = {"capacity_error": "calibration", "correction": True, "slo_model":
 # each setting and its public source); scale-down keeps its drain with a grace period
 CHARGED = {**CLOSED_LOOP, "startup": "sampled", "preemption": "zone", "spot_acquisition": "trace",
            "observation": "v3"}
+# the worlds a command runs in (``--world``), each with the env id a re-planning policy trains on
+WORLDS: dict[str, dict[str, object]] = {"exact": {}, "calibration": CLOSED_LOOP, "charged": CHARGED}
+WORLD_ENV_IDS = {"exact": ENV_ID, "calibration": ENV_ID_V2, "charged": ENV_ID_V3}
+
+
+def world_of(config: object) -> str:
+    """The name of ``config``'s world: the first of :data:`WORLDS` whose every setting it has
+    (its charges, not its observation), or ``custom``."""
+    def has(settings: dict[str, object]) -> bool:
+        return all(getattr(config, k) == v for k, v in settings.items() if k != "observation")
+
+    named = [name for name in ("charged", "calibration") if has(WORLDS[name])]
+    if named:
+        return named[0]
+    from atoll.envs.config import FleetConfig
+
+    default = FleetConfig(scenario="core")
+    exact = all(getattr(config, k) == getattr(default, k)
+                for k in ("capacity_error", "correction", "slo_model", "startup", "preemption",
+                          "spot_acquisition"))
+    return "exact" if exact else "custom"
 
 if ENV_ID not in registry:
     register(id=ENV_ID, entry_point="atoll.envs.fleet_env:FleetEnv", kwargs={"action": "reopt"})

@@ -28,6 +28,7 @@ from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from atoll.envs import world_of
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
@@ -229,7 +230,8 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
     experiment = configure()
     earlier = run_status(folder.path).get("mlflow_runs", []) if folder is not None else []
     with mlflow.start_run(experiment_id=experiment, run_name=f"train-{config.scenario}",
-                          tags={"atoll.kind": "train", **(tags or {})}) as run:
+                          tags={"atoll.kind": "train", "atoll.world": world_of(config),
+                                **(tags or {})}) as run:
         run_id = run.info.run_id
         mlflow.log_params(params)
         mlflow.set_tag(REUSE_TAG, key)  # what train_or_reuse looks runs up by
@@ -323,7 +325,8 @@ def evaluate_run(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int], se
     client = MlflowClient()
     results = evaluate_policies(env, specs, days=days, seeds=seeds, tick=tick)
     with mlflow.start_run(experiment_id=experiment, run_name=run_name,
-                          tags={"atoll.kind": "evaluate", **(tags or {})}) as parent:
+                          tags={"atoll.kind": "evaluate", "atoll.world": world_of(env.config),
+                                **(tags or {})}) as parent:
         mlflow.log_params({**config_params(env.config), "eval.days": ",".join(map(str, days)),
                            "eval.seeds": str(seeds), "eval.policies": ",".join(specs)})
         for r in results:
@@ -445,7 +448,8 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
     tdays = list(range(st.test_days[0], st.test_days[1] + 1))
     vpoints = {p.name: p for p in result.validation_points()}
     with mlflow.start_run(experiment_id=experiment, run_name=run_name,
-                          tags={"atoll.kind": "contest", **(tags or {})}) as parent:
+                          tags={"atoll.kind": "contest", "atoll.world": world_of(cfg),
+                                **(tags or {})}) as parent:
         mlflow.log_params({
             **config_params(cfg), "scenario": cfg.scenario, "workload": cfg.workload,
             "availability": cfg.availability,

@@ -124,6 +124,26 @@ def fleet_market(args: argparse.Namespace, active: Fleet) -> str:
     return str(given)
 
 
+def world_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The FleetConfig fields of the world the options name (``atoll.envs.WORLDS``): ``--world``,
+    or the world of ``--env`` (``atoll/Fleet-v1`` exact, ``-v2`` calibration, ``-v3`` charged);
+    both given must agree. ``--capacity-error``, ``--correction`` and ``--slo-model`` given with it win."""
+    from atoll.envs import WORLD_ENV_IDS, WORLDS
+
+    world = getattr(args, "world", None)
+    env_id = getattr(args, "env", None)
+    if env_id is not None:
+        implied = next(name for name, eid in WORLD_ENV_IDS.items() if eid == env_id)
+        if world is not None and world != implied:
+            raise UserError(f"--env {env_id} trains in the {implied} world, but --world {world} was given: "
+                            f"give one of them (--world {world} trains on {WORLD_ENV_IDS[world]})")
+        world = implied
+    settings = WORLDS[world or "exact"]
+    given = {name: getattr(args, name) for name in ("capacity_error", "correction", "slo_model")
+             if getattr(args, name, None) is not None}
+    return {**settings, **given}
+
+
 def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> FleetEnv:
     """FleetEnv from the shared --scenario/--fleet/--workload/--availability/--prices options.
     With ``--fleet`` the env serves the fleet's own scaled workloads in the fleet file's market
@@ -135,6 +155,7 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
     from atoll.forecast.scaling import with_scale
     from atoll.forecast.workloads import WorkloadError
 
+    extra = {**world_options(args), **extra}
     limit = getattr(args, "solver_time_limit", None)
     if limit is not None:
         extra = {"solver_time_limit": limit, **extra}
@@ -197,6 +218,13 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scale", default=None, metavar="SPEC", action=Given,
                    help="scale every workload without its own @spec: mean:R (req/s), factor:F or none; "
                         "csv: workloads are otherwise served as recorded")
+    p.add_argument("--world", default=None, choices=("exact", "calibration", "charged"),
+                   help="the world simulated: exact (capacities as modelled, the default), calibration "
+                        "(the closed loop: capacities off the model by the calibration's spread, "
+                        "corrected online, latency SLO) or charged (the closed loop plus what a cluster "
+                        "charges for a re-plan: sampled start-up, zone-correlated preemptions, spot "
+                        "acquisition that fails when the trace has no node); policies train on "
+                        "atoll/Fleet-v1, -v2 or -v3")
     p.add_argument("--capacity-error", default=None, metavar="SPEC",
                    help="how the true capacities differ from the performance model: 0 (default, exact), "
                         "calibration (the calibration's held-out spread), a sigma, stress:S, scale:F or "

@@ -21,9 +21,8 @@ def evaluate(out: Output, args: argparse.Namespace, days: tuple[int, int], specs
 
     if seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {seeds}")
-    from atoll.control.cli.train import world_options
 
-    env = make_env(args, days, **world_options(args))
+    env = make_env(args, days)
     day_list = list(range(days[0], days[1] + 1))
     total = len(specs) * seeds * len(day_list) * env.config.episode_steps
     with progress("evaluating", total) as advance:
@@ -32,7 +31,10 @@ def evaluate(out: Output, args: argparse.Namespace, days: tuple[int, int], specs
                                   tick=advance)
         except (KeyError, ValueError, OSError) as exc:
             raise as_user_error(exc) from exc
-    out.result(results_table(f"{env.config.scenario} / {env.config.availability} / days "
+    from atoll.envs import world_of
+
+    out.result(results_table(f"{env.config.scenario} / {env.config.availability} / {world_of(env.config)} "
+                             f"world / days "
                              f"{days[0]}-{days[1]} / {seeds} seed(s) (mean ± std)", result["policies"]))
     return result
 
@@ -49,7 +51,7 @@ def contest_config(args: argparse.Namespace) -> Any:
         raise UserError(f"--rules grid runs on --scenario and --workload; it does not take --fleet "
                         f"{args.fleet} yet: run the rules on the fleet with `atoll simulate --fleet` "
                         f"or `atoll evaluate --fleet` without --rules grid")
-    from atoll.control.cli.train import world_options
+    from atoll.control.cli.common import world_options
 
     extra: dict[str, Any] = {"solver_time_limit": args.solver_time_limit} \
         if args.solver_time_limit is not None else {}

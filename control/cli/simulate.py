@@ -17,6 +17,7 @@ from atoll.control.cli.common import (
 )
 from atoll.control.cli.output import UserError, output_for, progress, results_table
 from atoll.control.cli.plots import cost_slo_scatter, fleet_tiers, sibling
+from atoll.envs import world_of
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
 from atoll.envs.policies import Policy, make_policy
@@ -61,6 +62,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "partial": partial,
         "scenario": args.scenario, "fleet": args.fleet, "workload": workloads_used(args), "days": day_list,
         "availability": env.config.availability, "prices": env.config.price_kind, "seed": args.seed,
+        "world": world_of(env.config),
         **({"market": args.loaded_fleet.spec.market_summary} if getattr(args, "loaded_fleet", None) else {}),
         "closed_loop": {"capacity_error": env.config.capacity_error_spec.label,
                         "correction": env.config.correction, "slo_model": env.config.slo_model},
@@ -74,7 +76,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if len(episodes) == 1:
         doc["policy"] = episodes[0].policy
         doc["totals"] = doc["policies"][episodes[0].policy]["totals"]
-    title = f"{args.scenario} / {env.config.availability} / days {args.days}"
+    title = f"{args.scenario} / {env.config.availability} / {world_of(env.config)} world / days {args.days}"
     out.result(results_table(title + (" / PARTIAL (interrupted)" if partial else ""), results))
     if args.plot and episodes:
         written = plot_episodes(episodes, env.models, Path(args.plot), policy=args.plot_policy,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from atoll.control.cli.common import add_env_options, make_env, parse_days
 from atoll.control.cli.output import output_for, progress
-from atoll.envs import CLOSED_LOOP, ENV_ID, ENV_ID_V2
+from atoll.envs import ENV_ID, ENV_ID_V2, ENV_ID_V3
 from atoll.envs.config import FleetConfig, RewardWeights
 from atoll.solvers.errors import InputError
 
@@ -20,17 +20,6 @@ if TYPE_CHECKING:
 
 BOOTSTRAP_RULE = "fixed:1"
 CHECKPOINT_EVERY = 2_304  # two rollouts of the default 2 envs x 576 steps
-
-
-def world_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The FleetConfig fields ``--env`` implies: ``atoll/Fleet-v2`` is the closed loop
-    (``atoll.envs.CLOSED_LOOP``: capacity_error calibration, correction, latency SLO, the v2
-    observation); ``--capacity-error``, ``--correction`` and ``--slo-model`` given with it win."""
-    if getattr(args, "env", ENV_ID) != ENV_ID_V2:
-        return {}
-    given = {name: getattr(args, name) for name in ("capacity_error", "correction", "slo_model")
-             if getattr(args, name, None) is not None}
-    return {**CLOSED_LOOP, **given}
 
 
 def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int, seed: int
@@ -46,7 +35,7 @@ def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int
                              bootstrap_smoothing=args.bootstrap_smoothing, n_envs=args.n_envs,
                              demand_seeds=args.demand_seeds,
                              normalize_observations=args.normalize_observations)
-    env = make_env(args, days, reward=reward, **world_options(args))
+    env = make_env(args, days, reward=reward)
     if settings.bootstrap_steps:
         bootstrap_teacher(settings.bootstrap_rule, env)  # a rule that does not fit the env fails here
     return env.config, settings
@@ -99,10 +88,13 @@ def _status(out: Any, folder: str) -> int:
 
 
 def add_env_id_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", default=ENV_ID, choices=(ENV_ID, ENV_ID_V2),
-                   help=f"{ENV_ID}: the world as modelled; {ENV_ID_V2}: the closed loop (capacities off the "
-                        "model by the calibration's spread, drawn at every reset; online correction; latency "
-                        "SLO; the policy observes latency, queues and the correction)")
+    p.add_argument("--env", default=None, choices=(ENV_ID, ENV_ID_V2, ENV_ID_V3),
+                   help=f"{ENV_ID}: the world as modelled (the default); {ENV_ID_V2}: the closed loop "
+                        "(capacities off the model by the calibration's spread, drawn at every reset; online "
+                        "correction; latency SLO; the policy observes latency, queues and the correction); "
+                        f"{ENV_ID_V3}: the charged world (the closed loop plus sampled start-up, "
+                        "zone-correlated preemptions and failing spot acquisition; the policy also observes "
+                        "risk). The same as --world exact, calibration or charged")
 
 
 def add_train_options(p: argparse.ArgumentParser, *, bootstrap_steps: int) -> None:

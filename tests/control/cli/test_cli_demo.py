@@ -48,8 +48,7 @@ def test_env_fleet_v2_is_the_closed_loop_and_explicit_flags_win() -> None:
     config = contest_config(build_parser().parse_args(argv))
     assert config.capacity_error == "stress:0.2" and config.observation == "v2"
     assert contest_config(build_parser().parse_args(["demo"])).observation == "v1"
-    from atoll.control.cli.common import make_env
-    from atoll.control.cli.train import world_options
+    from atoll.control.cli.common import make_env, world_options
 
     args = build_parser().parse_args(["evaluate", "--env", "atoll/Fleet-v2", "--forecaster", "naive"])
     assert world_options(args)["observation"] == "v2"  # what the listed evaluation passes to make_env
