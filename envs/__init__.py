@@ -15,6 +15,8 @@ correction, and the observation's closed-loop block (latency, queue, correction 
 level, :mod:`atoll.envs.actions`); ``atoll/Fleet-v0``: the same world with the MultiBinary action.
 """
 
+from typing import Any
+
 from gymnasium.envs.registration import register, registry
 
 ENV_ID = "atoll/Fleet-v1"
@@ -31,7 +33,7 @@ CLOSED_LOOP = {"capacity_error": "calibration", "correction": True, "slo_model":
 CHARGED = {**CLOSED_LOOP, "startup": "sampled", "preemption": "zone", "spot_acquisition": "trace",
            "observation": "v3"}
 # the worlds a command runs in (``--world``), each with the env id a re-planning policy trains on
-WORLDS: dict[str, dict[str, object]] = {"exact": {}, "calibration": CLOSED_LOOP, "charged": CHARGED}
+WORLDS: dict[str, dict[str, Any]] = {"exact": {}, "calibration": CLOSED_LOOP, "charged": CHARGED}
 WORLD_ENV_IDS = {"exact": ENV_ID, "calibration": ENV_ID_V2, "charged": ENV_ID_V3}
 
 

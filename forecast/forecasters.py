@@ -562,6 +562,7 @@ PLANNING_FORECASTERS: dict[str, Callable[[int, int], Forecaster]] = {}
 # ``auto`` chooses among the forecasters above; its module imports this one and registers itself
 # in FORECASTERS (a plain module import here, so either module may be imported first).
 import atoll.forecast.auto  # noqa: E402, F401
+import atoll.forecast.learned  # noqa: E402, F401  (peak:learned; it imports planning)
 import atoll.forecast.planning  # noqa: E402, F401
 
 

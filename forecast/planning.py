@@ -105,8 +105,10 @@ BLEND: tuple[str, ...] = ("persistence", "ets")
 
 def planning_settings() -> tuple[object, ...]:
     """What a cache of planning forecasts must key on besides the name and horizon."""
+    from atoll.forecast.learned import shipped_digest  # it imports this module
+
     return (PLANNING_VERSION, ACI_RATE, VOL_RATE, VOL_FLOOR, CONFORMAL_SEASONS, BURN_IN, SELECT_LEVEL,
-            SWITCH_MARGIN, BLEND, QUANTILES)
+            SWITCH_MARGIN, BLEND, QUANTILES, shipped_digest())
 
 
 def pinball(y: np.ndarray | float, q_pred: np.ndarray | float, level: float) -> float:

@@ -1,4 +1,4 @@
-"""``atoll forecast backtest`` and ``atoll forecast plot``."""
+"""``atoll forecast backtest``, ``atoll forecast plot`` and ``atoll forecast train``."""
 
 from __future__ import annotations
 
@@ -173,6 +173,52 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train ``peak:learned``'s network on the bundled series (and ``--workload`` csv series)."""
+    import shlex
+    import sys
+
+    from atoll.forecast.learned import SHIPPED
+    from atoll.forecast.learned_fit import FitSettings, fit_net
+
+    out = output_for(args)
+    extra: list[tuple[str, tuple[float, ...]]] = []
+    for name in split_names(args.workload, "--workload") if args.workload else []:
+        s = _series(name, 300.0)
+        if len(s.requests_per_s) < 2 * DAY:
+            raise UserError(f"--workload {name}: {len(s.requests_per_s)} steps of 5 min; training needs "
+                            f"at least two days (a day of history before each target)")
+        extra.append((name, tuple(float(v) for v in s.requests_per_s)))
+    try:
+        seeds = tuple(int(v) for v in split_names(args.demand_seeds, "--demand-seeds"))
+        scenarios = () if args.scenarios == "none" else tuple(split_names(args.scenarios, "--scenarios"))
+        settings = FitSettings(seed=args.seed, demand_seeds=seeds, hold_out=args.hold_out, epochs=args.epochs,
+                               scenarios=scenarios, extra=tuple(extra))
+    except ValueError as exc:
+        raise as_user_error(exc) from exc
+    target = SHIPPED if args.ship else args.out
+    with progress("training peak:learned", settings.epochs) as advance:
+        def note(text: str) -> None:
+            if text.startswith("epoch"):
+                advance(1)
+            out.note(text)
+
+        net, report = fit_net(settings, note=note)
+    command = shlex.join(["atoll", *getattr(args, "argv", sys.argv[1:])])
+    net.card["command"] = command
+    net.save(Path(target))
+    doc: dict[str, object] = {"weights": str(target), **{k: v for k, v in report.items()}}
+    if not args.no_mlflow:
+        from atoll.training.tracking import demand_model_run
+
+        doc["mlflow"] = demand_model_run(Path(target), report, command)
+    out.result(f"weights     {target}\nvalidation  0.9 pinball {report['validation_pinball_0.9']} (x level), "
+               f"best epoch {report['best_epoch']} of {report['epochs_run']}\nseries      {report['series']} "
+               f"(data hash {report['data_hash']}), {report['seconds']} s")
+    out.json(doc)
+    return 0
+
+
 def _fleet_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fleet", default=None, metavar="FILE",
                    help="forecast a fleet file's models on their scaled demand (or core, extended)")
@@ -216,3 +262,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "format (.png, .svg, .pdf, ...)")
     add_json(pl)
     pl.set_defaults(handler=cmd_plot)
+    t = fsub.add_parser("train", help="train peak:learned's network on the bundled series (days 2-10)")
+    t.add_argument("--out", type=Path, default=Path("peak_learned.npz"),
+                   help="weights file (.npz; its card goes beside it as .json)")
+    t.add_argument("--ship", action="store_true",
+                   help="write the package's shipped weights (forecast/data/peak_learned.npz) instead "
+                        "of --out")
+    t.add_argument("--workload", default=None,
+                   help="more series to train on beside the bundled ones: csv:<path>#<model>, "
+                        "comma-separated")
+    t.add_argument("--hold-out", default=None, metavar="SOURCE",
+                   help="leave out every bundled series whose name starts with SOURCE (e.g. m-small)")
+    t.add_argument("--scenarios", default="core,extended,fleet20",
+                   help="the bundled scenarios whose demand (every ServeGen half) trains the network, "
+                        "or none (then only --workload's series)")
+    t.add_argument("--demand-seeds", default="0,1", help="demand realizations of each bundled series")
+    t.add_argument("--epochs", type=int, default=40, help="at most this many passes (early-stopped)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--no-mlflow", action="store_true", help="do not log the run nor register atoll-demand")
+    add_json(t)
+    t.set_defaults(handler=cmd_train)

@@ -91,3 +91,48 @@ def test_forecast_takes_a_fleets_models(tmp_path: Path, capsys: pytest.CaptureFi
     rows = json.loads(captured.out)["results"]
     assert code == 0 and {r["series"] for r in rows} == {"Phi-4-14B"} and rows[0]["chosen"] == "naive"
     assert "backtest Phi-4-14B naive: fitting on days 1-12" in captured.err
+
+
+def _request_log(path: Path, days: int) -> Path:
+    rng = np.random.default_rng(1)
+    lines = ["timestamp,model,input_tokens,output_tokens"]
+    for step in range(days * DAY):
+        rate = 3 + 2 * np.sin(2 * np.pi * step / DAY)
+        lines += [f"{step * 300 + k},m,100,10" for k in range(rng.poisson(rate))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_forecast_train_writes_weights_a_card_and_an_mlflow_version(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from atoll.forecast.learned import load_net
+
+    log = _request_log(tmp_path / "log.csv", 11)
+    out = tmp_path / "w.npz"
+    code = main(["forecast", "train", "--scenarios", "none", "--workload", f"csv:{log}", "--epochs", "2",
+                 "--out", str(out), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0, doc
+    net = load_net(out)
+    assert net.card["series"] == 1 and "atoll forecast train" in str(net.card["command"])
+    assert doc["mlflow"]["registered"] == "models:/atoll-demand/1" and doc["epochs_run"] <= 2
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--epochs", "0"), "field 'epochs' must be an integer >= 1"),
+    (("--scenarios", "none"), "must not be empty without 'extra' series"),
+    (("--scenarios", "huge", "--no-mlflow"), "unknown scenario 'huge'"),
+])
+def test_forecast_train_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          argv: tuple[str, ...], message: str) -> None:
+    assert main(["forecast", "train", "--out", str(tmp_path / "w.npz"), *argv]) == 2
+    assert message in capsys.readouterr().err.replace("\n", " ")
+    assert not (tmp_path / "w.npz").exists()
+
+
+def test_forecast_train_refuses_a_series_shorter_than_two_days(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    log = _request_log(tmp_path / "short.csv", 1)
+    assert main(["forecast", "train", "--scenarios", "none", "--workload", f"csv:{log}", "--out",
+                 str(tmp_path / "w.npz")]) == 2
+    assert "training needs at least two days" in capsys.readouterr().err.replace("\n", " ")
