@@ -130,12 +130,15 @@ def held_out_accuracy(net: Any, source: str, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    # a series without demand on the test days scores 0 for both: no ratio to take
+    rows = [r for r in all_rows if r["peak:auto"]["pinball_0.9"] > 0]
     ratio = paired_ratio([r["peak:learned"]["pinball_0.9"] for r in rows],
                          [r["peak:auto"]["pinball_0.9"] for r in rows])
     per = np.array([r["peak:learned"]["pinball_0.9"] / r["peak:auto"]["pinball_0.9"] for r in rows])
     cover = {f: [r[f]["coverage_0.9"] for r in rows] for f in ("peak:learned", "peak:auto")}
-    return {"series": len(rows), "pinball_ratio_learned_over_auto": ratio,
+    return {"series": len(rows), "silent_series": len(all_rows) - len(rows),
+            "pinball_ratio_learned_over_auto": ratio,
             "series_where_learned_is_better": int((per < 1).sum()),
             "coverage_0.9": {f: {"min": float(np.min(c)), "median": float(np.median(c)),
                                  "max": float(np.max(c)),

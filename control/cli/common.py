@@ -214,7 +214,9 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
                         "on-demand; with --fleet's market: each pool's own tier, and --prices is refused)")
     p.add_argument("--forecaster", default=DEFAULT_FORECASTER,
                    help="naive, ets, sarimax, uc, auto, or a planning-target forecaster "
-                        f"peak:persistence|ewma|naive|ets|llt|blend|auto (default {DEFAULT_FORECASTER})")
+                        "peak:persistence|ewma|naive|ets|llt|blend|auto|learned (learned: one network "
+                        "trained on the bundled traces, `atoll forecast train`) "
+                        f"(default {DEFAULT_FORECASTER})")
     p.add_argument("--scale", default=None, metavar="SPEC", action=Given,
                    help="scale every workload without its own @spec: mean:R (req/s), factor:F or none; "
                         "csv: workloads are otherwise served as recorded")

@@ -357,7 +357,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="trace seconds per wall second of the metrics (a replay's --speedup); rates are "
                         "divided by it and the interval runs that much faster")
     p.add_argument("--forecaster", default=DEFAULT_FORECASTER,
-                   help="naive, ets, sarimax, uc, auto or peak:persistence|ewma|naive|ets|llt|blend|auto "
+                   help="naive, ets, sarimax, uc, auto or "
+                        "peak:persistence|ewma|naive|ets|llt|blend|auto|learned "
                         f"(default {DEFAULT_FORECASTER}, as the simulator's)")
     p.add_argument("--solver-time-limit", type=float, default=10.0, help="seconds per solve")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
