@@ -50,6 +50,15 @@ def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces 
     the one-name ``learned:atoll-trigger@ALIAS`` resolve to the fleet's own registered model
     (``atoll-trigger-<fleet>``), and a policy whose observation or action space does not fit the
     fleet is an InputError naming both."""
+    from atoll.training.tuning import is_policy_file, read_tuned
+
+    if is_policy_file(spec):  # an `atoll tune` file: the policy it chose, named by the file
+        tuned = read_tuned(str(spec))
+        policy = resolve_policy(tuned.policy, n_models, fleet=fleet, configurable=configurable)
+        if len(tuned.models) != n_models:
+            raise InputError(f"policy file {spec} was tuned for {len(tuned.models)} models "
+                             f"({', '.join(tuned.models)}), this fleet has {n_models}")
+        return policy
     parsed = parse_policy(spec)
     if parsed.is_learned and parsed.uri.startswith(FILE_PREFIX):
         policy_file = FilePolicy(Path(parsed.uri.removeprefix(FILE_PREFIX)), name=str(spec))

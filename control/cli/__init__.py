@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("replay", "serve vLLM-style /metrics per model from demand traces"),
     "train": ("train", "train a PPO re-planning trigger on FleetEnv (logged to MLflow)"),
     "evaluate": ("evaluate", "compare policies on held-out days (MLflow parent + nested runs)"),
+    "tune": ("tune", "choose the rule a fleet should run on its own history; write it as a policy file"),
     "control": ("control", "run the live controller: metrics in, plans out"),
 }
 

@@ -284,6 +284,23 @@ def split_names(text: str, option: str) -> list[str]:
     return names
 
 
+def split_policies(text: str, option: str) -> list[str]:
+    """A comma-separated list of policies -> the policies. A per-model assignment's entries
+    (``per-model:1@0.9,3@0.95``) and a risk's parts (``+h0.85,s0.5``) hold commas too: a part
+    that starts with a digit, or is a risk part (``s0.5``, ``f0.3``, ``h0.7``), continues the policy
+    before it."""
+    import re
+
+    out: list[str] = []
+    for part in split_names(text, option):
+        continues = part[:1].isdigit() or re.fullmatch(r"[hsf][0-9.]+", part) is not None
+        if out and continues:
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out
+
+
 def require_servable_env(env: FleetEnv) -> None:
     """An error naming every model of the env's scenario that no template can serve, and why."""
     from atoll.envs.fleet_model import scenario_library

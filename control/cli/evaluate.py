@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.table import Table
 
-from atoll.control.cli.common import add_env_options, make_env, parse_days, split_names
+from atoll.control.cli.common import add_env_options, make_env, parse_days, split_names, split_policies
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress, results_table
 from atoll.control.cli.train import add_env_id_option
 
@@ -160,12 +160,12 @@ def contest_settings(args: argparse.Namespace) -> Any:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     out = output_for(args)
     if args.rules == "grid":
-        learned = split_names(args.policies, "--policies") if args.policies else []
+        learned = split_policies(args.policies, "--policies") if args.policies else []
         result = contest(out, args, learned, contest_settings(args))
         out.note(f"MLflow parent run {result['parent_run_id']}")
         out.json({k: v for k, v in result.items() if k != "table"})
         return 0
-    specs = split_names(args.policies or DEFAULT_POLICIES, "--policies")
+    specs = split_policies(args.policies or DEFAULT_POLICIES, "--policies")
     result = evaluate(out, args, parse_days(args.eval_days), specs, args.seeds)
     out.note(f"MLflow parent run {result['parent_run_id']}")
     out.json({"parent_run_id": result["parent_run_id"], "policies": result["policies"]})

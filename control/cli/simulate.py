@@ -12,21 +12,21 @@ from atoll.control.cli.common import (
     make_env,
     parse_days,
     require_servable_env,
-    split_names,
+    split_policies,
     workloads_used,
 )
-from atoll.control.cli.output import UserError, output_for, progress, results_table
+from atoll.control.cli.output import UserError, as_user_error, output_for, progress, results_table
 from atoll.control.cli.plots import cost_slo_scatter, fleet_tiers, sibling
 from atoll.envs import world_of
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
-from atoll.envs.policies import Policy, make_policy
+from atoll.envs.policies import Policy
 from atoll.envs.rollout import TOTAL_KEYS, Episode, run_policy
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     out = output_for(args)
-    names = split_names(args.policy, "--policy")
+    names = split_policies(args.policy, "--policy")
     days = parse_days(args.days)
     if args.plot:
         check_image_path(Path(args.plot), "--plot")
@@ -35,7 +35,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     env = make_env(args, days)
     if not args.allow_unservable:
         require_servable_env(env)  # exit 2 before simulating a model that nothing can serve
-    policies: list[Policy] = [make_policy(name, len(env.models)) for name in names]
+    from atoll.training.evaluate import resolve_policy
+
+    try:  # rules, per-model assignments, learned policies and `atoll tune` files
+        policies: list[Policy] = [resolve_policy(name, len(env.models)) for name in names]
+    except (KeyError, OSError) as exc:
+        raise as_user_error(exc) from exc
     day_list = list(range(days[0], days[1] + 1))
     from atoll.training.evaluate import env_at_level
 
@@ -102,9 +107,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_env_options(p)
     p.add_argument("--days", default="11", help="days of the workload to simulate, e.g. 11-14 (from 4)")
     p.add_argument("--policy", default="fixed:1",
-                   help="fixed:K[@q], threshold[:LOW:HIGH][@q] (q a planning level), grow:K[@q], never or "
-                        "hindsight; "
-                        "several comma-separated")
+                   help="fixed:K[@q][+RISK], threshold[:LOW:HIGH][@q], grow:K[@q] (q a planning level), "
+                        "never, hindsight, per-model:K@q[+RISK],... (one entry per model), "
+                        "learned:file:PATH, or an `atoll tune` file (.yaml); several comma-separated")
     p.add_argument("--plot-policy", default=None, help="draw only this policy (default: one panel each)")
     p.add_argument("--seed", type=int, default=0, help="seed of availability offsets and preemptions")
     p.add_argument("--plot", default=None, metavar="FILE.png",

@@ -1,0 +1,82 @@
+"""``atoll tune``: the rule chosen on validation days, reported on test days, written as a policy
+file every --policy takes; bad input and bad files are named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from atoll.control.cli import main
+from atoll.control.cli.common import split_policies
+from atoll.solvers.errors import InputError
+from atoll.training.evaluate import resolve_policy
+from atoll.training.tuning import read_tuned
+
+
+def test_tune_writes_a_file_simulate_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "policy.yaml"
+    code = main(["tune", "--scenario", "core", "--validation-days", "8-8", "--test-days", "11-11", "--seeds", "2",
+                 "--levels", "0.9", "--intervals", "1", "--risks", "neutral;h0.7", "--workers", "1",
+                 "--forecaster", "naive", "--out", str(out), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    tuned = read_tuned(out)
+    assert tuned.policy == doc["policy"] and list(tuned.models) == ["Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"]
+    assert tuned.world == "exact" and tuned.validation_days == (8, 8) and tuned.test_days == (11, 11)
+    ev = tuned.evidence
+    # chosen on the validation days among the grid and the per-model descent; the baseline and the
+    # chosen policy both ran on the test days, paired over the two seeds
+    assert ev["baseline"] == "fixed:1@0.9" and tuned.policy in ev["test"] and "fixed:1@0.9" in ev["test"]
+    assert len(ev["test"]["fixed:1@0.9"]["effective_usd_per_seed"]) == 2
+    if tuned.policy != "fixed:1@0.9":
+        assert ev["effective_cost_vs_baseline"][tuned.policy]["low"] is not None
+    assert "atoll tune --scenario core" in tuned.command
+    # every --policy takes the file: simulate runs what it chose
+    code = main(["simulate", "--scenario", "core", "--days", "11", "--forecaster", "naive", "--policy",
+                 f"{out},fixed:1@0.9", "--json"])
+    sim = json.loads(capsys.readouterr().out)
+    assert code == 0 and set(sim["policies"]) == {tuned.policy, "fixed:1@0.9"}
+
+
+def test_a_policy_list_keeps_per_model_entries_and_risk_parts_together() -> None:
+    assert split_policies("fixed:1,per-model:1@0.9+h0.85,s0.5,3@0.95,1@0.9,fixed:3@0.9+h0.7,f0.3,p.yaml",
+                          "--policy") == ["fixed:1", "per-model:1@0.9+h0.85,s0.5,3@0.95,1@0.9",
+                                          "fixed:3@0.9+h0.7,f0.3", "p.yaml"]
+
+
+def test_bad_policy_files_are_named(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"policy file .*none.yaml not found.*atoll tune --out"):
+        resolve_policy(str(tmp_path / "none.yaml"), 3)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: something-else\n")
+    with pytest.raises(InputError, match="not an atoll policy"):
+        read_tuned(bad)
+    good = {"kind": "atoll-policy", "format": 1, "policy": "fixed:1@0.9+h0.7",
+            "models": {"a": "fixed:1@0.9+h0.7", "b": "fixed:1@0.9+h0.7"}, "world": "charged", "scenario": "core",
+            "availability": "spot", "workload": "servegen", "forecaster": "peak:auto",
+            "chosen_on": {"days": [8, 10], "seeds": 1}, "reported_on": {"days": [11, 14], "seeds": 3},
+            "lost_usd_per_mtok": 2.0}
+    bad.write_text(yaml.safe_dump({**good, "format": 7}))
+    with pytest.raises(InputError, match="format 7"):
+        read_tuned(bad)
+    bad.write_text(yaml.safe_dump({k: v for k, v in good.items() if k != "chosen_on"}))
+    with pytest.raises(InputError, match="field 'chosen_on' missing"):
+        read_tuned(bad)
+    bad.write_text(yaml.safe_dump(good))
+    with pytest.raises(InputError, match="tuned for 2 models"):
+        resolve_policy(str(bad), 3)
+    assert resolve_policy(str(bad), 2).risk.label() == "h0.7"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--levels", "high"), "--levels 'high' must be planning levels"),
+    (("--out", "policy.json"), "a policy file ends in .yaml"),
+    (("--validation-days", "11-12"), "overlap test days"),
+])
+def test_tune_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...],
+                                message: str) -> None:
+    assert main(["tune", "--scenario", "core", *argv]) == 2
+    assert message in capsys.readouterr().err.replace("\n", " ")

@@ -1,0 +1,192 @@
+"""``atoll tune``: the rule a fleet should run, chosen on its own history, as a file a person can
+read, diff and keep in version control.
+
+**The search.** The rule family with the levers (:class:`~atoll.training.contest.ContestSettings`:
+intervals, planning levels, threshold bands, the risk menu of headroom / spread / on-demand floor)
+runs on the validation days; the best uniform rule (least effective cost: node $ + the price of
+a million tokens lost) and the per-model assignment (coordinate descent over the same options,
+:mod:`atoll.training.per_model`) are chosen there and nowhere else. Then both, and the plain
+``fixed:1@0.9`` baseline, run on the later test days on paired seeds (the same demand,
+preemptions and availability for each), and the file carries those figures as its evidence: what
+the choice costs on days it did not see, against the baseline, with a 95% interval over seeds.
+
+**The file** (YAML, :class:`TunedPolicy`): ``policy`` is the chosen spec every command takes
+(``per-model:...`` or a uniform ``fixed:K@q+RISK``), ``models`` the same per model, then the
+world, the fleet, the days and seeds, the data (workload, forecaster) and the evidence. Any
+command that takes ``--policy`` (``simulate``, ``evaluate --policies``, ``control``) accepts the
+file's path and runs its ``policy``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from atoll.envs import world_of
+from atoll.envs.config import FleetConfig
+from atoll.solvers.errors import InputError
+from atoll.training.contest import REFERENCE_RULE, ContestSettings, run_contest
+from atoll.training.lever_oracle import paired_ratio
+
+KIND = "atoll-policy"
+FORMAT = 1
+SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class TunedPolicy:
+    """A tuned policy and the evidence it was chosen on (module docstring)."""
+
+    policy: str
+    models: dict[str, str]
+    world: str
+    scenario: str
+    availability: str
+    workload: str
+    forecaster: str
+    validation_days: tuple[int, int]
+    validation_seeds: int
+    test_days: tuple[int, int]
+    seeds: int
+    lost_usd_per_mtok: float
+    evidence: dict[str, Any] = field(default_factory=dict)
+    command: str = ""
+    created: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.policy, str) or not self.policy.strip():
+            raise InputError(f"TunedPolicy: field 'policy' must be a policy spec, got {self.policy!r}")
+        if not isinstance(self.models, dict) or not self.models:
+            raise InputError(f"TunedPolicy: field 'models' must map each model to its entry, "
+                             f"got {self.models!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": KIND, "format": FORMAT, "policy": self.policy, "models": dict(self.models),
+                "world": self.world, "scenario": self.scenario, "availability": self.availability,
+                "workload": self.workload, "forecaster": self.forecaster,
+                "chosen_on": {"days": list(self.validation_days), "seeds": self.validation_seeds},
+                "reported_on": {"days": list(self.test_days), "seeds": self.seeds},
+                "lost_usd_per_mtok": self.lost_usd_per_mtok, "evidence": self.evidence,
+                "command": self.command, "created": self.created}
+
+    def write(self, path: Path) -> Path:
+        from atoll.solvers.files import atomic_write_text
+
+        header = ("# atoll tune: the rule this fleet runs, chosen on the validation days, reported on the\n"
+                  "# test days. Any --policy takes this file; `policy` is what runs.\n")
+        atomic_write_text(path, header + yaml.safe_dump(self.as_dict(), sort_keys=False, width=100))
+        return path
+
+
+def is_policy_file(spec: object) -> bool:
+    return isinstance(spec, str | Path) and Path(str(spec)).suffix in SUFFIXES
+
+
+def read_tuned(path: Path | str) -> TunedPolicy:
+    """The tuned policy at ``path``; an InputError naming the file and what is wrong."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"policy file {p} not found; write one with `atoll tune --out {p}`")
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"policy file {p}: not YAML ({exc})") from exc
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        raise InputError(f"policy file {p}: not an atoll policy (its 'kind' must be {KIND!r}); write one "
+                         f"with `atoll tune`")
+    if doc.get("format") != FORMAT:
+        raise InputError(f"policy file {p}: format {doc.get('format')!r}, this atoll reads format {FORMAT}")
+    try:
+        return TunedPolicy(
+            policy=str(doc["policy"]), models={str(k): str(v) for k, v in dict(doc["models"]).items()},
+            world=str(doc["world"]), scenario=str(doc["scenario"]), availability=str(doc["availability"]),
+            workload=str(doc["workload"]), forecaster=str(doc["forecaster"]),
+            validation_days=tuple(doc["chosen_on"]["days"]), validation_seeds=int(doc["chosen_on"]["seeds"]),
+            test_days=tuple(doc["reported_on"]["days"]), seeds=int(doc["reported_on"]["seeds"]),
+            lost_usd_per_mtok=float(doc["lost_usd_per_mtok"]), evidence=dict(doc.get("evidence") or {}),
+            command=str(doc.get("command", "")), created=str(doc.get("created", "")))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"policy file {p}: field {exc} missing or malformed; write it again with "
+                         f"`atoll tune`") from exc
+
+
+def _figures(rows: list[Mapping[str, float]], lost: float) -> dict[str, Any]:
+    eff = [r["cost_usd"] + lost * max(r["demand_tokens"] - r["goodput_tokens"], 0.0) / 1e6 for r in rows]
+    n = len(rows)
+    return {"cost_usd": round(sum(r["cost_usd"] for r in rows) / n, 2),
+            "slo_attainment": round(sum(r["slo_attainment"] for r in rows) / n, 4),
+            "effective_usd": round(sum(eff) / n, 2), "effective_usd_per_seed": [round(v, 2) for v in eff]}
+
+
+def _entries(spec: str, models: tuple[str, ...]) -> dict[str, str]:
+    if spec.startswith("per-model:"):
+        parts = spec.removeprefix("per-model:").split(",")
+        # an entry's risk may hold commas (h0.85,s0.5): entries start with an interval digit
+        merged: list[str] = []
+        for part in parts:
+            if merged and not part[:1].isdigit():
+                merged[-1] += "," + part
+            else:
+                merged.append(part)
+        return dict(zip(models, merged, strict=True))
+    return dict.fromkeys(models, spec)
+
+
+def tune(config: FleetConfig, settings: ContestSettings, *, command: str = "",
+         tick: Callable[[int], None] | None = None, now: datetime.datetime | None = None) -> TunedPolicy:
+    """Choose on the validation days, report on the test days (module docstring)."""
+    st = settings
+    if st.per_model_targets < 0:
+        raise InputError("tune: per_model_targets must be >= 0")
+    result = run_contest(config, [], st, tick=tick, references=(REFERENCE_RULE,))
+    lost = st.lost_price(config)
+    chosen = result.per_model_best or result.best_rule
+    models = tuple(result.config.models or ())
+    if not models:
+        from atoll.envs.fleet_env import FleetEnv
+
+        models = FleetEnv(result.config).models
+    val: dict[str, Any] = {}
+    for name in dict.fromkeys([chosen, result.best_rule, REFERENCE_RULE]):
+        if name in result.validation:
+            val[name] = _figures(result.validation[name], lost)
+        elif name in result.per_model_points:
+            p = result.per_model_points[name]
+            val[name] = {"cost_usd": round(p.cost_usd, 2), "slo_attainment": round(p.slo_attainment, 4),
+                         "effective_usd": round(p.effective_cost(lost), 2)}
+    test = {r.name: _figures(r.per_seed(), lost) for r in result.test
+            if r.name in (chosen, result.best_rule, REFERENCE_RULE)}
+    base = test[REFERENCE_RULE]["effective_usd_per_seed"]
+    against = {name: paired_ratio(t["effective_usd_per_seed"], base) if len(base) > 1
+               else {"mean": t["effective_usd"] / test[REFERENCE_RULE]["effective_usd"]}
+               for name, t in test.items() if name != REFERENCE_RULE}
+    evidence = {"chosen": chosen, "best_uniform_rule": result.best_rule, "baseline": REFERENCE_RULE,
+                "grid_rules": len(result.validation), "validation": val, "test": test,
+                "effective_cost_vs_baseline": _clean(against),
+                "seconds": {"grid": round(result.grid_seconds, 1), "test": round(result.test_seconds, 1)}}
+    when = (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="seconds")
+    c = result.config
+    return TunedPolicy(
+        policy=chosen, models=_entries(chosen, models), world=world_of(c), scenario=c.scenario,
+        availability=c.availability, workload=c.workload, forecaster=c.forecaster,
+        validation_days=st.validation_days, validation_seeds=st.validation_seeds or st.seeds,
+        test_days=st.test_days, seeds=st.seeds, lost_usd_per_mtok=lost, evidence=evidence, command=command,
+        created=when)
+
+
+def _clean(value: Any) -> Any:
+    """Plain floats for YAML (no numpy scalars, no NaN)."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, bool | str | int) or value is None:
+        return value
+    f = float(value)
+    return round(f, 5) if math.isfinite(f) else None
