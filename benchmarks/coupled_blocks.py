@@ -53,12 +53,14 @@ from atoll.training.lever_oracle import step_costs  # noqa: E402
 SUB_GAP = 1e-5  # each service's knapsack: close to exact, so L is the dual's value, not the search's slack
 
 
-def capture_day(scenario: str, day: int, policy: str, seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def capture_day(scenario: str, day: int, policy: str, seed: int
+                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run one charged-world day, recording every block HiGHS answered (not the search or the memo)."""
     blocks: list[dict[str, Any]] = []
     original = direct.DirectRun.__init__
 
-    def recording(self: direct.DirectRun, inst: Any, start: Any, time_limit: float | None, gap: float) -> None:
+    def recording(self: direct.DirectRun, inst: Any, start: Any, time_limit: float | None,
+                  gap: float) -> None:
         original(self, inst, start, time_limit, gap)
         if self.engine == "highs" and self.column_objective is not None:
             blocks.append({"costs": self.costs.copy(), "upper": self.upper.copy(),
@@ -78,7 +80,8 @@ def capture_day(scenario: str, day: int, policy: str, seed: int) -> tuple[list[d
     finally:
         direct.DirectRun.__init__ = original  # type: ignore[method-assign]
     totals = episode.totals()
-    return blocks, {"day_wall_s": round(time.perf_counter() - t0, 1), "cost_usd": round(totals["cost_usd"], 2)}
+    return blocks, {"day_wall_s": round(time.perf_counter() - t0, 1),
+                    "cost_usd": round(totals["cost_usd"], 2)}
 
 
 def parse(block: dict[str, Any]) -> dict[str, Any] | None:
@@ -137,8 +140,9 @@ def dual(p: dict[str, Any], target: float, gap: float, iterations: int) -> dict[
     """Projected subgradient ascent on L (module docstring)."""
     t0 = time.perf_counter()
     lam = np.zeros(len(p["cap"]))
-    best, feasible, scale, stale, it = -math.inf, math.inf, 2.0, 0, 0
+    best, feasible, scale, stale, done = -math.inf, math.inf, 2.0, 0, 0
     for it in range(1, iterations + 1):
+        done = it
         x, value = relaxed(p, lam)
         if value > best + 1e-9:
             best, stale = value, 0
@@ -155,7 +159,8 @@ def dual(p: dict[str, Any], target: float, gap: float, iterations: int) -> dict[
     return {"lagrangian_bound": round(best, 4), "gap_to_highs_objective": round((target - best) / target, 5),
             "proves_within_gap": bool(target - best <= gap * target),
             "best_feasible_relaxed_point": None if feasible == math.inf else round(feasible, 4),
-            "iterations": it, "seconds": round(time.perf_counter() - t0, 2), "multipliers": np.round(lam, 4).tolist()}
+            "iterations": done, "seconds": round(time.perf_counter() - t0, 2),
+            "multipliers": np.round(lam, 4).tolist()}
 
 
 def main() -> None:
@@ -189,12 +194,14 @@ def main() -> None:
                      "gap": b["gap"], **dual(p, b["objective"], b["gap"], args.iterations)})
     doc = {
         "settings": vars(args) | {"out": str(args.out), "world": "charged", "market": "spot"},
-        "day": day | {"highs_blocks": len(blocks), "highs_seconds": round(sum(b["seconds"] for b in blocks), 1)},
+        "day": day | {"highs_blocks": len(blocks),
+                      "highs_seconds": round(sum(b["seconds"] for b in blocks), 1)},
         "blocks_by_pool_rows": {str(k): {"blocks": pools[k], "highs_seconds": round(seconds[k], 1)}
                                 for k in sorted(pools)},
         "slowest": rows,
         "summary": {"proven_by_the_dual": sum(r["proves_within_gap"] for r in rows), "tried": len(rows),
-                    "median_dual_gap": float(np.median([r["gap_to_highs_objective"] for r in rows])) if rows else None,
+                    "median_dual_gap": (float(np.median([r["gap_to_highs_objective"] for r in rows]))
+                                        if rows else None),
                     "dual_seconds": round(sum(r["seconds"] for r in rows), 1),
                     "highs_seconds": round(sum(r["highs_seconds"] for r in rows), 1)},
         "load": {"before": load_before, "after": [round(v, 2) for v in os.getloadavg()]},

@@ -112,7 +112,8 @@ def main() -> None:
                         "whose key another shipped policy already holds, e.g. core-spot-charged-1728")
     args = parser.parse_args()
     if args.name and len(args.cells) != 1:
-        parser.error(f"--as {args.name} names one folder, but {len(args.cells)} cells were given: ship them one by one")
+        parser.error(f"--as {args.name} names one folder, but {len(args.cells)} cells were given: "
+                     f"ship them one by one")
     print(json.dumps([ship(args.document, key, args.into, args.name) for key in args.cells], indent=2))
 
 

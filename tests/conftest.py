@@ -52,4 +52,5 @@ def _no_run_folder_in_the_repository() -> Iterator[None]:
     before = set(runs.iterdir()) if runs.is_dir() else set()
     yield
     after = set(runs.iterdir()) if runs.is_dir() else set()
-    assert after == before, f"a test wrote a run folder into the repository: {sorted(map(str, after - before))}"
+    new = sorted(map(str, after - before))
+    assert after == before, f"a test wrote a run folder into the repository: {new}"

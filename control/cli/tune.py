@@ -62,9 +62,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         shown = "-" if ratio is None else f"{ratio['mean']:.3f}" + (
             f" [{ratio['low']:.3f}, {ratio['high']:.3f}]" if ratio.get("low") is not None else "")
         role = " (chosen)" if name == tuned.policy else " (baseline)" if name == ev["baseline"] else ""
-        table.add_row(name + role, f"{ev['validation'].get(name, {}).get('effective_usd', float('nan')):,.0f}",
-                      f"{fig['cost_usd']:,.0f}", f"{fig['slo_attainment']:.1%}", f"{fig['effective_usd']:,.0f}",
-                      shown)
+        chosen_on = ev["validation"].get(name, {}).get("effective_usd", float("nan"))
+        table.add_row(name + role, f"{chosen_on:,.0f}", f"{fig['cost_usd']:,.0f}",
+                      f"{fig['slo_attainment']:.1%}", f"{fig['effective_usd']:,.0f}", shown)
     out.result(table)
     out.result(f"policy file {args.out}: {tuned.policy}\nrun it: atoll simulate --policy {args.out} | "
                f"atoll control --policy {args.out}")

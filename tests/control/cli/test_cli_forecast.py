@@ -103,8 +103,8 @@ def _request_log(path: Path, days: int) -> Path:
     return path
 
 
-def test_forecast_train_writes_weights_a_card_and_an_mlflow_version(tmp_path: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_forecast_train_writes_weights_a_card_and_an_mlflow_version(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from atoll.forecast.learned import load_net
 
     log = _request_log(tmp_path / "log.csv", 11)

@@ -18,9 +18,9 @@ from atoll.training.tuning import read_tuned
 
 def test_tune_writes_a_file_simulate_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "policy.yaml"
-    code = main(["tune", "--scenario", "core", "--validation-days", "8-8", "--test-days", "11-11", "--seeds", "2",
-                 "--levels", "0.9", "--intervals", "1", "--risks", "neutral;h0.7", "--workers", "1",
-                 "--forecaster", "naive", "--out", str(out), "--json"])
+    code = main(["tune", "--scenario", "core", "--validation-days", "8-8", "--test-days", "11-11",
+                 "--seeds", "2", "--levels", "0.9", "--intervals", "1", "--risks", "neutral;h0.7",
+                 "--workers", "1", "--forecaster", "naive", "--out", str(out), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 0
     tuned = read_tuned(out)
@@ -55,7 +55,8 @@ def test_bad_policy_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not an atoll policy"):
         read_tuned(bad)
     good = {"kind": "atoll-policy", "format": 1, "policy": "fixed:1@0.9+h0.7",
-            "models": {"a": "fixed:1@0.9+h0.7", "b": "fixed:1@0.9+h0.7"}, "world": "charged", "scenario": "core",
+            "models": {"a": "fixed:1@0.9+h0.7", "b": "fixed:1@0.9+h0.7"}, "world": "charged",
+            "scenario": "core",
             "availability": "spot", "workload": "servegen", "forecaster": "peak:auto",
             "chosen_on": {"days": [8, 10], "seeds": 1}, "reported_on": {"days": [11, 14], "seeds": 3},
             "lost_usd_per_mtok": 2.0}
