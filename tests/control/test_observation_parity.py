@@ -107,7 +107,8 @@ def norm(fs: FleetState) -> tuple[object, ...]:
 
 
 @pytest.mark.parametrize(("lib", "policy"), [("whole", "threshold"), ("whole", "fixed:3"),
-                                           ("whole", "grow:3"), ("sliced", "fixed:3")])
+                                           ("whole", "grow:3"), ("sliced", "fixed:3"),
+                                           ("whole", "fixed:3@0.9+h0.7")])
 def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_path: Path, lib: str,
                                                                            policy: str) -> None:
     replaced = 0
@@ -117,9 +118,12 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
     shapes = ((INPUT, OUTPUT),) * len(MODELS)
     demand = tuple(DemandSeries(f"s{i}", STEP, rates[i], np.full(rates.shape[1], INPUT),
                                 np.full(rates.shape[1], OUTPUT)) for i in range(len(MODELS)))
+    # a rule's +RISK configures the env (as training.evaluate.env_at_level does) and reaches
+    # every live re-plan (Controller.risk): the same ILP rows on both sides
+    risk = getattr(make_policy(policy, len(MODELS)), "risk", None)
     env = FleetEnv(FleetConfig(scenario="core", models=MODELS, templates=make_library(), demand=demand,
                                request_shapes=shapes, forecaster="ets", availability="ample",
-                               prices="on-demand", days=(4, 6)))
+                               prices="on-demand", days=(4, 6), **({"risk": risk} if risk else {})))
     obs, _ = env.reset(seed=0, options={"day": DAY})
     g0 = (DAY - 1) * 288
 
@@ -157,6 +161,14 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
         obs, *_ = env.step(action)
         assert norm(controller.fleet_state(clock() + STEP)) == norm(env.state), f"fleet, step {k}"
         replans += int(report.plan_changed)
+        if report.solve is not None and report.solve.get("result") == "new plan":
+            assert report.solve["risk"] == (risk.label() if risk else "neutral"), f"step {k}"
+            if risk:  # the plan covers the solved demand / headroom, as the simulator's does
+                now_running = FleetState(running=fleet.known(controller.state.running))
+                planned = fleet.model.capacity(now_running, 0.0)[1]
+                want = np.array([[report.solve["demand_tokens_per_s"].get(f"{m}/{ph}", 0.0)
+                                  for ph in ("prefill", "decode")] for m in MODELS])
+                assert np.all(planned >= want / risk.headroom - 1e-6), f"step {k}"
         if lib == "sliced" and controller.state.plan_sequence == 0:
             assert controller.state.packing is None  # the env's initial plan: nothing delivered yet
         elif lib == "sliced":
