@@ -128,6 +128,9 @@ class ControllerSettings:
     # the levels the policy's action codes mean (None: the fleet's); a rule assigning levels per
     # model (``per-model:``) brings its own, as it does in the simulator
     action_levels: tuple[float, ...] | None = None
+    # the risk presets a per-model rule chooses among (its codes' meaning, as the simulator's
+    # ``risk`` action); empty: one risk for every re-plan
+    risk_presets: tuple[Risk, ...] = ()
     # scale-down stabilization (HPA's stabilizationWindowSeconds for scale-down): a service
     # shrinks only to the most instances the solver wanted for it over this window (controller
     # seconds); 0: off
@@ -309,7 +312,8 @@ class Controller:
                 self._planned.update(planned_demand(record))
         # the env's action encoding: level 0 is the configured planning level (code 1 = full there)
         self.codec = ActionCodec.for_config(s.planning_quantile,
-                                            s.action_levels or fleet.config.action_levels)
+                                            s.action_levels or fleet.config.action_levels,
+                                            self.risk or fleet.model.config.risk, s.risk_presets)
         self.forecaster = LiveForecast(shapes=fleet.shapes, forecaster=s.forecaster,
                                        quantile=s.planning_quantile, levels=self.codec.levels,
                                        horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S,
@@ -753,6 +757,7 @@ class Controller:
         solved: set[str] = set()
         skipped: dict[str, str] = {}
         shapes: dict[str, dict[str, Any]] = {}
+        risks: dict[str, Risk] = {}  # a risk preset the policy chose for the model
         for i, name in enumerate(self.fleet.models):
             if name in decision.chosen:
                 f = forecasts.get(name)
@@ -760,6 +765,8 @@ class Controller:
                     skipped[name] = "no fresh demand: only its floor is planned"
                     continue
                 reopt = Reoptimization.parse(decision.reopt.get(name, "full"))
+                if reopt.risk is not None:
+                    risks[name] = reopt.risk
                 want = np.asarray(f.upper if reopt.level is None else f.upper_at(reopt.level), dtype=float)
                 if not np.all(np.isfinite(want)):  # never hand the solver a non-finite demand
                     skipped[name] = f"its forecast is not finite ({want.tolist()}): held"
@@ -783,14 +790,15 @@ class Controller:
             replanner = model.corrected_replanner(factors) if factors else self.fleet.replanner
             if replanner is model.replanner:
                 replanner = self.fleet.replanner
-            # a rule's +RISK: the same ILP rows as in the simulator (a larger demand for a
-            # headroom, the spread and on-demand floor rows)
-            risk = {m: self.risk for m in solved} if self.risk is not None else None
+            # a rule's +RISK, or the preset a per-model rule chose: the same ILP rows as in the
+            # simulator (a larger demand for a headroom, the spread and on-demand floor rows)
+            risk = {m: r for m in solved if (r := risks.get(m) or self.risk) is not None}
             out = model.replan(fs, frozenset(solved), tokens, self.fleet.availability,
-                               replanner=replanner, grow=frozenset(grow), risk=risk)
+                               replanner=replanner, grow=frozenset(grow), risk=risk or None)
+            configured = self.fleet.model.config.risk
             solve = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
                      "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand,
-                     "risk": (self.risk or self.fleet.model.config.risk).label()}
+                     "risk": {m: risk.get(m, configured).label() for m in sorted(solved)}}
             allocation = out.allocation
         else:
             solve = {"status": "not solved", "mode": None, "solver_seconds": 0.0, "cached": False,
@@ -1108,18 +1116,18 @@ class Controller:
 
 
 def policy_risk(policy: Policy, settings: ControllerSettings, fleet_levels: tuple[float, ...]) -> Risk | None:
-    """The risk every live re-plan takes for ``policy`` (None: the fleet's configured risk), after
-    checking that the controller honours everything else the policy names: a rule's planning level
-    (``@q``) must be the settings' and its action levels the codec's (else its codes would mean
-    other levels), and a choice among risk presets per model and step (``per-model:`` with risks,
-    a learned ``atoll/Fleet-v4`` policy) is refused: the live codec has no risk presets. A
-    ValueError names the part and the fix; nothing a policy asks for is dropped."""
+    """The risk every live re-plan takes for ``policy`` unless it chooses a preset (None: the
+    fleet's configured risk), after checking that the controller honours everything else the policy
+    names: a rule's planning level (``@q``) must be the settings' and its action levels and risk
+    presets the codec's (else its codes would mean other levels or risks). A ValueError names the
+    part and the fix; nothing a policy asks for is dropped."""
     name = getattr(policy, "name", type(policy).__name__)
     presets = tuple(getattr(policy, "risk_presets", ()) or ())
-    if presets:
-        raise ValueError(f"policy {name!r} chooses among risk presets per model ("
-                         f"{', '.join(r.label() for r in presets)}); the live controller takes one risk for "
-                         f"every model: use a rule with one +RISK (e.g. fixed:1@0.9+{presets[-1].label()})")
+    if presets != tuple(settings.risk_presets):
+        shown = ", ".join(r.label() for r in presets) or "none"
+        raise ValueError(f"policy {name!r} chooses among risk presets ({shown}), but the controller decodes "
+                         f"presets ({', '.join(r.label() for r in settings.risk_presets) or 'none'}): set "
+                         f"ControllerSettings.risk_presets to the policy's")
     q = getattr(policy, "planning_quantile", None)
     if q is not None and q != settings.planning_quantile:
         raise ValueError(f"policy {name!r} plans at level {q:g}, but the controller's planning level is "

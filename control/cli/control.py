@@ -164,13 +164,16 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float],
     q = getattr(policy, "planning_quantile", None)
     levels = getattr(policy, "action_levels", None)
     settings = replace(settings, planning_quantile=q if q is not None else settings.planning_quantile,
-                       action_levels=tuple(levels) if levels else None)
+                       action_levels=tuple(levels) if levels else None,
+                       risk_presets=tuple(getattr(policy, "risk_presets", ()) or ()))
     codes = dict(getattr(policy, "metadata", None) or {}).get("action_codes")
     if codes:  # the controller decodes with its own levels: the policy's codes must mean the same
         from atoll.envs.actions import ActionCodec
 
         ours = ActionCodec.for_config(settings.planning_quantile,
-                                      settings.action_levels or fleet.config.action_levels).names()
+                                      settings.action_levels or fleet.config.action_levels,
+                                      getattr(policy, "risk", None) or fleet.model.config.risk,
+                                      settings.risk_presets).names()
         if list(codes) != ours:
             raise UserError(f"--policy {args.policy!r}: its action codes ({', '.join(codes)}) are not this "
                             f"controller's ({', '.join(ours)}); use a policy trained with this fleet's "

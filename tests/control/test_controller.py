@@ -358,7 +358,8 @@ def test_a_rules_risk_reaches_every_live_replan(fleet: LiveFleet, tmp_path: Path
                     rates={m: 13.0 for m in MODELS})
         h.tick()
         report = h.tick()
-        assert report.solve is not None and report.solve["risk"] == ("h0.7" if "+" in spec else "neutral")
+        assert report.solve is not None
+        assert report.solve["risk"] == dict.fromkeys(sorted(MODELS), "h0.7" if "+" in spec else "neutral")
         plans[spec] = capacity(fleet, h.controller.state.running)
     assert np.all(plans["fixed:1@0.9"] == [[2 * PREFILL_TPS, DECODE_TPS]] * 2)
     assert np.all(plans["fixed:1@0.9+h0.7"] == [[3 * PREFILL_TPS, 2 * DECODE_TPS]] * 2)
@@ -373,7 +374,7 @@ def test_what_the_controller_cannot_honour_is_refused_not_dropped(fleet: LiveFle
     with pytest.raises(ValueError, match=r"plans at level 0.5.*planning level is 0.9.*planning_quantile=0.5"):
         Controller(fleet, source, make_policy("fixed:1@0.5", 2), JsonDirSink(tmp_path), tmp_path / "a")
     per_model = resolve_policy("per-model:1@0.9+h0.7,1@0.9", 2)
-    with pytest.raises(ValueError, match=r"risk presets per model \(neutral, h0.7\).*one \+RISK"):
+    with pytest.raises(ValueError, match=r"risk presets \(neutral, h0.7\).*decodes presets \(none\)"):
         Controller(fleet, source, per_model, JsonDirSink(tmp_path), tmp_path / "b")
     levels = resolve_policy("per-model:1@0.9,1@0.95", 2)
     with pytest.raises(ValueError, match=r"levels 0.9, 0.95.*action_levels=\(0.9, 0.95\)"):
@@ -386,3 +387,23 @@ def test_what_the_controller_cannot_honour_is_refused_not_dropped(fleet: LiveFle
     # its codes mean what they mean in the simulator: model i's code is full at its own level
     codes = levels.act(np.zeros(1), {"step": 1})
     assert [c.codec.decode(int(k)).label() for k in codes] == ["full@0.9", "full@0.95"]
+
+
+def test_a_per_model_rules_risk_presets_reach_each_models_replan(fleet: LiveFleet, tmp_path: Path) -> None:
+    # Phi-4-14B at headroom 0.7, GPT-OSS-20B neutral: 13 req/s each, as in the uniform test above
+    from atoll.training.evaluate import resolve_policy
+
+    policy = resolve_policy("per-model:1@0.9+h0.7,1@0.9", 2)
+    h = Harness(fleet, tmp_path, rates={m: 13.0 for m in MODELS})
+    h.controller = Controller(fleet, h.source, policy, h.sink, h.dir,
+                              settings=ControllerSettings(interval_s=300.0, action_levels=(0.9,),
+                                                          risk_presets=policy.risk_presets),
+                              clock=h.clock, sleep=h.sleeps.append)
+    h.tick()
+    h.tick()  # plans from nothing: each model at the configured risk (the most common: a tie, the greatest)
+    report = h.tick()  # the rule's own codes: each model at its own preset
+    assert report.solve is not None
+    assert report.solve["risk"] == {"GPT-OSS-20B": "neutral", "Phi-4-14B": "h0.7"}
+    cap = capacity(fleet, h.controller.state.running)
+    assert np.all(cap[0] == [3 * PREFILL_TPS, 2 * DECODE_TPS])  # Phi-4-14B: demand / 0.7
+    assert np.all(cap[1] == [2 * PREFILL_TPS, DECODE_TPS])  # GPT-OSS-20B: neutral

@@ -34,9 +34,9 @@ def test_parse_interval() -> None:
     (["--scrape", "http://127.0.0.1:1", "--prometheus", "http://127.0.0.1:2"], "exactly one of"),
     (["--scrape", "http://127.0.0.1:1", "--policy", "sometimes"], "unknown policy 'sometimes'"),
     (["--scrape", "http://127.0.0.1:1", "--scenario", "huge"], "huge"),
-    # a choice among risk presets per model cannot be honoured live: refused, never dropped
-    (["--scrape", "http://127.0.0.1:1", "--policy", "per-model:1@0.9+h0.7,1@0.9,1@0.9"],
-     "chooses among risk presets per model"),
+    # a learned policy of another observation is refused, never run half-way
+    (["--scrape", "http://127.0.0.1:1", "--policy", "learned:file:training/policies/core-spot-charged"],
+     "does not fit"),
     (["--scrape", "http://127.0.0.1:1", "--interval", "often"], "--interval 'often'"),
 ])
 def test_bad_arguments_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
@@ -155,6 +155,7 @@ def test_once_with_metrics_down_holds_saves_and_exits_1(tmp_path: Path,
     ("fixed:1@0.5", 0.5, None, None),
     ("fixed:1@0.9+h0.7", 0.9, None, "h0.7"),
     ("per-model:1@0.9,1@0.95,1@0.95", 0.95, (0.9, 0.95), None),
+    ("per-model:1@0.9+h0.7,1@0.9,1@0.9+h0.7", 0.9, (0.9,), "h0.7"),
 ])
 def test_the_policys_level_levels_and_risk_configure_the_controller(tmp_path: Path, policy: str, level: float,
                                                                      levels: tuple[float, ...] | None,
