@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,7 @@ def read_tuned(path: Path | str) -> TunedPolicy:
                          f"`atoll tune`") from exc
 
 
-def _figures(rows: list[Mapping[str, float]], lost: float) -> dict[str, Any]:
+def _figures(rows: Sequence[Mapping[str, float]], lost: float) -> dict[str, Any]:
     eff = [r["cost_usd"] + lost * max(r["demand_tokens"] - r["goodput_tokens"], 0.0) / 1e6 for r in rows]
     n = len(rows)
     return {"cost_usd": round(sum(r["cost_usd"] for r in rows) / n, 2),

@@ -41,6 +41,18 @@ def test_tune_writes_a_file_simulate_runs(tmp_path: Path, capsys: pytest.Capture
     assert code == 0 and set(sim["policies"]) == {tuned.policy, "fixed:1@0.9"}
 
 
+def test_tune_takes_a_fleet_files_own_series_and_market(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "fleet.yaml"
+    code = main(["tune", "--fleet", "core", "--validation-days", "8-8", "--test-days", "11-11",
+                 "--seeds", "1",
+                 "--levels", "0.9", "--intervals", "1", "--risks", "neutral", "--workers", "1",
+                 "--forecaster", "naive", "--out", str(out), "--json"])
+    assert code == 0, capsys.readouterr().err
+    tuned = read_tuned(out)
+    assert tuned.availability == "market" and tuned.scenario == "core-fleet" and len(tuned.models) == 3
+
+
 def test_a_policy_list_keeps_per_model_entries_and_risk_parts_together() -> None:
     assert split_policies("fixed:1,per-model:1@0.9+h0.85,s0.5,3@0.95,1@0.9,fixed:3@0.9+h0.7,f0.3,p.yaml",
                           "--policy") == ["fixed:1", "per-model:1@0.9+h0.85,s0.5,3@0.95,1@0.9",
