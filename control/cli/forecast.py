@@ -278,7 +278,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "or none (then only --workload's series)")
     t.add_argument("--demand-seeds", default="0,1", help="demand realizations of each bundled series")
     t.add_argument("--epochs", type=int, default=40, help="at most this many passes (early-stopped)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--seed", type=int, default=0, help="seeds the weights' start and the batch order")
     t.add_argument("--no-mlflow", action="store_true", help="do not log the run nor register atoll-demand")
     add_json(t)
     t.set_defaults(handler=cmd_train)

@@ -81,7 +81,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="choose the rule a fleet should run on its own history; write it as a "
-                                    "policy file with the evidence")
+                                    "policy file")
     add_env_options(p)
     p.add_argument("--out", type=Path, default=Path("policy.yaml"), help="the policy file to write (.yaml)")
     p.add_argument("--validation-days", default="8-10", help="days the rule is chosen on")
