@@ -224,7 +224,7 @@ def _level(spec: str, default: float) -> float:
     return parse_policy(spec).planning_level(default)
 
 
-def _run_rules(config: FleetConfig, specs: Sequence[str], days: Sequence[int], seeds: int,
+def run_rules(config: FleetConfig, specs: Sequence[str], days: Sequence[int], seeds: int,
                workers: int, keep_steps: bool, tick: Callable[[int], None] | None,
                meanwhile: Callable[[], None] | None = None,
                ray_address: str | None = None) -> dict[str, list[Any]]:
@@ -299,7 +299,7 @@ def _ray_jobs(config: FleetConfig, jobs: Sequence[tuple[str, int]], days: tuple[
 Totals = dict[str, list[dict[str, float]]]  # rule -> per-seed totals
 
 
-def _contest_env(config: FleetConfig, st: ContestSettings) -> tuple[FleetConfig, FleetEnv]:
+def contest_env(config: FleetConfig, st: ContestSettings) -> tuple[FleetConfig, FleetEnv]:
     """The config over the validation and test days, and its env — built here first so bad days
     fail early and the forecast caches the workers read exist for every planning level."""
     first = min(st.validation_days[0], st.test_days[0])
@@ -343,10 +343,10 @@ def validation_grid(config: FleetConfig, settings: ContestSettings | None = None
                     tick: Callable[[int], None] | None = None) -> tuple[Totals, float]:
     """The rule grid on the validation days: rule -> per-seed totals, and the wall seconds."""
     st = settings or ContestSettings()
-    config, _ = _contest_env(config, st)
+    config, _ = contest_env(config, st)
     vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
     t0 = time.perf_counter()
-    validation = _run_rules(config, st.grid, vdays, st.validation_seeds or st.seeds, st.workers, False, tick,
+    validation = run_rules(config, st.grid, vdays, st.validation_seeds or st.seeds, st.workers, False, tick,
                             ray_address=st.ray_address)
     return validation, time.perf_counter() - t0
 
@@ -476,7 +476,7 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
     per-model reference (:func:`choose_per_model`) runs on the test days, and each headline has
     its ratios against it too (``per_model_frontier_cost_ratio``, ``per_model_effective_cost_ratio``)."""
     st = settings or ContestSettings()
-    config, base = _contest_env(config, st)
+    config, base = contest_env(config, st)
     tdays = list(range(st.test_days[0], st.test_days[1] + 1))
     grid_seconds = 0.0
     if validation is None:
@@ -504,7 +504,7 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
             learned_results.append(PolicyResult(spec, eps))
 
     t0 = time.perf_counter()
-    test_eps = _run_rules(config, rules, tdays, st.seeds, st.workers, True, tick, meanwhile=run_learned,
+    test_eps = run_rules(config, rules, tdays, st.seeds, st.workers, True, tick, meanwhile=run_learned,
                           ray_address=st.ray_address)
     test_seconds = time.perf_counter() - t0
     test = [PolicyResult(s, test_eps[s]) for s in rules] + learned_results

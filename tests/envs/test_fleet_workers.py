@@ -16,7 +16,7 @@ from test_fleet_file import FLEET, request_log
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.fleet_file import fleet_config, read_fleet
-from atoll.training.contest import _run_rules, run_rule
+from atoll.training.contest import run_rule, run_rules
 
 RULES = ("never", "fixed:12")
 DAYS = (4,)
@@ -53,7 +53,7 @@ def test_a_spawned_worker_pool_runs_the_fleet_as_this_process_does(config: Fleet
     here = _here(config)
     assert here["fixed:12"][0]["cost_usd"] > 0
     # the contest's process pool: spawn, so the workers import atoll afresh and see only the config
-    there = _run_rules(config, RULES, DAYS, seeds=1, workers=2, keep_steps=False, tick=None)
+    there = run_rules(config, RULES, DAYS, seeds=1, workers=2, keep_steps=False, tick=None)
     assert _figures(there) == here
 
 
@@ -84,7 +84,7 @@ def test_a_ray_task_runs_the_fleet_as_this_process_does(config: FleetConfig) -> 
     here = _here(config)
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
-        there = _run_rules(config, RULES, DAYS, seeds=1, workers=1, keep_steps=False, tick=None,
+        there = run_rules(config, RULES, DAYS, seeds=1, workers=1, keep_steps=False, tick=None,
                            ray_address="auto")
     finally:
         ray.shutdown()
