@@ -311,9 +311,7 @@ class Controller:
             if record is not None:
                 self._planned.update(planned_demand(record))
         # the env's action encoding: level 0 is the configured planning level (code 1 = full there)
-        self.codec = ActionCodec.for_config(s.planning_quantile,
-                                            s.action_levels or fleet.config.action_levels,
-                                            self.risk or fleet.model.config.risk, s.risk_presets)
+        self.codec = live_codec(s, fleet, self.risk)
         self.forecaster = LiveForecast(shapes=fleet.shapes, forecaster=s.forecaster,
                                        quantile=s.planning_quantile, levels=self.codec.levels,
                                        horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S,
@@ -1113,6 +1111,14 @@ class Controller:
                          "change": change,
                          "action": "add" if change > 0 else "remove", "instances": record.plan.get(key, 0)})
         return rows
+
+
+def live_codec(settings: ControllerSettings, fleet: LiveFleet, risk: Risk | None) -> ActionCodec:
+    """The action codec a controller with ``settings`` decodes with on ``fleet``, its policy's
+    configured risk ``risk`` (None: the fleet's) being preset 0, as the simulator's env builds it."""
+    return ActionCodec.for_config(settings.planning_quantile,
+                                  settings.action_levels or fleet.config.action_levels,
+                                  risk or fleet.model.config.risk, settings.risk_presets)
 
 
 def policy_risk(policy: Policy, settings: ControllerSettings, fleet_levels: tuple[float, ...]) -> Risk | None:

@@ -62,6 +62,11 @@ SHIPPED = Path(__file__).resolve().parent / "data" / "peak_learned.npz"
 def features(history: np.ndarray, season: int = DAY) -> np.ndarray:
     """[N_FEATURES] the network's input at the step after ``history`` (at least ``season`` +
     ``LAGS`` steps; scaled by the level, :func:`level_of`)."""
+    return features_and_level(history, season)[0]
+
+
+def features_and_level(history: np.ndarray, season: int = DAY) -> tuple[np.ndarray, float]:
+    """:func:`features` and the level they are scaled by."""
     y = np.asarray(history, dtype=float)
     if len(y) < season + max(LAGS, 3):
         raise ForecastError(f"peak:learned needs at least {season + max(LAGS, 3)} steps of history "
@@ -70,7 +75,7 @@ def features(history: np.ndarray, season: int = DAY) -> np.ndarray:
     level = level_of(y[t - season:])
     yesterday = np.array([y[t - season + j] if t - season + j < t else y[t - 1] for j in DAY_WINDOW])
     scaled = np.minimum(np.concatenate([y[t - LAGS:], yesterday]) / level, RATIO_CAP)
-    return np.concatenate([scaled, [np.log10(level)]])
+    return np.concatenate([scaled, [np.log10(level)]]), level
 
 
 def level_of(last_day: np.ndarray) -> float:
@@ -203,8 +208,8 @@ class PeakLearned(PeakForecaster):
     def _now(self) -> tuple[np.ndarray, float]:
         """[horizon, 2] the network's (median, 0.9) peaks in req/s and the level."""
         if self._pred is None:
-            level = level_of(self._buf[-self.season:])
-            self._pred = self.net.predict(features(self._buf, self.season)[None, :])[0] * level
+            x, level = features_and_level(self._buf, self.season)
+            self._pred = self.net.predict(x[None, :])[0] * level
             self._level = level
         return self._pred, self._level
 

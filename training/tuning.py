@@ -31,6 +31,7 @@ import yaml
 
 from atoll.envs import world_of
 from atoll.envs.config import FleetConfig
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
 from atoll.training.contest import (
     REFERENCE_RULE,
@@ -41,6 +42,7 @@ from atoll.training.contest import (
     validation_grid,
 )
 from atoll.training.lever_oracle import paired_ratio
+from atoll.training.per_model import option_name
 
 KIND = "atoll-policy"
 FORMAT = 1
@@ -133,16 +135,10 @@ def _figures(rows: Sequence[Mapping[str, float]], lost: float) -> dict[str, Any]
 
 
 def _entries(spec: str, models: tuple[str, ...]) -> dict[str, str]:
-    if spec.startswith("per-model:"):
-        parts = spec.removeprefix("per-model:").split(",")
-        # an entry's risk may hold commas (h0.85,s0.5): entries start with an interval digit
-        merged: list[str] = []
-        for part in parts:
-            if merged and not part[:1].isdigit():
-                merged[-1] += "," + part
-            else:
-                merged.append(part)
-        return dict(zip(models, merged, strict=True))
+    """Each model's entry of ``spec`` (``K@q[+RISK]`` of a per-model assignment; a uniform rule's spec)."""
+    parsed = parse_policy(spec)
+    if parsed.kind == "per-model":
+        return {m: option_name(e).removeprefix("fixed:") for m, e in zip(models, parsed.entries, strict=True)}
     return dict.fromkeys(models, spec)
 
 

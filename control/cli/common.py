@@ -165,11 +165,6 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
     removal = getattr(args, "removal_weight", None)
     if removal is not None and "removal_weight" not in extra:
         extra = {"removal_weight": removal, **extra}
-    # the closed loop: a world off the model, the planner's correction, the SLO's model
-    for name in ("capacity_error", "correction", "slo_model"):
-        value = getattr(args, name, None)
-        if value is not None and name not in extra:
-            extra = {name: value, **extra}
     try:
         active = read_fleet_arg(args)
         if active is not None:

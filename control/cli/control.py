@@ -36,7 +36,7 @@ from types import FrameType
 from atoll.control.cli.common import add_json
 from atoll.control.cli.output import Output, UserError, _clean, as_user_error, output_for
 from atoll.control.clock import SteadyClock
-from atoll.control.controller import Controller, ControllerSettings, TickReport
+from atoll.control.controller import Controller, ControllerSettings, TickReport, live_codec
 from atoll.control.k8s_render import PD_MODES, K8sOptions, k8s_options
 from atoll.control.k8s_vllm import VLLM_IMAGE
 from atoll.control.live_demand import SHAPE_TOLERANCE
@@ -168,12 +168,7 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float],
                        risk_presets=tuple(getattr(policy, "risk_presets", ()) or ()))
     codes = dict(getattr(policy, "metadata", None) or {}).get("action_codes")
     if codes:  # the controller decodes with its own levels: the policy's codes must mean the same
-        from atoll.envs.actions import ActionCodec
-
-        ours = ActionCodec.for_config(settings.planning_quantile,
-                                      settings.action_levels or fleet.config.action_levels,
-                                      getattr(policy, "risk", None) or fleet.model.config.risk,
-                                      settings.risk_presets).names()
+        ours = live_codec(settings, fleet, getattr(policy, "risk", None)).names()
         if list(codes) != ours:
             raise UserError(f"--policy {args.policy!r}: its action codes ({', '.join(codes)}) are not this "
                             f"controller's ({', '.join(ours)}); use a policy trained with this fleet's "

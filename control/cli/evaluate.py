@@ -55,10 +55,7 @@ def contest_config(args: argparse.Namespace) -> Any:
 
     extra: dict[str, Any] = {"solver_time_limit": args.solver_time_limit} \
         if args.solver_time_limit is not None else {}
-    for name in ("capacity_error", "correction", "slo_model"):
-        if getattr(args, name, None) is not None:
-            extra[name] = getattr(args, name)
-    extra.update(world_options(args))
+    extra.update(world_options(args))  # the world, and --capacity-error etc. where given
     return FleetConfig(scenario=args.scenario, workload=with_scale(args.workload, args.scale),
                        availability=args.availability or "spot", prices=args.prices,
                        forecaster=args.forecaster, **extra)
