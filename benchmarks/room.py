@@ -24,8 +24,11 @@ Per cell (scenario / market / world [/ demand half]):
 
 What is not paired: each policy's first plan is made at its own configured risk (a rule's, or the
 schedule's most used preset), as in the contest. Results merge into ``--out`` (one key per cell).
+With ``--run-dir`` every finished seed is kept as a file, and a stopped run resumes from them.
 
     .venv/bin/python benchmarks/room.py --cells core/spot/charged --seeds 8 --out benchmarks/results/room.json
+    .venv/bin/python benchmarks/room.py --cells core/hedged/charged --workers 1 \
+        --run-dir benchmarks/runs/room --out benchmarks/results/room.json
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ import argparse
 import dataclasses
 import json
 import os
+import pickle
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +52,7 @@ import numpy as np  # noqa: E402
 from atoll.envs import WORLDS  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
-from atoll.solvers.files import atomic_write_text  # noqa: E402
+from atoll.solvers.files import atomic_write_bytes, atomic_write_text  # noqa: E402
 from atoll.training.contest import (  # noqa: E402
     ContestSettings,
     cached_validation_grid,
@@ -168,7 +172,16 @@ def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
                          intervals=tuple(int(k) for k in args.intervals.split(",")), bands=(),
                          workers=args.workers, risks=risks, per_model_targets=0, hindsight=False)
     t0 = time.perf_counter()
-    validation, grid_s, _ = cached_validation_grid(config, st, note=lambda t: log(f"{key}: {t}"))
+    folder = args.run_dir / key.replace("/", "-") if args.run_dir else None
+    if folder is not None and (folder / "validation.pkl").exists():
+        # the run folder is in git, the cache is not: a new machine resumes from the folder
+        validation, grid_s = pickle.loads((folder / "validation.pkl").read_bytes())
+        log(f"{key}: validation grid read from {folder}")
+    else:
+        validation, grid_s, cached = cached_validation_grid(config, st, note=lambda t: log(f"{key}: {t}"))
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(folder / "validation.pkl", cached.read_bytes())
     lost = st.lost_price(config)
     n = len(FleetEnv(config).models)
     _, best, _ = validation_choices(validation, n, st, lost)
@@ -189,16 +202,30 @@ def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
     vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         if args.time_of_day_seeds:
-            # the time-of-day rule is chosen on the validation days' costs, never on the test days'
-            val = [pool.submit(preset_costs, config, presets, vdays, 100 + k, lost)
-                   for k in range(args.time_of_day_seeds)]
-            clock = clock_schedule(sum(f.result() for f in val), len(vdays), 12)
+            clock_file = folder / "clock.json" if folder is not None else None
+            if clock_file is not None and clock_file.exists():
+                clock = np.asarray(json.loads(clock_file.read_text()), dtype=int)
+            else:
+                # the time-of-day rule is chosen on the validation days' costs, never on the test days'
+                val = [pool.submit(preset_costs, config, presets, vdays, 100 + k, lost)
+                       for k in range(args.time_of_day_seeds)]
+                clock = clock_schedule(sum(f.result() for f in val), len(vdays), 12)
+                if clock_file is not None:
+                    atomic_write_text(clock_file, json.dumps(clock.tolist()) + "\n")
             log(f"{key}: time-of-day rule chosen on days {vdays[0]}-{vdays[-1]} "
                 f"({args.time_of_day_seeds} seeds): preset shares {np.bincount(clock.ravel()).tolist()}")
+        done = {k: folder / f"seed-{k}.json" for k in range(args.seeds)} if folder is not None else {}
+        for k, path in done.items():
+            if path.exists():
+                rows[k] = json.loads(path.read_text())
+                log(f"{key}: seed {k} read from {path}")
         futures = {pool.submit(seed_job, config, presets, refs, blocks, tdays, k, lost, clock): k
-                   for k in range(args.seeds)}
-        for future, k in futures.items():
+                   for k in range(args.seeds) if not rows[k]}
+        for future in as_completed(futures):
+            k = futures[future]
             rows[k] = future.result()
+            if folder is not None:
+                atomic_write_text(done[k], json.dumps(rows[k], default=str) + "\n")
             log(f"{key}: seed {k} done ({time.perf_counter() - t0:.0f} s)")
     ratios = ratios_of(rows, presets, blocks)
     estimate = {f"lever_oracle/{b}": paired_ratio([r[f"lever_oracle/{b}"]["estimate_usd"] for r in rows],
@@ -237,6 +264,9 @@ def main() -> None:
     parser.add_argument("--time-of-day-seeds", type=int, default=2,
                         help="validation seeds (100, 101, ...) the time-of-day rule is chosen on (0: none)")
     parser.add_argument("--out", type=Path, default=None, help="merge each cell into this JSON document")
+    parser.add_argument("--run-dir", type=Path, default=None, metavar="DIR",
+                        help="keep each cell's validation grid, time-of-day rule and finished seeds here "
+                             "(commit it: a run resumes from it on any machine)")
     parser.add_argument("--recompute", type=Path, default=None, metavar="FILE",
                         help="recompute the ratios of every cell of FILE from its per-seed rows, run nothing")
     args = parser.parse_args()

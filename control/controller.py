@@ -13,11 +13,12 @@ A tick:
    one the templates were profiled at is reported in ``shape_drift``);
 2. **decide**: build the observation exactly as the env does — the controller's fleet is the env's
    :class:`~atoll.envs.fleet_model.FleetModel` and its state a :class:`~atoll.envs.fleet.FleetState`,
-   and :func:`atoll.envs.signals.fleet_signals` makes the ``Signals`` on both sides — and ask
-   the policy which models to re-optimize. Models without a fresh rate are *held*: the
-   policy cannot choose them and the solver keeps their instances as they are — a metrics gap
-   never scales a model down, let alone to zero. A model with fresh demand and no capacity at
-   all is always chosen;
+   and :func:`atoll.envs.signals.fleet_signals` makes the ``Signals`` on both sides; a policy
+   trained on the charged world also reads the risk the fleet runs, from the servers and a pool
+   event log (:mod:`atoll.control.risk_signals`) — and ask the policy which models to re-optimize.
+   Models without a fresh rate are *held*: the policy cannot choose them and the solver keeps
+   their instances as they are — a metrics gap never scales a model down, let alone to zero. A
+   model with fresh demand and no capacity at all is always chosen;
 3. **solve** the exact ILP for the chosen models, the others fixed, warm-started from the
    running plan (:class:`atoll.envs.planner.Replanner`: cost mode, then goodput mode; a time-out
    keeps the incumbent when the solver has one, else the fleet holds);
@@ -67,6 +68,15 @@ from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_r
 from atoll.control.plan_view import plan_bill, plan_view
 from atoll.control.plans import PlanRecord, SinkResult
 from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateReport, RateTracker
+from atoll.control.risk_signals import (
+    WINDOW_S,
+    PoolEventLog,
+    QueueGrowth,
+    pool_shares,
+    requested_by_type,
+    share_over,
+)
+from atoll.control.risk_signals import report as events_report
 from atoll.control.sinks import PlanSink, deliver
 from atoll.control.state import (
     HISTORY_LIMIT,
@@ -90,7 +100,7 @@ from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
 from atoll.envs.vocabulary import DEFAULT_LEVEL, Reoptimization
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.packing import Packing, describe_packing, repack
-from atoll.solvers.problem import Allocation, Risk
+from atoll.solvers.problem import Allocation, Risk, gpu_type_of
 
 PUBLISH_BAND = 2.0  # standard errors a learned factor must move before the planner sees it
 
@@ -249,20 +259,31 @@ class Controller:
     def __init__(self, fleet: LiveFleet, source: MetricsSource, policy: Policy, sink: PlanSink,
                  state_dir: Path | str, *, settings: ControllerSettings | None = None,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, events: PoolEventLog | None = None) -> None:
         self.fleet, self.source, self.policy, self.sink = fleet, source, policy, sink
         self.settings = s = settings or ControllerSettings()
         self.state_dir = Path(state_dir)
         self.clock, self.sleep = clock, sleep
-        expected = observation_size(len(fleet.models), len(fleet.gpu_types))
-        closed = observation_size(len(fleet.models), len(fleet.gpu_types), closed_loop=True)
+        m, g = len(fleet.models), len(fleet.gpu_types)
+        expected = observation_size(m, g)
+        closed = observation_size(m, g, closed_loop=True)
+        risky = observation_size(m, g, closed_loop=True, risk=True)
         size = getattr(policy, "observation_size", expected)
-        if size not in (expected, closed):
+        if size not in (expected, closed, risky):
             raise ValueError(f"policy {policy.name!r} takes observations of {size} values, but this fleet "
-                             f"({len(fleet.models)} models, {len(fleet.gpu_types)} GPU types) gives "
-                             f"{expected} (atoll/Fleet-v1) or {closed} (atoll/Fleet-v2); use a policy "
+                             f"({m} models, {g} GPU types) gives {expected} (atoll/Fleet-v1), {closed} "
+                             f"(atoll/Fleet-v2) or {risky} (atoll/Fleet-v3 and -v4); use a policy "
                              f"trained on scenario {fleet.scenario!r}")
-        self._closed_obs = size == closed  # a policy trained on atoll/Fleet-v2 sees the servers' signals
+        # a policy trained on atoll/Fleet-v2 sees the servers' signals; on -v3 / -v4 the risk too
+        self._closed_obs = size in (closed, risky)
+        self._risk_obs = size == risky
+        if self._risk_obs and events is None:
+            raise ValueError(f"policy {policy.name!r} observes the risk the fleet runs (atoll/Fleet-v3, "
+                             f"-v4): preemptions and refused acquisitions per GPU type come from a pool "
+                             f"event log; give one (atoll control --pool-events FILE; an empty file for a "
+                             f"fleet that has seen none)")
+        self.events = events
+        self._queue = QueueGrowth()
         self.risk = policy_risk(policy, s, fleet.config.action_levels)
         self.clock_offset = 0.0
         self.wall = wall
@@ -481,7 +502,10 @@ class Controller:
         drift = {m: f.shape.message() for m, f in forecasts.items()
                  if f.shape is not None and f.shape.drifted}
         signals = self._signals(now, forecasts, last_cost, last_seconds)
-        obs = build_observation(signals, closed_loop=self._closed_obs)
+        risk_report = None
+        if self._risk_obs:
+            signals, risk_report = self._risk_signals(now, rates, fresh, signals)
+        obs = build_observation(signals, closed_loop=self._closed_obs, risk=self._risk_obs)
         action = np.asarray(self.policy.act(obs, {"step": tick_no, "seconds": now}))
         decision = self._decide(action, fresh, rates, signals)
         seconds["decide"] = time.perf_counter() - t
@@ -513,6 +537,8 @@ class Controller:
                    "notes": list(snapshot.notes),
                    "demand": {m: d.as_dict() for m, d in demand.items()},
                    "implausible": {m: v.as_dict() for m, v in implausible.items()}}
+        if risk_report is not None:
+            metrics["risk"] = risk_report
         return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
                           solve, record is not None, self._diff_rows(record), sink_result, earlier,
                           self.state.plan_sequence, self.state.pending is not None, seconds, drift,
@@ -692,6 +718,59 @@ class Controller:
                              seconds_of_day=now, factors=self._factors(),
                              latency_ratio=self._view[0] if self._closed_obs else None,
                              waiting_share=self._view[1] if self._closed_obs else None)
+
+    def _risk_signals(self, now: float, rates: RateReport, fresh: list[str], signals: Signals
+                      ) -> tuple[Signals, dict[str, Any]]:
+        """``signals`` with the observation of risk (:mod:`atoll.control.risk_signals`), and the
+        tick's account of it: per model what fed it, the pool event log's events, ignored lines
+        and held events."""
+        fleet = self.fleet
+        m, gpu_types = len(fleet.models), fleet.gpu_types
+        growth, miss = np.zeros(m), np.zeros(m)
+        pre_b, dec_b = self._latency
+        for i, name in enumerate(fleet.models):
+            r = rates.models.get(name)
+            if name not in fresh or r is None:
+                continue
+            growth[i] = self._queue.update(name, r.waiting, r.running)
+            miss[i] = max(share_over(r.ttft_buckets, pre_b[i].budget_s),
+                          share_over(r.itl_buckets, dec_b[i].budget_s))
+        fs = self.fleet_state(now)
+        spread, ondemand = fleet.model.risk_exposure(fs)
+        held = np.zeros(len(gpu_types))
+        index = {t: k for k, t in enumerate(gpu_types)}
+        for (_, config), n in fleet.model.nodes_held(fs).items():
+            held[index[gpu_type_of(config)]] += n
+        requested = requested_by_type(self.state.requested, gpu_types, now)
+        assert self.events is not None  # the constructor refuses a risk policy without a log
+        try:
+            events, ignored = self.events.read(now)
+        except OSError as exc:  # the watcher's file went away: no events seen, and said so
+            pre, fail = np.zeros(len(gpu_types)), np.zeros(len(gpu_types))
+            account = events_report([], [], [], error=f"pool event log {self.events.path}: {exc}")
+        else:
+            pre, fail, held_out = pool_shares(events, gpu_types, held, requested, now)
+            account = events_report(events, ignored, held_out)
+        account.update({"queue_growth": dict(zip(fleet.models, growth.tolist(), strict=True)),
+                        "latency_miss": dict(zip(fleet.models, miss.tolist(), strict=True)),
+                        "preempted_share": dict(zip(gpu_types, pre.tolist(), strict=True)),
+                        "refused_share": dict(zip(gpu_types, fail.tolist(), strict=True))})
+        return replace(signals, queue_growth=growth, latency_miss=miss, spread=spread,
+                       ondemand_share=ondemand, preempted_share=pre, failed_share=fail), account
+
+    def _requested(self, fresh: Mapping[str, int], now: float) -> tuple[tuple[float, str, float], ...]:
+        """The state's log of nodes requested, with this delivery's started instances added (per
+        GPU type, a slice counting its share of a node) and entries past the window dropped."""
+        added: dict[str, float] = {}
+        for key, n in fresh.items():
+            template = self.fleet.templates.get(key)
+            if template is None or n <= 0:
+                continue
+            for config, k in template.node_use:
+                gpu = gpu_type_of(config)
+                added[gpu] = added.get(gpu, 0.0) + n * k
+        kept = tuple(e for e in self.state.requested if e[0] > now - WINDOW_S)
+        return (*kept, *((now, g, n) for g, n in sorted(added.items())))
 
     def _decide(self, action: np.ndarray, fresh: list[str], rates: RateReport, s: Signals) -> Decision:
         chosen: dict[str, str] = {}
@@ -1052,7 +1131,7 @@ class Controller:
             self.state = replace(state, running=dict(record.plan), pending=None,
                                  starting=starting, draining=_absolute(fs.draining, now),
                                  replacing=replacing, cost_scale_usd_h=scale, packing=record.packing,
-                                 **self._delivered(record, now))
+                                 requested=self._requested(fs.fresh, now), **self._delivered(record, now))
         save_state(self.state_dir, self.state)
         return result
 

@@ -201,7 +201,9 @@ class ControllerState:
     changes of the last day as (time, instances added, instances removed)
     (:mod:`atoll.control.churn`); desired: the instances the solver wanted per service
     ("model/phase") over the scale-down window, as (time, service, instances)
-    (``ControllerSettings.scale_down_window_s``)."""
+    (``ControllerSettings.scale_down_window_s``); requested: the nodes the deliveries of the last
+    hour started, as (time, GPU type, nodes) (the refused share's denominator,
+    :mod:`atoll.control.risk_signals`)."""
 
     version: int = STATE_VERSION
     tick: int = 0
@@ -230,9 +232,15 @@ class ControllerState:
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)
     churn: tuple[tuple[float, int, int], ...] = ()
     desired: tuple[tuple[float, str, int], ...] = ()
+    requested: tuple[tuple[float, str, float], ...] = ()
 
     def __post_init__(self) -> None:
         owner = "ControllerState"
+        requested = tuple((float(t), str(g), float(n)) for t, g, n in self.requested)
+        if any(not math.isfinite(t) or not math.isfinite(n) or n < 0 for t, _, n in requested):
+            raise ValueError(f"{owner}: field 'requested' must hold (finite time, GPU type, nodes >= 0), "
+                             f"got {self.requested!r:.120}")
+        object.__setattr__(self, "requested", requested)
         desired = tuple((float(t), str(s), int(n)) for t, s, n in self.desired)
         if any(not math.isfinite(t) or n < 0 for t, _, n in desired):
             raise ValueError(f"{owner}: field 'desired' must hold (finite time, service, instances >= 0), "
@@ -335,6 +343,7 @@ class ControllerState:
             **({"packing": dict(self.packing)} if self.packing is not None else {}),
             "templates": dict(self.templates), "churn": [list(c) for c in self.churn],
             "desired": [list(d) for d in self.desired],
+            "requested": [list(r) for r in self.requested],
         }
 
     @classmethod
@@ -359,6 +368,7 @@ class ControllerState:
             templates=dict(doc.get("templates") or {}),
             churn=tuple((float(t), int(a), int(r)) for t, a, r in doc.get("churn", [])),
             desired=tuple((float(t), str(s), int(n)) for t, s, n in doc.get("desired", [])),
+            requested=tuple((float(t), str(g), float(n)) for t, g, n in doc.get("requested", [])),
         )
 
 

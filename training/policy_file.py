@@ -284,6 +284,11 @@ class FilePolicy:
     def n_models(self) -> int:
         return self.card.n_models
 
+    @property
+    def observation_size(self) -> int:
+        """Features per observation: what the live controller builds for it (v1, v2 or v3's)."""
+        return self.card.observation_size
+
     def normalize(self, observations: np.ndarray) -> np.ndarray:
         """What VecNormalize.normalize_obs does with the saved statistics (clip 10; identity without)."""
         if self._mean is None or self._std is None:

@@ -114,17 +114,18 @@ class FleetSpaces:
 
     @classmethod
     def of_live_fleet(cls, fleet: Any) -> FleetSpaces:
-        """The spaces of a controller's :class:`~atoll.control.live_fleet.LiveFleet`: either
-        observation (``Fleet-v1`` or ``Fleet-v2``, the controller builds both); codes per model
-        not checked (the controller decodes any level)."""
+        """The spaces of a controller's :class:`~atoll.control.live_fleet.LiveFleet`: any
+        observation (``Fleet-v1``, ``Fleet-v2``, or ``-v3`` / ``-v4``'s with risk: the controller
+        builds each); codes per model not checked (the controller decodes any level and preset)."""
         from atoll.envs.observation import observation_size
 
         m, g = len(fleet.models), len(fleet.gpu_types)
-        from atoll.envs import ENV_ID, ENV_ID_V0, ENV_ID_V2
+        from atoll.envs import ENV_ID, ENV_ID_V0, ENV_ID_V2, ENV_ID_V3, ENV_ID_V4
 
         return cls(fleet_name(fleet.scenario, fleet.models, fleet.config.scenario_spec.models), m,
-                   (observation_size(m, g), observation_size(m, g, closed_loop=True)),
-                   env_ids=(ENV_ID_V0, ENV_ID, ENV_ID_V2))
+                   (observation_size(m, g), observation_size(m, g, closed_loop=True),
+                    observation_size(m, g, closed_loop=True, risk=True)),
+                   env_ids=(ENV_ID_V0, ENV_ID, ENV_ID_V2, ENV_ID_V3, ENV_ID_V4))
 
     def describe(self) -> str:
         sizes = " or ".join(str(n) for n in self.observation_sizes)

@@ -178,10 +178,19 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float],
             make_sink(args.sink, apply=args.apply, options=_k8s_options(args))
     except SinkError as exc:
         raise as_user_error(exc) from exc
+    events = None
+    if args.pool_events:
+        from atoll.control.risk_signals import PoolEventLog
+
+        try:
+            configs = frozenset(c for t in fleet.templates.values() for c, _ in t.node_use)
+            events = PoolEventLog(Path(args.pool_events), configs)
+        except FileNotFoundError as exc:
+            raise UserError(f"--pool-events: {exc}") from exc
     try:
         source = _source(args, metrics_clock)
         return Controller(fleet, source, policy, sink, state_dir or args.state, settings=settings,
-                          clock=clock)
+                          clock=clock, events=events)
     except (StateError, ValueError) as exc:
         raise as_user_error(exc) from exc
 
@@ -358,6 +367,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="naive, ets, sarimax, uc, auto or "
                         "peak:persistence|ewma|naive|ets|llt|blend|auto|learned "
                         f"(default {DEFAULT_FORECASTER}, as the simulator's)")
+    p.add_argument("--pool-events", default=None, metavar="FILE",
+                   help="pool event log (JSON Lines: preempted and refused nodes per node config), which a "
+                        "policy trained on atoll/Fleet-v3 or -v4 observes; required for one")
     p.add_argument("--solver-time-limit", type=float, default=10.0, help="seconds per solve")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
                    help="seconds per metrics request in all (connect, headers and body): a deadline, "

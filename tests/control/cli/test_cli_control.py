@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -34,9 +35,14 @@ def test_parse_interval() -> None:
     (["--scrape", "http://127.0.0.1:1", "--prometheus", "http://127.0.0.1:2"], "exactly one of"),
     (["--scrape", "http://127.0.0.1:1", "--policy", "sometimes"], "unknown policy 'sometimes'"),
     (["--scrape", "http://127.0.0.1:1", "--scenario", "huge"], "huge"),
-    # a learned policy of another observation is refused, never run half-way
-    (["--scrape", "http://127.0.0.1:1", "--policy", "learned:file:training/policies/core-spot-charged"],
+    # a learned policy of another fleet is refused, never run half-way
+    (["--scrape", "http://127.0.0.1:1", "--policy", "learned:file:training/policies/extended-spot-charged"],
      "does not fit"),
+    # a policy that observes the risk needs the pool event log, and the log must exist
+    (["--scrape", "http://127.0.0.1:1", "--policy", "learned:file:training/policies/core-spot-charged"],
+     "--pool-events FILE"),
+    (["--scrape", "http://127.0.0.1:1", "--policy", "learned:file:training/policies/core-spot-charged",
+      "--pool-events", "/nonexistent/events.jsonl"], "no such file; create it empty"),
     (["--scrape", "http://127.0.0.1:1", "--interval", "often"], "--interval 'often'"),
 ])
 def test_bad_arguments_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
@@ -170,3 +176,24 @@ def test_the_policys_level_levels_and_risk_configure_the_controller(tmp_path: Pa
     c = build_controller(args, clock=lambda: 0.0)
     assert c.settings.planning_quantile == level and c.settings.action_levels == levels
     assert (c.risk.label() if c.risk is not None else None) == risk
+
+
+def test_a_shipped_fleet_v4_policy_runs_live_with_its_observation_of_risk(replay: ReplayExporter,
+                                                                          tmp_path: Path) -> None:
+    # the charged world's learned policy: its codes' risk presets decoded, the risk observed
+    events = tmp_path / "events.jsonl"
+    events.write_text("")
+    cmd = _controller(replay, tmp_path, "--once", "--json", "--pool-events", str(events))
+    shipped = Path(__file__).resolve().parents[3] / "training" / "policies" / "core-spot-charged"
+    cmd[cmd.index("fixed:1")] = f"learned:file:{shipped}"
+    ticks = []
+    for _ in range(2):
+        out = subprocess.run(cmd, capture_output=True, cwd=Path(__file__).resolve().parents[2], timeout=180,
+                             env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+        assert out.returncode == 0, out.stderr.decode()
+        report = json.loads(out.stdout)
+        ticks.append(report["tick"])
+        risk = report["metrics"]["risk"]
+        assert risk["ok"] and set(risk["latency_miss"]) == set(CORE) and risk["ignored_count"] == 0
+        assert all(label.startswith(("full@0.9", "grow@0.9")) for label in report["decision"]["reoptimization"].values())
+    assert ticks[1] > ticks[0]  # the second run resumed the first's state (its requested-nodes log too)
