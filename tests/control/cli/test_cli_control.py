@@ -195,5 +195,6 @@ def test_a_shipped_fleet_v4_policy_runs_live_with_its_observation_of_risk(replay
         ticks.append(report["tick"])
         risk = report["metrics"]["risk"]
         assert risk["ok"] and set(risk["latency_miss"]) == set(CORE) and risk["ignored_count"] == 0
-        assert all(label.startswith(("full@0.9", "grow@0.9")) for label in report["decision"]["reoptimization"].values())
+        labels = report["decision"]["reoptimization"].values()
+        assert all(label.startswith(("full@0.9", "grow@0.9")) for label in labels)
     assert ticks[1] > ticks[0]  # the second run resumed the first's state (its requested-nodes log too)
