@@ -18,10 +18,10 @@ from atoll.control.state import ControllerState, HistoryPoint, save_state
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet import FleetState
 from atoll.envs.fleet_env import FleetEnv
-from atoll.envs.policies import make_policy
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.packing import Packing, check_plan_packing
 from atoll.solvers.types import Phase, Service, Stage, Template
+from atoll.training.evaluate import env_at_level, resolve_policy
 
 STEP = 300.0
 DAY = 5
@@ -108,7 +108,8 @@ def norm(fs: FleetState) -> tuple[object, ...]:
 
 @pytest.mark.parametrize(("lib", "policy"), [("whole", "threshold"), ("whole", "fixed:3"),
                                            ("whole", "grow:3"), ("sliced", "fixed:3"),
-                                           ("whole", "fixed:3@0.9+h0.7")])
+                                           ("whole", "fixed:3@0.9+h0.7"),
+                                           ("whole", "per-model:3@0.9+h0.7,2@0.95")])
 def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_path: Path, lib: str,
                                                                            policy: str) -> None:
     replaced = 0
@@ -120,10 +121,14 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
                                 np.full(rates.shape[1], OUTPUT)) for i in range(len(MODELS)))
     # a rule's +RISK configures the env (as training.evaluate.env_at_level does) and reaches
     # every live re-plan (Controller.risk): the same ILP rows on both sides
-    risk = getattr(make_policy(policy, len(MODELS)), "risk", None)
-    env = FleetEnv(FleetConfig(scenario="core", models=MODELS, templates=make_library(), demand=demand,
-                               request_shapes=shapes, forecaster="ets", availability="ample",
-                               prices="on-demand", days=(4, 6), **({"risk": risk} if risk else {})))
+    # a per-model rule's levels and risks configure the env's action as env_at_level does, and
+    # the controller's codec as `atoll control` does (ControllerSettings' levels and presets)
+    env_policy = resolve_policy(policy, len(MODELS))
+    risk = getattr(env_policy, "risk", None)
+    config = FleetConfig(scenario="core", models=MODELS, templates=make_library(), demand=demand,
+                         request_shapes=shapes, forecaster="ets", availability="ample", prices="on-demand",
+                         days=(4, 6))
+    env = env_at_level(FleetEnv(config), env_policy)
     obs, _ = env.reset(seed=0, options={"day": DAY})
     g0 = (DAY - 1) * 288
 
@@ -142,12 +147,16 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
                                           last_reoptimized=dict.fromkeys(MODELS, 0),
                                           last_metrics=source.snapshot((g0 - 1) * STEP),
                                           cost_scale_usd_h=scale))
-    controller = Controller(fleet, source, make_policy(policy, len(MODELS)),  # type: ignore[arg-type]
-                            JsonDirSink(tmp_path / "plans"), state_dir,
-                            settings=ControllerSettings(interval_s=STEP, forecaster="ets"), clock=clock,
+    levels = getattr(env_policy, "action_levels", None)
+    settings = ControllerSettings(interval_s=STEP, forecaster="ets",
+                                  planning_quantile=getattr(env_policy, "planning_quantile", None) or 0.9,
+                                  action_levels=tuple(levels) if levels else None,
+                                  risk_presets=tuple(getattr(env_policy, "risk_presets", ())))
+    controller = Controller(fleet, source, resolve_policy(policy, len(MODELS)),
+                            JsonDirSink(tmp_path / "plans"), state_dir, settings=settings, clock=clock,
                             sleep=lambda s: None)
-    env_policy = make_policy(policy, len(MODELS))
     replans = 0
+    per_model_risks: set[str] = set()
     for k in range(STEPS):
         action = env_policy.act(obs, {"step": k})
         report = controller.tick()
@@ -161,7 +170,13 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
         obs, *_ = env.step(action)
         assert norm(controller.fleet_state(clock() + STEP)) == norm(env.state), f"fleet, step {k}"
         replans += int(report.plan_changed)
-        if report.solve is not None and report.solve.get("result") == "new plan":
+        solved = report.solve is not None and report.solve.get("result") == "new plan"
+        if solved and "per-model" in policy:  # each model re-planned at its own entry's risk
+            assert report.solve is not None
+            expected = {m: label.partition("+")[2] or "neutral" for m, label in report.decision.reopt.items()}
+            assert {m: report.solve["risk"][m] for m in expected} == expected, f"step {k}"
+            per_model_risks.update(expected.values())
+        elif solved and report.solve is not None:
             assert set(report.solve["risk"].values()) == {risk.label() if risk else "neutral"}, f"step {k}"
             if risk:  # the plan covers the solved demand / headroom, as the simulator's does
                 now_running = FleetState(running=fleet.known(controller.state.running))
@@ -188,3 +203,4 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
     # grow:3's full re-plans every 15 minutes find nothing to swap); grow:3 covers Fleet-v1's grow
     assert replans >= 2 and (replaced >= 1 or policy in ("threshold", "grow:3"))
     assert lib == "whole" or len(packings) >= 2
+    assert "per-model" not in policy or per_model_risks == {"h0.7", "neutral"}
