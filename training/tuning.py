@@ -10,6 +10,12 @@ a million tokens lost) and the per-model assignment (coordinate descent over the
 preemptions and availability for each), and the file carries those figures as its evidence: what
 the choice costs on days it did not see, against the baseline, with a 95% interval over seeds.
 
+**Learned candidates.** A learned policy trained for the fleet competes on the same validation days
+(:func:`learned_candidates`: by default the shipped policy files trained on this fleet, market and
+world, and the fleet's registered ``champion`` where an MLflow store holds one; ``--learned``
+names others). It is chosen only if its effective cost there beats the chosen rule's; its
+validation figures are in the evidence either way.
+
 **The file** (YAML, :class:`TunedPolicy`): ``policy`` is the chosen spec every command takes
 (``per-model:...`` or a uniform ``fixed:K@q+RISK``), ``models`` the same per model, then the
 world, the fleet, the days and seeds, the data (workload, forecaster) and the evidence. Any
@@ -19,8 +25,10 @@ file's path and runs its ``policy``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +37,7 @@ from typing import Any, cast
 
 import yaml
 
-from atoll.envs import world_of
+from atoll.envs import WORLDS, world_of
 from atoll.envs.config import FleetConfig
 from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
@@ -43,10 +51,15 @@ from atoll.training.contest import (
 )
 from atoll.training.lever_oracle import paired_ratio
 from atoll.training.per_model import option_name
+from atoll.training.policy_file import read_card
+from atoll.training.registry import fleet_name
 
 KIND = "atoll-policy"
 FORMAT = 1
 SUFFIXES = (".yaml", ".yml")
+SHIPPED_POLICIES = Path(__file__).resolve().parent / "policies"
+# the settings a world fixes (its observation aside): a learned policy competes in the world it met
+WORLD_SETTINGS = tuple(sorted({k for w in WORLDS.values() for k in w} - {"observation"}))
 
 
 @dataclass(frozen=True)
@@ -142,9 +155,78 @@ def _entries(spec: str, models: tuple[str, ...]) -> dict[str, str]:
     return dict.fromkeys(models, spec)
 
 
+def learned_candidates(config: FleetConfig, given: str = "auto", *,
+                       shipped: Path = SHIPPED_POLICIES) -> list[str]:
+    """The learned policies ``tune`` tries for ``config``'s fleet: ``none``; ``auto`` — every policy
+    file under ``shipped`` trained on this fleet, market and world (the world's settings as its card
+    records them), and ``learned:champion`` when the MLflow store (``$MLFLOW_TRACKING_URI``, else
+    ``mlruns/mlflow.db`` if it exists) holds a champion for the fleet; or the comma-separated
+    ``learned:`` specs given."""
+    if given == "none":
+        return []
+    if given != "auto":
+        specs = [s.strip() for s in given.split(",") if s.strip()]
+        for spec in specs:
+            if not parse_policy(spec).is_learned:
+                raise InputError(f"--learned {spec!r}: give learned:... specs (learned:file:FOLDER, "
+                                 f"learned:champion), 'auto' or 'none'")
+        return specs
+    fleet = fleet_name(config.scenario, config.models, config.scenario_spec.models)
+    out = []
+    for folder in sorted(shipped.iterdir()) if shipped.is_dir() else []:
+        try:
+            card = read_card(folder)
+        except InputError:
+            continue  # not a policy file
+        same_world = all(card.world.get(f"env.{k}") == str(getattr(config, k)) for k in WORLD_SETTINGS)
+        if card.fleet == fleet and card.availability == config.availability and same_world:
+            out.append(f"learned:file:{_shown(folder)}")
+    if _has_champion(fleet):
+        from atoll.training.registry import champion_uri
+
+        out.append(f"learned:{champion_uri(fleet).removeprefix('models:/')}")
+    return out
+
+
+def _shown(folder: Path) -> str:
+    """``folder`` relative to the working directory where it lies below it (a file stays portable)."""
+    try:
+        return str(folder.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(folder.resolve())
+
+
+def _has_champion(fleet: str) -> bool:
+    """Whether an MLflow store that exists holds ``atoll-trigger-<fleet>@champion`` (none is made)."""
+    if not (os.environ.get("MLFLOW_TRACKING_URI") or Path("mlruns/mlflow.db").is_file()):
+        return False
+    from atoll.training.registry import champion_uri
+    from atoll.training.tracking import configure, registered_version
+
+    configure()
+    try:
+        return registered_version(champion_uri(fleet)) is not None
+    except Exception:  # noqa: BLE001 - an unreachable or foreign store: no champion to try
+        return False
+
+
+def _learned_config(config: FleetConfig, spec: str, n_models: int) -> FleetConfig:
+    """``config`` observing what the learned policy ``spec`` was trained to observe."""
+    from atoll.training.evaluate import resolve_policy
+
+    policy = resolve_policy(spec, n_models, configurable=True)
+    card = getattr(policy, "card", None)
+    observation = card.observation if card is not None else \
+        {"atoll/Fleet-v3": "v3", "atoll/Fleet-v4": "v3", "atoll/Fleet-v2": "v2"}.get(
+            str(getattr(policy, "metadata", {}).get("env_id")), "v1")
+    return dataclasses.replace(config, observation=observation)
+
+
 def tune(config: FleetConfig, settings: ContestSettings, *, command: str = "",
-         tick: Callable[[int], None] | None = None, now: datetime.datetime | None = None) -> TunedPolicy:
-    """Choose on the validation days, report on the test days (module docstring)."""
+         tick: Callable[[int], None] | None = None, now: datetime.datetime | None = None,
+         learned: Sequence[str] = ()) -> TunedPolicy:
+    """Choose on the validation days, report on the test days (module docstring); ``learned``:
+    the learned candidates (:func:`learned_candidates`)."""
     st = settings
     # the contest's pieces, not the contest: only the chosen policy, the best uniform rule and the
     # baseline run on the test days (the contest also runs the whole frontier: 2-3x the time)
@@ -154,26 +236,40 @@ def tune(config: FleetConfig, settings: ContestSettings, *, command: str = "",
     _, best, per_model = validation_choices(validation, len(base.models), st, lost)
     chosen = per_model[2] if per_model is not None else best
     points = per_model[3] if per_model is not None else {}
-    rules = list(dict.fromkeys([chosen, best, REFERENCE_RULE]))
-    tdays = list(range(st.test_days[0], st.test_days[1] + 1))
-    t0 = time.perf_counter()
-    runs = run_rules(config, rules, tdays, st.seeds, st.workers, False, tick, ray_address=st.ray_address)
-    test_seconds = time.perf_counter() - t0
     models = tuple(base.models)
     val: dict[str, Any] = {}
-    for name in rules:
+    for name in (chosen, best, REFERENCE_RULE):
         if name in validation:
             val[name] = _figures(validation[name], lost)
         elif name in points:
             pt = points[name]
             val[name] = {"cost_usd": round(pt.cost_usd, 2), "slo_attainment": round(pt.slo_attainment, 4),
                          "effective_usd": round(pt.effective_cost(lost), 2)}
+    vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
+    configs: dict[str, FleetConfig] = {}
+    for spec in learned:  # each on the validation days, in the world it observes
+        configs[spec] = _learned_config(config, spec, len(models))
+        runs = run_rules(configs[spec], [spec], vdays, st.validation_seeds or st.seeds, st.workers, False,
+                         tick, ray_address=st.ray_address)
+        val[spec] = _figures(cast(list[dict[str, float]], runs[spec]), lost)
+        if val[spec]["effective_usd"] < val[chosen]["effective_usd"]:
+            chosen = spec
+    rules = list(dict.fromkeys([chosen, best, REFERENCE_RULE]))
+    tdays = list(range(st.test_days[0], st.test_days[1] + 1))
+    t0 = time.perf_counter()
+    plain = [r for r in rules if r not in configs]
+    runs = run_rules(config, plain, tdays, st.seeds, st.workers, False, tick, ray_address=st.ray_address)
+    if chosen in configs:
+        runs.update(run_rules(configs[chosen], [chosen], tdays, st.seeds, st.workers, False, tick,
+                              ray_address=st.ray_address))
+    test_seconds = time.perf_counter() - t0
     test = {name: _figures(cast(list[dict[str, float]], runs[name]), lost) for name in rules}
     baseline = test[REFERENCE_RULE]["effective_usd_per_seed"]
     against = {name: paired_ratio(t["effective_usd_per_seed"], baseline) if len(baseline) > 1
                else {"mean": t["effective_usd"] / test[REFERENCE_RULE]["effective_usd"]}
                for name, t in test.items() if name != REFERENCE_RULE}
     evidence = {"chosen": chosen, "best_uniform_rule": best, "baseline": REFERENCE_RULE,
+                "learned_candidates": list(learned),
                 "grid_rules": len(validation), "validation": val, "test": test,
                 "effective_cost_vs_baseline": _clean(against),
                 "seconds": {"grid": round(grid_seconds, 1), "test": round(test_seconds, 1)}}

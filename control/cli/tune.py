@@ -19,7 +19,7 @@ RISKS = "neutral;h0.85;h0.7"
 def cmd_tune(args: argparse.Namespace) -> int:
     from atoll.control.cli.evaluate import contest_config
     from atoll.training.contest import ContestSettings
-    from atoll.training.tuning import tune
+    from atoll.training.tuning import learned_candidates, tune
 
     out = output_for(args)
     try:
@@ -48,13 +48,20 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise as_user_error(exc) from exc
     if args.out.suffix not in (".yaml", ".yml"):
         raise UserError(f"--out {args.out}: a policy file ends in .yaml or .yml")
+    try:
+        learned = learned_candidates(config, args.learned)
+    except ValueError as exc:
+        raise as_user_error(exc) from exc
+    if learned:
+        out.note(f"learned candidates: {', '.join(learned)}")
     v, t = settings.validation_days, settings.test_days
-    runs = (settings.validation_seeds or settings.seeds) * len(settings.grid) * (v[1] - v[0] + 1) + \
+    vseeds = settings.validation_seeds or settings.seeds
+    runs = vseeds * (len(settings.grid) + len(learned)) * (v[1] - v[0] + 1) + \
         settings.seeds * 3 * (t[1] - t[0] + 1)
     command = shlex.join(["atoll", *getattr(args, "argv", sys.argv[1:])])
     with progress("tune", runs * config.episode_steps) as advance:
         try:
-            tuned = tune(config, settings, command=command, tick=advance)
+            tuned = tune(config, settings, command=command, tick=advance, learned=learned)
         except (KeyError, ValueError, OSError) as exc:
             raise as_user_error(exc) from exc
     tuned.write(args.out)
@@ -73,6 +80,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         table.add_row(name + role, f"{chosen_on:,.0f}", f"{fig['cost_usd']:,.0f}",
                       f"{fig['slo_attainment']:.1%}", f"{fig['effective_usd']:,.0f}", shown)
     out.result(table)
+    shown = ev["validation"]
+    for spec in ev.get("learned_candidates", []):
+        if spec != tuned.policy:
+            theirs, ours = shown[spec]["effective_usd"], shown[tuned.policy]["effective_usd"]
+            out.result(f"learned candidate {spec}: validation effective ${theirs:,.0f} (the chosen policy's: "
+                       f"${ours:,.0f}); not chosen")
     out.result(f"policy file {args.out}: {tuned.policy}\nrun it: atoll simulate --policy {args.out} | "
                f"atoll control --policy {args.out}")
     out.json({"policy_file": str(args.out), **tuned.as_dict()})
@@ -97,5 +110,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="SLO targets of the per-model descent beside its least-effective-cost assignment")
     p.add_argument("--lost-usd-per-mtok", type=float, default=None,
                    help="price of a million tokens not served within SLO (default: the reward's)")
+    p.add_argument("--learned", default="auto", metavar="auto|none|SPEC[,SPEC...]",
+                   help="learned candidates, chosen only if they beat the rules on the validation days: "
+                        "auto (the shipped policy files trained on this fleet, market and world, and the "
+                        "fleet's registered champion), none, or learned:... specs")
     p.add_argument("--workers", type=int, default=2, help="worker processes running the rules")
     p.set_defaults(handler=cmd_tune)

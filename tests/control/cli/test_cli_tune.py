@@ -93,3 +93,39 @@ def test_tune_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
                                 message: str) -> None:
     assert main(["tune", "--scenario", "core", *argv]) == 2
     assert message in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_learned_candidates_are_the_policies_trained_for_the_fleet_market_and_world(tmp_path: Path) -> None:
+    from atoll.envs import WORLDS
+    from atoll.envs.config import FleetConfig
+    from atoll.training.tuning import learned_candidates
+
+    def found(availability: str, world: str) -> list[str]:
+        return [s.rsplit("/", 1)[-1] for s in learned_candidates(
+            FleetConfig(scenario="core", availability=availability, **WORLDS[world]))]
+
+    assert found("spot", "exact") == ["core-spot-exact"]
+    assert found("spot", "charged") == ["core-spot-charged", "core-spot-charged-1728"]
+    assert found("hedged", "exact") == ["core-hedged-exact"] and found("spot", "calibration") == []
+    assert learned_candidates(FleetConfig(scenario="core"), "none") == []
+    with pytest.raises(InputError, match="--learned 'fixed:1'"):
+        learned_candidates(FleetConfig(scenario="core"), "fixed:1")
+
+
+def test_a_learned_candidate_competes_on_the_validation_days(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    shipped = Path(__file__).resolve().parents[3] / "training" / "policies" / "core-spot-exact"
+    out = tmp_path / "policy.yaml"
+    code = main(["tune", "--scenario", "core", "--availability", "spot", "--validation-days", "8-8",
+                 "--test-days", "11-11", "--seeds", "1", "--levels", "0.9", "--intervals", "1", "--risks",
+                 "neutral", "--workers", "1", "--forecaster", "naive", "--learned", f"learned:file:{shipped}",
+                 "--out", str(out), "--json"])
+    assert code == 0, capsys.readouterr().err
+    ev = read_tuned(out).evidence
+    spec = f"learned:file:{shipped}"
+    assert ev["learned_candidates"] == [spec] and ev["validation"][spec]["effective_usd"] > 0
+    # chosen only when it beats the rule there (a tie keeps the rule)
+    val = ev["validation"]
+    beats = val[spec]["effective_usd"] < val[ev["best_uniform_rule"]]["effective_usd"]
+    assert (ev["chosen"] == spec) == beats and ev["chosen"] in ev["test"]
+    assert main(["tune", "--scenario", "core", "--learned", "fixed:1", "--out", str(out)]) == 2
