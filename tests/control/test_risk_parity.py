@@ -30,7 +30,7 @@ from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.problem import Risk
 from atoll.training.policy_file import FilePolicy
 
-STEPS = 36
+STEPS = 288  # a whole replayed day
 
 
 class ServerSource(TraceSource):
