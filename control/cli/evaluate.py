@@ -39,18 +39,20 @@ def evaluate(out: Output, args: argparse.Namespace, days: tuple[int, int], specs
     return result
 
 
-def contest_config(args: argparse.Namespace) -> Any:
+def contest_config(args: argparse.Namespace, settings: Any = None) -> Any:
     """The contest's FleetConfig from the shared env options, with make_env's defaults (spot
-    availability when none is given)."""
+    availability when none is given). With ``--fleet``, the env the simulator builds for the fleet
+    file (its own series and market per pool) over ``settings``' validation and test days: the
+    contest's workers rebuild it from the config."""
     from atoll.envs.config import FleetConfig
     from atoll.forecast.scaling import with_scale
 
     if getattr(args, "fleet", None):
-        # the contest builds its envs from a scenario and workload names; a fleet file's own
-        # series would be dropped without a word, so it is refused until the contest takes them
-        raise UserError(f"--rules grid runs on --scenario and --workload; it does not take --fleet "
-                        f"{args.fleet} yet: run the rules on the fleet with `atoll simulate --fleet` "
-                        f"or `atoll evaluate --fleet` without --rules grid")
+        if settings is None:
+            raise UserError(f"--fleet {args.fleet}: the contest's days are needed to build the fleet's env")
+        days = (min(settings.validation_days[0], settings.test_days[0]),
+                max(settings.validation_days[1], settings.test_days[1]))
+        return make_env(args, days).config
     from atoll.control.cli.common import world_options
 
     extra: dict[str, Any] = {"solver_time_limit": args.solver_time_limit} \
@@ -78,7 +80,7 @@ def contest(out: Output, args: argparse.Namespace, learned: list[str], settings:
                         f"come from the grid (fixed:K@q, threshold:LOW:HIGH@q), so list only "
                         f"learned:<model uri> there")
     try:
-        config = contest_config(args)
+        config = contest_config(args, settings)
         st = settings
         v, t = st.validation_days, st.test_days
         grid_runs = (st.validation_seeds or st.seeds) * len(st.grid) * (v[1] - v[0] + 1)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from atoll.control.cli.common import add_env_options, make_env, parse_days, split_names
+from atoll.control.cli.common import add_env_options, parse_days, split_names
 from atoll.control.cli.output import UserError, as_user_error, output_for, progress
 
 RISKS = "neutral;h0.85;h0.7"
@@ -36,14 +36,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                    bands=(), risks=risks, workers=args.workers, hindsight=False,
                                    per_model_targets=args.per_model_targets,
                                    lost_usd_per_mtok=args.lost_usd_per_mtok)
-        if getattr(args, "fleet", None):
-            # a fleet file's own series and market: the env the simulator builds for it, over the
-            # validation and test days (the contest's workers rebuild it from this config)
-            days = (min(settings.validation_days[0], settings.test_days[0]),
-                    max(settings.validation_days[1], settings.test_days[1]))
-            config = make_env(args, days).config
-        else:
-            config = contest_config(args)
+        config = contest_config(args, settings)  # a --fleet file's own series and market too
     except ValueError as exc:
         raise as_user_error(exc) from exc
     if args.out.suffix not in (".yaml", ".yml"):

@@ -39,3 +39,15 @@ def test_the_contest_takes_the_simulators_default_availability() -> None:
     args = build_parser().parse_args(["demo", "--availability", "hedged", "--solver-time-limit", "3"])
     config = contest_config(args)
     assert config.availability == "hedged" and config.solver_time_limit == 3
+
+
+def test_the_contest_takes_a_fleet_files_own_series_and_market() -> None:
+    # the env the simulator builds for the fleet file, over the validation and test days
+    from atoll.control.cli import build_parser
+    from atoll.control.cli.evaluate import contest_config
+    from atoll.training.contest import ContestSettings
+
+    args = build_parser().parse_args(["evaluate", "--rules", "grid", "--fleet", "core", "--world", "charged"])
+    config = contest_config(args, ContestSettings(validation_days=(8, 9), test_days=(11, 12)))
+    assert config.scenario == "core-fleet" and config.availability == "market" and config.days == (8, 12)
+    assert config.startup == "sampled" and config.demand  # the charged world, the file's own series
