@@ -128,10 +128,25 @@ def world_options(args: argparse.Namespace) -> dict[str, Any]:
     """The FleetConfig fields of the world the options name (``atoll.envs.WORLDS``): ``--world``,
     or the world of ``--env`` (``atoll/Fleet-v1`` exact, ``-v2`` calibration, ``-v3`` charged);
     both given must agree. ``--capacity-error``, ``--correction`` and ``--slo-model`` given with it win."""
-    from atoll.envs import WORLD_ENV_IDS, WORLDS
+    from atoll.envs import ENV_ID_V3, ENV_ID_V4, WORLD_ENV_IDS, WORLDS
 
     world = getattr(args, "world", None)
     env_id = getattr(args, "env", None)
+    action: dict[str, Any] = {}
+    menu = getattr(args, "risk_menu", None)
+    if menu is not None and env_id != ENV_ID_V4:
+        raise UserError(f"--risk-menu {menu!r} is the presets of {ENV_ID_V4}'s action; "
+                        f"give --env {ENV_ID_V4}")
+    if env_id == ENV_ID_V4:  # the charged world, each re-plan choosing its risk preset
+        action = {"action": "risk"}
+        if menu is not None:
+            from atoll.solvers.problem import Risk
+
+            try:
+                action["risk_menu"] = tuple(Risk.parse(r.strip()) for r in menu.split(";") if r.strip())
+            except ValueError as exc:
+                raise UserError(f"--risk-menu {menu!r}: {exc}") from exc
+        env_id = ENV_ID_V3
     if env_id is not None:
         implied = next(name for name, eid in WORLD_ENV_IDS.items() if eid == env_id)
         if world is not None and world != implied:
@@ -141,7 +156,7 @@ def world_options(args: argparse.Namespace) -> dict[str, Any]:
     settings = WORLDS[world or "exact"]
     given = {name: getattr(args, name) for name in ("capacity_error", "correction", "slo_model")
              if getattr(args, name, None) is not None}
-    return {**settings, **given}
+    return {**settings, **given, **action}
 
 
 def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> FleetEnv:

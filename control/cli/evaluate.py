@@ -139,6 +139,7 @@ def headline_table(result: dict[str, Any]) -> Table:
 
 
 def contest_settings(args: argparse.Namespace) -> Any:
+    from atoll.envs.policies import FIXED_INTERVALS
     from atoll.envs.vocabulary import PLANNING_LEVELS
     from atoll.training.contest import ContestSettings
 
@@ -148,9 +149,16 @@ def contest_settings(args: argparse.Namespace) -> Any:
     except ValueError:
         raise UserError(f"--levels {args.levels!r} must be comma-separated numbers, "
                         f"e.g. 0.5,0.9") from None
+    try:
+        intervals = tuple(int(k) for k in split_names(args.intervals, "--intervals")) if args.intervals \
+            else FIXED_INTERVALS
+    except ValueError:
+        raise UserError(f"--intervals {args.intervals!r} must be whole 5-minute steps, e.g. 1,3") from None
+    risks = tuple(r.strip() for r in args.risks.split(";") if r.strip())
     return ContestSettings(validation_days=parse_days(args.validation_days),
                            test_days=parse_days(args.eval_days), seeds=args.seeds,
-                           validation_seeds=args.validation_seeds, levels=levels,
+                           validation_seeds=args.validation_seeds, levels=levels, intervals=intervals,
+                           risks=risks,
                            lost_usd_per_mtok=args.lost_usd_per_mtok, workers=args.workers,
                            hindsight=not args.no_hindsight, per_model_targets=args.per_model_targets,
                            per_model_passes=args.per_model_passes, ray_address=args.ray)
@@ -190,6 +198,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "(default: --seeds)")
     e.add_argument("--levels", default=None, help="planning levels of the grid, comma-separated "
                    "(default: every forecast level >= 0.5)")
+    e.add_argument("--intervals", default=None, help="re-plan intervals (5-min steps) of the grid's fixed "
+                   "rules, comma-separated (default: the rule family's)")
+    e.add_argument("--risks", default="neutral",
+                   help="the grid's risk menu, ';'-separated: neutral, h<headroom>, s<spread>, f<on-demand "
+                        "floor> and combinations like h0.85,s0.5 (default neutral: the rules without +RISK)")
     e.add_argument("--lost-usd-per-mtok", type=float, default=None,
                    help="price of a million tokens not served within SLO in the effective cost "
                         "(default: the reward's unserved_usd_per_mtok)")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from atoll.control.cli.common import add_env_options, make_env, parse_days
 from atoll.control.cli.output import output_for, progress
-from atoll.envs import ENV_ID, ENV_ID_V2, ENV_ID_V3
+from atoll.envs import ENV_ID, ENV_ID_V2, ENV_ID_V3, ENV_ID_V4
 from atoll.envs.config import FleetConfig, RewardWeights
 from atoll.solvers.errors import InputError
 
@@ -88,13 +88,18 @@ def _status(out: Any, folder: str) -> int:
 
 
 def add_env_id_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", default=None, choices=(ENV_ID, ENV_ID_V2, ENV_ID_V3),
+    p.add_argument("--env", default=None, choices=(ENV_ID, ENV_ID_V2, ENV_ID_V3, ENV_ID_V4),
                    help=f"{ENV_ID}: the world as modelled (the default); {ENV_ID_V2}: the closed loop "
                         "(capacities off the model by the calibration's spread, drawn at every reset; online "
                         "correction; latency SLO; the policy observes latency, queues and the correction); "
                         f"{ENV_ID_V3}: the charged world (the closed loop plus sampled start-up, "
                         "zone-correlated preemptions and failing spot acquisition; the policy also observes "
-                        "risk). The same as --world exact, calibration or charged")
+                        f"risk); {ENV_ID_V4}: the charged world where each re-plan also chooses its risk "
+                        "preset (--risk-menu). The first three are the same as --world exact, calibration "
+                        "or charged")
+    p.add_argument("--risk-menu", default=None, metavar="RISK;RISK...",
+                   help=f"{ENV_ID_V4}: the risk presets a re-plan chooses among besides the configured "
+                        "--risk, ';'-separated (h0.85;h0.7; default: the market's menu)")
 
 
 def add_train_options(p: argparse.ArgumentParser, *, bootstrap_steps: int) -> None:
