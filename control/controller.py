@@ -1207,6 +1207,13 @@ def policy_risk(policy: Policy, settings: ControllerSettings, fleet_levels: tupl
     presets the codec's (else its codes would mean other levels or risks). A ValueError names the
     part and the fix; nothing a policy asks for is dropped."""
     name = getattr(policy, "name", type(policy).__name__)
+    options = policy.reset_options() if hasattr(policy, "reset_options") else {}
+    planning = dict(options).get("planning", "forecast")
+    if planning != "forecast":  # hindsight and the oracles: references, not policies
+        raise ValueError(f"policy {name!r} plans for the {planning} demand, which only the simulator knows "
+                         f"(a reference to compare with, not a policy): run it with atoll simulate or "
+                         f"evaluate; live, run a rule, a per-model rule, a tuned policy file or a learned "
+                         f"policy")
     presets = tuple(getattr(policy, "risk_presets", ()) or ())
     if presets != tuple(settings.risk_presets):
         shown = ", ".join(r.label() for r in presets) or "none"

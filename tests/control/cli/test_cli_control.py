@@ -44,6 +44,9 @@ def test_parse_interval() -> None:
     (["--scrape", "http://127.0.0.1:1", "--policy", "learned:file:training/policies/core-spot-charged",
       "--pool-events", "/nonexistent/events.jsonl"], "no such file; create it empty"),
     (["--scrape", "http://127.0.0.1:1", "--interval", "often"], "--interval 'often'"),
+    # the simulator's references plan for demand no live controller knows
+    (["--scrape", "http://127.0.0.1:1", "--policy", "hindsight"], "plans for the oracle demand"),
+    (["--scrape", "http://127.0.0.1:1", "--policy", "oracle-quantile@0.9"], "oracle-quantile demand"),
 ])
 def test_bad_arguments_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
                                  message: str) -> None:
