@@ -79,6 +79,10 @@ FloatArray = npt.NDArray[np.float64]
 DEFAULT_FIXED_SHARE = 0.5  # an assumption, not fitted: see the module docstring
 PREFILL_SCALE = 0.75  # mean TTFT at capacity / budget (mean 1.5 iterations, worst 2)
 EXACT_POISSON_MAX = 200.0  # Poisson means above this use the normal approximation
+# the Poisson table's n and ln(n!) up to the largest top an exact mean needs, computed once
+_TOP_MAX = int(math.ceil(EXACT_POISSON_MAX + 12.0 * math.sqrt(EXACT_POISSON_MAX) + 25.0))
+_N = np.arange(_TOP_MAX + 2, dtype=float)
+_LGAM = gammaln(_N + 1.0)
 # Bucket upper edges of vLLM v0.11's histograms (vllm/v1/metrics/loggers.py, PrometheusStatLogger;
 # v0.11 renamed time_per_output_token_seconds to inter_token_latency_seconds, same edges).
 VLLM_TTFT_BUCKETS_S: tuple[float, ...] = (
@@ -172,6 +176,10 @@ def mean_latency(rho: npt.ArrayLike, budget_s: npt.ArrayLike, fixed_share: npt.A
     """Mean latency (s) of the requests served within the budget at utilization ``rho``."""
     r, b, a, k = np.broadcast_arrays(np.asarray(rho, float), np.asarray(budget_s, float),
                                      np.asarray(fixed_share, float), _scale(phase))
+    return _mean_latency(r, b, a, k)
+
+
+def _mean_latency(r: FloatArray, b: FloatArray, a: FloatArray, k: FloatArray) -> FloatArray:
     under = k * a * b / (1.0 - (1.0 - a) * np.minimum(r, 1.0))
     with np.errstate(divide="ignore"):
         over = np.where(k < 1.0, b * (1.0 - 1.0 / (4.0 * np.maximum(r, 1.0))), b)
@@ -242,15 +250,15 @@ def poisson_excess_at(m: npt.ArrayLike, cs: Sequence[npt.ArrayLike]) -> list[tup
     if small.any():
         ms = m[small]
         top = int(math.ceil(ms.max() + 12.0 * math.sqrt(ms.max()) + 25.0))
-        n = np.arange(top + 2, dtype=float)
-        lgam = gammaln(n + 1.0)
-        pmf = np.exp(-ms[:, None] + n[None, :] * np.log(ms)[:, None] - lgam[None, :])
+        n = _N[: top + 2]
+        pmf = np.exp(-ms[:, None] + n[None, :] * np.log(ms)[:, None] - _LGAM[None, : top + 2])
         tail = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1]  # tail[:, j] = P(N >= j), accurate far out
+        rows = np.arange(len(ms))
         for c, (excess, over) in zip(points, out, strict=True):
             cs_ = c[small]
             kk = np.clip(np.floor(cs_), 0, top).astype(int)
-            p_ge_k = np.take_along_axis(tail, kk[:, None], axis=1)[:, 0]
-            p_gt_k = np.take_along_axis(tail, kk[:, None] + 1, axis=1)[:, 0]
+            p_ge_k = tail[rows, kk]
+            p_gt_k = tail[rows, kk + 1]
             excess[small] = np.maximum(ms * p_ge_k - cs_ * p_gt_k, 0.0)
             over[small] = p_gt_k
     big = m > EXACT_POISSON_MAX
@@ -325,36 +333,55 @@ def _field(name: str, value: npt.ArrayLike, size: int, positive: bool = False) -
     return v
 
 
-def phase_signals(demand_tps: npt.ArrayLike, capacity_tps: npt.ArrayLike, services: Sequence[ServiceLatency],
-                  *, step_s: float, instances: npt.ArrayLike | None = None,
-                  edges: Sequence[float] | None = None, summary_only: bool = False) -> PhaseSignals:
-    """The step's signals of each service from its demand and true capacity (tokens/s).
+@dataclass(frozen=True)
+class ServiceArrays:
+    """The per-service constants of :func:`phase_signals` as arrays, built once for a sequence of
+    services that is evaluated many times (the online inversion calls it ~27 times a phase)."""
 
-    step_s: the step's length (the overload queue builds over it); instances: how many instances
-    share the load evenly (default 1: one pooled server); edges: histogram bucket edges (default
-    vLLM's TTFT or ITL edges when all services are one phase); summary_only: leave the quantiles
-    and the histogram at zero (they cost most of a call). ``utilization`` is inf where there is
-    demand and no capacity; every other field is finite.
-    """
-    size = len(services)
-    d = _field("demand_tps", demand_tps, size)
-    cap = _field("capacity_tps", capacity_tps, size)
-    n = np.maximum(_field("instances", 1.0 if instances is None else instances, size, positive=True), 1.0)
-    step = float(_field("step_s", step_s, 1, positive=True)[0])
-    phases = [sv.phase for sv in services]
-    if edges is None:
-        if len(set(phases)) > 1:
-            raise InputError("phase_signals: field 'edges' is needed when the services mix phases")
-        edges = VLLM_TTFT_BUCKETS_S if phases and phases[0] is Phase.PREFILL else VLLM_ITL_BUCKETS_S
-    b = np.array([sv.budget_s for sv in services], dtype=float)
-    a = np.array([sv.fixed_share for sv in services], dtype=float)
-    tok = np.array([sv.tokens_per_request for sv in services], dtype=float)
-    pre = np.array([p is Phase.PREFILL for p in phases], dtype=bool)
+    budget_s: FloatArray
+    fixed_share: FloatArray
+    tokens_per_request: FloatArray
+    prefill: npt.NDArray[np.bool_]
+    scale: FloatArray  # PREFILL_SCALE for prefill, 1 for decode
+    phases: tuple[Phase, ...]
 
+    @classmethod
+    def of(cls, services: Sequence[ServiceLatency]) -> ServiceArrays:
+        phases = tuple(sv.phase for sv in services)
+        return cls(np.array([sv.budget_s for sv in services], dtype=float),
+                   np.array([sv.fixed_share for sv in services], dtype=float),
+                   np.array([sv.tokens_per_request for sv in services], dtype=float),
+                   np.array([p is Phase.PREFILL for p in phases], dtype=bool),
+                   _scale(list(phases)) if phases else np.zeros(0), phases)
+
+
+@dataclass(frozen=True)
+class _Core:
+    """What every signal of a step derives from (see :func:`_core`)."""
+
+    rho: FloatArray
+    lam: FloatArray
+    mu: FloatArray
+    lat: FloatArray
+    served_req: FloatArray
+    kv: FloatArray
+    bstar: FloatArray
+    on_time: FloatArray
+    late_req: FloatArray
+    late_share: FloatArray
+    drain: FloatArray
+    late_lat: FloatArray
+    observed: FloatArray
+
+
+def _core(d: FloatArray, cap: FloatArray, n: FloatArray, step: float, sv: ServiceArrays) -> _Core:
+    """The latency model's step for demand ``d`` and capacity ``cap`` tokens/s on ``n`` instances
+    (validated arrays): one code path for :func:`phase_signals` and :func:`observed_latency`."""
+    b, a, tok, pre = sv.budget_s, sv.fixed_share, sv.tokens_per_request, sv.prefill
     lam, mu = d / tok, cap / tok
     with np.errstate(divide="ignore", invalid="ignore"):
         rho = np.where(cap > 0, d / np.where(cap > 0, cap, 1.0), np.where(d > 0, np.inf, 0.0))
-    lat = mean_latency(rho, b, a, phases)
+    lat = _mean_latency(*np.broadcast_arrays(rho, b, a, sv.scale))
     served_req = np.minimum(lam, mu)
     r1 = np.minimum(rho, 1.0)
     kv = np.where(cap > 0, np.minimum(1.0, r1 * a / (1.0 - (1.0 - a) * r1)), 0.0)
@@ -379,6 +406,50 @@ def phase_signals(demand_tps: npt.ArrayLike, capacity_tps: npt.ArrayLike, servic
         drain = np.where((rho < 1.0) & (spare > 0), excess / np.maximum(p_over, 1e-300) / spare, np.inf)
     drain = np.where(late_req > 0, np.minimum(drain, step / 2.0), 0.0)
     late_lat = b + np.where(pre, drain, drain / tok)
+    observed = (1.0 - late_share) * lat + late_share * late_lat
+    return _Core(rho, lam, mu, lat, served_req, kv, bstar, on_time, late_req, late_share, drain, late_lat,
+                 observed)
+
+
+def observed_latency(demand_tps: FloatArray, capacity_tps: FloatArray, sv: ServiceArrays, *, step_s: float,
+                     instances: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(``observed_latency_s``, ``mean_latency_s``) of :func:`phase_signals` for arrays its caller
+    already checked (``instances`` >= 1), without the rest of the signals: the online inversion's
+    inner loop. The same code computes them, so the values are phase_signals' to the bit."""
+    core = _core(demand_tps, capacity_tps, instances, float(step_s), sv)
+    return core.observed, core.lat
+
+
+def phase_signals(demand_tps: npt.ArrayLike, capacity_tps: npt.ArrayLike, services: Sequence[ServiceLatency],
+                  *, step_s: float, instances: npt.ArrayLike | None = None,
+                  edges: Sequence[float] | None = None, summary_only: bool = False,
+                  arrays: ServiceArrays | None = None) -> PhaseSignals:
+    """The step's signals of each service from its demand and true capacity (tokens/s).
+
+    step_s: the step's length (the overload queue builds over it); instances: how many instances
+    share the load evenly (default 1: one pooled server); edges: histogram bucket edges (default
+    vLLM's TTFT or ITL edges when all services are one phase); summary_only: leave the quantiles
+    and the histogram at zero (they cost most of a call); arrays: ``ServiceArrays.of(services)``,
+    when the caller keeps it. ``utilization`` is inf where there is demand and no capacity; every
+    other field is finite.
+    """
+    size = len(services)
+    d = _field("demand_tps", demand_tps, size)
+    cap = _field("capacity_tps", capacity_tps, size)
+    n = np.maximum(_field("instances", 1.0 if instances is None else instances, size, positive=True), 1.0)
+    step = float(_field("step_s", step_s, 1, positive=True)[0])
+    sv = arrays if arrays is not None else ServiceArrays.of(services)
+    phases = sv.phases
+    if edges is None:
+        if len(set(phases)) > 1:
+            raise InputError("phase_signals: field 'edges' is needed when the services mix phases")
+        edges = VLLM_TTFT_BUCKETS_S if phases and phases[0] is Phase.PREFILL else VLLM_ITL_BUCKETS_S
+    b, a, tok, pre = sv.budget_s, sv.fixed_share, sv.tokens_per_request, sv.prefill
+    core = _core(d, cap, n, step, sv)
+    rho, lam, mu, lat, served_req = core.rho, core.lam, core.mu, core.lat, core.served_req
+    kv, bstar, on_time = core.kv, core.bstar, core.on_time
+    late_req, late_share = core.late_req, core.late_share
+    drain, late_lat = core.drain, core.late_lat
 
     # on-time latencies ~ Uniform[lo, hi]
     with np.errstate(divide="ignore"):
@@ -389,7 +460,7 @@ def phase_signals(demand_tps: npt.ArrayLike, capacity_tps: npt.ArrayLike, servic
                               np.minimum(b - lat, lat - a * b)), 0.0, None)
     lo = np.where(pre, pre_lo, lat - half)
     hi = np.where(pre, pre_hi, lat + half)
-    observed = (1.0 - late_share) * lat + late_share * late_lat
+    observed = core.observed
 
     in_service = np.where(pre, np.where(rho <= 1.0, lat / 1.5, b / 2.0), tok * lat)
     queued = np.where(pre, np.maximum(lat - in_service, 0.0), lat / 2.0)

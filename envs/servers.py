@@ -29,8 +29,10 @@ import numpy as np
 from atoll.envs.correction import CapacityCorrection
 from atoll.envs.latency import (
     PhaseSignals,
+    ServiceArrays,
     ServiceLatency,
     capacity_weight,
+    observed_latency,
     phase_signals,
     utilization_from_latency,
 )
@@ -146,12 +148,12 @@ def implied_capacities(services: Sequence[ServiceLatency], served: np.ndarray, o
     if not ok.any():
         return cap, ok, weight
     srv = np.where(ok, served, 1.0)
+    arrays = ServiceArrays.of(services)  # once: the bisection evaluates the model ~27 times
 
     def latency_at(capacity: np.ndarray) -> np.ndarray:
-        return phase_signals(srv, capacity, services, step_s=step_s, instances=n,
-                             summary_only=True).observed_latency_s
+        return observed_latency(srv, capacity, arrays, step_s=step_s, instances=n)[0]
 
-    full = phase_signals(srv, srv, services, step_s=step_s, instances=n, summary_only=True)
+    full = phase_signals(srv, srv, services, step_s=step_s, instances=n, summary_only=True, arrays=arrays)
     saturated = ok & (np.asarray(waiting, dtype=float) >= full.waiting * (1.0 - 1e-9))
     floor = latency_at(srv / RHO_MIN)
     inside = ok & ~saturated & (obs > floor)
@@ -166,8 +168,8 @@ def implied_capacities(services: Sequence[ServiceLatency], served: np.ndarray, o
     phases = [s.phase for s in services]
     with np.errstate(divide="ignore", invalid="ignore"):
         rho = np.where(inside, srv / np.where(inside, cap, 1.0), 1.0)
-    lat_on_curve = np.asarray(phase_signals(srv, srv / np.clip(rho, RHO_MIN, 1.0), services, step_s=step_s,
-                                            instances=n, summary_only=True).mean_latency_s)
+    lat_on_curve = np.asarray(observed_latency(srv, srv / np.clip(rho, RHO_MIN, 1.0), arrays, step_s=step_s,
+                                               instances=n)[1])
     w = capacity_weight(lat_on_curve, budgets, shares, phases)
     weight = np.where(saturated, 1.0, np.where(inside, w, 0.0)) / LATENCY_REL_SD**2
     informative = saturated | (inside & (utilization_from_latency(lat_on_curve, budgets, shares, phases) > 0))

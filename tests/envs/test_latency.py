@@ -299,3 +299,19 @@ def test_poisson_excess_at_several_points_is_each_point_alone() -> None:
         assert np.array_equal(excess, alone[0]) and np.array_equal(over, alone[1])
     with pytest.raises(InputError, match="broadcast"):
         poisson_excess_at(m, [np.zeros(3), np.zeros(m.shape)])
+
+
+def test_the_inversions_inner_loop_is_phase_signals_to_the_bit() -> None:
+    # servers.implied_capacities bisects on observed_latency: the same code as phase_signals
+    from atoll.envs.latency import ServiceArrays, observed_latency
+
+    rng = np.random.default_rng(7)
+    services = [ServiceLatency.from_model(m, "decode", float(rng.uniform(20, 800)))
+                for m in ("Qwen3-32B", "Phi-4-14B", "GPT-OSS-20B") * 4]
+    for _ in range(20):
+        d = rng.uniform(0, 5000, len(services)) * (rng.random(len(services)) > 0.2)
+        cap = rng.uniform(0, 6000, len(services)) * (rng.random(len(services)) > 0.2)
+        n = rng.integers(1, 9, len(services)).astype(float)
+        full = phase_signals(d, cap, services, step_s=300.0, instances=n)
+        observed, mean = observed_latency(d, cap, ServiceArrays.of(services), step_s=300.0, instances=n)
+        assert np.array_equal(observed, full.observed_latency_s) and np.array_equal(mean, full.mean_latency_s)
