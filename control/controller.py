@@ -11,11 +11,11 @@ A tick:
    deliver (``ControllerState.pending``) and forecast the planning demand of each phase from its
    own measured token rate (``atoll.control.live_demand``; a request shape drifting from the
    one the templates were profiled at is reported in ``shape_drift``);
-2. **decide**: build the observation exactly as the env does — the controller's fleet is the env's
-   :class:`~atoll.envs.fleet_model.FleetModel` and its state a :class:`~atoll.envs.fleet.FleetState`,
-   and :func:`atoll.envs.signals.fleet_signals` makes the ``Signals`` on both sides; a policy
-   trained on the charged world also reads the risk the fleet runs, from the servers and a pool
-   event log (:mod:`atoll.control.risk_signals`) — and ask the policy which models to re-optimize.
+2. **decide**: build the observation exactly as the env does (:mod:`atoll.control.observe`: the
+   controller's fleet is the env's :class:`~atoll.envs.fleet_model.FleetModel`, its state a
+   :class:`~atoll.envs.fleet.FleetState`, and :func:`atoll.envs.signals.fleet_signals` makes the
+   ``Signals`` on both sides; a policy trained on the charged world also reads the risk the fleet
+   runs, from the servers and a pool event log) — and ask the policy which models to re-optimize.
    Models without a fresh rate are *held*: the policy cannot choose them and the solver keeps
    their instances as they are — a metrics gap never scales a model down, let alone to zero. A
    model with fresh demand and no capacity at all is always chosen;
@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from atoll.control import churn
+from atoll.control import churn, observe
 from atoll.control.arrivals import LiveArrivals
 from atoll.control.churn import diff_counts
 from atoll.control.clock import iso, resume_offset
@@ -68,15 +68,7 @@ from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_r
 from atoll.control.plan_view import plan_bill, plan_view
 from atoll.control.plans import PlanRecord, SinkResult
 from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateReport, RateTracker
-from atoll.control.risk_signals import (
-    WINDOW_S,
-    PoolEventLog,
-    QueueGrowth,
-    pool_shares,
-    requested_by_type,
-    share_over,
-)
-from atoll.control.risk_signals import report as events_report
+from atoll.control.risk_signals import PoolEventLog, QueueGrowth
 from atoll.control.sinks import PlanSink, deliver
 from atoll.control.state import (
     HISTORY_LIMIT,
@@ -92,15 +84,15 @@ from atoll.envs.actions import ActionCodec
 from atoll.envs.correction import CapacityCorrection, CorrectionSettings
 from atoll.envs.fleet import FleetState
 from atoll.envs.latency import PREFILL_SCALE
-from atoll.envs.observation import SINCE_CAP, Signals, build_observation, observation_size
+from atoll.envs.observation import Signals, build_observation, observation_size
 from atoll.envs.policies import Policy
 from atoll.envs.saturation import SATURATED_RATIO
 from atoll.envs.servers import learn, service_latencies
-from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
+from atoll.envs.signals import UNSERVED_WINDOW, unserved_shares
 from atoll.envs.vocabulary import DEFAULT_LEVEL, Reoptimization
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.packing import Packing, describe_packing, repack
-from atoll.solvers.problem import Allocation, Risk, gpu_type_of
+from atoll.solvers.problem import Allocation, Risk
 
 PUBLISH_BAND = 2.0  # standard errors a learned factor must move before the planner sees it
 
@@ -495,16 +487,23 @@ class Controller:
         # the interval since the last tick, as the env's step: served against the capacity that
         # was ready over it, billed for the nodes held over it (before this tick changes either)
         last_cost, last_seconds = self._account(now, fresh)
-        self._view = self._server_view(fresh, rates)
+        self._view = observe.server_view(self.fleet.models, self._latency, fresh, rates)
         self.learned = self._learn(now, fresh, rates)
         earlier = self._deliver_pending()
         forecasts = self.forecaster.forecast(self.state.history, now, self.fleet.models)
         drift = {m: f.shape.message() for m, f in forecasts.items()
                  if f.shape is not None and f.shape.drifted}
-        signals = self._signals(now, forecasts, last_cost, last_seconds)
+        fs = self.fleet_state(now)
+        signals = observe.signals(self.fleet, self.state, fs, forecasts, now=now,
+                                  interval_s=self.settings.interval_s, last_cost=last_cost,
+                                  last_seconds=last_seconds, factors=self._factors(),
+                                  view=self._view if self._closed_obs else None)
         risk_report = None
         if self._risk_obs:
-            signals, risk_report = self._risk_signals(now, rates, fresh, signals)
+            assert self.events is not None  # the constructor refuses a risk policy without a log
+            signals, risk_report = observe.risk_signals(self.fleet, fs, signals, rates, fresh, now=now,
+                                                        latency=self._latency, queue=self._queue,
+                                                        events=self.events, requested=self.state.requested)
         obs = build_observation(signals, closed_loop=self._closed_obs, risk=self._risk_obs)
         action = np.asarray(self.policy.act(obs, {"step": tick_no, "seconds": now}))
         decision = self._decide(action, fresh, rates, signals)
@@ -585,7 +584,7 @@ class Controller:
         elapsed = now - last
         before = self.fleet_state(last)
         ready, _ = model.capacity(before, elapsed)
-        demand = self._last_demand()
+        demand = observe.last_demand(self.fleet.models, self.state)
         shares = unserved_shares(demand, ready)
         window = dict(self.state.unserved)
         for i, m in enumerate(self.fleet.models):
@@ -603,23 +602,6 @@ class Controller:
                 "estimates": self.correction.factors(), "evidence": self.correction.evidence(),
                 "rejected_intervals": self.correction.rejected,
                 "learned_this_tick": dict(self.learned)}
-
-    def _server_view(self, fresh: list[str], rates: RateReport) -> tuple[np.ndarray, np.ndarray]:
-        """([M] max over phases of mean latency / budget, [M] waiting / (waiting + running)) as the
-        env's ``ServerReport`` gives them (0 for models without fresh rates or histograms)."""
-        m = len(self.fleet.models)
-        ratio, share = np.zeros(m), np.zeros(m)
-        pre, dec = self._latency
-        for i, name in enumerate(self.fleet.models):
-            r = rates.models.get(name)
-            if name not in fresh or r is None:
-                continue
-            parts = [v / b for v, b in ((r.ttft_mean_s, pre[i].budget_s), (r.itl_mean_s, dec[i].budget_s))
-                     if v is not None and math.isfinite(v)]
-            ratio[i] = max(parts, default=0.0)
-            total = (r.waiting or 0.0) + (r.running or 0.0)
-            share[i] = (r.waiting or 0.0) / total if total > 0 else 0.0
-        return ratio, share
 
     def _learn(self, now: float, fresh: list[str], rates: RateReport) -> dict[str, float]:
         """Feed the interval since the last tick to the capacity correction, as the env feeds a
@@ -668,15 +650,6 @@ class Controller:
         self.state = replace(self.state, correction=self.correction.as_dict())
         return used
 
-    def _last_demand(self) -> np.ndarray:
-        """[M, 2] tokens/s of each model's latest history point (0 without one)."""
-        out = np.zeros((len(self.fleet.models), 2))
-        for i, m in enumerate(self.fleet.models):
-            points = self.state.history.get(m, ())
-            if points:
-                out[i] = (points[-1].prompt_tokens_per_s, points[-1].generation_tokens_per_s)
-        return out
-
     # ----- steps ---------------------------------------------------------------------------
     def _scaled(self, report: RateReport) -> RateReport:
         k = self.settings.time_scale
@@ -691,86 +664,6 @@ class Controller:
                        aborted_per_s=None if r.aborted_per_s is None else r.aborted_per_s / k)
             if r.ok else r
             for m, r in report.models.items()})
-
-    def _signals(self, now: float, forecasts: Mapping[str, ModelForecast], last_cost: np.ndarray,
-                 last_seconds: float) -> Signals:
-        fleet, state = self.fleet, self.state
-        m = len(fleet.models)
-        # [M, 2] tokens/s: each phase's own forecast (fleet_signals takes them as they are)
-        fmean, fupper, ffirst, flast = np.zeros((m, 2)), np.zeros((m, 2)), np.zeros((m, 2)), np.zeros((m, 2))
-        for i, model in enumerate(fleet.models):
-            f = forecasts.get(model)
-            if f is not None:
-                fmean[i], fupper[i], ffirst[i], flast[i] = f.mean, f.upper, f.first, f.last
-        window = np.zeros((UNSERVED_WINDOW, m))
-        for i, model in enumerate(fleet.models):
-            for j, share in enumerate(state.unserved.get(model, ())[:UNSERVED_WINDOW]):
-                window[j, i] = share
-        since = np.array([(state.tick - state.last_reoptimized[model]) * self.settings.interval_s / STEP_S
-                          if model in state.last_reoptimized else SINCE_CAP for model in fleet.models])
-        return fleet_signals(fleet.model, self.fleet_state(now), fleet.availability,
-                             demand=self._last_demand(), forecast_mean=fmean, forecast_upper=fupper,
-                             forecast_first=ffirst, forecast_last=flast, since=since,
-                             unserved_window=window, last_cost=last_cost,
-                             last_seconds=last_seconds, cost_scale_usd_h=state.cost_scale_usd_h,
-                             # vLLM exports no preemption: live, none is seen (as a fleet without any)
-                             preempted=np.zeros(m), since_preempt=np.full(m, SINCE_CAP),
-                             seconds_of_day=now, factors=self._factors(),
-                             latency_ratio=self._view[0] if self._closed_obs else None,
-                             waiting_share=self._view[1] if self._closed_obs else None)
-
-    def _risk_signals(self, now: float, rates: RateReport, fresh: list[str], signals: Signals
-                      ) -> tuple[Signals, dict[str, Any]]:
-        """``signals`` with the observation of risk (:mod:`atoll.control.risk_signals`), and the
-        tick's account of it: per model what fed it, the pool event log's events, ignored lines
-        and held events."""
-        fleet = self.fleet
-        m, gpu_types = len(fleet.models), fleet.gpu_types
-        growth, miss = np.zeros(m), np.zeros(m)
-        pre_b, dec_b = self._latency
-        for i, name in enumerate(fleet.models):
-            r = rates.models.get(name)
-            if name not in fresh or r is None:
-                continue
-            growth[i] = self._queue.update(name, r.waiting, r.running)
-            miss[i] = max(share_over(r.ttft_buckets, pre_b[i].budget_s),
-                          share_over(r.itl_buckets, dec_b[i].budget_s))
-        fs = self.fleet_state(now)
-        spread, ondemand = fleet.model.risk_exposure(fs)
-        held = np.zeros(len(gpu_types))
-        index = {t: k for k, t in enumerate(gpu_types)}
-        for (_, config), n in fleet.model.nodes_held(fs).items():
-            held[index[gpu_type_of(config)]] += n
-        requested = requested_by_type(self.state.requested, gpu_types, now)
-        assert self.events is not None  # the constructor refuses a risk policy without a log
-        try:
-            events, ignored = self.events.read(now)
-        except OSError as exc:  # the watcher's file went away: no events seen, and said so
-            pre, fail = np.zeros(len(gpu_types)), np.zeros(len(gpu_types))
-            account = events_report([], [], [], error=f"pool event log {self.events.path}: {exc}")
-        else:
-            pre, fail, held_out = pool_shares(events, gpu_types, held, requested, now)
-            account = events_report(events, ignored, held_out)
-        account.update({"queue_growth": dict(zip(fleet.models, growth.tolist(), strict=True)),
-                        "latency_miss": dict(zip(fleet.models, miss.tolist(), strict=True)),
-                        "preempted_share": dict(zip(gpu_types, pre.tolist(), strict=True)),
-                        "refused_share": dict(zip(gpu_types, fail.tolist(), strict=True))})
-        return replace(signals, queue_growth=growth, latency_miss=miss, spread=spread,
-                       ondemand_share=ondemand, preempted_share=pre, failed_share=fail), account
-
-    def _requested(self, fresh: Mapping[str, int], now: float) -> tuple[tuple[float, str, float], ...]:
-        """The state's log of nodes requested, with this delivery's started instances added (per
-        GPU type, a slice counting its share of a node) and entries past the window dropped."""
-        added: dict[str, float] = {}
-        for key, n in fresh.items():
-            template = self.fleet.templates.get(key)
-            if template is None or n <= 0:
-                continue
-            for config, k in template.node_use:
-                gpu = gpu_type_of(config)
-                added[gpu] = added.get(gpu, 0.0) + n * k
-        kept = tuple(e for e in self.state.requested if e[0] > now - WINDOW_S)
-        return (*kept, *((now, g, n) for g, n in sorted(added.items())))
 
     def _decide(self, action: np.ndarray, fresh: list[str], rates: RateReport, s: Signals) -> Decision:
         chosen: dict[str, str] = {}
@@ -1131,7 +1024,8 @@ class Controller:
             self.state = replace(state, running=dict(record.plan), pending=None,
                                  starting=starting, draining=_absolute(fs.draining, now),
                                  replacing=replacing, cost_scale_usd_h=scale, packing=record.packing,
-                                 requested=self._requested(fs.fresh, now), **self._delivered(record, now))
+                                 requested=observe.requested_log(self.fleet, state.requested, fs.fresh, now),
+                                 **self._delivered(record, now))
         save_state(self.state_dir, self.state)
         return result
 
