@@ -34,8 +34,7 @@ from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.fleet_file import Fleet, read_fleet
 from atoll.envs.fleet_model import FleetModel
 from atoll.envs.vocabulary import Pool
-from atoll.solvers.errors import InputError
-from atoll.solvers.fleet import resolve_fleet
+from atoll.solvers.fleet import FleetFileError, resolve_fleet
 from atoll.solvers.runtime import DEPLOY_RUNTIME, check_runtime
 from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec, ample_availability, fleet_markets, market_caps
 from atoll.solvers.tiers import split_tier
@@ -43,10 +42,6 @@ from atoll.solvers.types import Template
 
 STEP_S = FleetConfig.step_s  # the env's decision step: start-up weight and since-re-optimization units
 FLEET_KEYS = ("scenario", "models", "prices", "availability", "runtime")
-
-
-class FleetFileError(InputError):
-    """A fleet file that cannot be used; the message names the file, the entry and the fix."""
 
 
 class LiveFleet:

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from atoll.control.live_demand import RECENT_MARGIN, LiveForecast, bin_history
-from atoll.control.live_fleet import FleetFileError, load_fleet_file
+from atoll.control.live_fleet import load_fleet_file
 from atoll.control.state import HistoryPoint
+from atoll.solvers.fleet import FleetFileError
 
 
 def points(times: list[float], prompt: list[float], gen: list[float] | None = None
