@@ -63,14 +63,14 @@ def nodes_stay(before: Packing, after: Packing) -> bool:
     return True
 
 
-def trace() -> np.ndarray:
+def trace(swing: float = 0.6, noise: float = 0.15) -> np.ndarray:
     """[models, 6 days of 5-min steps] request rates: a daily swing with noise, seeded."""
     rng = np.random.default_rng(3)
     t = np.arange(6 * 288)
     out = []
     for i in range(len(MODELS)):
-        base = (20.0 + 10 * i) * (1.0 + 0.6 * np.sin(2 * np.pi * (t / 288 + 0.3 * i)))
-        out.append(np.maximum(base * (1 + 0.15 * rng.standard_normal(len(t))), 0.2))
+        base = (20.0 + 10 * i) * (1.0 + swing * np.sin(2 * np.pi * (t / 288 + 0.3 * i)))
+        out.append(np.maximum(base * (1 + noise * rng.standard_normal(len(t))), 0.2))
     return np.array(out)
 
 

@@ -14,6 +14,7 @@ import pytest
 from control_helpers import FakeClock
 from test_controller import INPUT, MODELS, OUTPUT
 from test_observation_parity import DAY, STEP, TraceSource, library, norm
+from test_observation_parity import trace as daily_trace
 
 from atoll.control.controller import Controller, ControllerSettings
 from atoll.control.live_fleet import LiveFleet
@@ -95,13 +96,7 @@ def trace() -> np.ndarray:
     a phase counts as saturated, and the controller plans it from estimated arrivals
     (:mod:`atoll.control.arrivals`; served + queue growth) where the simulator knows the demand.
     Hence also the configured risk, headroom 0.5 (the policy's other preset is 0.7)."""
-    rng = np.random.default_rng(3)
-    t = np.arange(6 * 288)
-    out = []
-    for i in range(len(MODELS)):
-        base = (20.0 + 10 * i) * (1.0 + 0.3 * np.sin(2 * np.pi * (t / 288 + 0.3 * i)))
-        out.append(np.maximum(base * (1 + 0.03 * rng.standard_normal(len(t))), 0.2))
-    return np.array(out)
+    return daily_trace(swing=0.3, noise=0.03)
 
 
 def env_config() -> FleetConfig:
