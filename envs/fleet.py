@@ -1,7 +1,7 @@
 """The fleet's instance state: running, starting (with time left) and draining instances per
 template, and how plans, preemptions and time move them.
 
-Semantics (DESIGN.md §6):
+Semantics:
 - a new plan adds instances that serve only after their start-up time; removals first cancel
   instances still starting (they serve nothing yet), then remove running ones: make-before-break
   (the default), a running instance replaced within a service to which the plan adds instances

@@ -1,4 +1,4 @@
-"""The contest (DESIGN §7): the rule family tuned on validation days, then learned policies against
+"""The contest: the rule family tuned on validation days, then learned policies against
 its frontier on test days.
 
 1. Every rule of the grid (``atoll.envs.policies.rule_grid``) runs on the validation days for
