@@ -32,9 +32,9 @@ A tick:
 Metrics unavailable (after the retries): the tick holds every model, reports the data as
 stale (seconds since the last good read) and still persists.
 
-Guard rails: every model and phase keeps at least its fleet's ``min_instances``
-(default 1: a model planned to zero has no server left whose counters could show its traffic
-coming back, so it would be held at zero for good); a rate beyond what the fleet could ever
+Guard rails (:mod:`atoll.control.guard_rails`): every model and phase keeps at least its fleet's
+``min_instances`` (default 1: a model planned to zero has no server left whose counters could
+show its traffic coming back, so it would be held at zero for good); a rate beyond what the fleet could ever
 serve, or ``outlier_factor`` x above the model's recent range, is held as an outlier until a
 second interval confirms it (:mod:`atoll.control.rates`); a plan grows a service by at most
 ``growth_factor`` x its instances + ``growth_add`` per tick (reported in ``solve.guard_rails``);
@@ -58,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from atoll.control import churn, observe
+from atoll.control import churn, guard_rails, observe
 from atoll.control.arrivals import LiveArrivals
 from atoll.control.churn import diff_counts
 from atoll.control.clock import iso, resume_offset
@@ -312,9 +312,9 @@ class Controller:
         # a fleet with slices (several instances per node): each plan carries its packing, and
         # running slices stay on their nodes from one plan to the next
         self._sliced = any(t.has_slices for t in fleet.templates.values())
-        self._guard_tables()
+        self.guards = guard_rails.guard_tables(fleet)
         self.view: dict[str, Any] = {}
-        self.arrivals = LiveArrivals(fleet.models, self._latency, self._one_instance, fleet.shapes,
+        self.arrivals = LiveArrivals(fleet.models, self._latency, self.guards.one_instance, fleet.shapes,
                                      outlier_factor=s.outlier_factor, growth_factor=s.growth_factor,
                                      growth_add=s.growth_add)
         # model -> the (prefill, decode) tokens/s the running plan was solved for: the second
@@ -406,25 +406,6 @@ class Controller:
         seen = report().as_dict() if callable(report) else {}
         return {"wall_time": iso(float(self.wall())), "offset_s": self.clock_offset, **seen}
 
-    def _guard_tables(self) -> None:
-        """Per (model, phase): the templates by price, one instance's best throughput and the
-        most the fleet could serve with every node available (the outlier ceiling)."""
-        model = self.fleet.model
-        n = len(self.fleet.models)
-        self._by_price: dict[tuple[int, int], list[str]] = {}
-        best_instance, best_node = np.zeros((n, 2)), np.zeros((n, 2))
-        priced: dict[tuple[int, int], list[tuple[float, str]]] = {}
-        for key, t in self.fleet.templates.items():
-            mi, ph, thr, per_h = model.info(key)
-            nodes = sum(k for _, k in t.node_use) or 1  # a slice: its share of a node
-            best_instance[mi, ph] = max(best_instance[mi, ph], thr)
-            best_node[mi, ph] = max(best_node[mi, ph], thr / nodes)
-            priced.setdefault((mi, ph), []).append((per_h, key))
-        self._by_price = {svc: [k for _, k in sorted(v)] for svc, v in priced.items()}
-        self._one_instance = best_instance
-        total_nodes = float(sum(self.fleet.availability.values()))
-        self._ceiling = best_node * total_nodes
-
     def _limits(self, now: float) -> dict[str, tuple[float, float]]:
         """model -> the highest believable (prompt, generation) tokens/s in the metrics' time:
         the fleet's ceiling, and once the model has a recent range, ``outlier_factor`` x its
@@ -443,10 +424,10 @@ class Controller:
                 recent = list(points[-12:])
             pair = []
             for ph in range(2):
-                limit = float(self._ceiling[i, ph]) or math.inf
+                limit = float(self.guards.ceiling[i, ph]) or math.inf
                 if len(recent) >= 3:
                     top = max((p.prompt_tokens_per_s, p.generation_tokens_per_s)[ph] for p in recent)
-                    limit = min(limit, s.outlier_factor * max(top, float(self._one_instance[i, ph])))
+                    limit = min(limit, s.outlier_factor * max(top, float(self.guards.one_instance[i, ph])))
                 pair.append(limit * s.time_scale)
             out[m] = (pair[0], pair[1])
         return out
@@ -676,7 +657,8 @@ class Controller:
                              f"0..{self.codec.n - 1} ({', '.join(self.codec.names())})")
         # from the second tick: the first only reads the counters, and whether a model has
         # servers (its series) is known after it
-        below = self._below_floor(self.fleet.known(self.state.running)) if self.state.tick >= 1 else {}
+        running = self.fleet.known(self.state.running)
+        below = guard_rails.below_floor(self.fleet, running) if self.state.tick >= 1 else {}
         for i, model in enumerate(self.fleet.models):
             if model not in fresh:
                 r = rates.models.get(model)
@@ -777,9 +759,14 @@ class Controller:
         if skipped:
             solve["not_solved"] = skipped
         if allocation is not None:
-            plan, capped = self._cap_growth(allocation.as_dict(), before)
-            plan, held = self._hold_scale_down(plan, before, fs, now, solved)
-            plan, floors = self._add_floors(plan, fs)
+            s = self.settings
+            plan, capped = guard_rails.cap_growth(self.fleet, allocation.as_dict(), before,
+                                                  growth_factor=s.growth_factor, growth_add=s.growth_add)
+            plan, held, desired = guard_rails.hold_scale_down(
+                self.fleet, plan, before, fs, now=now, solved=solved, window_s=s.scale_down_window_s,
+                desired=self.state.desired)
+            self.state = replace(self.state, desired=desired)
+            plan, floors = guard_rails.add_floors(self.fleet, plan, fs, self.guards)
             solve["guard_rails"] = {"growth_capped": capped, "floor_added": floors,
                                     **({"scale_down_held": held} if held else {})}
             allocation = Allocation.of(plan)
@@ -793,145 +780,6 @@ class Controller:
                                             self.fleet.templates, demand, reason, shapes,
                                             owner=self.state.controller_id, correction=self._factors())
         return solve, self._priced(record)
-
-    # ----- guard rails ---------------------------------------------------------------------
-    def _service_counts(self, plan: Mapping[str, int]) -> np.ndarray:
-        counts = np.zeros((len(self.fleet.models), 2), dtype=int)
-        for key, n in plan.items():
-            if key in self.fleet.templates:
-                mi, ph, _, _ = self.fleet.model.info(key)
-                counts[mi, ph] += n
-        return counts
-
-    def _below_floor(self, plan: Mapping[str, int]) -> dict[str, int]:
-        """model -> its floor, for models with fewer planned instances than it in a phase."""
-        counts = self._service_counts(plan)
-        out = {}
-        for i, m in enumerate(self.fleet.models):
-            floor = self.fleet.min_instances.get(m, (1, 1))
-            if any(counts[i, ph] < floor[ph] for ph in range(2)):
-                out[m] = max(floor)
-        return out
-
-    def _cap_growth(self, plan: dict[str, int], before: Mapping[str, int]
-                    ) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-        """At most ``growth_factor`` x + ``growth_add`` instances per service per tick: added
-        instances beyond it are dropped, largest additions first (reported per service)."""
-        s = self.settings
-        plan = dict(plan)
-        old, new = self._service_counts(before), self._service_counts(plan)
-        report: dict[str, dict[str, int]] = {}
-        for i, m in enumerate(self.fleet.models):
-            for ph, phase in enumerate(("prefill", "decode")):
-                cap = math.floor(s.growth_factor * old[i, ph]) + s.growth_add
-                excess = int(new[i, ph]) - cap
-                if excess <= 0:
-                    continue
-                added = sorted(((plan[k] - before.get(k, 0), k) for k in plan
-                                if plan[k] > before.get(k, 0) and k in self.fleet.templates
-                                and self.fleet.model.info(k)[:2] == (i, ph)), key=lambda e: (-e[0], e[1]))
-                for extra, key in added:
-                    take = min(extra, excess)
-                    plan[key] -= take
-                    excess -= take
-                    if excess <= 0:
-                        break
-                report[f"{m}/{phase}"] = {"before": int(old[i, ph]), "solved": int(new[i, ph]),
-                                          "capped_to": cap}
-        return {k: n for k, n in plan.items() if n > 0}, report
-
-    def _hold_scale_down(self, plan: dict[str, int], before: Mapping[str, int], fs: FleetState, now: float,
-                         solved: set[str]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-        """A service shrinks only to the most instances the solver wanted for it over the last
-        ``scale_down_window_s`` (HPA's scale-down stabilization): a dip the demand takes back
-        within the window removes nothing, and costs no start-ups on the way back. The running
-        instances the plan would remove beyond that are kept — from the templates losing the most,
-        where their nodes are still free — and reported per service."""
-        window = self.settings.scale_down_window_s
-        if window <= 0:
-            return plan, {}
-        plan = dict(plan)
-        wanted, old = self._service_counts(plan), self._service_counts(before)
-        phases = ("prefill", "decode")
-        recent = [d for d in self.state.desired if now - window < d[0] <= now]
-        # every service's wish this tick: a model not re-solved wants what it holds
-        recent += [(now, f"{m}/{phase}", int(wanted[i, ph])) for i, m in enumerate(self.fleet.models)
-                   for ph, phase in enumerate(phases)]
-        self.state = replace(self.state, desired=tuple(recent))
-        peak: dict[str, int] = {}
-        for _, service, n in recent:
-            peak[service] = max(peak.get(service, 0), n)
-        used = self._nodes_used(plan, fs)
-        caps = self.fleet.availability
-        report: dict[str, dict[str, int]] = {}
-        for i, m in enumerate(self.fleet.models):
-            for ph, phase in enumerate(phases):
-                service = f"{m}/{phase}"
-                keep = min(peak.get(service, 0), int(old[i, ph])) - int(wanted[i, ph])
-                if m not in solved or keep <= 0:
-                    continue
-                removed = sorted(((n - plan.get(k, 0), k) for k, n in before.items()
-                                  if n > plan.get(k, 0) and k in self.fleet.templates
-                                  and self.fleet.model.info(k)[:2] == (i, ph)), key=lambda e: (-e[0], e[1]))
-                kept = 0
-                for extra, key in removed:
-                    while kept < keep and extra > 0 and self._add_if_it_fits(plan, key, used, caps):
-                        kept += 1
-                        extra -= 1
-                if kept:
-                    report[service] = {"before": int(old[i, ph]), "solved": int(wanted[i, ph]),
-                                       "held_at": int(wanted[i, ph]) + kept}
-        return plan, report
-
-    def _nodes_used(self, plan: Mapping[str, int], fs: FleetState) -> dict[tuple[str, str], float]:
-        """Nodes per (region, node config) the plan and the draining instances use: slices count
-        their share of a node (node_use), and a pool holds the ceil of its use (as the env bills
-        and the ILP buys)."""
-        used: dict[tuple[str, str], float] = dict(self.fleet.model.draining_by_cell(fs))
-        for key, n in plan.items():
-            t = self.fleet.templates.get(key)
-            if t is not None:
-                for cfg, k in t.node_use:
-                    used[(t.region, cfg)] = used.get((t.region, cfg), 0) + n * k
-        return used
-
-    def _add_if_it_fits(self, plan: dict[str, int], key: str, used: dict[tuple[str, str], float],
-                        caps: Mapping[tuple[str, str], float]) -> bool:
-        """Add one instance of ``key`` to ``plan`` when every pool it uses still holds the ceil of
-        its use within its cap (``used`` counts it then); False when it does not fit."""
-        t = self.fleet.templates[key]
-        if not all(math.ceil(used.get((t.region, c), 0) + k - 1e-9) <= caps.get((t.region, c), 0)
-                   for c, k in t.node_use):
-            return False
-        plan[key] = plan.get(key, 0) + 1
-        for c, k in t.node_use:
-            used[(t.region, c)] = used.get((t.region, c), 0) + k
-        return True
-
-    def _add_floors(self, plan: dict[str, int], fs: FleetState
-                    ) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-        """Raise every service to its ``min_instances`` with its cheapest templates that fit the
-        nodes left (reported per service; ``short`` when the nodes ran out)."""
-        plan = dict(plan)
-        counts = self._service_counts(plan)
-        used = self._nodes_used(plan, fs)
-        caps = self.fleet.availability
-        report: dict[str, dict[str, int]] = {}
-        for i, m in enumerate(self.fleet.models):
-            floor = self.fleet.min_instances.get(m, (1, 1))
-            for ph, phase in enumerate(("prefill", "decode")):
-                need = floor[ph] - int(counts[i, ph])
-                if need <= 0:
-                    continue
-                added = 0
-                for key in self._by_price.get((i, ph), []):
-                    while added < need and self._add_if_it_fits(plan, key, used, caps):
-                        added += 1
-                    if added >= need:
-                        break
-                report[f"{m}/{phase}"] = {"floor": floor[ph], "added": added,
-                                          **({"short": need - added} if added < need else {})}
-        return plan, report
 
     def _apply(self, record: PlanRecord, now: float) -> dict[str, Any]:
         """Deliver ``record`` make-before-break: when it replaces instances of a service, first a
