@@ -53,9 +53,16 @@ def test_help_and_version_load_no_command() -> None:
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import tomllib
+    from pathlib import Path
+
     with pytest.raises(SystemExit) as info:
         main(["--version"])
-    assert info.value.code == 0 and capsys.readouterr().out.startswith("atoll ")
+    project = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())["project"]
+    # the installed version is the project's, and the changelog has its section
+    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"atoll {project['version']}"
+    changelog = (Path(__file__).resolve().parents[3] / "docs" / "changelog.md").read_text()
+    assert f"\n## {project['version']} " in changelog
 
 
 def test_models_lists_the_catalog_and_a_fleets_own(capsys: pytest.CaptureFixture[str]) -> None:
