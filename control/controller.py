@@ -22,9 +22,10 @@ A tick:
 3. **solve** the exact ILP for the chosen models, the others fixed, warm-started from the
    running plan (:class:`atoll.envs.planner.Replanner`: cost mode, then goodput mode; a time-out
    keeps the incumbent when the solver has one, else the fleet holds);
-4. **apply**: a changed plan becomes a :class:`~atoll.control.plans.PlanRecord`, persisted as pending
-   *before* the sink sees it, then delivered (retried); only a delivered plan becomes the
-   running plan. A failed delivery stays pending and is retried next tick;
+4. **apply** (:mod:`atoll.control.deliver`): a changed plan becomes a
+   :class:`~atoll.control.plans.PlanRecord`, persisted as pending *before* the sink sees it, then
+   delivered make-before-break (retried); only a delivered plan becomes the running plan. A failed
+   delivery stays pending and is retried next tick;
 5. **persist** the state atomically (``atoll.control.state``), so a controller killed at any point
    resumes from the last tick it finished, with its running plan, pending plan, history and
    rate baselines.
@@ -58,18 +59,17 @@ from typing import Any
 
 import numpy as np
 
-from atoll.control import churn, guard_rails, observe
+from atoll.control import churn, deliver, guard_rails, observe
 from atoll.control.arrivals import LiveArrivals
-from atoll.control.churn import diff_counts
 from atoll.control.clock import iso, resume_offset
 from atoll.control.live_demand import SHAPE_TOLERANCE, LiveForecast, ModelForecast, compact_history
 from atoll.control.live_fleet import STEP_S, LiveFleet
 from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
-from atoll.control.plan_view import plan_bill, plan_view
-from atoll.control.plans import PlanRecord, SinkResult
+from atoll.control.plan_view import plan_view
+from atoll.control.plans import PlanRecord
 from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateReport, RateTracker
 from atoll.control.risk_signals import PoolEventLog, QueueGrowth
-from atoll.control.sinks import PlanSink, deliver
+from atoll.control.sinks import PlanSink
 from atoll.control.state import (
     HISTORY_LIMIT,
     ControllerState,
@@ -91,7 +91,6 @@ from atoll.envs.servers import learn, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, unserved_shares
 from atoll.envs.vocabulary import DEFAULT_LEVEL, Reoptimization
 from atoll.forecast.planning import DEFAULT_FORECASTER
-from atoll.solvers.packing import Packing, describe_packing, repack
 from atoll.solvers.problem import Allocation, Risk
 
 PUBLISH_BAND = 2.0  # standard errors a learned factor must move before the planner sees it
@@ -239,12 +238,6 @@ class TickReport:
                 "correction": dict(self.correction)}
 
 
-def _absolute(bucket: Mapping[str, list[list[float]]], now: float) -> tuple[tuple[str, int, float], ...]:
-    """(key, count, absolute end time) of a FleetState's starting or draining entries."""
-    return tuple((k, int(c), now + left) for k, entries in sorted(bucket.items())
-                 for c, left in entries if c > 0)
-
-
 class Controller:
     """Runs ticks against a metrics source, a policy and a plan sink, persisting to ``state_dir``."""
 
@@ -311,7 +304,9 @@ class Controller:
                                    only_expected=True)
         # a fleet with slices (several instances per node): each plan carries its packing, and
         # running slices stay on their nodes from one plan to the next
-        self._sliced = any(t.has_slices for t in fleet.templates.values())
+        sliced = any(t.has_slices for t in fleet.templates.values())
+        self.delivery = deliver.Delivery(fleet, sink, self.state_dir, s.sink_attempts, s.sink_backoff_s,
+                                         sleep, sliced)
         self.guards = guard_rails.guard_tables(fleet)
         self.view: dict[str, Any] = {}
         self.arrivals = LiveArrivals(fleet.models, self._latency, self.guards.one_instance, fleet.shapes,
@@ -365,23 +360,14 @@ class Controller:
             out["retiring"] = dict(self.retiring)
         return out
 
-    def _retire_record(self, now: float) -> PlanRecord:
-        """A plan change that only retires: the running plan without the templates the fleet lacks."""
-        known = self.fleet.known(self.state.running)
-        seq = self.state.plan_sequence + 1
-        why = ", ".join(sorted(self._retiring_unscheduled()))
-        return self._priced(PlanRecord.from_allocation(
-            seq, now, Allocation.of(known), self.state.running, self.fleet.templates, {},
-            f"fleet changed: {why} retire", owner=self.state.controller_id, correction=self._factors()))
+    def fleet_state(self, at_s: float, *, deployed: bool = False) -> FleetState:
+        """The delivered plan as the env's state at ``at_s`` (:func:`atoll.control.deliver.fleet_state`)."""
+        return deliver.fleet_state(self.fleet, self.state, at_s, deployed=deployed)
 
-    def _priced(self, record: PlanRecord) -> PlanRecord:
-        """``record`` with every line's price tier (the tier it is bought and billed at, so a
-        spot line's pods select spot capacity) and its bill at those tiers (:func:`plan_bill`).
-        Retiring templates the fleet no longer knows keep their delivered description."""
-        templates = {k: ({**d, "tier": self.fleet.tier(k)} if k in self.fleet.templates else d)
-                     for k, d in record.templates.items()}
-        return replace(record, templates=templates,
-                       bill=plan_bill(self.fleet.model, record.plan, self.fleet.default_tier))
+    @property
+    def retiring(self) -> dict[str, int]:
+        """Delivered instances on templates this fleet does not have (the fleet changed)."""
+        return deliver.retiring(self.fleet, self.state)
 
     def _publish(self, forecasts: Mapping[str, ModelForecast]) -> None:
         """The tick's plan view (:mod:`atoll.control.plan_view`) to a sink that exports it."""
@@ -444,7 +430,7 @@ class Controller:
                                        self.sleep)
         except MetricsUnavailable as exc:
             seconds["read"] = time.perf_counter() - t
-            earlier = self._deliver_pending()
+            self.state, earlier = self.delivery.pending(self.state, self.now())
             return self._hold_stale(now, tick_no, str(exc), earlier, seconds, t_start)
         rates = self._scaled(self.tracker.update(snapshot, self._limits(now)))
         rates, implausible = self.arrivals.gate_rates(rates, self.settings.time_scale, self._planned)
@@ -470,7 +456,7 @@ class Controller:
         last_cost, last_seconds = self._account(now, fresh)
         self._view = observe.server_view(self.fleet.models, self._latency, fresh, rates)
         self.learned = self._learn(now, fresh, rates)
-        earlier = self._deliver_pending()
+        self.state, earlier = self.delivery.pending(self.state, self.now())
         forecasts = self.forecaster.forecast(self.state.history, now, self.fleet.models)
         drift = {m: f.shape.message() for m, f in forecasts.items()
                  if f.shape is not None and f.shape.drifted}
@@ -491,11 +477,15 @@ class Controller:
         seconds["decide"] = time.perf_counter() - t
         t = time.perf_counter()
         solve, record = self._solve(decision, forecasts, now, fresh)
-        if record is None and self._retiring_unscheduled() and self.state.final is None:
-            record = self._retire_record(now)  # nothing to add: the retiring instances just leave
+        leaving = deliver.retiring_unscheduled(self.fleet, self.state)
+        if record is None and leaving and self.state.final is None:
+            # nothing to add: the retiring instances just leave
+            record = deliver.retire_record(self.fleet, self.state, now, self._factors())
         seconds["solve"] = time.perf_counter() - t
         t = time.perf_counter()
-        sink_result = self._apply(record, now) if record is not None else None
+        sink_result = None
+        if record is not None:
+            self.state, sink_result = self.delivery.apply(self.state, record, now)
         if record is not None:
             self._planned.update(planned_demand(record))
         seconds["sink"] = time.perf_counter() - t
@@ -520,40 +510,12 @@ class Controller:
         if risk_report is not None:
             metrics["risk"] = risk_report
         return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
-                          solve, record is not None, self._diff_rows(record), sink_result, earlier,
+                          solve, record is not None, deliver.diff_rows(record), sink_result, earlier,
                           self.state.plan_sequence, self.state.pending is not None, seconds, drift,
                           self._correction_report(), self._clock_report(), self._churn_report(now),
                           self.view)
 
     # ----- the fleet state -----------------------------------------------------------------
-    def fleet_state(self, at_s: float, *, deployed: bool = False) -> FleetState:
-        """The env's :class:`FleetState` of the delivered plan at time ``at_s``: instances still
-        starting, replaced ones still serving (make-before-break) and removed ones still
-        draining then, from the persisted absolute times. ``deployed``: what the servers really
-        run — replaced instances whose removal has not been delivered yet still serve (the env's
-        model drains them as their replacements are ready; the capacity correction must compare
-        the servers' signals with what served them)."""
-        known = self.fleet.known(self.state.running)
-        fs = FleetState(running=dict(known))
-        drain_s = self.fleet.config.drain_s
-        for key, n, ready_at in self.state.starting:
-            if key in known and ready_at > at_s + 1e-9:
-                take = min(n, fs.running[key])
-                fs.running[key] -= take
-                fs.starting.setdefault(key, []).append([float(take), ready_at - at_s])
-        for key, n, until in self.state.replacing:  # in the delivered plan until the removal phase
-            if key in known and not (deployed and self.state.final is not None):
-                take = min(n, fs.running[key])
-                fs.running[key] -= take
-                if until > at_s + 1e-9:
-                    fs.replaced.setdefault(key, []).append([float(take), until - at_s, drain_s])
-                elif until + drain_s > at_s + 1e-9:
-                    fs.draining.setdefault(key, []).append([float(take), until + drain_s - at_s])
-        for key, n, until in self.state.draining:
-            if key in self.fleet.templates and until > at_s + 1e-9:
-                fs.draining.setdefault(key, []).append([float(n), until - at_s])
-        return fs
-
     def _account(self, now: float, fresh: list[str]) -> tuple[np.ndarray, float]:
         """($ per model billed since the last tick, its seconds); pushes the fresh models'
         unserved shares of that interval into the observation's window. Without a last tick:
@@ -680,8 +642,9 @@ class Controller:
                                  f"demand / ready capacity {now:.2f}, unserved {s.unserved_share[i]:.1%}")
             else:
                 unchanged.append(model)
+        leaving = deliver.retiring_unscheduled(self.fleet, self.state)
         changed = sorted({str(self.state.templates.get(k, {}).get("model") or k.split("/")[0])
-                          for k in self._retiring_unscheduled()} & set(self.fleet.models))
+                          for k in leaving} & set(self.fleet.models))
         for model in changed:
             if model not in chosen:
                 # its instances on templates the fleet lacks are replaced before they leave
@@ -779,133 +742,7 @@ class Controller:
         record = PlanRecord.from_allocation(seq, now, allocation, self.state.running,
                                             self.fleet.templates, demand, reason, shapes,
                                             owner=self.state.controller_id, correction=self._factors())
-        return solve, self._priced(record)
-
-    def _apply(self, record: PlanRecord, now: float) -> dict[str, Any]:
-        """Deliver ``record`` make-before-break: when it replaces instances of a service, first a
-        plan with the additions only (the replaced instances stay), and ``final`` — the plan
-        itself — once the additions are ready. Both are on disk before the sink sees the first,
-        so a crash from here on re-delivers what was not delivered, never loses or repeats it."""
-        fs = self.fleet_state(now)
-        self.fleet.model.apply(fs, Allocation.of(self.fleet.known(record.plan)))
-        kept = {k: sum(int(e[0]) for e in entries) for k, entries in fs.replaced.items()}
-        kept = {k: n for k, n in kept.items() if n}
-        # every retiring instance, scheduled or not: a newer plan during a change keeps them too
-        retiring = {k: n for k, n in self.retiring.items() if k in self.state.templates}
-        templates = self.fleet.templates
-        running = self._running_packing()
-        if not kept and not retiring:
-            if self._sliced:
-                record = replace(record, packing=describe_packing(repack(templates, record.plan, running)))
-            record = self._priced(record)
-            self.state = replace(self.state, pending=record, final=None, plan_sequence=record.sequence)
-        else:
-            interim_plan = dict(record.plan)
-            for key, n in kept.items():
-                interim_plan[key] = interim_plan.get(key, 0) + n
-            # make-before-break counts nodes: the interim keeps every replaced slice on its node
-            # and adds the new ones; the removal phase releases a node only once none of its
-            # slices is left
-            interim_nodes = repack(templates, interim_plan, running) if self._sliced else None
-            final_nodes = repack(templates, record.plan, interim_nodes) if self._sliced else None
-            demand = record.demand
-            note = "; instances on templates the fleet no longer has retire" if retiring else ""
-            interim = PlanRecord.from_allocation(
-                record.sequence, now, Allocation.of(interim_plan),
-                {k: n for k, n in self.state.running.items() if k not in retiring}, templates, demand,
-                f"{record.reason} [make-before-break 1/2: additions; the replaced instances keep serving"
-                f"{note}]", record.shapes, owner=record.owner, packing=interim_nodes)
-            if retiring:  # delivered as they run, described as they were delivered
-                interim = replace(interim, plan={**interim.plan, **retiring},
-                                  templates={**interim.templates,
-                                             **{k: self.state.templates[k] for k in retiring}})
-                interim_plan = dict(interim.plan)
-            interim = self._priced(interim)
-            final = PlanRecord.from_allocation(
-                record.sequence + 1, now, Allocation.of(record.plan), interim_plan, templates, demand,
-                f"{record.reason} [make-before-break 2/2: removals, once the additions are ready]",
-                record.shapes, owner=record.owner, packing=final_nodes)
-            final = self._priced(final)
-            self.state = replace(self.state, pending=interim, final=final, plan_sequence=final.sequence)
-        save_state(self.state_dir, self.state)
-        assert self.state.pending is not None
-        return self._deliver(self.state.pending, now).as_dict()
-
-    def _running_packing(self) -> Packing | None:
-        """The delivered plan's packing (None: whole-node fleet, or nothing delivered yet)."""
-        doc = self.state.packing
-        return None if not self._sliced or doc is None else Packing.from_json(doc["nodes"])
-
-    def _deliver(self, record: PlanRecord, now: float) -> SinkResult:
-        result = deliver(self.sink, record, self.settings.sink_attempts, self.settings.sink_backoff_s,
-                         self.sleep)
-        if not result.ok:
-            return result
-        state, drain_s = self.state, self.fleet.config.drain_s
-        if state.final is not None and record.sequence == state.final.sequence:
-            # the removal phase: the replaced instances leave (they drain from when their
-            # replacements became ready, as in the env)
-            draining = (*[e for e in state.draining if e[2] > now],
-                        *[(k, n, until + drain_s) for k, n, until in state.replacing
-                          if until + drain_s > now and k in self.fleet.templates])
-            self.state = replace(state, running=dict(record.plan), final=None, replacing=(),
-                                 draining=draining, packing=record.packing, **self._delivered(record, now))
-        else:
-            # the env's transition: added instances start, removed ones are cancelled, drain, or
-            # (make-before-break) keep serving until their replacements are ready
-            fs = self.fleet_state(now)
-            target = state.final.plan if state.final is not None else record.plan
-            self.fleet.model.apply(fs, Allocation.of(self.fleet.known(target)))
-            scale = state.cost_scale_usd_h
-            if not scale:
-                planned = FleetState(running=self.fleet.known(target))
-                scale = float(self.fleet.model.cost(planned, 3600.0).sum()) or None
-            replacing = tuple((k, int(e[0]), now + e[1]) for k, entries in sorted(fs.replaced.items())
-                              for e in entries if e[0] > 0)
-            starting = _absolute(fs.starting, now)
-            # instances on templates the fleet no longer has keep serving until every addition
-            # is ready (a fleet change is a plan change, delivered make-before-break)
-            leaving = {k: n for k, n in record.plan.items() if k not in self.fleet.templates}
-            if leaving and state.final is not None:
-                ready_at = max((at for _, _, at in starting), default=now)
-                replacing = (*replacing, *((k, n, ready_at) for k, n in sorted(leaving.items())))
-            self.state = replace(state, running=dict(record.plan), pending=None,
-                                 starting=starting, draining=_absolute(fs.draining, now),
-                                 replacing=replacing, cost_scale_usd_h=scale, packing=record.packing,
-                                 requested=observe.requested_log(self.fleet, state.requested, fs.fresh, now),
-                                 **self._delivered(record, now))
-        save_state(self.state_dir, self.state)
-        return result
-
-    def _delivered(self, record: PlanRecord, now: float) -> dict[str, Any]:
-        """The state fields a delivery updates besides the plan: the delivered templates'
-        descriptions and the churn log."""
-        added, removed = diff_counts(self.state.running, record.plan)
-        return {"templates": {k: record.templates[k] for k in record.plan if k in record.templates},
-                "churn": churn.record(self.state.churn, now, added, removed)}
-
-    @property
-    def retiring(self) -> dict[str, int]:
-        """Delivered instances on templates this fleet does not have (the fleet changed): they
-        keep serving until their replacements are ready, then leave."""
-        return {k: n for k, n in self.state.running.items() if k not in self.fleet.templates}
-
-    def _retiring_unscheduled(self) -> dict[str, int]:
-        """Retiring instances no make-before-break change is replacing yet."""
-        scheduled = {k for k, _, _ in self.state.replacing}
-        return {k: n for k, n in self.retiring.items() if k not in scheduled}
-
-    def _deliver_pending(self) -> dict[str, Any] | None:
-        """Deliver what an earlier tick left: a plan not yet delivered, or the removal phase of a
-        make-before-break change once the additions are ready (their start-up time has passed:
-        the sink cannot tell when a replica serves)."""
-        now = self.now()
-        if self.state.pending is not None:
-            return self._deliver(self.state.pending, now).as_dict()
-        final = self.state.final
-        if final is not None and all(until <= now + 1e-9 for _, _, until in self.state.replacing):
-            return self._deliver(final, now).as_dict()
-        return None
+        return solve, deliver.priced(self.fleet, record)
 
     def _hold_stale(self, now: float, tick_no: int, error: str, earlier: dict[str, Any] | None,
                     seconds: dict[str, float], t_start: float) -> TickReport:
@@ -919,20 +756,6 @@ class Controller:
         return TickReport(tick_no, now, metrics, {}, Decision(self.policy.name, {}, held), None, False, [],
                           None, earlier, self.state.plan_sequence, self.state.pending is not None, seconds,
                           clock=self._clock_report())
-
-    def _diff_rows(self, record: PlanRecord | None) -> list[dict[str, Any]]:
-        """Instances to add (> 0) and remove (< 0) per template and region."""
-        if record is None:
-            return []
-        rows = []
-        for key, change in record.diff.items():
-            d = record.templates.get(key, {})
-            rows.append({"template": key, "model": d.get("model"), "phase": d.get("phase"),
-                         "region": d.get("region"), "tier": d.get("tier"), "nodes": d.get("nodes"),
-                         "change": change,
-                         "action": "add" if change > 0 else "remove", "instances": record.plan.get(key, 0)})
-        return rows
-
 
 def live_codec(settings: ControllerSettings, fleet: LiveFleet, risk: Risk | None) -> ActionCodec:
     """The action codec a controller with ``settings`` decodes with on ``fleet``, its policy's
