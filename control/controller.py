@@ -19,9 +19,10 @@ A tick:
    Models without a fresh rate are *held*: the policy cannot choose them and the solver keeps
    their instances as they are — a metrics gap never scales a model down, let alone to zero. A
    model with fresh demand and no capacity at all is always chosen;
-3. **solve** the exact ILP for the chosen models, the others fixed, warm-started from the
-   running plan (:class:`atoll.envs.planner.Replanner`: cost mode, then goodput mode; a time-out
-   keeps the incumbent when the solver has one, else the fleet holds);
+3. **solve** (:mod:`atoll.control.decide`, as is step 2's decision) the exact ILP for the chosen
+   models, the others fixed, warm-started from the running plan
+   (:class:`atoll.envs.planner.Replanner`: cost mode, then goodput mode; a time-out keeps the
+   incumbent when the solver has one, else the fleet holds), held to the guard rails;
 4. **apply** (:mod:`atoll.control.deliver`): a changed plan becomes a
    :class:`~atoll.control.plans.PlanRecord`, persisted as pending *before* the sink sees it, then
    delivered make-before-break (retried); only a delivered plan becomes the running plan. A failed
@@ -59,9 +60,10 @@ from typing import Any
 
 import numpy as np
 
-from atoll.control import churn, deliver, guard_rails, observe
+from atoll.control import churn, decide, deliver, guard_rails, observe
 from atoll.control.arrivals import LiveArrivals
 from atoll.control.clock import iso, resume_offset
+from atoll.control.decide import Decision
 from atoll.control.live_demand import SHAPE_TOLERANCE, LiveForecast, ModelForecast, compact_history
 from atoll.control.live_fleet import STEP_S, LiveFleet
 from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
@@ -84,14 +86,14 @@ from atoll.envs.actions import ActionCodec
 from atoll.envs.correction import CapacityCorrection, CorrectionSettings
 from atoll.envs.fleet import FleetState
 from atoll.envs.latency import PREFILL_SCALE
-from atoll.envs.observation import Signals, build_observation, observation_size
+from atoll.envs.observation import build_observation, observation_size
 from atoll.envs.policies import Policy
 from atoll.envs.saturation import SATURATED_RATIO
 from atoll.envs.servers import learn, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, unserved_shares
-from atoll.envs.vocabulary import DEFAULT_LEVEL, Reoptimization
+from atoll.envs.vocabulary import DEFAULT_LEVEL
 from atoll.forecast.planning import DEFAULT_FORECASTER
-from atoll.solvers.problem import Allocation, Risk
+from atoll.solvers.problem import Risk
 
 PUBLISH_BAND = 2.0  # standard errors a learned factor must move before the planner sees it
 
@@ -181,22 +183,6 @@ class ControllerSettings:
                 isinstance(q, int | float) and 0 < q < 1 for q in self.action_levels)):
             raise ValueError(f"ControllerSettings: field 'action_levels' must be levels in (0, 1), "
                              f"got {self.action_levels!r}")
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Which models the tick re-optimizes and why; which it holds (no usable data) and why."""
-
-    policy: str
-    chosen: dict[str, str] = field(default_factory=dict)
-    held: dict[str, str] = field(default_factory=dict)
-    unchanged: tuple[str, ...] = ()
-    # model -> the re-optimization it gets (``full@0.9``, ``grow@0.95``; see atoll.envs.actions)
-    reopt: dict[str, str] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy, "chosen": dict(self.chosen), "held": dict(self.held),
-                "unchanged": list(self.unchanged), "reoptimization": dict(self.reopt)}
 
 
 @dataclass(frozen=True)
@@ -473,10 +459,16 @@ class Controller:
                                                         events=self.events, requested=self.state.requested)
         obs = build_observation(signals, closed_loop=self._closed_obs, risk=self._risk_obs)
         action = np.asarray(self.policy.act(obs, {"step": tick_no, "seconds": now}))
-        decision = self._decide(action, fresh, rates, signals)
+        decision = decide.decide(action, codec=self.codec, policy=self.policy.name, fleet=self.fleet,
+                                 state=self.state, fresh=fresh, rates=rates, s=signals)
         seconds["decide"] = time.perf_counter() - t
         t = time.perf_counter()
-        solve, record = self._solve(decision, forecasts, now, fresh)
+        st = self.settings
+        solve, record, desired = decide.solve(
+            decision, forecasts, fleet=self.fleet, state=self.state, fs=self.fleet_state(now), now=now,
+            fresh=fresh, risk=self.risk, factors=self._factors(), guards=self.guards,
+            limits=decide.SolveLimits(st.growth_factor, st.growth_add, st.scale_down_window_s))
+        self.state = replace(self.state, desired=desired)
         leaving = deliver.retiring_unscheduled(self.fleet, self.state)
         if record is None and leaving and self.state.final is None:
             # nothing to add: the retiring instances just leave
@@ -607,142 +599,6 @@ class Controller:
                        aborted_per_s=None if r.aborted_per_s is None else r.aborted_per_s / k)
             if r.ok else r
             for m, r in report.models.items()})
-
-    def _decide(self, action: np.ndarray, fresh: list[str], rates: RateReport, s: Signals) -> Decision:
-        chosen: dict[str, str] = {}
-        held: dict[str, str] = {}
-        unchanged: list[str] = []
-        reopt: dict[str, str] = {}
-        codes = [int(v) for v in np.asarray(action).ravel()]
-        if any(not 0 <= c < self.codec.n for c in codes):
-            raise ValueError(f"policy {self.policy.name!r} answered {codes}; codes per model are "
-                             f"0..{self.codec.n - 1} ({', '.join(self.codec.names())})")
-        # from the second tick: the first only reads the counters, and whether a model has
-        # servers (its series) is known after it
-        running = self.fleet.known(self.state.running)
-        below = guard_rails.below_floor(self.fleet, running) if self.state.tick >= 1 else {}
-        for i, model in enumerate(self.fleet.models):
-            if model not in fresh:
-                r = rates.models.get(model)
-                held[model] = (f"{r.status.value}: {r.reason}" if r is not None else "missing: no series") + \
-                    "; its instances are kept as they are"
-                continue
-            need = s.demand[i].max() > 0 or s.forecast_upper[i].max() > 0
-            if s.planned_capacity[i].max() <= 0 and need:
-                chosen[model] = "no capacity planned for its demand yet"
-                reopt[model] = self.codec.decode(1).label()
-            elif i < len(codes) and codes[i]:
-                reopt[model] = self.codec.decode(codes[i]).label()
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    planned, ready = s.planned_capacity[i], s.ready_capacity[i]
-                    up = np.max(np.where(planned > 0, s.forecast_upper[i] / planned, np.inf))
-                    now = np.max(np.where(ready > 0, s.demand[i] / ready, np.inf))
-                chosen[model] = (f"{self.policy.name} ({reopt[model]}): forecast upper / planned capacity "
-                                 f"{up:.2f}, "
-                                 f"demand / ready capacity {now:.2f}, unserved {s.unserved_share[i]:.1%}")
-            else:
-                unchanged.append(model)
-        leaving = deliver.retiring_unscheduled(self.fleet, self.state)
-        changed = sorted({str(self.state.templates.get(k, {}).get("model") or k.split("/")[0])
-                          for k in leaving} & set(self.fleet.models))
-        for model in changed:
-            if model not in chosen:
-                # its instances on templates the fleet lacks are replaced before they leave
-                held.pop(model, None)
-                chosen[model] = "fleet changed: its running templates are not in the fleet (retiring)"
-                reopt[model] = self.codec.decode(1).label()
-        for model, floor in below.items():
-            if model not in chosen:
-                # whatever its data: the floor is not demand, and a model at zero has no series
-                held.pop(model, None)
-                chosen[model] = f"below its floor of {floor} instance(s) (min_instances)"
-                reopt[model] = self.codec.decode(1).label()
-        unchanged = [m for m in unchanged if m not in below and m not in changed]
-        return Decision(self.policy.name, chosen, held, tuple(unchanged), reopt)
-
-    def _solve(self, decision: Decision, forecasts: Mapping[str, ModelForecast], now: float,
-               fresh: list[str] | None = None) -> tuple[dict[str, Any] | None, PlanRecord | None]:
-        if not decision.chosen:
-            return None, None
-        model = self.fleet.model
-        fresh_set = set(self.fleet.models if fresh is None else fresh)
-        # each phase planned on its own forecast at the decision's level (tokens/s)
-        tokens = np.zeros((len(self.fleet.models), 2))
-        grow: set[str] = set()
-        solved: set[str] = set()
-        skipped: dict[str, str] = {}
-        shapes: dict[str, dict[str, Any]] = {}
-        risks: dict[str, Risk] = {}  # a risk preset the policy chose for the model
-        for i, name in enumerate(self.fleet.models):
-            if name in decision.chosen:
-                f = forecasts.get(name)
-                if name not in fresh_set or f is None:
-                    skipped[name] = "no fresh demand: only its floor is planned"
-                    continue
-                reopt = Reoptimization.parse(decision.reopt.get(name, "full"))
-                if reopt.risk is not None:
-                    risks[name] = reopt.risk
-                want = np.asarray(f.upper if reopt.level is None else f.upper_at(reopt.level), dtype=float)
-                if not np.all(np.isfinite(want)):  # never hand the solver a non-finite demand
-                    skipped[name] = f"its forecast is not finite ({want.tolist()}): held"
-                    continue
-                tokens[i] = want
-                solved.add(name)
-                if f.shape is not None:
-                    shapes[name] = f.shape.as_dict()
-                if reopt.kind == "grow":
-                    grow.add(name)
-        demand: dict[str, float] = {}
-        for i, name in enumerate(self.fleet.models):
-            if name in solved:
-                demand[f"{name}/prefill"], demand[f"{name}/decode"] = float(tokens[i, 0]), float(tokens[i, 1])
-        fs = self.fleet_state(now)
-        before = fs.planned().as_dict()
-        solve: dict[str, Any]
-        if solved:
-            factors = self._factors()
-            # tests swap fleet.replanner; with learned factors the corrected library replaces it
-            replanner = model.corrected_replanner(factors) if factors else self.fleet.replanner
-            if replanner is model.replanner:
-                replanner = self.fleet.replanner
-            # a rule's +RISK, or the preset a per-model rule chose: the same ILP rows as in the
-            # simulator (a larger demand for a headroom, the spread and on-demand floor rows)
-            risk = {m: r for m in solved if (r := risks.get(m) or self.risk) is not None}
-            out = model.replan(fs, frozenset(solved), tokens, self.fleet.availability,
-                               replanner=replanner, grow=frozenset(grow), risk=risk or None)
-            configured = self.fleet.model.config.risk
-            solve = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
-                     "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand,
-                     "risk": {m: risk.get(m, configured).label() for m in sorted(solved)}}
-            allocation = out.allocation
-        else:
-            solve = {"status": "not solved", "mode": None, "solver_seconds": 0.0, "cached": False,
-                     "message": "no model with fresh demand chosen", "demand_tokens_per_s": demand}
-            allocation = Allocation.of(before)
-        if skipped:
-            solve["not_solved"] = skipped
-        if allocation is not None:
-            s = self.settings
-            plan, capped = guard_rails.cap_growth(self.fleet, allocation.as_dict(), before,
-                                                  growth_factor=s.growth_factor, growth_add=s.growth_add)
-            plan, held, desired = guard_rails.hold_scale_down(
-                self.fleet, plan, before, fs, now=now, solved=solved, window_s=s.scale_down_window_s,
-                desired=self.state.desired)
-            self.state = replace(self.state, desired=desired)
-            plan, floors = guard_rails.add_floors(self.fleet, plan, fs, self.guards)
-            solve["guard_rails"] = {"growth_capped": capped, "floor_added": floors,
-                                    **({"scale_down_held": held} if held else {})}
-            allocation = Allocation.of(plan)
-        if allocation is None or allocation.as_dict() == before:
-            solve["result"] = "held: no plan" if allocation is None else "unchanged"
-            return solve, None
-        solve["result"] = "new plan"
-        seq = self.state.plan_sequence + 1
-        reason = "; ".join(f"{m}: {why}" for m, why in decision.chosen.items())
-        record = PlanRecord.from_allocation(seq, now, allocation, self.state.running,
-                                            self.fleet.templates, demand, reason, shapes,
-                                            owner=self.state.controller_id, correction=self._factors())
-        return solve, deliver.priced(self.fleet, record)
 
     def _hold_stale(self, now: float, tick_no: int, error: str, earlier: dict[str, Any] | None,
                     seconds: dict[str, float], t_start: float) -> TickReport:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from atoll.control.controller import Decision, TickReport
+from atoll.control.controller import TickReport
+from atoll.control.decide import Decision
 from atoll.control.loop import LoopSummary, run_loop
 
 
