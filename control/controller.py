@@ -69,7 +69,7 @@ from atoll.control.live_fleet import STEP_S, LiveFleet
 from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
 from atoll.control.plan_view import plan_view
 from atoll.control.plans import PlanRecord
-from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateReport, RateTracker
+from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateTracker
 from atoll.control.risk_signals import PoolEventLog, QueueGrowth
 from atoll.control.sinks import PlanSink
 from atoll.control.state import (
@@ -85,12 +85,9 @@ from atoll.control.state import (
 from atoll.envs.actions import ActionCodec
 from atoll.envs.correction import CapacityCorrection, CorrectionSettings
 from atoll.envs.fleet import FleetState
-from atoll.envs.latency import PREFILL_SCALE
 from atoll.envs.observation import build_observation, observation_size
 from atoll.envs.policies import Policy
-from atoll.envs.saturation import SATURATED_RATIO
-from atoll.envs.servers import learn, service_latencies
-from atoll.envs.signals import UNSERVED_WINDOW, unserved_shares
+from atoll.envs.servers import service_latencies
 from atoll.envs.vocabulary import DEFAULT_LEVEL
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.problem import Risk
@@ -378,32 +375,6 @@ class Controller:
         seen = report().as_dict() if callable(report) else {}
         return {"wall_time": iso(float(self.wall())), "offset_s": self.clock_offset, **seen}
 
-    def _limits(self, now: float) -> dict[str, tuple[float, float]]:
-        """model -> the highest believable (prompt, generation) tokens/s in the metrics' time:
-        the fleet's ceiling, and once the model has a recent range, ``outlier_factor`` x its
-        recent maximum — or, after a gap, the last one known — (at least one instance's throughput,
-        so traffic coming back is not held)."""
-        s = self.settings
-        window = max(3600.0, 3 * s.interval_s)
-        out: dict[str, tuple[float, float]] = {}
-        for i, m in enumerate(self.fleet.models):
-            points = self.state.history.get(m, ())
-            recent = [p for p in points[-4096:] if p.time_s > now - window]
-            if len(recent) < 3:
-                # after a gap (an outage, a restart days later) the last range known still bounds
-                # what is believable: a counter lying over a 30-day interval must not pass as a
-                # rate below the fleet's ceiling
-                recent = list(points[-12:])
-            pair = []
-            for ph in range(2):
-                limit = float(self.guards.ceiling[i, ph]) or math.inf
-                if len(recent) >= 3:
-                    top = max((p.prompt_tokens_per_s, p.generation_tokens_per_s)[ph] for p in recent)
-                    limit = min(limit, s.outlier_factor * max(top, float(self.guards.one_instance[i, ph])))
-                pair.append(limit * s.time_scale)
-            out[m] = (pair[0], pair[1])
-        return out
-
     # ----- the tick ------------------------------------------------------------------------
     def tick(self) -> TickReport:
         t_start = time.perf_counter()
@@ -418,7 +389,10 @@ class Controller:
             seconds["read"] = time.perf_counter() - t
             self.state, earlier = self.delivery.pending(self.state, self.now())
             return self._hold_stale(now, tick_no, str(exc), earlier, seconds, t_start)
-        rates = self._scaled(self.tracker.update(snapshot, self._limits(now)))
+        st = self.settings
+        limits = observe.rate_limits(self.fleet, self.state, self.guards, now, interval_s=st.interval_s,
+                                     outlier_factor=st.outlier_factor, time_scale=st.time_scale)
+        rates = observe.scaled(self.tracker.update(snapshot, limits), st.time_scale)
         rates, implausible = self.arrivals.gate_rates(rates, self.settings.time_scale, self._planned)
         seconds["read"] = time.perf_counter() - t
         t = time.perf_counter()
@@ -439,9 +413,14 @@ class Controller:
         self.state = replace(state, history=history)
         # the interval since the last tick, as the env's step: served against the capacity that
         # was ready over it, billed for the nodes held over it (before this tick changes either)
-        last_cost, last_seconds = self._account(now, fresh)
+        last_cost, last_seconds, unserved = observe.account(self.fleet, self.state, now, fresh)
+        self.state = replace(self.state, unserved=unserved)
         self._view = observe.server_view(self.fleet.models, self._latency, fresh, rates)
-        self.learned = self._learn(now, fresh, rates)
+        self.learned = {}
+        if st.correction:
+            self.learned = observe.learn_interval(self.correction, self.fleet, self.state, now, fresh, rates)
+            if self.state.last_tick_s is not None and now > self.state.last_tick_s:
+                self.state = replace(self.state, correction=self.correction.as_dict())
         self.state, earlier = self.delivery.pending(self.state, self.now())
         forecasts = self.forecaster.forecast(self.state.history, now, self.fleet.models)
         drift = {m: f.shape.message() for m, f in forecasts.items()
@@ -508,26 +487,6 @@ class Controller:
                           self.view)
 
     # ----- the fleet state -----------------------------------------------------------------
-    def _account(self, now: float, fresh: list[str]) -> tuple[np.ndarray, float]:
-        """($ per model billed since the last tick, its seconds); pushes the fresh models'
-        unserved shares of that interval into the observation's window. Without a last tick:
-        the cost of holding the fleet one step (what the env reports at reset)."""
-        model = self.fleet.model
-        last = self.state.last_tick_s
-        if last is None or now <= last:
-            return model.cost(self.fleet_state(now), STEP_S), STEP_S
-        elapsed = now - last
-        before = self.fleet_state(last)
-        ready, _ = model.capacity(before, elapsed)
-        demand = observe.last_demand(self.fleet.models, self.state)
-        shares = unserved_shares(demand, ready)
-        window = dict(self.state.unserved)
-        for i, m in enumerate(self.fleet.models):
-            if m in fresh:
-                window[m] = (float(np.clip(shares[i], 0.0, 1.0)), *window.get(m, ()))[:UNSERVED_WINDOW]
-        self.state = replace(self.state, unserved=window)
-        return model.cost(before, elapsed), elapsed
-
     def _factors(self) -> dict[str, float] | None:
         """The factors the planner solves with (None: correction off, the model's capacities)."""
         return self.correction.planning_factors() if self.settings.correction else None
@@ -538,68 +497,7 @@ class Controller:
                 "rejected_intervals": self.correction.rejected,
                 "learned_this_tick": dict(self.learned)}
 
-    def _learn(self, now: float, fresh: list[str], rates: RateReport) -> dict[str, float]:
-        """Feed the interval since the last tick to the capacity correction, as the env feeds a
-        step (:func:`atoll.envs.servers.learn`): per phase the served token rate, the mean TTFT /
-        inter-token latency the histograms gave and the requests waiting, against the model's
-        capacity of each family that was ready over the interval. vLLM's waiting gauge is per
-        model: it is counted against the phase whose mean latency is higher against its mean at
-        capacity (the one a queue builds in; the simulator knows each phase's queue), and
-        against the other too when that one is at its mean at capacity as well. Models
-        without fresh rates or latency histograms teach nothing."""
-        last = self.state.last_tick_s
-        if not self.settings.correction or last is None or now <= last:
-            return {}
-        elapsed = now - last
-        m = len(self.fleet.models)
-        served, latency, waiting = np.zeros((m, 2)), np.full((m, 2), np.nan), np.zeros((m, 2))
-        # the latency model's tokens per request are the traffic's as measured (the request-length
-        # histograms), the profiled shape only without them: burstiness and a decode request's
-        # duration depend on them
-        shape = np.array(self.fleet.model.shape, dtype=float)
-        for i, name in enumerate(self.fleet.models):
-            r = rates.models.get(name)
-            if r is not None and r.prompt_tokens_per_request and r.generation_tokens_per_request:
-                shape[i] = (r.prompt_tokens_per_request, r.generation_tokens_per_request)
-        pre, dec = service_latencies(self.fleet.model.specs, shape)
-        for i, name in enumerate(self.fleet.models):
-            r = rates.models.get(name)
-            if name not in fresh or r is None:
-                continue
-            served[i] = (r.prompt_tokens_per_s or 0.0, r.generation_tokens_per_s or 0.0)
-            ttft = r.ttft_mean_s if r.ttft_mean_s is not None else np.nan
-            itl = r.itl_mean_s if r.itl_mean_s is not None else np.nan
-            latency[i] = (ttft, itl)
-            # against the on-time mean at capacity (prefill 3/4 of its budget, decode its budget)
-            at_capacity = np.array([PREFILL_SCALE * pre[i].budget_s, dec[i].budget_s])
-            ratios = np.nan_to_num(np.array([ttft, itl]) / at_capacity, nan=-1.0)
-            # a phase at or past its latency at capacity is queueing too (both can be)
-            busy = ratios >= SATURATED_RATIO
-            busy[int(np.argmax(ratios))] = True
-            waiting[i, busy] = r.waiting or 0.0
-        model = self.fleet.model
-        before = self.fleet_state(last, deployed=True)
-        used = learn(self.correction, self.fleet.models, pre, dec, model.ready_by_family(before, elapsed),
-                     served, latency, waiting, model.instances_ready(before, elapsed), elapsed,
-                     model.changing(before, elapsed), fade_silent=True)
-        self.state = replace(self.state, correction=self.correction.as_dict())
-        return used
-
     # ----- steps ---------------------------------------------------------------------------
-    def _scaled(self, report: RateReport) -> RateReport:
-        k = self.settings.time_scale
-        if k == 1.0:
-            return report
-        # rates per second of the metrics' clock -> per trace second; tokens per request and the
-        # servers' latencies are not rates and stay as measured
-        return RateReport(report.time_s, {
-            m: replace(r, prompt_tokens_per_s=(r.prompt_tokens_per_s or 0.0) / k,
-                       generation_tokens_per_s=(r.generation_tokens_per_s or 0.0) / k,
-                       requests_per_s=None if r.requests_per_s is None else r.requests_per_s / k,
-                       aborted_per_s=None if r.aborted_per_s is None else r.aborted_per_s / k)
-            if r.ok else r
-            for m, r in report.models.items()})
-
     def _hold_stale(self, now: float, tick_no: int, error: str, earlier: dict[str, Any] | None,
                     seconds: dict[str, float], t_start: float) -> TickReport:
         reads = [points[-1].time_s for points in self.state.history.values() if points]

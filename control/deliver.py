@@ -14,21 +14,22 @@ running plan; its transition is the env's (added instances start, removed ones d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from atoll.control import churn, observe
+from atoll.control import churn
 from atoll.control.churn import diff_counts
 from atoll.control.live_fleet import LiveFleet
 from atoll.control.plan_view import plan_bill
 from atoll.control.plans import PlanRecord, SinkResult
+from atoll.control.risk_signals import WINDOW_S
 from atoll.control.sinks import PlanSink, deliver
 from atoll.control.state import ControllerState, save_state
 from atoll.envs.fleet import FleetState
 from atoll.solvers.packing import Packing, describe_packing, repack
-from atoll.solvers.problem import Allocation
+from atoll.solvers.problem import Allocation, gpu_type_of
 
 
 def _absolute(bucket: Mapping[str, list[list[float]]], now: float) -> tuple[tuple[str, int, float], ...]:
@@ -214,7 +215,7 @@ class Delivery:
             state = replace(state, running=dict(record.plan), pending=None,
                             starting=starting, draining=_absolute(fs.draining, now),
                             replacing=replacing, cost_scale_usd_h=scale, packing=record.packing,
-                            requested=observe.requested_log(fleet, state.requested, fs.fresh, now),
+                            requested=requested_log(fleet, state.requested, fs.fresh, now),
                             **_delivered(state, record, now))
         save_state(self.state_dir, state)
         return state, result
@@ -239,3 +240,19 @@ def _delivered(state: ControllerState, record: PlanRecord, now: float) -> dict[s
     added, removed = diff_counts(state.running, record.plan)
     return {"templates": {k: record.templates[k] for k in record.plan if k in record.templates},
             "churn": churn.record(state.churn, now, added, removed)}
+
+
+def requested_log(fleet: LiveFleet, log: Sequence[tuple[float, str, float]], fresh: Mapping[str, int],
+                  now: float) -> tuple[tuple[float, str, float], ...]:
+    """``log`` with a delivery's started instances ``fresh`` added (per GPU type, a slice counting
+    its share of a node) and entries past the window dropped."""
+    added: dict[str, float] = {}
+    for key, n in fresh.items():
+        template = fleet.templates.get(key)
+        if template is None or n <= 0:
+            continue
+        for config, k in template.node_use:
+            gpu = gpu_type_of(config)
+            added[gpu] = added.get(gpu, 0.0) + n * k
+    kept = tuple(e for e in log if e[0] > now - WINDOW_S)
+    return (*kept, *((now, g, n) for g, n in sorted(added.items())))

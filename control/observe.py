@@ -10,7 +10,9 @@ day through both and compare every observation):
   with the servers' latency ratio and waiting share (:func:`server_view`) for ``Fleet-v2``;
 - :func:`risk_signals`: the observation of risk ``Fleet-v3`` / ``-v4`` add, from the servers'
   gated signals, the delivered plan and the pool event log (:mod:`atoll.control.risk_signals`);
-- :func:`requested_log`: the nodes each delivery started, the refused share's denominator.
+- :func:`account` and :func:`learn_interval`: the interval since the last tick as the env's
+  step (cost, unserved shares) and what it teaches the capacity correction;
+- :func:`rate_limits` and :func:`scaled`: the rate guard's ceilings and the metrics' clock.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from atoll.control import deliver
+from atoll.control.guard_rails import GuardTables
 from atoll.control.live_demand import ModelForecast
 from atoll.control.live_fleet import STEP_S, LiveFleet
 from atoll.control.rates import RateReport
 from atoll.control.risk_signals import (
-    WINDOW_S,
     PoolEventLog,
     QueueGrowth,
     pool_shares,
@@ -35,10 +38,13 @@ from atoll.control.risk_signals import (
     share_over,
 )
 from atoll.control.state import ControllerState
+from atoll.envs.correction import CapacityCorrection
 from atoll.envs.fleet import FleetState
-from atoll.envs.latency import ServiceLatency
+from atoll.envs.latency import PREFILL_SCALE, ServiceLatency
 from atoll.envs.observation import SINCE_CAP, Signals
-from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals
+from atoll.envs.saturation import SATURATED_RATIO
+from atoll.envs.servers import learn, service_latencies
+from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
 from atoll.solvers.problem import gpu_type_of
 
 Latencies = tuple[Sequence[ServiceLatency], Sequence[ServiceLatency]]  # (prefill, decode) per model
@@ -142,17 +148,115 @@ def risk_signals(fleet: LiveFleet, fs: FleetState, base: Signals, rates: RateRep
                    preempted_share=pre, failed_share=fail), account
 
 
-def requested_log(fleet: LiveFleet, log: Sequence[tuple[float, str, float]], fresh: Mapping[str, int],
-                  now: float) -> tuple[tuple[float, str, float], ...]:
-    """``log`` with a delivery's started instances ``fresh`` added (per GPU type, a slice counting
-    its share of a node) and entries past the window dropped."""
-    added: dict[str, float] = {}
-    for key, n in fresh.items():
-        template = fleet.templates.get(key)
-        if template is None or n <= 0:
+def account(fleet: LiveFleet, state: ControllerState, now: float, fresh: Sequence[str]
+            ) -> tuple[np.ndarray, float, dict[str, tuple[float, ...]]]:
+    """The interval since the last tick as the env's step: ($ per model billed over it, its
+    seconds, the state's unserved windows with the fresh models' shares of it pushed in).
+    Without a last tick: the cost of holding the fleet one step (what the env reports at
+    reset)."""
+    model = fleet.model
+    last = state.last_tick_s
+    if last is None or now <= last:
+        return model.cost(deliver.fleet_state(fleet, state, now), STEP_S), STEP_S, dict(state.unserved)
+    elapsed = now - last
+    before = deliver.fleet_state(fleet, state, last)
+    ready, _ = model.capacity(before, elapsed)
+    demand = last_demand(fleet.models, state)
+    shares = unserved_shares(demand, ready)
+    window = dict(state.unserved)
+    for i, m in enumerate(fleet.models):
+        if m in fresh:
+            window[m] = (float(np.clip(shares[i], 0.0, 1.0)), *window.get(m, ()))[:UNSERVED_WINDOW]
+    return model.cost(before, elapsed), elapsed, window
+
+
+def learn_interval(correction: CapacityCorrection, fleet: LiveFleet, state: ControllerState, now: float,
+                   fresh: Sequence[str], rates: RateReport) -> dict[str, float]:
+    """Feed the interval since the last tick to the capacity correction, as the env feeds a
+    step (:func:`atoll.envs.servers.learn`): per phase the served token rate, the mean TTFT /
+    inter-token latency the histograms gave and the requests waiting, against the model's
+    capacity of each family that was ready over the interval. vLLM's waiting gauge is per
+    model: it is counted against the phase whose mean latency is higher against its mean at
+    capacity (the one a queue builds in; the simulator knows each phase's queue), and
+    against the other too when that one is at its mean at capacity as well. Models
+    without fresh rates or latency histograms teach nothing. Returns service -> the
+    capacity it taught (``correction`` learned it; the caller persists ``correction.as_dict()``)."""
+    last = state.last_tick_s
+    if last is None or now <= last:
+        return {}
+    elapsed = now - last
+    m = len(fleet.models)
+    served, latency, waiting = np.zeros((m, 2)), np.full((m, 2), np.nan), np.zeros((m, 2))
+    # the latency model's tokens per request are the traffic's as measured (the request-length
+    # histograms), the profiled shape only without them: burstiness and a decode request's
+    # duration depend on them
+    shape = np.array(fleet.model.shape, dtype=float)
+    for i, name in enumerate(fleet.models):
+        r = rates.models.get(name)
+        if r is not None and r.prompt_tokens_per_request and r.generation_tokens_per_request:
+            shape[i] = (r.prompt_tokens_per_request, r.generation_tokens_per_request)
+    pre, dec = service_latencies(fleet.model.specs, shape)
+    for i, name in enumerate(fleet.models):
+        r = rates.models.get(name)
+        if name not in fresh or r is None:
             continue
-        for config, k in template.node_use:
-            gpu = gpu_type_of(config)
-            added[gpu] = added.get(gpu, 0.0) + n * k
-    kept = tuple(e for e in log if e[0] > now - WINDOW_S)
-    return (*kept, *((now, g, n) for g, n in sorted(added.items())))
+        served[i] = (r.prompt_tokens_per_s or 0.0, r.generation_tokens_per_s or 0.0)
+        ttft = r.ttft_mean_s if r.ttft_mean_s is not None else np.nan
+        itl = r.itl_mean_s if r.itl_mean_s is not None else np.nan
+        latency[i] = (ttft, itl)
+        # against the on-time mean at capacity (prefill 3/4 of its budget, decode its budget)
+        at_capacity = np.array([PREFILL_SCALE * pre[i].budget_s, dec[i].budget_s])
+        ratios = np.nan_to_num(np.array([ttft, itl]) / at_capacity, nan=-1.0)
+        # a phase at or past its latency at capacity is queueing too (both can be)
+        busy = ratios >= SATURATED_RATIO
+        busy[int(np.argmax(ratios))] = True
+        waiting[i, busy] = r.waiting or 0.0
+    model = fleet.model
+    before = deliver.fleet_state(fleet, state, last, deployed=True)
+    return learn(correction, fleet.models, pre, dec, model.ready_by_family(before, elapsed),
+                 served, latency, waiting, model.instances_ready(before, elapsed), elapsed,
+             model.changing(before, elapsed), fade_silent=True)
+
+
+def rate_limits(fleet: LiveFleet, state: ControllerState, guards: GuardTables, now: float, *,
+                interval_s: float, outlier_factor: float, time_scale: float
+                ) -> dict[str, tuple[float, float]]:
+    """model -> the highest believable (prompt, generation) tokens/s in the metrics' time:
+    the fleet's ceiling, and once the model has a recent range, ``outlier_factor`` x its
+    recent maximum — or, after a gap, the last one known — (at least one instance's throughput,
+    so traffic coming back is not held)."""
+    window = max(3600.0, 3 * interval_s)
+    out: dict[str, tuple[float, float]] = {}
+    for i, m in enumerate(fleet.models):
+        points = state.history.get(m, ())
+        recent = [p for p in points[-4096:] if p.time_s > now - window]
+        if len(recent) < 3:
+            # after a gap (an outage, a restart days later) the last range known still bounds
+            # what is believable: a counter lying over a 30-day interval must not pass as a
+            # rate below the fleet's ceiling
+            recent = list(points[-12:])
+        pair = []
+        for ph in range(2):
+            limit = float(guards.ceiling[i, ph]) or math.inf
+            if len(recent) >= 3:
+                top = max((p.prompt_tokens_per_s, p.generation_tokens_per_s)[ph] for p in recent)
+                limit = min(limit, outlier_factor * max(top, float(guards.one_instance[i, ph])))
+            pair.append(limit * time_scale)
+        out[m] = (pair[0], pair[1])
+    return out
+
+
+def scaled(report: RateReport, k: float) -> RateReport:
+    """``report`` per trace second: rates per second of the metrics' clock / ``k`` (the
+    ``time_scale``)."""
+    if k == 1.0:
+        return report
+    # rates per second of the metrics' clock -> per trace second; tokens per request and the
+    # servers' latencies are not rates and stay as measured
+    return RateReport(report.time_s, {
+        m: replace(r, prompt_tokens_per_s=(r.prompt_tokens_per_s or 0.0) / k,
+                   generation_tokens_per_s=(r.generation_tokens_per_s or 0.0) / k,
+                   requests_per_s=None if r.requests_per_s is None else r.requests_per_s / k,
+                   aborted_per_s=None if r.aborted_per_s is None else r.aborted_per_s / k)
+        if r.ok else r
+        for m, r in report.models.items()})
