@@ -108,6 +108,32 @@ def resume_offset(now_s: float, last_tick_s: float | None) -> float:
     return last_tick_s - now_s
 
 
+def state_clock_offset(where: object, recorded_time_scale: float | None, last_tick_s: float | None,
+                       now_s: float, *, time_scale: float, interval_s: float) -> float:
+    """The offset a controller on clock ``now_s`` (at ``time_scale``) resumes a state with (see
+    :func:`resume_offset`), after refusing a state written on another clock: its start-up, drain
+    and history times would be read years off (instances "starting" for millennia, removals never
+    sent, a forecast binning 3e8 empty bins). A :class:`~atoll.control.state.StateError` names the
+    state folder ``where`` and the fix."""
+    from atoll.control.state import StateError
+
+    recorded = recorded_time_scale
+    if recorded is not None and not math.isclose(recorded, time_scale, rel_tol=1e-9):
+        raise StateError(f"controller state in {where} was written at --time-scale {recorded:g}, "
+                         f"this controller runs at --time-scale {time_scale:g}: their clocks differ by "
+                         f"that factor; run with --time-scale {recorded:g}, or give this one "
+                         f"its own --state folder")
+    last = last_tick_s
+    if last is not None and now_s < last - max(10 * interval_s, 86400.0):  # not an NTP step
+        raise StateError(f"controller state in {where} has its last tick at {last:.0f} s, "
+                         f"{last - now_s:.0f} s after this controller's clock ({now_s:.0f} s): it was "
+                         f"written on another clock (another --time-scale?); run it with the clock "
+                         f"that wrote it, or give this one its own --state folder")
+    # a state written under a clock ahead of this one (stepped back since, or another host's):
+    # continue from its last tick, so its start-up and drain times keep their meaning
+    return resume_offset(now_s, last)
+
+
 def iso(epoch_s: float) -> str:
     """An epoch time as ISO 8601 UTC (second precision)."""
     return dt.datetime.fromtimestamp(epoch_s, tz=dt.UTC).isoformat(timespec="seconds")

@@ -62,7 +62,7 @@ import numpy as np
 
 from atoll.control import churn, decide, deliver, guard_rails, observe
 from atoll.control.arrivals import LiveArrivals
-from atoll.control.clock import iso, resume_offset
+from atoll.control.clock import iso, state_clock_offset
 from atoll.control.decide import Decision
 from atoll.control.live_demand import SHAPE_TOLERANCE, LiveForecast, ModelForecast, compact_history
 from atoll.control.live_fleet import STEP_S, LiveFleet
@@ -85,7 +85,7 @@ from atoll.control.state import (
 from atoll.envs.actions import ActionCodec
 from atoll.envs.correction import CapacityCorrection, CorrectionSettings
 from atoll.envs.fleet import FleetState
-from atoll.envs.observation import build_observation, observation_size
+from atoll.envs.observation import build_observation
 from atoll.envs.policies import Policy
 from atoll.envs.servers import service_latencies
 from atoll.envs.vocabulary import DEFAULT_LEVEL
@@ -232,24 +232,8 @@ class Controller:
         self.settings = s = settings or ControllerSettings()
         self.state_dir = Path(state_dir)
         self.clock, self.sleep = clock, sleep
-        m, g = len(fleet.models), len(fleet.gpu_types)
-        expected = observation_size(m, g)
-        closed = observation_size(m, g, closed_loop=True)
-        risky = observation_size(m, g, closed_loop=True, risk=True)
-        size = getattr(policy, "observation_size", expected)
-        if size not in (expected, closed, risky):
-            raise ValueError(f"policy {policy.name!r} takes observations of {size} values, but this fleet "
-                             f"({m} models, {g} GPU types) gives {expected} (atoll/Fleet-v1), {closed} "
-                             f"(atoll/Fleet-v2) or {risky} (atoll/Fleet-v3 and -v4); use a policy "
-                             f"trained on scenario {fleet.scenario!r}")
         # a policy trained on atoll/Fleet-v2 sees the servers' signals; on -v3 / -v4 the risk too
-        self._closed_obs = size in (closed, risky)
-        self._risk_obs = size == risky
-        if self._risk_obs and events is None:
-            raise ValueError(f"policy {policy.name!r} observes the risk the fleet runs (atoll/Fleet-v3, "
-                             f"-v4): preemptions and refused acquisitions per GPU type come from a pool "
-                             f"event log; give one (atoll control --pool-events FILE; an empty file for a "
-                             f"fleet that has seen none)")
+        self._closed_obs, self._risk_obs = observe.observation_kind(policy, fleet, events is not None)
         self.events = events
         self._queue = QueueGrowth()
         self.risk = policy_risk(policy, s, fleet.config.action_levels)
@@ -258,7 +242,9 @@ class Controller:
         loaded = load_state(self.state_dir)  # StateError (names the file and the fix) propagates
         self.resumed = loaded is not None
         if loaded is not None:
-            self._check_clock(loaded)
+            self.clock_offset = state_clock_offset(self.state_dir, loaded.time_scale, loaded.last_tick_s,
+                                                   float(self.clock()), time_scale=s.time_scale,
+                                                   interval_s=s.interval_s)
         # a week of points at this interval, so a daily-seasonal forecaster gets its two days
         # (the history is compacted per bin past the last hour: see compact_history)
         limit = max(HISTORY_LIMIT, math.ceil(7 * 86400 / s.interval_s))
@@ -307,29 +293,6 @@ class Controller:
                                        quantile=s.planning_quantile, levels=self.codec.levels,
                                        horizon=max(1, math.ceil(s.look_ahead_s / STEP_S)), step_s=STEP_S,
                                        shape_tolerance=s.shape_tolerance)
-
-    def _check_clock(self, loaded: ControllerState) -> None:
-        """Refuse a state written on another clock: its start-up, drain and history times would be
-        read years off (instances "starting" for millennia, removals never sent, a forecast
-        binning 3e8 empty bins)."""
-        s = self.settings
-        where = self.state_dir
-        recorded = loaded.time_scale
-        if recorded is not None and not math.isclose(recorded, s.time_scale, rel_tol=1e-9):
-            raise StateError(f"controller state in {where} was written at --time-scale {recorded:g}, "
-                             f"this controller runs at --time-scale {s.time_scale:g}: their clocks differ by "
-                             f"that factor; run with --time-scale {recorded:g}, or give this one "
-                             f"its own --state folder")
-        now = float(self.clock())
-        last = loaded.last_tick_s
-        if last is not None and now < last - max(10 * s.interval_s, 86400.0):  # not an NTP step
-            raise StateError(f"controller state in {where} has its last tick at {last:.0f} s, "
-                             f"{last - now:.0f} s after this controller's clock ({now:.0f} s): it was "
-                             f"written on another clock (another --time-scale?); run it with the clock "
-                             f"that wrote it, or give this one its own --state folder")
-        # a state written under a clock ahead of this one (stepped back since, or another host's):
-        # continue from its last tick, so its start-up and drain times keep their meaning
-        self.clock_offset = resume_offset(now, last)
 
     def now(self) -> float:
         """The controller's time: its clock plus the offset a resumed state needed."""

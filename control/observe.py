@@ -41,13 +41,35 @@ from atoll.control.state import ControllerState
 from atoll.envs.correction import CapacityCorrection
 from atoll.envs.fleet import FleetState
 from atoll.envs.latency import PREFILL_SCALE, ServiceLatency
-from atoll.envs.observation import SINCE_CAP, Signals
+from atoll.envs.observation import SINCE_CAP, Signals, observation_size
 from atoll.envs.saturation import SATURATED_RATIO
 from atoll.envs.servers import learn, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
 from atoll.solvers.problem import gpu_type_of
 
 Latencies = tuple[Sequence[ServiceLatency], Sequence[ServiceLatency]]  # (prefill, decode) per model
+
+
+def observation_kind(policy: Any, fleet: LiveFleet, has_events: bool) -> tuple[bool, bool]:
+    """(closed loop, risk): which observation ``policy`` takes on ``fleet`` — ``Fleet-v1``'s,
+    ``-v2``'s (the servers' signals too) or ``-v3`` / ``-v4``'s (and the risk, which needs the pool
+    event log: ``has_events``). A ValueError names the sizes, or the missing log, and the fix."""
+    m, g = len(fleet.models), len(fleet.gpu_types)
+    expected = observation_size(m, g)
+    closed = observation_size(m, g, closed_loop=True)
+    risky = observation_size(m, g, closed_loop=True, risk=True)
+    size = getattr(policy, "observation_size", expected)
+    if size not in (expected, closed, risky):
+        raise ValueError(f"policy {policy.name!r} takes observations of {size} values, but this fleet "
+                         f"({m} models, {g} GPU types) gives {expected} (atoll/Fleet-v1), {closed} "
+                         f"(atoll/Fleet-v2) or {risky} (atoll/Fleet-v3 and -v4); use a policy "
+                         f"trained on scenario {fleet.scenario!r}")
+    if size == risky and not has_events:
+        raise ValueError(f"policy {policy.name!r} observes the risk the fleet runs (atoll/Fleet-v3, "
+                         f"-v4): preemptions and refused acquisitions per GPU type come from a pool "
+                         f"event log; give one (atoll control --pool-events FILE; an empty file for a "
+                         f"fleet that has seen none)")
+    return size in (closed, risky), size == risky
 
 
 def server_view(models: Sequence[str], latency: Latencies, fresh: Sequence[str], rates: RateReport
