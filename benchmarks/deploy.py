@@ -5,7 +5,7 @@
    ``atoll control --scenario core --sink k8s:DIR --kube-version K --once --json`` ticks (the
    first reads counters, the second plans). Reported from the folder the sink wrote: objects per
    kind, each checked again against Kubernetes K's schemas and the LWS CRD
-   (:func:`atoll.control.k8s_validate.api_problems`), the ``vllm serve`` commands and their flags
+   (:func:`atoll.control.k8s.validate.api_problems`), the ``vllm serve`` commands and their flags
    against the pinned vLLM's table, the request path of each model's entry Service, the nodes per
    pool.
 2. ``extended``: the extended scenario's plan under ``runtime: vllm`` (ample availability, even
@@ -41,9 +41,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import yaml  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from atoll.control.k8s_render import ENTRY_LABEL, POOL_NODES_ANNOTATION, K8sOptions, render_manifests  # noqa: E402
-from atoll.control.k8s_validate import api_problems, kube_version  # noqa: E402
-from atoll.control.k8s_vllm import (  # noqa: E402
+from atoll.control.k8s.render import ENTRY_LABEL, POOL_NODES_ANNOTATION, K8sOptions, render_manifests  # noqa: E402
+from atoll.control.k8s.validate import api_problems, kube_version  # noqa: E402
+from atoll.control.k8s.vllm import (  # noqa: E402
     VLLM_ENV,
     VLLM_IMAGE,
     VLLM_ROUTER_VERSION,

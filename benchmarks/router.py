@@ -2,7 +2,7 @@
 
 vllm-router (the pinned PyPI release, started with the arguments atoll renders for a plan of one
 prefill and one decode pod, static ``--prefill`` / ``--decode`` URLs in place of Kubernetes pod
-discovery) and the built-in router (``control/k8s_pd_router.py`` run as its pod runs it, with the
+discovery) and the built-in router (``control/k8s/router.py`` run as its pod runs it, with the
 rendered environment) each stand in front of the same fake prefill/decode pair on 127.0.0.1. The
 pair speaks NixlConnector's two hops (the prefill answer carries ``kv_transfer_params``) and costs
 no model time, so what is measured is the router: per (router, clients, plain or streaming),
@@ -169,7 +169,7 @@ def _record() -> Any:
 
 
 def _router_container(router: str) -> dict[str, Any]:
-    from atoll.control.k8s_render import COMPONENT_LABEL, K8sOptions, render_manifests
+    from atoll.control.k8s.render import COMPONENT_LABEL, K8sOptions, render_manifests
 
     (dep,) = [d for d in render_manifests(_record(), K8sOptions(router=router))
               if d["kind"] == "Deployment" and d["metadata"]["labels"].get(COMPONENT_LABEL) == "router"]
@@ -202,7 +202,7 @@ def start_router(router: str, prefill: str, decode: str) -> tuple[subprocess.Pop
         env = dict(os.environ)
     else:
         # the pod runs the ConfigMap's copy of this file with the rendered environment
-        cmd = [sys.executable, str(ROOT / "control" / "k8s_pd_router.py")]
+        cmd = [sys.executable, str(ROOT / "control" / "k8s" / "router.py")]
         env = {**os.environ, **{e["name"]: e["value"] for e in c["env"]}, "PREFILL_URL": prefill,
                "DECODE_URL": decode, "PORT": str(port)}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -272,7 +272,7 @@ def main() -> None:
         result = asyncio.run(_load(args.port, args.clients[0], args.stream, args.seconds, args.requests))
         print(json.dumps(result))
         return
-    from atoll.control.k8s_vllm import VLLM_ROUTER_VERSION
+    from atoll.control.k8s.vllm import VLLM_ROUTER_VERSION
 
     load_before = os.getloadavg()
     fakes = subprocess.Popen([sys.executable, __file__, "--role", "fakes"], stdout=subprocess.PIPE, text=True)

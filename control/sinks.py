@@ -4,14 +4,14 @@
   written atomically (temporary file + ``os.replace``); the newest ``keep`` (200) numbered plans
   are kept, and a folder whose ``latest.json`` another controller wrote is refused;
 - ``k8s:DIR``: rendered Kubernetes objects that start vLLM (Deployments, LeaderWorkerSets,
-  Services; see ``atoll.control.k8s_render``), validated, stale ones deleted;
+  Services; see ``atoll.control.k8s.render``), validated, stale ones deleted;
 - ``k8s-apply[:NAMESPACE]``: server-side apply through the kubernetes client; a server-side
   dry run unless ``apply=True``;
 - ``metrics:PORT`` (or ``metrics:HOST:PORT``; 127.0.0.1 unless a host is given): owns no
   workload; serves the delivered plan's desired replicas per template on ``/metrics`` for HPA's
   external metrics or KEDA's Prometheus scaler — with the plan's $/h (also per price tier), each
   model's planning demand, forecast and estimated SLO attainment and the last tick's time — and an
-  example KEDA ScaledObject per workload on ``/scaledobjects.yaml`` (:mod:`atoll.control.k8s_scale`).
+  example KEDA ScaledObject per workload on ``/scaledobjects.yaml`` (:mod:`atoll.control.k8s.scale`).
   It cannot starve the controller: every connection has a time-out, at most ``max_connections`` are served
   at once (more are closed at once, counted), the listen backlog is sized for a fleet of scrapers,
   and running out of file descriptors is named as such.
@@ -40,8 +40,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from atoll.control.k8s import K8sApplySink, K8sManifestSink, K8sOptions, dump_yaml_all
-from atoll.control.k8s_scale import DESIRED, NODES, SEQUENCE, desired_rows, pool_rows, scaled_objects
+from atoll.control.k8s.apply import K8sApplySink, K8sManifestSink, K8sOptions, dump_yaml_all
+from atoll.control.k8s.scale import DESIRED, NODES, SEQUENCE, desired_rows, pool_rows, scaled_objects
 from atoll.control.plans import PlanRecord, SinkError, SinkResult
 from atoll.solvers.files import atomic_write_text
 
@@ -345,7 +345,7 @@ class DryRunSink:
         self.rendered: list[dict[str, Any]] = []
 
     def write(self, record: PlanRecord) -> SinkResult:
-        from atoll.control.k8s_render import render_manifests
+        from atoll.control.k8s.render import render_manifests
 
         doc: dict[str, Any] = {"plan": record.as_dict()}
         if self.kind in ("k8s", "k8s-apply"):

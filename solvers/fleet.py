@@ -46,7 +46,7 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
     workloads:                      # one per model, mapped by name
       Phi-4-14B: {source: "csv:requests.csv#phi-4", scale: 1.0}
       Acme-8B: {source: "servegen:m-small", mean_rate: 5.0}
-    kubernetes:                     # the Kubernetes sinks (atoll.control.k8s_render.K8sOptions)
+    kubernetes:                     # the Kubernetes sinks (atoll.control.k8s.render.K8sOptions)
       namespace: llm
       image: vllm/vllm-openai:v0.33.0   # the vLLM whose flags atoll checks (default)
       model_sources: {Acme-8B: acme/8b}

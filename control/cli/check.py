@@ -92,7 +92,7 @@ def pools(active: Fleet) -> list[dict[str, Any]]:
 def _weights_errors(active: Fleet) -> tuple[list[str], list[str]]:
     """(errors, warnings) for models with no weights source: an error when the file's
     ``kubernetes`` section says a Kubernetes sink will deploy them, a warning otherwise."""
-    from atoll.control.k8s_render import k8s_options
+    from atoll.control.k8s.render import k8s_options
 
     spec = active.spec
     options = k8s_options(dict(spec.kubernetes), f"{spec.path}: kubernetes")

@@ -37,8 +37,8 @@ from atoll.control.cli.common import add_json
 from atoll.control.cli.output import Output, UserError, _clean, as_user_error, output_for
 from atoll.control.clock import SteadyClock
 from atoll.control.controller import Controller, ControllerSettings, TickReport, live_codec
-from atoll.control.k8s_render import PD_MODES, K8sOptions, k8s_options
-from atoll.control.k8s_vllm import VLLM_IMAGE
+from atoll.control.k8s.render import PD_MODES, K8sOptions, k8s_options
+from atoll.control.k8s.vllm import VLLM_IMAGE
 from atoll.control.live_demand import SHAPE_TOLERANCE
 from atoll.control.live_fleet import LiveFleet, load_fleet_file
 from atoll.control.loop import run_loop

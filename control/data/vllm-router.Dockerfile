@@ -6,7 +6,7 @@
 #   docker push REGISTRY/vllm-router:0.1.17
 #
 # then name it in the fleet file: kubernetes: {router_image: REGISTRY/vllm-router:0.1.17}.
-# The version is the one atoll pins and checks its flags against (control/k8s_vllm.py,
+# The version is the one atoll pins and checks its flags against (control/k8s/vllm.py,
 # VLLM_ROUTER_VERSION); the wheel is built for linux/amd64 (manylinux_2_28 x86_64).
 FROM python:3.12-slim
 ARG VLLM_ROUTER_VERSION=0.1.17

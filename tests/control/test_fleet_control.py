@@ -13,8 +13,8 @@ from fleet_helpers import write_fleet
 from test_k8s_manifests import k8s_validate
 
 from atoll.control.cli import main
-from atoll.control.k8s import render_manifests, validate_object
-from atoll.control.k8s_render import k8s_options
+from atoll.control.k8s.apply import render_manifests, validate_object
+from atoll.control.k8s.render import k8s_options
 from atoll.control.plans import PlanRecord
 from atoll.control.replay import ReplayExporter
 from atoll.envs.fleet_file import read_fleet

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from test_k8s_manifests import PIPE, SINGLE, plan
 
-from atoll.control.k8s_render import render_manifests
+from atoll.control.k8s.render import render_manifests
 from atoll.control.sinks import K8sManifestSink
 from atoll.solvers.types import Phase, Service, Stage, Template
 

@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from atoll.control.k8s import (
+from atoll.control.k8s.apply import (
     CAPACITY_LABEL,
     REGION_LABEL,
     K8sOptions,
@@ -23,7 +23,7 @@ from atoll.control.k8s import (
     service_name,
     validate_object,
 )
-from atoll.control.k8s_render import POOL_NODES_ANNOTATION, node_pools
+from atoll.control.k8s.render import POOL_NODES_ANNOTATION, node_pools
 from atoll.control.plans import PlanRecord, SinkError
 from atoll.control.sinks import K8sManifestSink
 from atoll.solvers.allocation import solve_allocation

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from atoll.control.cli.control import _k8s_options
-from atoll.control.k8s import validate_object
-from atoll.control.k8s_nodes import EKS, GFD, GKE, NodeLabels, node_labels_for, parse_node_labels
-from atoll.control.k8s_render import K8sOptions, k8s_options, render_manifests
+from atoll.control.k8s.apply import validate_object
+from atoll.control.k8s.nodes import EKS, GFD, GKE, NodeLabels, node_labels_for, parse_node_labels
+from atoll.control.k8s.render import K8sOptions, k8s_options, render_manifests
 from atoll.control.plans import PlanRecord, SinkError
 from atoll.solvers.problem import Allocation
 from atoll.solvers.tiers import tiered_region

@@ -22,9 +22,8 @@ import yaml
 from fake_vllm import PREFILL_ANSWER_KV, FakeVllm
 from prometheus_client.parser import text_string_to_metric_families
 
-from atoll.control.k8s import K8sApplySink, K8sManifestSink, KubeObjects, validate_object
-from atoll.control.k8s_pd_router import PREFILL_KV_PARAMS, ChunkedFraming, Router, serve
-from atoll.control.k8s_render import (
+from atoll.control.k8s.apply import K8sApplySink, K8sManifestSink, KubeObjects, validate_object
+from atoll.control.k8s.render import (
     COMPONENT_LABEL,
     ENTRY_LABEL,
     ROUTER_SCRIPT,
@@ -36,7 +35,8 @@ from atoll.control.k8s_render import (
     router_name,
     vllm_router_args,
 )
-from atoll.control.k8s_vllm import VLLM_ROUTER_IMAGE
+from atoll.control.k8s.router import PREFILL_KV_PARAMS, ChunkedFraming, Router, serve
+from atoll.control.k8s.vllm import VLLM_ROUTER_IMAGE
 from atoll.control.plans import PlanRecord, SinkError
 from atoll.solvers.problem import Allocation
 from atoll.solvers.types import Phase, Service, Stage, Template

@@ -1,6 +1,6 @@
 """The rendered runtime against the pinned vLLM: every ``vllm serve`` flag and environment
 variable atoll renders is in the table read from vLLM 0.33.0's source
-(:mod:`atoll.control.k8s_vllm`), the KV roles are the ones that release asks for, and the
+(:mod:`atoll.control.k8s.vllm`), the KV roles are the ones that release asks for, and the
 image is configurable (option, fleet file, ``--image``)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from atoll.control.k8s_render import K8sOptions, k8s_options, render_manifests
-from atoll.control.k8s_vllm import (
+from atoll.control.k8s.render import K8sOptions, k8s_options, render_manifests
+from atoll.control.k8s.vllm import (
     KV_ROLES,
     OTHER_ENV,
     VLLM_ENV,

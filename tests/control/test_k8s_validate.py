@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from atoll.control.k8s import K8sApplySink, K8sManifestSink
-from atoll.control.k8s_render import K8sOptions, k8s_options, render_manifests
-from atoll.control.k8s_validate import api_problems, kube_version, kube_versions, lws_schema, pruned_fields
+from atoll.control.k8s.apply import K8sApplySink, K8sManifestSink
+from atoll.control.k8s.render import K8sOptions, k8s_options, render_manifests
+from atoll.control.k8s.validate import api_problems, kube_version, kube_versions, lws_schema, pruned_fields
 from atoll.control.plans import PlanRecord, SinkError
 from atoll.solvers.problem import Allocation
 from atoll.solvers.types import Phase, Service, Stage, Template
@@ -95,7 +95,7 @@ def test_the_sinks_check_before_writing_or_applying(tmp_path: Path, monkeypatch:
     assert K8sApplySink(K8sOptions(kube_version="1.30"), api_factory=lambda: api).write(RECORD).ok
     assert len(api.applied) == len(docs())
     # a renderer that slipped a field the LWS CRD lacks: nothing of the plan is written or applied
-    import atoll.control.k8s as k8s
+    import atoll.control.k8s.apply as k8s
 
     def typo(record: PlanRecord, options: K8sOptions) -> list[dict[str, Any]]:
         out = render_manifests(record, options)

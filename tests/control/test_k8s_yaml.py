@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from atoll.control.k8s import dump_yaml, dump_yaml_all
+from atoll.control.k8s.apply import dump_yaml, dump_yaml_all
 
 
 def test_shared_objects_are_written_out_not_aliased() -> None:

@@ -17,7 +17,7 @@ import yaml
 from control_helpers import FakeClock, ScriptedHttp
 
 from atoll.control.controller import Controller, ControllerSettings, TickReport
-from atoll.control.k8s import K8sApplySink, K8sManifestSink, K8sOptions, render_manifests
+from atoll.control.k8s.apply import K8sApplySink, K8sManifestSink, K8sOptions, render_manifests
 from atoll.control.live_demand import LiveForecast, bin_history, compact_history
 from atoll.control.live_fleet import LiveFleet
 from atoll.control.loop import RECENT_TICKS, run_loop

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from control_helpers import closed_port
 
-from atoll.control.k8s import (
+from atoll.control.k8s.apply import (
     REGION_LABEL,
     K8sOptions,
     render_manifests,

@@ -14,9 +14,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from atoll.control.controller import Controller, ControllerSettings
-from atoll.control.k8s_render import K8sOptions, workload_name
-from atoll.control.k8s_scale import scaled_object
-from atoll.control.k8s_validate import api_problems, kube_version
+from atoll.control.k8s.render import K8sOptions, workload_name
+from atoll.control.k8s.scale import scaled_object
+from atoll.control.k8s.validate import api_problems, kube_version
 from atoll.control.live_fleet import LiveFleet
 from atoll.control.plans import PlanRecord, SinkError
 from atoll.control.sinks import MetricsSink, make_sink

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from fake_vllm import PREFILL_ANSWER_KV, FakeVllm
 
-from atoll.control.k8s_pd_router import PREFILL_KV_PARAMS
-from atoll.control.k8s_render import K8sOptions, render_manifests
-from atoll.control.k8s_vllm import (
+from atoll.control.k8s.render import K8sOptions, render_manifests
+from atoll.control.k8s.router import PREFILL_KV_PARAMS
+from atoll.control.k8s.vllm import (
     VLLM_ROUTER_CHOICES,
     VLLM_ROUTER_FLAGS,
     VLLM_ROUTER_IMAGE,

@@ -71,7 +71,7 @@ def test_preemption_hits_spot_instances_only() -> None:
 
 
 def test_plans_and_manifests_say_the_tier() -> None:
-    from atoll.control.k8s_render import CAPACITY_LABEL, render_manifests
+    from atoll.control.k8s.render import CAPACITY_LABEL, render_manifests
     from atoll.control.plans import PlanRecord
     from atoll.solvers.problem import Allocation
 

@@ -19,7 +19,7 @@ from fleet_helpers import write_fleet
 from test_k8s_manifests import k8s_validate
 
 from atoll.control.cli import main
-from atoll.control.k8s import validate_object
+from atoll.control.k8s.apply import validate_object
 
 
 @pytest.fixture()

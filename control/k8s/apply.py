@@ -3,13 +3,13 @@ through the API (``k8s-apply``). What the objects are — Deployments and Leader
 start vLLM, one Service per (model, phase), and for disaggregated serving each model's
 prefill/decode router behind the model's entry Service (vllm-router: a Deployment with its
 ServiceAccount, Role and RoleBinding, and a metrics Service; the built-in router: a Deployment
-and its script's ConfigMap) — is :mod:`atoll.control.k8s_render`.
+and its script's ConfigMap) — is :mod:`atoll.control.k8s.render`.
 
 Before anything is written or applied every object passes :func:`validate_object`, a
 structural check of the fields atoll relies on (names, selectors matching pod labels, node
 selectors, GPU limits, the serving container's command and probes, the router's readiness);
 with ``K8sOptions.kube_version`` set (``--kube-version``) also the checks an API server of that
-version would make (:mod:`atoll.control.k8s_validate`: Kubernetes' OpenAPI schemas, the
+version would make (:mod:`atoll.control.k8s.validate`: Kubernetes' OpenAPI schemas, the
 LeaderWorkerSet CRD's structural schema). ``k8s-apply`` needs RBAC to patch, list and delete
 Deployments, Services, ConfigMaps, LeaderWorkerSets, ServiceAccounts, Roles and RoleBindings in
 its namespace, and (to grant vllm-router's Role) get, list and watch on pods itself: Kubernetes
@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from atoll.control.k8s_render import (
+from atoll.control.k8s.render import (
     CAPACITY_LABEL,
     COMPONENT_LABEL,
     CONTROLLER_LABEL,
@@ -47,7 +47,7 @@ from atoll.control.k8s_render import (
     service_name,
     workload_name,
 )
-from atoll.control.k8s_validate import check_api
+from atoll.control.k8s.validate import check_api
 from atoll.control.plans import PlanRecord, SinkError, SinkResult
 from atoll.solvers.files import atomic_write_text
 

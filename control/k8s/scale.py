@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from atoll.control.k8s_render import (
+from atoll.control.k8s.render import (
     CONTROLLER_LABEL,
     LWS_API,
     MANAGED_BY,

@@ -1,6 +1,6 @@
 """The built-in prefill/decode router (``kubernetes.router: builtin``): standard library only, so
 it runs on any image with Python 3.10+, its source shipped in a ConfigMap. The default router is
-vLLM's own ``vllm-router`` (:mod:`atoll.control.k8s_render`); this one needs no extra image.
+vLLM's own ``vllm-router`` (:mod:`atoll.control.k8s.render`); this one needs no extra image.
 
 One request from a client takes two hops, the protocol of vLLM 0.33.0's NixlConnector (read
 from its source: ``vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py``; the

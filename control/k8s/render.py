@@ -29,11 +29,11 @@ a memory-backed ``emptyDir``, a model cache volume (a PersistentVolumeClaim when
 ``model_cache_claim`` is set, else an ``emptyDir``) mounted at ``/root/.cache/huggingface``, the
 Hugging Face token from Secret ``token_secret`` (key ``token_key``, optional so public models
 start without it), CPU and memory requests per GPU and ``nvidia.com/gpu`` limits, and node
-selection in the labels of the region's cloud (:mod:`atoll.control.k8s_nodes`: Karpenter's on
+selection in the labels of the region's cloud (:mod:`atoll.control.k8s.nodes`: Karpenter's on
 aws, GKE's on gcp, GPU Feature Discovery's elsewhere, or the fleet's own; the tier is a
 template description's ``tier``, else ``capacity_type``). ``--served-model-name`` is atoll's
 model name, so vLLM's metrics carry the ``model_name`` the controller reads. Every flag and
-variable is checked against the pinned vLLM's table (:mod:`atoll.control.k8s_vllm`; image
+variable is checked against the pinned vLLM's table (:mod:`atoll.control.k8s.vllm`; image
 ``vllm/vllm-openai:v0.33.0`` unless ``image`` says otherwise). Every workload carries
 ``atoll.io/pool-nodes``: the nodes the plan pays for in each pool it uses.
 
@@ -45,11 +45,11 @@ takes each request to a prefill pod (one token, ``kv_transfer_params`` asking to
 remote decode) and then to a decode pod with the prefill side's ``kv_transfer_params`` (the
 decode pod pulls the KV from that prefill pod over NIXL); its Service is the model's entry
 Service. ``router="vllm-router"`` (default): the vLLM project's router (pinned in
-:mod:`atoll.control.k8s_vllm`, image ``router_image``) in P/D mode, finding the model's prefill
+:mod:`atoll.control.k8s.vllm`, image ``router_image``) in P/D mode, finding the model's prefill
 and decode pods through the Kubernetes API by atoll's labels (a ServiceAccount, a Role allowed
 get/list/watch on pods and a RoleBinding per model), readiness ``/readiness`` once a prefill and
 a decode pod are healthy, Prometheus metrics behind a metrics Service with scrape annotations.
-``router="builtin"``: atoll's standard-library router (:mod:`atoll.control.k8s_pd_router`, a
+``router="builtin"``: atoll's standard-library router (:mod:`atoll.control.k8s.router`, a
 script in a ConfigMap, run by ``router_image``) sending to the prefill and decode Services;
 readiness ``/health`` is 200 only when both sides answer theirs. A model with only one phase
 planned gets no router (no request could be served whole). ``pd="aggregated"``: no KV
@@ -77,9 +77,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from atoll.control.k8s_nodes import GFD, NodeLabels, node_labels_for, parse_node_labels
-from atoll.control.k8s_validate import kube_version
-from atoll.control.k8s_vllm import (
+from atoll.control.k8s.nodes import GFD, NodeLabels, node_labels_for, parse_node_labels
+from atoll.control.k8s.validate import kube_version
+from atoll.control.k8s.vllm import (
     HEALTH_PATH,
     MULTI_NODE_SCRIPT,
     NIXL_SIDE_CHANNEL_PORT,
@@ -117,7 +117,7 @@ ENTRY_LABEL = "atoll.io/entry"  # "true" on the one Service per model that clien
 REQUEST_PATH_ANNOTATION = "atoll.io/request-path"
 ROUTER_SCRIPT = "pd_router.py"
 # the router's source, shipped in a ConfigMap so that any image with Python runs it
-ROUTER_SOURCE = (Path(__file__).with_name("k8s_pd_router.py")).read_text(encoding="utf-8")
+ROUTER_SOURCE = (Path(__file__).with_name("router.py")).read_text(encoding="utf-8")
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
@@ -127,7 +127,7 @@ ROUTERS = ("vllm-router", "builtin")  # the prefill/decode router of a disaggreg
 BUILTIN_ROUTER_IMAGE = "python:3.12-slim"  # any image with Python 3.10+ runs the built-in router
 RBAC_API = "rbac.authorization.k8s.io/v1"
 CAPACITY_TYPES = ("on-demand", "spot")
-# GPU Feature Discovery's product names (the ``gfd`` node-label preset, atoll.control.k8s_nodes).
+# GPU Feature Discovery's product names (the ``gfd`` node-label preset, atoll.control.k8s.nodes).
 DEFAULT_GPU_PRODUCTS: dict[str, str] = dict(GFD.gpu_values)
 # Hugging Face repositories of the catalog's serving models; a fleet file names its own.
 DEFAULT_MODEL_SOURCES: dict[str, str] = {
@@ -173,7 +173,7 @@ class K8sOptions:
     # the prefill/decode router (disaggregated): vLLM's vllm-router (default) or atoll's own
     # standard-library script (``builtin``, any image with Python 3.10+)
     router: str = "vllm-router"
-    # None: the pinned vllm-router image (atoll.control.k8s_vllm.VLLM_ROUTER_IMAGE, built by
+    # None: the pinned vllm-router image (atoll.control.k8s.vllm.VLLM_ROUTER_IMAGE, built by
     # control/data/vllm-router.Dockerfile), or python:3.12-slim for the built-in router
     router_image: str | None = None
     router_replicas: int = 2
@@ -187,7 +187,7 @@ class K8sOptions:
     api_key_secret: str | None = None
     api_key_key: str = "api-key"
     # the API server version objects are checked against before any is written or applied
-    # (atoll.control.k8s_validate); None: atoll's structural checks only
+    # (atoll.control.k8s.validate); None: atoll's structural checks only
     kube_version: str | None = None
     # a fleet file's own model definitions: their SLOs set the router's time-out (not a key of the
     # file's kubernetes section; k8s_options takes them beside it)
@@ -321,7 +321,7 @@ def vllm_stages(key: str, t: Mapping[str, Any]) -> list[tuple[int, str]]:
 def _node_selector(options: K8sOptions, config: str, key: str, region: str, tier: str
                    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """(nodeSelector, required node-affinity expressions) of a pod of ``config`` in ``region``
-    at ``tier``, in the labels of the region's cloud (:mod:`atoll.control.k8s_nodes`)."""
+    at ``tier``, in the labels of the region's cloud (:mod:`atoll.control.k8s.nodes`)."""
     _, gpu = _parse_config(key, config)
     labels: NodeLabels = node_labels_for(region, options.node_labels)
     if options.capacity_label is not None and labels.capacity_key is not None:
@@ -385,7 +385,7 @@ def _pod(options: K8sOptions, selection: tuple[dict[str, str], list[dict[str, An
 
 
 def kv_role(phase: str, stages: int) -> str:
-    """The NIXL role of an engine serving ``phase`` (vLLM 0.33.0, :mod:`atoll.control.k8s_vllm`):
+    """The NIXL role of an engine serving ``phase`` (vLLM 0.33.0, :mod:`atoll.control.k8s.vllm`):
     prefill produces KV, decode consumes it. A decode engine with a pipeline (PP > 1) keeps the
     deprecated ``kv_both``: 0.33.0 refuses ``kv_consumer`` with PP > 1 and only that role."""
     if phase == "prefill":
@@ -395,7 +395,7 @@ def kv_role(phase: str, stages: int) -> str:
 
 def serve_command(options: K8sOptions, model: str, tp: int, layers: list[int], phase: str = "decode") -> str:
     """The ``vllm serve`` command line of one instance (shell-quoted), checked against the
-    pinned vLLM version's options (:func:`atoll.control.k8s_vllm.unknown_serve_args`)."""
+    pinned vLLM version's options (:func:`atoll.control.k8s.vllm.unknown_serve_args`)."""
     source = options.model_sources.get(model)
     if not source:
         raise SinkError(f"no model source for {model!r}: name its Hugging Face repository or path in the "

@@ -28,10 +28,10 @@ from typing import Any
 
 from atoll.control.plans import SinkError
 
-LWS_SCHEMA_PATH = Path(__file__).with_name("data") / "lws-v1.schema.json"
+LWS_SCHEMA_PATH = Path(__file__).parent.parent / "data" / "lws-v1.schema.json"
 # KEDA's ScaledObject CRD (kedacore/keda v2.20.2, Apache-2.0; see the file's $comment): the
 # example ScaledObjects the metrics sink serves are checked against it
-KEDA_SCHEMA_PATH = Path(__file__).with_name("data") / "keda-scaledobject-v1alpha1.schema.json"
+KEDA_SCHEMA_PATH = Path(__file__).parent.parent / "data" / "keda-scaledobject-v1alpha1.schema.json"
 CRD_SCHEMAS = {"LeaderWorkerSet": LWS_SCHEMA_PATH, "ScaledObject": KEDA_SCHEMA_PATH}
 
 
