@@ -32,11 +32,12 @@ from atoll.envs import world_of
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
-from atoll.envs.vocabulary import format_level, parse_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.paths import cache_root
 from atoll.training import checkpoint as ckpt
 from atoll.training.evaluate import PolicyResult, comparison_rows, evaluate_policies, markdown_table
 from atoll.training.mlflow_output import make_logger
+from atoll.training.naming import metric_key, policy_params, short_name
 from atoll.training.policy_file import PolicyCard, write_policy_file
 from atoll.training.policy_model import log_policy
 from atoll.training.registry import CHAMPION, PREFIX, env_id, fleet_name, registered_name
@@ -360,28 +361,6 @@ def evaluate_run(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int], se
 
 
 # ----- the contest -------------------------------------------------------------------------------
-def short_name(spec: str) -> str:
-    """A run name a person reads: a learned policy's registered name and version (or alias), or
-    the first 8 characters of its logged model or run id; a rule's own name."""
-    parsed = parse_policy(spec)
-    if not parsed.is_learned:
-        return spec
-    uri = parsed.uri
-    if uri.startswith("models:/"):
-        rest = uri.removeprefix("models:/")
-        if rest.startswith("m-"):
-            return f"learned {rest[:10]}"
-        return rest.strip("/")
-    if uri.startswith("runs:/"):
-        return f"learned run {uri.removeprefix('runs:/')[:8]}"
-    return f"learned {Path(uri).name[:16]}"
-
-
-def metric_key(text: str) -> str:
-    """``text`` with the characters MLflow refuses in metric names replaced by ``_``."""
-    return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in text)
-
-
 def git_commit() -> str:
     """The commit of the atoll checkout this runs from, or ``unknown`` (an installed wheel)."""
     import subprocess
@@ -409,23 +388,6 @@ def _log_workload(env: FleetEnv, days: Sequence[int]) -> None:
     name = f"{c.workload}-{c.scenario}-seed{c.demand_seed}" if c.demand is None else f"custom-{c.scenario}"
     mlflow.log_input(mlflow.data.from_pandas(frame, name=name),  # type: ignore[attr-defined]
                      context="evaluation")
-
-
-def policy_params(spec: str) -> dict[str, str]:
-    """A policy's MLflow parameters: its text and kind, a learned policy's model URI, a rule's
-    planning level (``env``: the environment's), interval and band."""
-    parsed = parse_policy(spec)
-    params = {"policy": spec, "policy.kind": parsed.kind}
-    if parsed.is_learned:
-        return {**params, "policy.model_uri": parsed.uri}
-    if parsed.is_per_model:
-        return params
-    params["policy.planning_quantile"] = "env" if parsed.level is None else format_level(parsed.level)
-    if parsed.every is not None and parsed.kind == "fixed":
-        params["policy.every_steps"] = str(parsed.every)
-    elif parsed.band is not None:
-        params["policy.low"], params["policy.high"] = (f"{v:g}" for v in parsed.band)
-    return params
 
 
 def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = None, *,

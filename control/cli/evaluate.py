@@ -69,7 +69,8 @@ def contest(out: Output, args: argparse.Namespace, learned: list[str], settings:
     days) and show the test-day table and the headline (shared with ``atoll demo``)."""
     from atoll.envs.vocabulary import parse_policy
     from atoll.training.contest import frontier_note
-    from atoll.training.tracking import contest_run, short_name
+    from atoll.training.naming import short_name
+    from atoll.training.tracking import contest_run
 
     try:
         bad = [s for s in learned if not parse_policy(s).is_learned]
@@ -118,7 +119,7 @@ def contest_title(config: Any) -> str:
 
 def headline_table(result: dict[str, Any]) -> Table:
     """Each learned policy's headline against the rule frontier (mean ± std over seeds)."""
-    from atoll.training.tracking import short_name
+    from atoll.training.naming import short_name
 
     table = Table(title=f"headline vs the rule frontier {', '.join(result['frontier'])} (best rule "
                         f"{result['best_rule']}; lost demand at {result['lost_usd_per_mtok']:g} $/M tokens)")

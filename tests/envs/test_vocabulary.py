@@ -21,8 +21,8 @@ from atoll.forecast.backtest import PLAN_LEVEL
 from atoll.forecast.planning import SELECT_LEVEL
 from atoll.solvers.errors import InputError, UnknownNameError
 from atoll.training.contest import REFERENCE_RULE, reference_rule
+from atoll.training.naming import policy_params
 from atoll.training.per_model import PerModelRule, assignment_spec, fixed_option, option_name
-from atoll.training.tracking import policy_params
 
 CANONICAL = [
     "fixed:1", "fixed:3@0.95", "fixed:12@0.5", "threshold", "threshold@0.7", "threshold:0.5:1",
