@@ -20,11 +20,11 @@ from atoll.control.metrics import (
     METRIC_NAMES,
     PROMPT,
     START_TIME,
-    _query_result,
     assemble,
     exposition_samples,
     prometheus_snapshot,
 )
+from atoll.control.metrics.prometheus import _query_result
 from atoll.control.rates import RateTracker
 from atoll.envs.fleet_file import read_fleet
 from atoll.solvers.catalog import load_user_file
