@@ -379,11 +379,11 @@ class Controller:
         last_cost, last_seconds, unserved = observe.account(self.fleet, self.state, now, fresh)
         self.state = replace(self.state, unserved=unserved)
         self._view = observe.server_view(self.fleet.models, self._latency, fresh, rates)
-        self.learned = {}
-        if st.correction:
-            self.learned = observe.learn_interval(self.correction, self.fleet, self.state, now, fresh, rates)
-            if self.state.last_tick_s is not None and now > self.state.last_tick_s:
-                self.state = replace(self.state, correction=self.correction.as_dict())
+        learned = observe.learn_interval(self.correction, self.fleet, self.state, now, fresh, rates) \
+            if st.correction else None
+        if learned is not None:
+            self.state = replace(self.state, correction=self.correction.as_dict())
+        self.learned = learned or {}
         self.state, earlier = self.delivery.pending(self.state, self.now())
         forecasts = self.forecaster.forecast(self.state.history, now, self.fleet.models)
         drift = {m: f.shape.message() for m, f in forecasts.items()

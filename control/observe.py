@@ -45,7 +45,6 @@ from atoll.envs.observation import SINCE_CAP, Signals, observation_size
 from atoll.envs.saturation import SATURATED_RATIO
 from atoll.envs.servers import learn, service_latencies
 from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, unserved_shares
-from atoll.solvers.problem import gpu_type_of
 
 Latencies = tuple[Sequence[ServiceLatency], Sequence[ServiceLatency]]  # (prefill, decode) per model
 
@@ -149,10 +148,7 @@ def risk_signals(fleet: LiveFleet, fs: FleetState, base: Signals, rates: RateRep
         miss[i] = max(share_over(r.ttft_buckets, pre_b[i].budget_s),
                       share_over(r.itl_buckets, dec_b[i].budget_s))
     spread, ondemand = fleet.model.risk_exposure(fs)
-    held = np.zeros(len(gpu_types))
-    index = {t: k for k, t in enumerate(gpu_types)}
-    for (_, config), n in fleet.model.nodes_held(fs).items():
-        held[index[gpu_type_of(config)]] += n
+    held = fleet.model.held_by_gpu_type(fs)
     asked = requested_by_type(requested, gpu_types, now)
     try:
         seen, ignored = events.read(now)
@@ -193,7 +189,7 @@ def account(fleet: LiveFleet, state: ControllerState, now: float, fresh: Sequenc
 
 
 def learn_interval(correction: CapacityCorrection, fleet: LiveFleet, state: ControllerState, now: float,
-                   fresh: Sequence[str], rates: RateReport) -> dict[str, float]:
+                   fresh: Sequence[str], rates: RateReport) -> dict[str, float] | None:
     """Feed the interval since the last tick to the capacity correction, as the env feeds a
     step (:func:`atoll.envs.servers.learn`): per phase the served token rate, the mean TTFT /
     inter-token latency the histograms gave and the requests waiting, against the model's
@@ -202,10 +198,11 @@ def learn_interval(correction: CapacityCorrection, fleet: LiveFleet, state: Cont
     capacity (the one a queue builds in; the simulator knows each phase's queue), and
     against the other too when that one is at its mean at capacity as well. Models
     without fresh rates or latency histograms teach nothing. Returns service -> the
-    capacity it taught (``correction`` learned it; the caller persists ``correction.as_dict()``)."""
+    capacity it taught (``correction`` learned it; the caller persists ``correction.as_dict()``),
+    or None without an interval (no tick before, or the clock did not move)."""
     last = state.last_tick_s
     if last is None or now <= last:
-        return {}
+        return None
     elapsed = now - last
     m = len(fleet.models)
     served, latency, waiting = np.zeros((m, 2)), np.full((m, 2), np.nan), np.zeros((m, 2))

@@ -52,10 +52,12 @@ from typing import Any
 
 import numpy as np
 
+from atoll.envs.config import FleetConfig
 from atoll.envs.observation import RISK_WINDOW
+from atoll.envs.signals import risk_shares
 from atoll.solvers.problem import gpu_type_of
 
-WINDOW_S = RISK_WINDOW * 300.0  # the simulator's window: 12 steps of 5 minutes
+WINDOW_S = RISK_WINDOW * FleetConfig.step_s  # the simulator's window: 12 steps of 5 minutes
 FUTURE_TOLERANCE_S = 60.0  # clocks of the watcher and the controller may differ this much
 EVENTS = ("preempted", "refused")
 MAX_REPORTED = 20  # lines named per tick (the count is always given)
@@ -174,9 +176,7 @@ def pool_shares(events: Sequence[PoolEvent], gpu_types: Sequence[str], held: np.
             held_out.append(f"{refused[g]:g} {name} nodes refused in the last hour, but "
                             f"{requested[g]:g} were requested")
             refused[g] = requested[g]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pre = np.where(preempted > 0, preempted / np.maximum(preempted + held, 1e-9), 0.0)
-        fail = np.where(requested > 0, refused / np.maximum(requested, 1e-9), 0.0)
+    pre, fail = risk_shares(preempted, held, refused, requested)
     return pre, fail, held_out
 
 

@@ -37,7 +37,14 @@ from atoll.envs.fleet_model import FleetModel
 from atoll.envs.observation import RISK_WINDOW, SINCE_CAP, build_observation, observation_space
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.servers import ServerReport, learn, server_report, service_latencies
-from atoll.envs.signals import UNSERVED_WINDOW, fleet_signals, push_window, served_shares, unserved_shares
+from atoll.envs.signals import (
+    UNSERVED_WINDOW,
+    fleet_signals,
+    push_window,
+    risk_shares,
+    served_shares,
+    unserved_shares,
+)
 from atoll.envs.vocabulary import Pool, Reoptimization
 from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.problem import Risk, SolveStatus, gpu_type_of
@@ -493,15 +500,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             waiting_share=self._waiting_share if self._obs_closed else None)
         if self._obs_risk:
             spread, ondemand = self.fleet.risk_exposure(self.state)
-            held = np.zeros(len(self.gpu_types))
-            for (_, config), n in self.fleet.nodes_held(self.state).items():
-                held[self._gpu_index[gpu_type_of(config)]] += n
-            preempted = self._preempted_nodes.sum(axis=0)
-            requested = self._requested_nodes.sum(axis=0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                pre = np.where(preempted > 0, preempted / np.maximum(preempted + held, 1e-9), 0.0)
-                failed = self._failed_nodes.sum(axis=0)
-                fail = np.where(requested > 0, failed / np.maximum(requested, 1e-9), 0.0)
+            held = self.fleet.held_by_gpu_type(self.state)
+            pre, fail = risk_shares(self._preempted_nodes.sum(axis=0), held, self._failed_nodes.sum(axis=0),
+                                    self._requested_nodes.sum(axis=0))
             signals = replace(signals, queue_growth=self._queue_growth, latency_miss=self._latency_miss,
                               spread=spread, ondemand_share=ondemand, preempted_share=pre, failed_share=fail)
         return build_observation(signals, closed_loop=self._obs_closed, risk=self._obs_risk)

@@ -331,6 +331,14 @@ class FleetModel:
                     use[(t.region, cfg)] += n * k
         return {cell: math.ceil(u - 1e-9) for cell, u in use.items()}
 
+    def held_by_gpu_type(self, state: FleetState) -> np.ndarray:
+        """[GPU types] nodes held (:meth:`nodes_held`), in the order of ``gpu_types``."""
+        index = {g: j for j, g in enumerate(self.gpu_types)}
+        out = np.zeros(len(self.gpu_types))
+        for (_, config), n in self.nodes_held(state).items():
+            out[index[gpu_type_of(config)]] += n
+        return out
+
     def headroom(self, state: FleetState, caps: Mapping[Pool, int]) -> np.ndarray:
         """[GPU types] (nodes offered - nodes held) / nodes offered; 0 where none are offered."""
         held = self.nodes_held(state)

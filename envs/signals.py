@@ -44,6 +44,16 @@ def push_window(window: np.ndarray, shares: np.ndarray) -> np.ndarray:
     return out
 
 
+def risk_shares(preempted: np.ndarray, held: np.ndarray, failed: np.ndarray, requested: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """([G] preempted share, [G] refused share) per GPU type over the risk window: nodes preempted
+    / (those + nodes held), nodes refused / nodes requested (0 where none were)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pre = np.where(preempted > 0, preempted / np.maximum(preempted + held, 1e-9), 0.0)
+        fail = np.where(requested > 0, failed / np.maximum(requested, 1e-9), 0.0)
+    return pre, fail
+
+
 def fleet_signals(fleet: FleetModel, state: FleetState, caps: Mapping[Pool, int], *,
                   demand: np.ndarray, forecast_mean: np.ndarray, forecast_upper: np.ndarray,
                   forecast_first: np.ndarray, forecast_last: np.ndarray,
