@@ -39,7 +39,7 @@ from atoll.solvers.files import atomic_write_text
 from atoll.solvers.paths import PERF_FACTORS_PATH, shared_data_dir, user_perf_factors_path
 from atoll.solvers.perf import SIBLING, PerfFactors, step_terms
 from atoll.solvers.profiles import DATASETS, Observation, load_observations
-from atoll.solvers.types import Phase
+from atoll.solvers.types import PHASES, Phase
 
 HELDOUT_FRACTION = 0.3
 LOGO_RELATIVE = {"T4": "L4", "L4": "T4", "V100": "A100", "A100": "V100", "H100": "A100"}
@@ -205,7 +205,7 @@ def calibrate(data: Path | None = None, *, seed: int = 0,
             by_gpu.setdefault(ds, {})[gpu] = _median(errors[mask])
     by_phase_tp: dict[str, dict[str, dict[str, float]]] = {}
     for ds in DATASETS:
-        for phase in Phase:
+        for phase in PHASES:
             for tp in sorted({o.config.count for o in test if o.dataset == ds}):
                 mask = [o.dataset == ds and o.config.count == tp and _phase(o) is phase for o in test]
                 if any(mask):

@@ -205,6 +205,38 @@ def step_seconds(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase
     return max(compute, memory) + layers * factors.t_layer_ms * 1e-3 + comm
 
 
+def mixed_step_seconds(model: ModelSpec, config: NodeConfig, layers: int, *, sequences: float,
+                       chunk_tokens: float, shape: RequestShape, factors: PerfFactors) -> float:
+    """Time of one co-located step over ``layers`` layers: ``sequences`` decode sequences (one new
+    token each, at the shape's mean context) and ``chunk_tokens`` prompt tokens of chunked prefill.
+
+    The interference model (Sarathi-Serve's, the reason chunked prefill exists): the two parts
+    share one pass over the weights, so the weight bytes are read once for all tokens (a MoE layer
+    routes them together), while each part adds its own FLOPs and KV traffic (decode reads its
+    sequences' caches; a chunk writes its tokens and reads, on average, half its prompt's cache
+    so far). The step is the roofline max of the summed compute and memory, plus the per-layer
+    overhead, the all-reduces of every token's activations, and decode's synchronization (the
+    step is a decode step for the sequences in it). With no chunk it is
+    :func:`step_seconds`'s decode step; with no sequences, a prefill step's compute and traffic.
+    """
+    gpu, n = config.gpu, config.count
+    ctx, length = shape.mean_context, shape.input_tokens
+    d_attn = model.heads * model.head_dim
+    kv = model.kv_bytes_per_token_layer
+    tokens = sequences + chunk_tokens
+    flops = 2.0 * model.layer_active_params * tokens
+    flops += 4.0 * sequences * ctx * d_attn + 2.0 * chunk_tokens * length * d_attn
+    nbytes = model.layer_weight_bytes * _moe_touched_fraction(model, tokens)
+    nbytes += sequences * ctx * kv + chunk_tokens * kv + (length / 2.0 if chunk_tokens > 0 else 0.0) * kv
+    flops, nbytes = layers * flops, layers * nbytes
+    compute = flops / (n * gpu.bf16_tflops * 1e12 * factors.compute_eff(gpu.name))
+    memory = nbytes / (n * gpu.hbm_bandwidth_gbs * 1e9 * factors.memory_eff(gpu.name))
+    comm = layers * 2.0 * _allreduce_s(config, tokens * model.hidden * ACT_BYTES, factors)
+    if sequences > 0:
+        comm += decode_sync_seconds(n, layers, memory * n, factors)
+    return max(compute, memory) + layers * factors.t_layer_ms * 1e-3 + comm
+
+
 def decode_sync_seconds(n: int, layers: int, stream_s: float, factors: PerfFactors) -> float:
     """Synchronization of a tensor-parallel decode step of ``layers`` layers on n GPUs (0 for
     one GPU); ``stream_s`` is the step's HBM stream time on one GPU (bytes / effective bandwidth).
@@ -252,13 +284,22 @@ def _largest_within(limit: int, fits: Callable[[int], bool]) -> int:
 
 def node_profile(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase,
                  budget_ms: float, *, shape: RequestShape = RequestShape(),
-                 factors: PerfFactors | None = None, send_activations: bool = False) -> float:
+                 factors: PerfFactors | None = None, send_activations: bool = False,
+                 min_chunk_tokens: float = 0.0) -> float:
     """Highest tokens/s one node sustains holding ``layers`` layers with each step <= budget_ms.
 
     Prefill tokens/s counts prompt tokens; decode tokens/s counts generated tokens. Returns 0
     when the layers plus the KV cache of the smallest useful batch do not fit, or when even that
     batch misses the budget. ``send_activations``: the node is a pipeline stage with a successor,
     and the step's activation transfer to it counts against the budget.
+
+    Co-located (``Phase.COLOCATED``, budget = the TPOT share): the prompt tokens/s of a replica
+    serving both phases in the shape's ratio. Every step carries b decode sequences and a prompt
+    chunk of c = max(b x input / output, ``min_chunk_tokens``) tokens (the prefill the b sequences'
+    requests bring, and at least the chunk that keeps TTFT within budget, see
+    :attr:`atoll.solvers.templates.TemplateJob.min_chunk_tokens`); the largest b whose step
+    (:func:`mixed_step_seconds`) fits the budget and whose KV cache (b full sequences and the
+    chunk's prompts) fits gives b / (output x step) requests/s.
     """
     if not 1 <= layers <= model.layers:
         raise ValueError(f"layers must be in 1..{model.layers} for {model.name}, got {layers}")
@@ -278,6 +319,9 @@ def node_profile(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase
 
         k = _largest_within(max_k, lambda k: prefill_s(k) <= budget_s)
         return k * length / prefill_s(k) if k else 0.0
+    if phase is Phase.COLOCATED:
+        return _colocated_profile(model, config, layers, budget_s, cap, shape, f, send_activations,
+                                  min_chunk_tokens)
     ctx = shape.mean_context
     max_b = int(min(cap / shape.max_context, 4096))
 
@@ -287,6 +331,28 @@ def node_profile(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase
 
     b = _largest_within(max_b, lambda b: decode_s(b) <= budget_s)
     return b / decode_s(b) if b else 0.0
+
+
+def _colocated_profile(model: ModelSpec, config: NodeConfig, layers: int, budget_s: float, cap: float,
+                       shape: RequestShape, f: PerfFactors, send_activations: bool,
+                       min_chunk: float) -> float:
+    """:func:`node_profile` of a co-located replica (see there): its prompt tokens/s."""
+    ratio = shape.input_tokens / shape.output_tokens
+
+    def chunk(b: int) -> float:
+        return max(b * ratio, min_chunk)
+
+    def step_s(b: int) -> float:
+        t = mixed_step_seconds(model, config, layers, sequences=b, chunk_tokens=chunk(b), shape=shape,
+                               factors=f)
+        return t + (activation_transfer_seconds(model, b + chunk(b)) if send_activations else 0.0)
+
+    def kv_fits(b: int) -> bool:  # b whole sequences, plus the prompts the chunk is filling
+        return b * shape.max_context + math.ceil(chunk(b) / shape.input_tokens) * shape.input_tokens <= cap
+
+    most = int(min(cap / shape.max_context, 4096))
+    b = _largest_within(most, lambda b: kv_fits(b) and step_s(b) <= budget_s)
+    return b / (shape.output_tokens * step_s(b)) * shape.input_tokens if b else 0.0
 
 
 def max_layers_that_fit(model: ModelSpec, config: NodeConfig, shape: RequestShape) -> int:

@@ -60,7 +60,10 @@ class ProfileTable:
 
 def profile_table(model: ModelSpec, configs: Sequence[NodeConfig], phase: Phase, budget_ms: float, *,
                   max_stages: int, shape: RequestShape = DEFAULT_SHAPE,
-                  factors: PerfFactors | None = None) -> ProfileTable:
+                  factors: PerfFactors | None = None, min_chunk_tokens: float = 0.0) -> ProfileTable:
+    """``min_chunk_tokens``: a co-located replica's smallest prompt chunk (see
+    :func:`atoll.solvers.perf.node_profile`); the same for every stage, since each chunk passes
+    through all of them within the TPOT budget."""
     f = factors or load_factors()
     n_layers = model.layers
     stages = max(1, min(max_stages, n_layers))
@@ -73,7 +76,8 @@ def profile_table(model: ModelSpec, configs: Sequence[NodeConfig], phase: Phase,
                 for ci, cfg in enumerate(configs):
                     for j in range(1, n_layers + 1):
                         arr[ci, j - 1] = node_profile(model, cfg, j, phase, budget_ms / s, shape=shape,
-                                                      factors=f, send_activations=send_act)
+                                                      factors=f, send_activations=send_act,
+                                                      min_chunk_tokens=min_chunk_tokens)
                         if arr[ci, j - 1] == 0.0:
                             break  # zero stays zero: more layers, less memory and slower steps
             out.append(arr)
@@ -261,8 +265,8 @@ def solve(table: ProfileTable, multiset: Sequence[int], *, one_node_per_stage: b
 
 
 def best_placement(model: ModelSpec, configs: Sequence[NodeConfig], phase: Phase, budget_ms: float, *,
-                   shape: RequestShape = DEFAULT_SHAPE,
-                   factors: PerfFactors | None = None) -> tuple[float, tuple[Stage, ...]]:
+                   shape: RequestShape = DEFAULT_SHAPE, factors: PerfFactors | None = None,
+                   min_chunk_tokens: float = 0.0) -> tuple[float, tuple[Stage, ...]]:
     """Exact throughput-optimal placement of the multiset ``configs`` (every node used).
 
     Returns (tokens/s, stages in pipeline order); (0.0, ()) when no placement serves at all.
@@ -272,7 +276,7 @@ def best_placement(model: ModelSpec, configs: Sequence[NodeConfig], phase: Phase
     distinct = sorted({c.name: c for c in configs}.values(), key=lambda c: c.name)
     index = {c.name: i for i, c in enumerate(distinct)}
     table = profile_table(model, distinct, phase, budget_ms, max_stages=len(configs), shape=shape,
-                          factors=factors)
+                          factors=factors, min_chunk_tokens=min_chunk_tokens)
     placed = solve(table, [index[c.name] for c in configs])
     return placed.throughput, to_stages(placed, distinct)
 

@@ -133,6 +133,10 @@ class TemplateIndex:
         rc: list[int] = []
         k: list[float] = []  # nodes per instance: a slice is a fraction of its node
         models: dict[str, None] = {}
+        cover1: list[int] = []
+        cover2: list[int] = []
+        throughput2: list[float] = []
+        ratio: dict[str, float] = {}  # co-located service -> decode / prompt tokens
         for t in templates:
             if not isinstance(t, Template):
                 raise TypeError(f"{owner}: field 'templates' must hold Template objects, got {t!r}")
@@ -144,6 +148,20 @@ class TemplateIndex:
             name = t.service.name
             by_service[name].append(t)
             svc.append(service_id.setdefault(name, len(service_id)))
+            rows = t.covers
+            cover1.append(service_id.setdefault(rows[0][0], len(service_id)))
+            if len(rows) > 1:
+                cover2.append(service_id.setdefault(rows[1][0], len(service_id)))
+                throughput2.append(rows[1][1])
+                # one ratio per model: dominance compares co-located templates by prompt tokens/s
+                r = rows[1][1] / rows[0][1]
+                if not math.isclose(ratio.setdefault(name, r), r, rel_tol=1e-9):
+                    raise ValueError(f"{owner}: co-located templates of {t.service.model!r} serve decode and "
+                                     f"prompt tokens in different ratios ({ratio[name]:.6g} and {r:.6g}); "
+                                     f"build them from one request shape per model")
+            else:
+                cover2.append(-1)
+                throughput2.append(0.0)
             models.setdefault(t.service.model)
             types = {gpu_type_of(c) for c, _ in t.nodes}
             kind.append(kind_id.setdefault(gpu_type_of(t.nodes[0][0]), len(kind_id)))
@@ -169,6 +187,14 @@ class TemplateIndex:
         self.n_configs = max(len(config_id), 1)
         self.multi_config = np.asarray([len(t.nodes) > 1 for t in templates], dtype=bool)
         self.throughput = np.asarray([t.throughput for t in templates], dtype=np.float64)
+        # the demand rows each template serves (Template.covers): its own service's, or a
+        # co-located template's prefill row (cover1, throughput) and decode row (cover2,
+        # throughput2); cover2 is -1 and throughput2 0 for one-phase templates
+        self.cover1 = np.asarray(cover1, dtype=np.int64)
+        self.cover2 = np.asarray(cover2, dtype=np.int64)
+        self.throughput2 = np.asarray(throughput2, dtype=np.float64)
+        self.colocated = self.cover2 >= 0
+        self.any_colocated = bool(self.colocated.any())
         self.ptr = np.asarray(ptr, dtype=np.int64)
         self.rc = np.asarray(rc, dtype=np.int64)
         self.rc_list, self.k_list = rc, k  # for per-template Python loops (numpy items are slow)
@@ -229,11 +255,11 @@ class TemplateIndex:
         own = self.templates
         for i in changed.tolist():
             t = own[i]
-            templates[i] = t if scale[i] == 1.0 else Template.trusted(t.service, t.region, t.nodes, t.stages,
-                                                                      float(throughput[i]))
+            templates[i] = t if scale[i] == 1.0 else t.scaled(float(scale[i]))
         index = copy.copy(self)
         index.templates = tuple(templates)
         index.throughput = throughput
+        index.throughput2 = self.throughput2 * scale
         index._scale = scale
         index._rescaled_from = self
         index.near = (weakref.ref(prior), changed)
@@ -511,6 +537,16 @@ class AllocationProblem:
     def templates_of(self, service: str) -> tuple[Template, ...]:
         return self._by_service.get(service, ())
 
+    def serving(self, service: str) -> list[tuple[Template, float]]:
+        """Every template that serves ``service``'s demand row, with the tokens/s one instance
+        gives it: its own templates and its model's co-located ones."""
+        out = [(t, t.throughput) for t in self.templates_of(service)]
+        if self._index.any_colocated:
+            m = model_of(service)
+            out += [(t, thr) for t in self.templates_of(f"{m}/colocated")
+                    for s, thr in t.covers if s == service]
+        return out
+
     def available(self, rc: RegionConfig) -> float:
         if self.availability is None:
             return math.inf
@@ -638,7 +674,8 @@ class AllocationResult:
             cost += n * c
             startup += max(0, n - running[key]) * c
             t = problem.template(key)
-            capacity[t.service.name] += n * t.throughput
+            for s, thr in t.covers:
+                capacity[s] += n * thr
         cost += problem.idle_cost(allocation)  # whole nodes bought for slices
         objective = cost + problem.startup_weight * startup + problem.removal_weight * problem.removed_cost(
             allocation)

@@ -145,7 +145,8 @@ def leader_first(template: Template) -> Template:
         return template
     i = lone[0]
     order = [stages[i], *stages[:i], *stages[i + 1:]]
-    return Template(template.service, template.region, template.nodes, tuple(order), template.throughput)
+    return Template(template.service, template.region, template.nodes, tuple(order), template.throughput,
+                    template.decode_throughput)
 
 
 def template_problem(runtime: str, model: ModelSpec, template: Template) -> str | None:

@@ -43,7 +43,7 @@ from atoll.solvers.perf import RequestShape
 from atoll.solvers.problem import AllocationProblem, SolveStatus
 from atoll.solvers.registry import Registry, UnknownNameError
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime, slices_default
-from atoll.solvers.types import NODE_GPU_COUNTS, GpuType, ModelSpec, Offer, Phase, Service, Template
+from atoll.solvers.types import NODE_GPU_COUNTS, PD_MODES, GpuType, ModelSpec, Offer, Phase, Service, Template
 
 AMPLE_NODES = 1000
 AVAILABILITIES: tuple[str, ...] = ("ample", "scarce")
@@ -91,10 +91,15 @@ class ScenarioSpec:
     user_models: tuple[ModelSpec, ...] = ()
     gpus: tuple[GpuType, ...] = ()
     offers: tuple[Offer, ...] = ()
+    # how its models are served (atoll.solvers.types.PD_MODES), and a fleet file's per-model modes
+    pd: str = "disaggregated"
+    model_pd: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"ScenarioSpec {self.name!r}"
         check_runtime(self.runtime)
+        if self.pd not in PD_MODES:
+            raise ValueError(f"{owner}: field 'pd' must be one of {', '.join(PD_MODES)}, got {self.pd!r}")
         if not isinstance(self.slices, bool):
             raise ValueError(f"{owner}: field 'slices' must be a bool, got {self.slices!r}")
         if self.slices and self.runtime != "vllm":
@@ -284,28 +289,32 @@ def _slices(spec: ScenarioSpec, runtime: str, slices: bool | None) -> bool:
     return want
 
 
-def library_spec(spec: ScenarioSpec, runtime: str | None = None, slices: bool | None = None) -> Any:
+def library_spec(spec: ScenarioSpec, runtime: str | None = None, slices: bool | None = None,
+                 pd: str | None = None) -> Any:
     """The scenario's ``LibrarySpec`` with each model's own request shape, for ``runtime``
     (:mod:`atoll.solvers.runtime`; default the scenario's own); ``slices``: stages may use g of
-    a node's G GPUs (``vllm`` only; None: :func:`~atoll.solvers.runtime.slices_default`)."""
+    a node's G GPUs (``vllm`` only; None: :func:`~atoll.solvers.runtime.slices_default`);
+    ``pd``: how every model is served (None: the scenario's own, with its per-model modes)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
     runtime = runtime or spec.runtime
     slices = _slices(spec, runtime, slices)
     shapes = tuple(request_shapes(spec).items())
+    modes = {"pd": spec.pd, "model_pd": spec.model_pd} if pd is None else {"pd": pd, "model_pd": ()}
     base = None if spec.own_catalog else lib.SCENARIO_LIBRARIES.get(spec.name)
     if base is not None:
-        return replace(base, model_shapes=shapes, runtime=runtime, slices=slices)
+        return replace(base, model_shapes=shapes, runtime=runtime, slices=slices, **modes)
     return lib.LibrarySpec(models=spec.models, regions=spec.regions, gpu_types=spec.gpu_types,
                            model_shapes=shapes, runtime=runtime, n_max=spec.n_max, rho=spec.rho,
-                           slices=slices, fleet=spec if spec.own_catalog else None)
+                           slices=slices, fleet=spec if spec.own_catalog else None, **modes)
 
 
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
                        progress: bool | Callable[[int, int], None] = False, runtime: str | None = None,
-                       catalog: Catalog | None = None, slices: bool | None = None) -> tuple[Template, ...]:
+                       catalog: Catalog | None = None, slices: bool | None = None,
+                       pd: str | None = None) -> tuple[Template, ...]:
     """The scenario's template library (built once, then read from the on-disk cache)."""
     lib: Any = importlib.import_module("atoll.solvers.templates")
-    library = lib.build_library(library_spec(spec, runtime, slices), cache_dir=cache_dir, workers=workers,
+    library = lib.build_library(library_spec(spec, runtime, slices, pd), cache_dir=cache_dir, workers=workers,
                                 progress=progress, catalog=catalog)
     return tuple(library.templates)
 
@@ -349,14 +358,15 @@ def build_problem(scenario: str | ScenarioSpec, availability: str = "ample", mix
                   time_limit: float | None = None, gap: float = 1e-4,
                   cache_dir: Path | None = None, progress: bool | Callable[[int, int], None] = False,
                   runtime: str | None = None, what_if_2gpu: bool = False,
-                  slices: bool | None = None) -> AllocationProblem:
+                  slices: bool | None = None, pd: str | None = None) -> AllocationProblem:
     """The allocation problem of a scenario (a bundled one's name, or a fleet file's spec);
     ``templates`` overrides the library (tests);
     ``runtime`` picks the library of what that serving runtime can run. ``what_if_2gpu``: the
     HYPOTHETICAL catalog with 2-GPU AWS nodes (:func:`atoll.solvers.catalog.what_if_two_gpu_nodes`),
     for the paper comparison only. ``slices``: the ``vllm`` library whose stages may use g of a
     node's G GPUs (the ILP then buys whole nodes, :mod:`atoll.solvers.packing`); None: the
-    scenario's own (a fleet file's ``slices``)."""
+    scenario's own (a fleet file's ``slices``). ``pd``: how every model is served
+    (:data:`~atoll.solvers.types.PD_MODES`; None: the scenario's own)."""
     spec = scenario_spec(scenario)
     _choice("availability", availability, SOLVE_AVAILABILITIES, "availabilities")
     _choice("mix", mix, MIXES, "mixes")
@@ -367,7 +377,7 @@ def build_problem(scenario: str | ScenarioSpec, availability: str = "ample", mix
     if templates is None:
         check_runtime(runtime or spec.runtime)
         templates = scenario_templates(spec, cache_dir=cache_dir, progress=progress, runtime=runtime,
-                                       catalog=catalog, slices=slices)
+                                       catalog=catalog, slices=slices, pd=pd)
     demand = scenario_demand(spec, mix)
     if availability in ("ample", "scarce"):
         caps = AVAILABILITY[availability](spec, templates, catalog)

@@ -13,7 +13,7 @@ from atoll.solvers.errors import InputError
 from atoll.solvers.perf import RequestShape, max_layers_that_fit
 from atoll.solvers.runtime import tp_problem
 from atoll.solvers.scenarios import ScenarioSpec, request_shapes
-from atoll.solvers.types import ModelSpec, NodeConfig, Phase, Template
+from atoll.solvers.types import PHASES, ModelSpec, NodeConfig, Phase, Template
 
 
 class UnservableError(InputError):
@@ -67,7 +67,9 @@ def unservable(scenario: ScenarioSpec, templates: Sequence[Template], runtime: s
     """Each model of ``scenario`` that lacks a template for a phase -> why (empty: all servable).
     ``slices``: whether the library had them (None: whether any template has a slice)."""
     have = {(t.service.model, t.service.phase) for t in templates}
-    missing = {m: [p for p in Phase if (m, p) not in have] for m in scenario.models}
+    # a model is servable with both phases' templates, or with co-located ones (they serve both)
+    missing = {m: [p for p in PHASES if (m, p) not in have] for m in scenario.models
+               if (m, Phase.COLOCATED) not in have}
     missing = {m: ps for m, ps in missing.items() if ps}
     if not missing:
         return {}

@@ -65,6 +65,7 @@ def template_to_json(t: Template) -> dict[str, Any]:
         "nodes": [[c, k] for c, k in t.nodes],
         "stages": [{"layers": s.layers, "nodes": list(s.nodes)} for s in t.stages],
         "throughput": t.throughput,
+        **({"decode_throughput": t.decode_throughput} if t.colocated else {}),
     }
 
 
@@ -74,7 +75,8 @@ def template_from_json(data: Mapping[str, Any]) -> Template:
         service = Service(str(data["service"]["model"]), Phase(data["service"]["phase"]))
         nodes = tuple((str(c), int(k)) for c, k in data["nodes"])
         stages = tuple(Stage(int(s["layers"]), tuple(str(n) for n in s["nodes"])) for s in data["stages"])
-        return Template(service, str(data["region"]), nodes, stages, float(data["throughput"]))
+        return Template(service, str(data["region"]), nodes, stages, float(data["throughput"]),
+                        float(data.get("decode_throughput", 0.0)))
     except KeyError as exc:
         raise ValueError(f"template JSON: missing field {exc}") from exc
     except (TypeError, AttributeError) as exc:
@@ -94,9 +96,9 @@ def check_templates(templates: Iterable[Template], configs: Collection[str], lay
     known = set(configs)
     for i, t in enumerate(templates):
         where = f"template {i} ({t.service.name}, {t.region})"
-        thr = t.throughput
-        if isinstance(thr, bool) or not isinstance(thr, int | float) or not math.isfinite(thr) or thr <= 0:
-            raise CacheCorrupt(f"{where}: throughput {thr!r} must be finite and > 0")
+        for thr in (t.throughput, t.decode_throughput)[:len(t.covers)]:
+            if isinstance(thr, bool) or not isinstance(thr, int | float) or not math.isfinite(thr) or thr <= 0:
+                raise CacheCorrupt(f"{where}: throughput {thr!r} must be finite and > 0")
         names = set()
         for config, count in t.nodes:
             if config not in known:

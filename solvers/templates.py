@@ -59,7 +59,7 @@ from atoll.solvers.template_store import (
     template_from_json,
     template_to_json,
 )
-from atoll.solvers.types import ModelSpec, NodeConfig, Phase, Service, Stage, Template
+from atoll.solvers.types import PD_MODES, ModelSpec, NodeConfig, Phase, Service, Stage, Template, pd_phases
 
 if TYPE_CHECKING:
     from atoll.solvers.scenarios import ScenarioSpec
@@ -69,6 +69,7 @@ __all__ = ["SCENARIO_LIBRARIES", "LibrarySpec", "TemplateJob", "TemplateLibrary"
 
 MAX_N_MAX = 8  # set partitions of 8 nodes are already 4140; beyond, the exact search explodes
 DEFAULT_SHAPE = RequestShape()
+COLOCATED_VERSION = 1  # bump when the co-located capacity model changes (it enters those jobs' keys)
 SLICES_VERSION = 1  # bump when what a slice build produces changes (it enters slice jobs' keys)
 
 
@@ -104,6 +105,10 @@ class LibrarySpec:
     :mod:`atoll.solvers.runtime`. ``slices`` (``vllm`` only): stages may also use g of a node's
     G GPUs; the ILP then buys whole nodes and packs the slices. ``fleet``: a fleet file's scenario,
     whose own models, GPU types and offers the names resolve in (None: the shipped catalog).
+    ``pd``: how models are served (:data:`~atoll.solvers.types.PD_MODES`): ``disaggregated``
+    builds prefill and decode templates, ``aggregated`` co-located ones (one replica serves both),
+    ``auto`` all three, and the ILP chooses per model; ``model_pd`` overrides it per model, as
+    (model name, mode) pairs.
     """
 
     models: tuple[str, ...]
@@ -116,9 +121,13 @@ class LibrarySpec:
     runtime: str = DEFAULT_RUNTIME
     slices: bool = False
     fleet: ScenarioSpec | None = None
+    pd: str = "disaggregated"
+    model_pd: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
         owner = "LibrarySpec"
+        if self.pd not in PD_MODES:
+            raise ValueError(f"{owner}: field 'pd' must be one of {', '.join(PD_MODES)}, got {self.pd!r}")
         if self.runtime not in RUNTIMES:
             raise ValueError(f"{owner}: field 'runtime' must be one of {', '.join(RUNTIMES)}, "
                              f"got {self.runtime!r}")
@@ -155,9 +164,27 @@ class LibrarySpec:
                 raise TypeError(f"{owner}: field 'model_shapes' needs RequestShape values, got {shape!r}")
             pairs.append((canon, shape))
         object.__setattr__(self, "model_shapes", tuple(sorted(pairs, key=lambda p: models.index(p[0]))))
+        modes = []
+        for name, pd in dict(self.model_pd).items():
+            try:
+                canon = self.model(name).name
+            except UnknownNameError as exc:
+                raise ValueError(f"{owner}: field 'model_pd': {exc}") from exc
+            if canon not in models:
+                raise ValueError(f"{owner}: field 'model_pd' names {canon!r}, which is not in 'models'")
+            if pd not in PD_MODES:
+                raise ValueError(f"{owner}: field 'model_pd' of {canon!r} must be one of "
+                                 f"{', '.join(PD_MODES)}, got {pd!r}")
+            if pd != self.pd:
+                modes.append((canon, pd))
+        object.__setattr__(self, "model_pd", tuple(sorted(modes, key=lambda p: models.index(p[0]))))
 
     def shape_of(self, model: str) -> RequestShape:
         return dict(self.model_shapes).get(model, self.shape)
+
+    def pd_of(self, model: str) -> str:
+        """How ``model`` is served (its ``model_pd`` entry, else ``pd``)."""
+        return dict(self.model_pd).get(model, self.pd)
 
     @property
     def catalog(self) -> Catalog:
@@ -170,7 +197,10 @@ class LibrarySpec:
         return {"models": list(self.models), "regions": list(self.regions), "gpu_types": list(self.gpu_types),
                 "n_max": self.n_max, "rho": self.rho, "shape": asdict(self.shape),
                 "model_shapes": {m: asdict(s) for m, s in self.model_shapes}, "runtime": self.runtime,
-                **({"slices": True} if self.slices else {})}
+                **({"slices": True} if self.slices else {}),
+                # written only when it differs from the default, so disaggregated libraries keep their keys
+                **({"pd": self.pd} if self.pd != "disaggregated" else {}),
+                **({"model_pd": dict(self.model_pd)} if self.model_pd else {})}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> LibrarySpec:
@@ -180,18 +210,21 @@ class LibrarySpec:
                 gpu_types=tuple(data["gpu_types"]), n_max=int(data["n_max"]), rho=float(data["rho"]),
                 shape=RequestShape(**data["shape"]),
                 model_shapes=tuple((m, RequestShape(**s)) for m, s in data.get("model_shapes", {}).items()),
-                runtime=str(data.get("runtime", DEFAULT_RUNTIME)), slices=bool(data.get("slices", False)))
+                runtime=str(data.get("runtime", DEFAULT_RUNTIME)), slices=bool(data.get("slices", False)),
+                pd=str(data.get("pd", "disaggregated")),
+                model_pd=tuple((str(m), str(v)) for m, v in data.get("model_pd", {}).items()))
         except KeyError as exc:
             raise ValueError(f"LibrarySpec JSON: missing field {exc}") from exc
 
     def jobs(self, catalog: Catalog | None = None, factors: PerfFactors | None = None) -> list[TemplateJob]:
-        """One job per (model, phase, region) with the configs the region sells of the GPU types."""
+        """One job per (model, phase, region) with the configs the region sells of the GPU types;
+        the phases are the model's serving mode's (:func:`~atoll.solvers.types.pd_phases`)."""
         catalog = catalog or self.catalog
         factors = factors or load_factors()
         out = []
         for m in self.models:
             model = self.model(m)
-            for phase in Phase:
+            for phase in pd_phases(self.pd_of(m)):
                 for region in self.regions:
                     nodes = [catalog.config(name) for name in catalog.offers_in(region)
                              if catalog.config(name).gpu.name in self.gpu_types]
@@ -233,6 +266,16 @@ class TemplateJob:
         return self.model.slo.budget_ms(self.phase)
 
     @property
+    def min_chunk_tokens(self) -> float:
+        """A co-located replica's smallest prefill chunk per step: a prompt of L tokens takes
+        ceil(L / chunk) steps of at most TPOT each, so TTFT <= budget needs chunk >= L x TPOT / TTFT
+        (0 for the other phases)."""
+        if self.phase is not Phase.COLOCATED:
+            return 0.0
+        slo = self.model.slo
+        return self.shape.input_tokens * slo.tpot_ms / slo.ttft_ms
+
+    @property
     def key(self) -> str:
         return digest({
             "code_version": CODE_VERSION, "model": asdict(self.model), "phase": self.phase.value,
@@ -243,6 +286,7 @@ class TemplateJob:
             "factors": self.factors.to_json(), "runtime": runtime_tag(self.runtime),
             # whole-node libraries keep their keys (and caches); slice configs are in "configs" too
             **({"slices": SLICES_VERSION} if any(c.node_gpus for c in self.configs) else {}),
+            **({"colocated": COLOCATED_VERSION} if self.phase is Phase.COLOCATED else {}),
         })
 
 
@@ -309,7 +353,9 @@ class JobResult:
     def to_json(self) -> dict[str, Any]:
         # Compact rows: a job's templates share service and region, and libraries run to 1e5 rows.
         services = sorted({(t.service.model, t.service.phase.value, t.region) for t in self.templates})
-        rows = [[[list(n) for n in t.nodes], [[s.layers, list(s.nodes)] for s in t.stages], t.throughput]
+        # a co-located template's row adds its decode tokens/s
+        rows = [[[list(n) for n in t.nodes], [[s.layers, list(s.nodes)] for s in t.stages], t.throughput,
+                 *([t.decode_throughput] if t.colocated else [])]
                 for t in self.templates]
         return {"evaluated": self.evaluated, "seconds": self.seconds, "services": services, "rows": rows}
 
@@ -337,9 +383,10 @@ class JobResult:
                 return got
 
             templates = tuple(
-                Template.trusted(service, region, tuple((c, k) for c, k in nodes),
-                                 tuple(stage(j, ns) for j, ns in stages), float(thr))
-                for nodes, stages, thr in rows)
+                Template.trusted(service, region, tuple((c, k) for c, k in row[0]),
+                                 tuple(stage(j, ns) for j, ns in row[1]), float(row[2]),
+                                 float(row[3]) if len(row) > 3 else 0.0)
+                for row in rows)
         return JobResult(templates, int(data["evaluated"]), float(data["seconds"]))
 
 
@@ -350,7 +397,11 @@ def run_job(job: TemplateJob) -> JobResult:
     if not multisets:
         return JobResult((), 0, time.perf_counter() - t0)
     table = profile_table(job.model, job.configs, job.phase, job.budget_ms,
-                          max_stages=max(len(ms) for ms in multisets), shape=job.shape, factors=job.factors)
+                          max_stages=max(len(ms) for ms in multisets), shape=job.shape, factors=job.factors,
+                          min_chunk_tokens=job.min_chunk_tokens)
+    # a co-located template serves decode tokens in the shape's ratio to its prompt tokens
+    colocated = job.phase is Phase.COLOCATED
+    decode_per_prompt = job.shape.output_tokens / job.shape.input_tokens if colocated else 0.0
     chain = job.runtime == "vllm"
     index = {c.name: i for i, c in enumerate(job.configs)}
 
@@ -363,7 +414,7 @@ def run_job(job: TemplateJob) -> JobResult:
     for ms in remove_dominated({ms: p.throughput for ms, p in placed.items()}):
         nodes = tuple((job.configs[i].name, ms.count(i)) for i in sorted(set(ms)))
         t = Template(job.service, job.region, nodes, to_stages(placed[ms], job.configs),
-                     placed[ms].throughput)
+                     placed[ms].throughput, placed[ms].throughput * decode_per_prompt)
         templates.append(leader_first(t) if chain else t)
     return JobResult(tuple(templates), len(multisets), time.perf_counter() - t0)
 
@@ -389,7 +440,7 @@ class TemplateLibrary:
 
     def counts(self) -> dict[str, int]:
         """Templates per service name (all regions), every service of the spec listed."""
-        out = {Service(m, p).name: 0 for m in self.spec.models for p in Phase}
+        out = {Service(m, p).name: 0 for m in self.spec.models for p in pd_phases(self.spec.pd_of(m))}
         for t in self.templates:
             out[t.service.name] += 1
         return out

@@ -21,10 +21,35 @@ Pool = tuple[str, str]
 
 
 class Phase(enum.StrEnum):
-    """Serving phase; with disaggregated serving each phase is its own service."""
+    """Serving phase; with disaggregated serving each phase is its own service.
+
+    ``COLOCATED`` is not a phase of a request but a way to serve both: one replica runs a model's
+    prefill and decode together (chunked prefill mixes prompt chunks into decode batches, vLLM's
+    default). Its templates cover the model's two demand rows at once (:attr:`Template.covers`);
+    demand is only ever given for :data:`PHASES`.
+    """
 
     PREFILL = "prefill"
     DECODE = "decode"
+    COLOCATED = "colocated"
+
+
+# the phases that carry demand (each a service with its own demand row and SLO budget)
+PHASES: tuple[Phase, Phase] = (Phase.PREFILL, Phase.DECODE)
+# how a model is served: both phases apart, together on one replica, or whichever is cheaper
+PD_MODES: tuple[str, ...] = ("auto", "aggregated", "disaggregated")
+
+
+def pd_phases(pd: str) -> tuple[Phase, ...]:
+    """The template phases a library builds for serving mode ``pd`` (see :data:`PD_MODES`)."""
+    if pd == "disaggregated":
+        return PHASES
+    if pd == "aggregated":
+        return (Phase.COLOCATED,)
+    if pd == "auto":
+        return (*PHASES, Phase.COLOCATED)
+    raise ValueError(f"pd mode {pd!r} is not one of {', '.join(PD_MODES)} (auto lets the ILP choose per "
+                     f"model between a replica per phase and one replica serving both)")
 
 
 @dataclass(frozen=True)
@@ -167,6 +192,8 @@ class Slo:
         check_number("Slo", "tpot_ms", self.tpot_ms)
 
     def budget_ms(self, phase: Phase) -> float:
+        """A step's budget: TTFT for prefill; TPOT for decode and for a co-located replica, whose
+        every step carries decode tokens (its TTFT is a constraint on the chunk size instead)."""
         return self.ttft_ms if phase is Phase.PREFILL else self.tpot_ms
 
 
@@ -287,6 +314,10 @@ class Template:
 
     ``nodes`` is the multiset as sorted (config name, count) pairs; ``stages`` are in pipeline
     order and their layers sum to the model's layers.
+
+    A co-located template (service phase ``COLOCATED``) serves both phases of its model:
+    ``throughput`` is the prompt tokens/s and ``decode_throughput`` the generated tokens/s it
+    serves together, at its library's request shape (0 for a one-phase template).
     """
 
     service: Service
@@ -294,9 +325,15 @@ class Template:
     nodes: tuple[tuple[str, int], ...]
     stages: tuple[Stage, ...]
     throughput: float
+    decode_throughput: float = 0.0
 
     def __post_init__(self) -> None:
         check_number(f"Template {self.service.name}", "throughput", self.throughput)
+        if self.service.phase is Phase.COLOCATED:
+            check_number(f"Template {self.service.name}", "decode_throughput", self.decode_throughput)
+        elif self.decode_throughput != 0.0:
+            raise ValueError(f"Template {self.service.name}: field 'decode_throughput' is for co-located "
+                             f"templates only, got {self.decode_throughput!r}")
         if list(self.nodes) != sorted(self.nodes):
             raise ValueError(f"Template {self.service.name}: field 'nodes' must be sorted")
         stage_nodes = sorted(n for s in self.stages for n in s.nodes)
@@ -308,7 +345,7 @@ class Template:
 
     @classmethod
     def trusted(cls, service: Service, region: str, nodes: tuple[tuple[str, int], ...],
-                stages: tuple[Stage, ...], throughput: float) -> Template:
+                stages: tuple[Stage, ...], throughput: float, decode_throughput: float = 0.0) -> Template:
         """Construct without re-validating (see :meth:`Stage.trusted`): a 1e5-template library
         spends most of its cache load in ``__post_init__`` otherwise."""
         t = object.__new__(cls)
@@ -317,7 +354,27 @@ class Template:
         object.__setattr__(t, "nodes", nodes)
         object.__setattr__(t, "stages", stages)
         object.__setattr__(t, "throughput", throughput)
+        object.__setattr__(t, "decode_throughput", decode_throughput)
         return t
+
+    def scaled(self, factor: float) -> Template:
+        """This template serving ``factor`` x its throughput (both phases' for a co-located one)."""
+        return Template.trusted(self.service, self.region, self.nodes, self.stages, self.throughput * factor,
+                                self.decode_throughput * factor)
+
+    @property
+    def colocated(self) -> bool:
+        return self.service.phase is Phase.COLOCATED
+
+    @functools.cached_property
+    def covers(self) -> tuple[tuple[str, float], ...]:
+        """(service name, tokens/s one instance gives it) for each demand row it serves: its own
+        service, or a co-located template's model's prefill and decode services."""
+        if self.service.phase is not Phase.COLOCATED:
+            return ((self.service.name, self.throughput),)
+        m = self.service.model
+        return ((Service(m, Phase.PREFILL).name, self.throughput),
+                (Service(m, Phase.DECODE).name, self.decode_throughput))
 
     @property
     def node_count(self) -> int:

@@ -43,14 +43,22 @@ def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
     service_of: dict[str, str] = {}
     for key in inst.free:
         t = p.template(key)
-        s = service_of[key] = t.service.name
+        # the demand rows it serves join: a co-located template ties its model's two services
+        rows = [name for name, _ in t.covers if name in parent] or [t.service.name]
+        s = service_of[key] = rows[0]
+        for other in rows[1:]:
+            a, b = find(s), find(other)
+            if a != b:
+                parent[b] = a
         for c, _k in t.node_use:
             rc = (t.region, c)
             if rc in inst.rows:
                 a, b = find(owner.setdefault(rc, s)), find(s)
                 if a != b:
                     parent[b] = a
-    if len(set(service_of.values())) < len(inst.services):
+    served = {name for key in inst.free for name, _ in p.template(key).covers} if p.index.any_colocated \
+        else set(service_of.values())
+    if len(served & set(inst.services)) < len(inst.services):
         return [inst]
     groups: dict[str, list[str]] = defaultdict(list)
     for s in inst.services:

@@ -22,7 +22,7 @@ def max_capacity_alone(problem: AllocationProblem, service: str,
     prob = pulp.LpProblem("alone", pulp.LpMaximize)
     terms = []
     by_rc: dict[tuple[str, str], list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
-    for i, t in enumerate(problem.templates_of(service)):
+    for i, (t, thr) in enumerate(problem.serving(service)):
         rooms = [residual.get((t.region, c), 0) // k for c, k in t.node_use
                  if not math.isinf(residual.get((t.region, c), 0))]  # inf // k is nan
         if not rooms:  # unlimited availability (None): this template alone meets any demand
@@ -31,7 +31,7 @@ def max_capacity_alone(problem: AllocationProblem, service: str,
         if ub <= 0:
             continue
         v = prob.add_variable(f"x{i:06d}", 0, ub, cat=pulp.LpInteger)
-        terms.append((v, t.throughput))
+        terms.append((v, thr))
         for c, k in t.node_use:
             by_rc[(t.region, c)].append((v, float(k)))
     if not terms:
@@ -49,7 +49,7 @@ def diagnose_infeasible(inst: RoundInstance) -> str:
     short = []
     bare = []
     for s in inst.services:
-        if not p.templates_of(s):
+        if not p.serving(s):
             bare.append(s)  # no template at all: availability is not the reason
             continue
         cap = max_capacity_alone(p, s, inst.residual)

@@ -188,7 +188,8 @@ class DirectRun:
             for c, use in t.node_use:
                 if (t.region, c) in inst.rows:
                     by_rc.setdefault((t.region, c), []).append((n_add + i, float(use)))
-            by_service.setdefault(t.service.name, []).append((n_add + i, t.throughput))
+            for s, thr in t.covers:
+                by_service.setdefault(s, []).append((n_add + i, thr))
             regions.append(t.region)
         risk = self._risk_rows(inst, by_service, regions, n_add) if p.risk else []
         self._knapsack: _Cover | None = None
@@ -220,7 +221,8 @@ class DirectRun:
         held: dict[str, list[tuple[str, float]]] = {}
         for key, n in inst.floor.items():
             t = p.template(key)
-            held.setdefault(t.service.name, []).append((t.region, n * t.throughput))
+            for s, thr in t.covers:
+                held.setdefault(s, []).append((t.region, n * thr))
         pools = set(regions) | {r for hs in held.values() for r, _ in hs}
         spot = sorted(z for z in pools if is_spot_region(z))
         out: list[tuple[list[tuple[int, float]], float]] = []

@@ -64,7 +64,8 @@ def _risk_violations(problem: AllocationProblem, counts: Mapping[str, float]) ->
             t = problem.template(key)
         except KeyError:
             continue
-        by_pool[t.service.name][t.region] += n * t.throughput
+        for name, thr in t.covers:
+            by_pool[name][t.region] += n * thr
     spot = sorted({r for caps in by_pool.values() for r in caps if is_spot_region(r)})
     out: list[str] = []
     for s in sorted(problem.demand):
@@ -120,7 +121,8 @@ def evaluate_plan(problem: AllocationProblem,
             price += k * problem.prices[(t.region, c)]
         cost += n * price
         startup += max(0.0, n - running.get(key, 0)) * price
-        capacity[t.service.name] += n * t.throughput
+        for name, thr in t.covers:
+            capacity[name] += n * thr
         if n > 0:
             types_by_model[t.service.model].update(gpu_type_of(c) for c, _ in t.nodes)
             configs_by_model[t.service.model].update(c for c, _ in t.nodes)

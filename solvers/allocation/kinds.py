@@ -135,8 +135,10 @@ def group_templates(inst: RoundInstance) -> tuple[list[Group], list[str]]:
 
 
 def supports(inst: RoundInstance) -> bool:
-    """Whether this module states ``inst``'s ILP: a sliced library without a per-model rule."""
-    return bool(inst.problem.index.sliced_rcs) and inst.problem.per_model_rule is None
+    """Whether this module states ``inst``'s ILP: a sliced library without a per-model rule or
+    co-located templates (those go through :mod:`~atoll.solvers.allocation.model`)."""
+    ix = inst.problem.index
+    return bool(ix.sliced_rcs) and inst.problem.per_model_rule is None and not ix.any_colocated
 
 
 @dataclass

@@ -2,7 +2,10 @@
 
 Sets: templates t (each of one service s(t) of model m(t), one region), node configs c.
 Data: n_tc nodes of config c in t; p_t = sum_c n_tc x price(region, c) ($/h); theta_t tokens/s;
-d_s demand; A_rc availability; r_t running instances; K start-up weight.
+d_s demand; A_rc availability; r_t running instances; K start-up weight. A co-located template
+serves both services of its model (:attr:`~atoll.solvers.types.Template.covers`): it has a term
+theta_ts in each of their demand (and risk) rows, so the sums over "t of s" below run over every
+template serving s.
 
     x_t in Z>=0                       instances (variables only for re-optimized models)
     a_t >= x_t - r_t, a_t >= 0        instances added beyond the running ones
@@ -99,7 +102,8 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
         for c, k in t.node_use:
             if (t.region, c) in inst.rows:
                 by_rc[(t.region, c)].append((var, float(k)))
-        by_service[t.service.name].append((var, t.throughput))
+        for s, thr in t.covers:
+            by_service[s].append((var, thr))
         first = t.nodes[0][0]
         kind = first if rule == "config" else gpu_type_of(first)
         by_model_type[(t.service.model, kind)].append(key)
@@ -142,7 +146,8 @@ def build_model(inst: RoundInstance, stage: str, floor_share: float | None = Non
         by_region: dict[str, list[tuple[str, pulp.LpVariable, float]]] = defaultdict(list)
         for key, var in model.count.items():
             t = p.template(key)
-            by_region[t.service.name].append((t.region, var, t.throughput))
+            for s, thr in t.covers:
+                by_region[s].append((t.region, var, thr))
         risk_rows(inst, prob, by_region, model.fraction, stage)
     prob.setObjective(pulp.LpAffineExpression(objective))
     return model
@@ -212,7 +217,8 @@ def risk_rows(inst: RoundInstance, prob: pulp.LpProblem,
     held: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for key, n in inst.floor.items():
         t = p.template(key)
-        held[t.service.name].append((t.region, n * t.throughput))
+        for s, thr in t.covers:
+            held[s].append((t.region, n * thr))
     pools = {r for ts in terms.values() for r, _, _ in ts} | {r for hs in held.values() for r, _ in hs}
     spot = sorted(z for z in pools if is_spot_region(z))
     for j, s in enumerate(inst.services):
@@ -249,7 +255,8 @@ def start_values(inst: RoundInstance, model: Model, start: Allocation) -> dict[s
             values[model.added[key].name] = max(0, v - inst.running[key])
         if key in model.removed:
             values[model.removed[key].name] = max(0, inst.running[key] - v)
-        cap[p.template(key).service.name] += v * p.template(key).throughput
+        for s, thr in p.template(key).covers:
+            cap[s] += v * thr
     used: dict[str, set[str]] = defaultdict(set)
     for key, var in model.count.items():
         if values[var.name] > 0 and key in model.kind_of:

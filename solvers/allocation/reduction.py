@@ -50,7 +50,8 @@ class RoundInstance:
             if t.service.model not in free_models or t.service.model in problem.grow:
                 if t.service.model in problem.grow:
                     self.floor[key] = n
-                    self.held[t.service.name] += n * t.throughput
+                    for s, thr in t.covers:
+                        self.held[s] += n * thr
                 else:
                     self.fixed[key] = n
                 for c, k in t.node_use:
@@ -100,7 +101,7 @@ class RoundInstance:
         self.free = [ix.keys[i] for i in chosen]
         self.bound = {ix.keys[i]: int(b) for i, b in zip(chosen, bound.tolist(), strict=True)}
         if problem.removal_weight > 0:  # a kept template's service joins, demand or none
-            extra = {p.template(k).service.name for k in self.free} - set(self.services)
+            extra = {s for k in self.free for s, _ in p.template(k).covers} - set(self.services)
             if extra:
                 self.services = sorted(set(self.services) | extra)
                 self.models = sorted({model_of(s) for s in self.services})
@@ -112,8 +113,7 @@ class RoundInstance:
         p = self.problem
         ix = p.index
         rule = p.per_model_rule
-        d = demand[ix.service]
-        free = d > 0
+        free, need = _needed(ix, demand)
         # with a removal price a running instance may be worth keeping beyond what demand needs:
         # its template is a variable whatever its demand, bounded by its running count at least
         keepable = np.zeros(len(ix.keys))
@@ -124,8 +124,7 @@ class RoundInstance:
             free |= keepable > 0
         if rule is not None:
             free &= ~(ix.multi_config if rule == "config" else ix.multi_type)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            u = np.ceil(np.where(free, d, 0.0) / ix.throughput - 1e-9)
+        u = np.ceil(np.where(free, need, 0.0) - 1e-9)
         u = np.maximum(u, keepable)
         cap, touches = _caps(ix, enforced, resid)
         bound = np.maximum(np.minimum(u, cap), 0.0)
@@ -190,6 +189,26 @@ class RoundInstance:
                     keep[a] = False
             out.extend(mem[keep].tolist())
         return sorted(set(out) | (pinned & set(cand.tolist())))
+
+
+def _needed(ix: TemplateIndex, demand: np.ndarray,
+            at: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per template (of positions ``at``, default all): whether a demand row it serves has demand,
+    and the instances of it alone that cover every row it serves (before rounding up), from the
+    demand per index service. A co-located template serves two rows (``cover1``, ``cover2``)."""
+    sel = slice(None) if at is None else at
+    thr = ix.throughput[sel]
+    d1 = demand[ix.cover1[sel]]
+    free = d1 > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        need = d1 / thr
+    if ix.any_colocated:
+        c2 = ix.cover2[sel]
+        co = c2 >= 0
+        d2 = np.where(co, demand[np.maximum(c2, 0)], 0.0)
+        need = np.maximum(need, np.where(co, d2 / np.where(co, ix.throughput2[sel], 1.0), 0.0))
+        free = free | (d2 > 0)
+    return free, need
 
 
 def _groups(p: AllocationProblem) -> np.ndarray:
@@ -378,7 +397,9 @@ def _reduced(p: AllocationProblem, demand: np.ndarray, enforced: np.ndarray, res
     thr_max = _THR_MAX.get(ix)
     if thr_max is None:
         thr_max = _THR_MAX[ix] = np.zeros(len(ix.services))
-        np.maximum.at(thr_max, ix.service, ix.throughput)
+        np.maximum.at(thr_max, ix.cover1, ix.throughput)
+        co = ix.colocated
+        np.maximum.at(thr_max, ix.cover2[co], ix.throughput2[co])
     positive = demand > 0
     if np.any(positive & (demand <= 4e-9 * thr_max)):
         return None
@@ -388,7 +409,7 @@ def _reduced(p: AllocationProblem, demand: np.ndarray, enforced: np.ndarray, res
            positive.tobytes(), tuple(sorted(p.risk)) if p.risk else ())
     hit = memo.get(key)
     if hit is None:
-        free = positive[ix.service]
+        free, _ = _needed(ix, demand)
         cap, touches = _caps(ix, enforced, resid)
         cand = np.flatnonzero(free & (cap >= 1))
         front = _front(p, cand, touches, enforced, ranked=_ranking(p, key[0], key[4]))
@@ -396,9 +417,14 @@ def _reduced(p: AllocationProblem, demand: np.ndarray, enforced: np.ndarray, res
         while len(memo) > _PRUNED_SIZE:
             memo.popitem(last=False)
     memo.move_to_end(key)
-    service = ix.service
-    extra = {i for i in pinned if positive[service[i]] and hit.cap[i] >= 1}  # pinned candidates
+    if pinned:
+        at = np.asarray(sorted(pinned), dtype=np.int64)
+        served, _ = _needed(ix, demand, at)
+        extra = {i for i, ok in zip(at.tolist(), served.tolist(), strict=True) if ok and hit.cap[i] >= 1}
+    else:
+        extra = set()
     chosen = sorted(set(hit.front) | extra) if extra else list(hit.front)
     at = np.asarray(chosen, dtype=np.int64)
-    u = np.ceil(demand[service[at]] / ix.throughput[at] - 1e-9)
+    _, need = _needed(ix, demand, at)
+    u = np.ceil(need - 1e-9)
     return chosen, np.maximum(np.minimum(u, hit.cap[at]), 0.0)

@@ -259,7 +259,7 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
         if inst.overused:
             return result(SolveStatus.INFEASIBLE, None, "models held fixed exceed availability at "
                           + "; ".join(inst.overused) + "; re-optimize them too")
-        served_by = {problem.template(k).service.name for k in inst.free}
+        served_by = {s for k in inst.free for s, _ in problem.template(k).covers}
         if problem.mode == "cost" and any(s not in served_by for s in inst.services):
             return result(SolveStatus.INFEASIBLE, None, why_infeasible(inst))
         rows: set[tuple[str, str]] = set()

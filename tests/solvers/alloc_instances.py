@@ -10,25 +10,32 @@ import pytest
 
 from atoll.solvers.allocation.evaluate import evaluate_plan
 from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResult, SolveStatus
-from atoll.solvers.types import Phase, Service, Stage, Template
+from atoll.solvers.types import PHASES, Phase, Service, Stage, Template
 
 CONFIGS = ("1xA", "2xA", "1xB")
 AVAILABILITY_TOL = 1e-6  # evaluate_plan's tolerance on a pool's node count
 
 
-def template(model: str, phase: Phase, region: str, nodes: dict[str, int], throughput: float) -> Template:
+def template(model: str, phase: Phase, region: str, nodes: dict[str, int], throughput: float,
+             decode_throughput: float = 0.0) -> Template:
     pairs = tuple(sorted(nodes.items()))
     flat = tuple(c for c, k in pairs for _ in range(k))
-    return Template(Service(model, phase), region, pairs, (Stage(4, flat),), throughput)
+    return Template(Service(model, phase), region, pairs, (Stage(4, flat),), throughput, decode_throughput)
 
 
 def random_problem(seed: int, *, n_models: int = 2, regions: tuple[str, ...] = ("r1",),
                    max_templates: int = 6, avail_max: int = 4, demand_max: float = 10.0,
                    mode: str = "cost", with_running: bool = False,
-                   one_type: bool = False) -> AllocationProblem:
+                   one_type: bool = False, colocated: bool = False) -> AllocationProblem:
+    """``colocated``: templates may also be co-located (serving both services of their model, the
+    decode row at a seeded ratio per model)."""
     rng = random.Random(seed)
     models = [f"m{i}" for i in range(n_models)]
-    services = [Service(m, p) for m in models for p in Phase]
+    services = [Service(m, p) for m in models for p in PHASES]
+    ratio: dict[str, float] = {}
+    if colocated:
+        services += [Service(m, Phase.COLOCATED) for m in models]
+        ratio = {m: rng.choice([0.25, 0.5, 1.0, 2.0]) for m in models}
     templates: dict[str, Template] = {}
     order = iter(services)  # every service gets a template before any gets a second
     while len(templates) < max_templates:
@@ -37,11 +44,15 @@ def random_problem(seed: int, *, n_models: int = 2, regions: tuple[str, ...] = (
         for _ in range(rng.randint(1, 2)):
             c = rng.choice(CONFIGS)
             mix[c] = mix.get(c, 0) + 1
-        t = template(s.model, s.phase, rng.choice(regions), mix, float(rng.randint(2, 12)))
+        region = rng.choice(regions)  # drawn in this order: the seeds' instances stay as they were
+        thr = float(rng.randint(2, 12))
+        t = template(s.model, s.phase, region, mix, thr,
+                     thr * ratio[s.model] if s.phase is Phase.COLOCATED else 0.0)
         templates.setdefault(t.key, t)
     prices = {(r, c): float(rng.randint(1, 6)) for r in regions for c in CONFIGS}
     avail = {(r, c): rng.randint(1, avail_max) for r in regions for c in CONFIGS}
-    demand = {s.name: float(rng.choice([0, rng.randint(1, int(demand_max))])) for s in services}
+    demand = {s.name: float(rng.choice([0, rng.randint(1, int(demand_max))])) for s in services
+              if s.phase is not Phase.COLOCATED}
     running = None
     reopt = None
     k = 0.0

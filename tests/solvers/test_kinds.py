@@ -20,7 +20,7 @@ from atoll.solvers.allocation.reduction import RoundInstance
 from atoll.solvers.packing import check_packing
 from atoll.solvers.problem import AllocationProblem, Risk, SolveStatus
 from atoll.solvers.tiers import tiered_region
-from atoll.solvers.types import Phase, Service, Stage, Template
+from atoll.solvers.types import PHASES, Service, Stage, Template
 
 REGION = "aws:us-east-2"
 MODEL = "Phi-4-14B"  # 40 layers
@@ -54,7 +54,7 @@ def _library(rng: random.Random, regions: list[str], drop: float,
             prices[(region, f"{size}xL4")] = round(size * rng.uniform(0.7, 1.0) * scale, 3)
         prices[(region, "8xH100")] = round(rng.uniform(40, 60) * scale, 3)
         sizes = {"L4": l4_sizes, "H100": [8]}
-        for phase in Phase:
+        for phase in PHASES:
             svc = Service(MODEL, phase)
             for lead, worker, n in rng.sample(shapes, per_service):
                 leads = _configs(lead[0], lead[1], sizes[lead[0]])
@@ -83,7 +83,7 @@ def _plain(problem: AllocationProblem, monkeypatch: pytest.MonkeyPatch, **kw: ob
 
 
 def _demand(rng: random.Random) -> dict[str, float]:
-    return {Service(MODEL, ph).name: rng.uniform(2.0, 12.0) for ph in Phase}
+    return {Service(MODEL, ph).name: rng.uniform(2.0, 12.0) for ph in PHASES}
 
 
 def _check(problem: AllocationProblem, res: object) -> None:

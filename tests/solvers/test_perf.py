@@ -19,7 +19,7 @@ from atoll.solvers.perf import (
     node_profile,
     step_seconds,
 )
-from atoll.solvers.types import GpuType, ModelSpec, NodeConfig, Phase, Slo
+from atoll.solvers.types import PHASES, GpuType, ModelSpec, NodeConfig, Phase, Slo
 
 TOY_GPU = GpuType("TOY", memory_gb=10.0, hbm_bandwidth_gbs=1000.0, bf16_tflops=100.0,
                   link_gbs=100.0)
@@ -95,7 +95,7 @@ def test_bad_arguments_are_named() -> None:
 
 _models = st.sampled_from(DEFAULT_MODELS)
 _configs = st.sampled_from([c.name for c in CATALOG.configs(DEFAULT_GPU_TYPES)])
-_phases = st.sampled_from(list(Phase))
+_phases = st.sampled_from(list(PHASES))
 
 
 @settings(max_examples=60, deadline=None)

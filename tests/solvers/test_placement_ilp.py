@@ -12,7 +12,7 @@ from placement_ilp import solve_placement
 from atoll.solvers.catalog import load_catalog
 from atoll.solvers.perf import PerfFactors, RequestShape, node_profile
 from atoll.solvers.placement import best_placement
-from atoll.solvers.types import ModelSpec, NodeConfig, Phase, Slo
+from atoll.solvers.types import PHASES, ModelSpec, NodeConfig, Phase, Slo
 
 CATALOG = load_catalog()
 FACTORS = PerfFactors()
@@ -57,7 +57,7 @@ def brute_force(model: ModelSpec, nodes: list[NodeConfig], phase: Phase) -> floa
 
 def _random_case(rng: random.Random) -> tuple[ModelSpec, list[NodeConfig], Phase]:
     n = rng.choice((1, 2, 2, 3, 3, 3, 4))
-    return rng.choice(list(TOY.values())), [rng.choice(POOL) for _ in range(n)], rng.choice(list(Phase))
+    return rng.choice(list(TOY.values())), [rng.choice(POOL) for _ in range(n)], rng.choice(list(PHASES))
 
 
 def _recompute(model: ModelSpec, phase: Phase, stages: tuple) -> float:

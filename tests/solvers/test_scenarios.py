@@ -15,7 +15,7 @@ from atoll.solvers.scenarios import (
     scenario_prices,
     trace_shape,
 )
-from atoll.solvers.types import Phase
+from atoll.solvers.types import PHASES, Phase
 
 
 def test_request_shapes_alternate_code_and_conv():
@@ -56,7 +56,7 @@ def _synthetic_core_templates():
     prices = scenario_prices(spec)
     out = []
     for m in spec.models:
-        for phase in Phase:
+        for phase in PHASES:
             for (region, config), _price in sorted(prices.items()):
                 n = int(config.partition("x")[0])
                 out.append(template(m, phase, region, {config: 1}, 1500.0 * n if phase is Phase.PREFILL

@@ -27,7 +27,16 @@ from atoll.solvers.perf import RequestShape
 from atoll.solvers.problem import Allocation, AllocationProblem, SolveStatus
 from atoll.solvers.runtime import multiset_ok, template_problem, vllm_multisets, with_slices
 from atoll.solvers.templates import LibrarySpec, build_library, enumerate_multisets
-from atoll.solvers.types import NodeConfig, Phase, Service, Stage, Template, node_config_of, node_share
+from atoll.solvers.types import (
+    PHASES,
+    NodeConfig,
+    Phase,
+    Service,
+    Stage,
+    Template,
+    node_config_of,
+    node_share,
+)
 
 REGION = "aws:us-east-2"
 H100_ONLY = LibrarySpec(models=("Phi-4-14B", "GPT-OSS-20B"), regions=(REGION,), gpu_types=("H100",),
@@ -154,7 +163,7 @@ def _synthetic(rng: random.Random) -> tuple[tuple[Template, ...], dict[str, floa
               (("2/4xL4", 1),), (("4xL4", 1),), (("1/8xH100", 1),)]
     templates = []
     demand = {}
-    for phase in Phase:
+    for phase in PHASES:
         svc = Service("Phi-4-14B", phase)
         for nodes in rng.sample(shapes, 3):
             stages = tuple(Stage(40 // nodes[0][1] + (40 % nodes[0][1] if j == 0 else 0), (nodes[0][0],))
