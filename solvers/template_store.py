@@ -97,7 +97,7 @@ def check_templates(templates: Iterable[Template], configs: Collection[str], lay
     for i, t in enumerate(templates):
         where = f"template {i} ({t.service.name}, {t.region})"
         for thr in (t.throughput, t.decode_throughput)[:len(t.covers)]:
-            if isinstance(thr, bool) or not isinstance(thr, int | float) or not math.isfinite(thr) or thr <= 0:
+            if isinstance(thr, bool) or not isinstance(thr, int | float) or not (math.isfinite(thr) and thr > 0):
                 raise CacheCorrupt(f"{where}: throughput {thr!r} must be finite and > 0")
         names = set()
         for config, count in t.nodes:
