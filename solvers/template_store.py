@@ -97,7 +97,8 @@ def check_templates(templates: Iterable[Template], configs: Collection[str], lay
     for i, t in enumerate(templates):
         where = f"template {i} ({t.service.name}, {t.region})"
         for thr in (t.throughput, t.decode_throughput)[:len(t.covers)]:
-            if isinstance(thr, bool) or not isinstance(thr, int | float) or not (math.isfinite(thr) and thr > 0):
+            number = isinstance(thr, int | float) and not isinstance(thr, bool)
+            if not number or not (math.isfinite(thr) and thr > 0):
                 raise CacheCorrupt(f"{where}: throughput {thr!r} must be finite and > 0")
         names = set()
         for config, count in t.nodes:
