@@ -50,11 +50,12 @@ def guard_tables(fleet: LiveFleet) -> GuardTables:
     best_instance, best_node = np.zeros((n, 2)), np.zeros((n, 2))
     priced: dict[tuple[int, int], list[tuple[float, str]]] = {}
     for key, t in fleet.templates.items():
-        mi, ph, thr, per_h = model.info(key)
+        per_h = model.info(key)[3]
         nodes = sum(k for _, k in t.node_use) or 1  # a slice: its share of a node
-        best_instance[mi, ph] = max(best_instance[mi, ph], thr)
-        best_node[mi, ph] = max(best_node[mi, ph], thr / nodes)
-        priced.setdefault((mi, ph), []).append((per_h, key))
+        for mi, ph, thr in model.rows(key):  # a co-located template serves both phases
+            best_instance[mi, ph] = max(best_instance[mi, ph], thr)
+            best_node[mi, ph] = max(best_node[mi, ph], thr / nodes)
+            priced.setdefault((mi, ph), []).append((per_h, key))
     by_price = {svc: [k for _, k in sorted(v)] for svc, v in priced.items()}
     total_nodes = float(sum(fleet.availability.values()))
     return GuardTables(by_price, best_instance, best_node * total_nodes)
@@ -65,8 +66,8 @@ def service_counts(fleet: LiveFleet, plan: Mapping[str, int]) -> np.ndarray:
     counts = np.zeros((len(fleet.models), 2), dtype=int)
     for key, n in plan.items():
         if key in fleet.templates:
-            mi, ph, _, _ = fleet.model.info(key)
-            counts[mi, ph] += n
+            for mi, ph, _ in fleet.model.rows(key):
+                counts[mi, ph] += n
     return counts
 
 
@@ -85,7 +86,8 @@ def _changes(fleet: LiveFleet, a: Mapping[str, int], b: Mapping[str, int], servi
              ) -> list[tuple[int, str]]:
     """(a[k] - b[k], k) for the service's keys where a holds more, largest first."""
     return sorted(((n - b.get(k, 0), k) for k, n in a.items()
-                   if n > b.get(k, 0) and k in fleet.templates and fleet.model.info(k)[:2] == service),
+                   if n > b.get(k, 0) and k in fleet.templates
+                   and any(row[:2] == service for row in fleet.model.rows(k))),
                   key=lambda e: (-e[0], e[1]))
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from atoll.envs.actions import ACTION_KINDS, DEFAULT_ACTION_LEVELS, ActionCodec, risk_menu
 from atoll.envs.capacity_error import CapacityError
@@ -15,7 +15,7 @@ from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
 from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec
-from atoll.solvers.types import Template
+from atoll.solvers.types import PD_MODES, Template
 
 AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot", "hedged", "market")
 # the kinds a fleet file's pools take as markets (``market``: each pool's own from the file;
@@ -67,7 +67,9 @@ class FleetConfig:
     runtime; ``vllm``: what vLLM can run, as the controller deploys). ``prices`` None means spot
     prices with spot availability, on-demand otherwise. ``transition``: ``make-before-break``
     (replaced instances serve until their replacement is ready) or ``break-before-make``
-    (removed instances stop serving at once). ``resample`` and
+    (removed instances stop serving at once). ``pd``: how every model is served (``auto``,
+    ``aggregated``, ``disaggregated``; None: the scenario's own, a fleet file's per-model modes
+    included). ``resample`` and
     ``demand_seed`` (the ``servegen`` workload): ``sampled`` draws every step's requests from the
     clients' arrival processes with a generator seeded by ``demand_seed``; ``hold`` repeats each
     600 s window's rate in every step it covers. ``availability="hedged"``: every
@@ -172,6 +174,7 @@ class FleetConfig:
     preemption: str = "independent"
     spot_acquisition: str = "seen"
     scale_down: str = "drain"
+    pd: str | None = None
 
     def __post_init__(self) -> None:
         owner = "FleetConfig"
@@ -260,6 +263,9 @@ class FleetConfig:
             check_runtime(self.runtime)
         except (KeyError, ValueError) as exc:
             raise InputError(f"{owner}: field 'runtime': {exc}") from exc
+        if self.pd is not None and self.pd not in PD_MODES:
+            raise InputError(f"{owner}: field 'pd' must be one of {', '.join(PD_MODES)} or None, "
+                             f"got {self.pd!r}")
         if self.action not in ACTION_KINDS:
             raise InputError(f"{owner}: field 'action' must be one of {', '.join(ACTION_KINDS)}, "
                              f"got {self.action!r}")
@@ -285,8 +291,10 @@ class FleetConfig:
 
     @property
     def scenario_spec(self) -> ScenarioSpec:
-        """The fleet file's scenario, or the bundled one ``scenario`` names."""
-        return self.fleet if self.fleet is not None else SCENARIOS[self.scenario]
+        """The fleet file's scenario, or the bundled one ``scenario`` names; with ``pd``, serving
+        every model that way."""
+        spec = self.fleet if self.fleet is not None else SCENARIOS[self.scenario]
+        return spec if self.pd is None else replace(spec, pd=self.pd, model_pd=())
 
     @property
     def look_ahead_steps(self) -> int:

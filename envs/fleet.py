@@ -209,14 +209,15 @@ class FleetState:
         return sum(int(c) for c, _ in self.starting.get(key, []))
 
     def apply_plan(self, target: Allocation, startup_s: Mapping[str, float], drain_s: float, *,
-                   service_of: Callable[[str], object] | None = None,
+                   services_of: Callable[[str], tuple[object, ...]] | None = None,
                    draw: Callable[[str, int], list[float]] | None = None) -> int:
         """Move toward ``target``; returns the number of instances started.
 
-        Without ``service_of`` removals are break-before-make: running instances removed stop
-        serving at once and drain. With it (make-before-break), a removal from a service to which
-        this plan adds instances keeps serving until the slowest of those additions is ready,
-        then drains; a pure scale-down drains at once. Additions first bring back instances of the
+        Without ``services_of`` removals are break-before-make: running instances removed stop
+        serving at once and drain. With it (make-before-break; key -> the services a template
+        serves, two for a co-located one), a removal from services to which this plan adds
+        instances keeps serving until the slowest of those additions is ready, then drains; a pure
+        scale-down drains at once. Additions first bring back instances of the
         same template that are still being replaced (they are running: no start-up). ``draw``
         (key, n) -> n start-up seconds replaces ``startup_s`` with a start-up per instance."""
         added = 0
@@ -244,13 +245,14 @@ class FleetState:
                     self.starting.setdefault(key, []).extend([1.0, s] for s in seconds)
                 added += need
                 self.fresh[key] = need
-                if service_of is not None:
-                    svc = service_of(key)
-                    ready_in[svc] = max(ready_in.get(svc, 0.0), max(seconds))
+                if services_of is not None:
+                    for svc in services_of(key):
+                        ready_in[svc] = max(ready_in.get(svc, 0.0), max(seconds))
         for key in keys:
             have = self.running.get(key, 0) + self.starting_count(key)
             if target[key] < have:
-                hold = ready_in.get(service_of(key)) if service_of is not None else None
+                hold = max((ready_in[s] for s in services_of(key) if s in ready_in), default=None) \
+                    if services_of is not None else None
                 self._remove(key, have - target[key], drain_s, hold)
         return added
 

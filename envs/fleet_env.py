@@ -705,8 +705,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         the step's requests."""
         gone = np.zeros((len(self.models), 2))
         for key, n in stopped.items():
-            mi, ph, thr, _ = self.fleet.info(key)
-            gone[mi, ph] += n * thr
+            for mi, ph, thr in self.fleet.rows(key):
+                gone[mi, ph] += n * thr
         total = ready + gone
         with np.errstate(divide="ignore", invalid="ignore"):
             frac = np.where(total > 0, gone / np.where(total > 0, total, 1.0), 0.0).max(axis=1)

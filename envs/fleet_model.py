@@ -114,6 +114,7 @@ class FleetModel:
                               for g in self.gpu_types}
         self.model_index = {name: i for i, name in enumerate(self.models)}
         self._key_info: dict[str, tuple[int, int, float, float]] = {}
+        self._key_rows: dict[str, tuple[tuple[int, int, float], ...]] = {}
         self._family: dict[str, str] = {}
         self._family_names: dict[str, int] = {}  # family -> id
         self._family_ids = np.zeros(0, dtype=np.int64)  # family id per position of base.templates
@@ -153,13 +154,25 @@ class FleetModel:
 
     # ----- per template ---------------------------------------------------------------------
     def info(self, key: str) -> tuple[int, int, float, float]:
-        """(model index, phase index, throughput tokens/s, $/h) of a template key."""
+        """(model index, phase index, throughput tokens/s, $/h) of a template key; a co-located
+        template's first row (its prompt tokens/s; :meth:`rows` has both)."""
         hit = self._key_info.get(key)
         if hit is None:
             t = self.base.template(key)
-            phase = 0 if t.service.phase.value == "prefill" else 1
+            phase = 1 if t.service.phase.value == "decode" else 0  # a co-located one: its prompt row
             hit = (self.model_index[t.service.model], phase, t.throughput, self.base.template_cost(key))
             self._key_info[key] = hit
+        return hit
+
+    def rows(self, key: str) -> tuple[tuple[int, int, float], ...]:
+        """(model index, phase index, tokens/s) of each service a template serves: one, or both
+        phases of its model for a co-located template."""
+        hit = self._key_rows.get(key)
+        if hit is None:
+            mi, ph, thr, _ = self.info(key)
+            t = self.base.template(key)
+            hit = ((mi, 0, t.throughput), (mi, 1, t.decode_throughput)) if t.colocated else ((mi, ph, thr),)
+            self._key_rows[key] = hit
         return hit
 
     def family(self, key: str) -> str:
@@ -241,11 +254,12 @@ class FleetModel:
         ready = np.zeros((m, 2))
         planned = np.zeros((m, 2))
         for key, r, p in self._ready_entries(state, step_s):
-            mi, ph, thr, _ = self.info(key)
-            if factors:
-                thr *= factors.get(self.family(key), 1.0)
-            ready[mi, ph] += r * thr
-            planned[mi, ph] += p * thr
+            factor = factors.get(self.family(key), 1.0) if factors else 1.0
+            for mi, ph, thr in self.rows(key):
+                if factors:
+                    thr *= factor
+                ready[mi, ph] += r * thr
+                planned[mi, ph] += p * thr
         return ready, planned
 
     def ready_by_family(self, state: FleetState, step_s: float) -> dict[tuple[int, int], dict[str, float]]:
@@ -254,8 +268,8 @@ class FleetModel:
         out: dict[tuple[int, int], dict[str, float]] = defaultdict(lambda: defaultdict(float))
         for key, r, _ in self._ready_entries(state, step_s):
             if r > 0:
-                mi, ph, thr, _ = self.info(key)
-                out[(mi, ph)][self.family(key)] += r * thr
+                for mi, ph, thr in self.rows(key):
+                    out[(mi, ph)][self.family(key)] += r * thr
         return {svc: dict(fams) for svc, fams in out.items()}
 
     def changing(self, state: FleetState, step_s: float) -> set[tuple[int, int]]:
@@ -265,18 +279,19 @@ class FleetModel:
         out: set[tuple[int, int]] = set()
         for key, entries in state.starting.items():
             if any(left < step_s for _, left in entries):
-                out.add(self.info(key)[:2])
+                out.update(self._service_of(key))
         for key, entries in state.replaced.items():
             if any(left < step_s for _, left, _ in entries):
-                out.add(self.info(key)[:2])
+                out.update(self._service_of(key))
         return out
 
     def instances_ready(self, state: FleetState, step_s: float) -> np.ndarray:
-        """[M, 2] instances ready over the next ``step_s`` seconds (fractional as in :meth:`capacity`)."""
+        """[M, 2] instances ready over the next ``step_s`` seconds (fractional as in :meth:`capacity`);
+        a co-located instance is a server of both phases."""
         out = np.zeros((len(self.models), 2))
         for key, r, _ in self._ready_entries(state, step_s):
-            mi, ph, _, _ = self.info(key)
-            out[mi, ph] += r
+            for mi, ph, _ in self.rows(key):
+                out[mi, ph] += r
         return out
 
     def cost(self, state: FleetState, seconds: float) -> np.ndarray:
@@ -425,7 +440,7 @@ class FleetModel:
         draw_startup`); ``scale_down="lose"`` stops removed instances without a drain."""
         for key in set(allocation.as_dict()) - set(self.startup.seconds):
             self.startup.of(self.templates[key])
-        service_of = self._service_of if self.config.transition == "make-before-break" else None
+        services_of = self._service_of if self.config.transition == "make-before-break" else None
         draw = None
         if self.config.startup == "sampled" and rng is not None:
             def draw(key: str, n: int) -> list[float]:
@@ -433,7 +448,7 @@ class FleetModel:
                 model = self.model_spec(t.service.model)
                 return [draw_startup(t, model, state, rng) for _ in range(n)]
         drain = 0.0 if self.config.scale_down == "lose" else self.config.drain_s
-        return state.apply_plan(allocation, self.startup.seconds, drain, service_of=service_of, draw=draw)
+        return state.apply_plan(allocation, self.startup.seconds, drain, services_of=services_of, draw=draw)
 
     def spot_pool(self, key: str) -> str | None:
         """The spot pool a template's nodes are bought in (its region's spot tier; every region
@@ -454,13 +469,13 @@ class FleetModel:
         for key, n in state.planned().counts:
             if not n:
                 continue
-            mi, ph, thr, _ = self.info(key)
-            total[mi, ph] += n * thr
             pool = self.spot_pool(key)
-            if pool is None:
-                ondemand[mi, ph] += n * thr
-            else:
-                pools[(mi, ph, pool)] += n * thr
+            for mi, ph, thr in self.rows(key):
+                total[mi, ph] += n * thr
+                if pool is None:
+                    ondemand[mi, ph] += n * thr
+                else:
+                    pools[(mi, ph, pool)] += n * thr
         largest = np.zeros((m, 2))
         for (mi, ph, _), c in pools.items():
             largest[mi, ph] = max(largest[mi, ph], c)
@@ -470,5 +485,6 @@ class FleetModel:
             share = np.where(total > 0, ondemand / safe, 1.0)  # a phase without capacity: no say
         return spread, np.where((total > 0).any(axis=1), share.min(axis=1), 0.0)
 
-    def _service_of(self, key: str) -> tuple[int, int]:
-        return self.info(key)[:2]
+    def _service_of(self, key: str) -> tuple[tuple[int, int], ...]:
+        """(model index, phase index) of each service the template serves."""
+        return tuple((mi, ph) for mi, ph, _ in self.rows(key))

@@ -83,7 +83,7 @@ def test_draining_nodes_are_billed_only_until_their_drain_ends() -> None:
 
 def test_make_before_break_the_replaced_instance_serves_and_bills_until_its_replacement_is_ready() -> None:
     s = FleetState(running={A.key: 1})
-    s.apply_plan(Allocation.of({B.key: 1}), STARTUP, drain_s=60, service_of=lambda k: SVC)
+    s.apply_plan(Allocation.of({B.key: 1}), STARTUP, drain_s=60, services_of=lambda k: (SVC,))
     # A (2 L4 nodes, $2/h) still serves; B (L4 + L40S, $11/h) starts for 300 s
     assert s.running == {A.key: 0} and s.replaced == {A.key: [[1.0, 300.0, 60.0]]} and s.held(A.key) == 1
     assert s.planned() == Allocation.of({B.key: 1})
@@ -101,12 +101,12 @@ def test_break_before_make_and_pure_scale_down_drain_at_once() -> None:
     s.apply_plan(Allocation.of({B.key: 1}), STARTUP, drain_s=60)  # no service_of: break-before-make
     assert s.draining == {A.key: [[1.0, 60.0]]} and not s.replaced
     t = FleetState(running={A.key: 2})
-    t.apply_plan(Allocation.of({A.key: 1}), STARTUP, drain_s=60, service_of=lambda k: SVC)
+    t.apply_plan(Allocation.of({A.key: 1}), STARTUP, drain_s=60, services_of=lambda k: (SVC,))
     assert t.draining == {A.key: [[1.0, 60.0]]} and not t.replaced
 
 
 def test_a_replaced_instance_comes_back_when_a_later_plan_wants_it_again() -> None:
     s = FleetState(running={A.key: 1})
-    s.apply_plan(Allocation.of({B.key: 1}), STARTUP, drain_s=60, service_of=lambda k: SVC)
-    s.apply_plan(Allocation.of({A.key: 1, B.key: 1}), STARTUP, drain_s=60, service_of=lambda k: SVC)
+    s.apply_plan(Allocation.of({B.key: 1}), STARTUP, drain_s=60, services_of=lambda k: (SVC,))
+    s.apply_plan(Allocation.of({A.key: 1, B.key: 1}), STARTUP, drain_s=60, services_of=lambda k: (SVC,))
     assert s.running[A.key] == 1 and not s.replaced[A.key] and s.starting_count(B.key) == 1
