@@ -52,7 +52,8 @@ class LiveFleet:
     scenario's library (see :mod:`atoll.solvers.runtime`). ``market`` (``market``: a fleet
     file's own per pool; ``spot`` or ``hedged``: every pool in it) plans with price tiers, each
     tier at its own prices and caps (``prices`` then does not apply); None plans one tier at
-    ``prices``. ``removal_weight``: the re-planner's price of churn (see
+    ``prices``. ``removal_weight``: the re-planner's price of churn; ``pd``: how every model is
+    served (None: the scenario's own, a fleet file's ``pd``; see
     :class:`~atoll.envs.config.FleetConfig`)."""
 
     def __init__(self, scenario: str, *, models: Sequence[str] | None = None, prices: str = "on-demand",
@@ -62,7 +63,7 @@ class LiveFleet:
                  request_shapes: Sequence[tuple[float, float]] | None = None,
                  runtime: str = DEPLOY_RUNTIME,
                  min_instances: int | Mapping[str, tuple[int, int]] = 1, fleet: ScenarioSpec | None = None,
-                 market: str | None = None, removal_weight: float = 0.0) -> None:
+                 market: str | None = None, removal_weight: float = 0.0, pd: str | None = None) -> None:
         if market is not None and market not in MARKET_KINDS:
             raise ValueError(f"LiveFleet: field 'market' must be one of {', '.join(MARKET_KINDS)} or None, "
                              f"got {market!r}")
@@ -84,7 +85,7 @@ class LiveFleet:
         self.runtime = check_runtime(runtime)
         self.config = FleetConfig(
             scenario=scenario, fleet=fleet, models=models, prices=None if market else prices,
-            availability=market or "ample", runtime=self.runtime, removal_weight=removal_weight,
+            availability=market or "ample", runtime=self.runtime, removal_weight=removal_weight, pd=pd,
             solver_time_limit=solver_time_limit, solver_gap=solver_gap, demand_round=demand_round,
             templates=tuple(templates) if templates is not None else None,
             request_shapes=tuple((float(a), float(b)) for a, b in request_shapes) if request_shapes else None)

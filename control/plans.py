@@ -38,7 +38,9 @@ def describe_template(t: Template, default_tier: str = "") -> dict[str, Any]:
     region, tier = split_tier(t.region, default=default_tier)
     return {"service": t.service.name, "model": t.service.model, "phase": t.service.phase.value,
             "region": region, **({"tier": tier} if tier else {}), "nodes": [[c, k] for c, k in t.nodes],
-            "stages": [[s.layers, list(s.nodes)] for s in t.stages], "throughput": float(t.throughput)}
+            "stages": [[s.layers, list(s.nodes)] for s in t.stages], "throughput": float(t.throughput),
+            # a co-located template serves both phases: its generated tokens/s beside the prompt's
+            **({"decode_throughput": float(t.decode_throughput)} if t.colocated else {})}
 
 
 def _check_description(owner: str, key: str, d: Any) -> None:

@@ -211,7 +211,7 @@ def read_fleet(path: Path | str, *, step_s: float = STEP_S) -> Fleet:
         markets=tuple(sorted(((o.region, o.config), spec.market_of((o.region, o.config)))
                              for o in spec.offers)),
         ondemand_quota=tuple(sorted((spec.ondemand_quota or {}).items())),
-        user_models=spec.user_models, gpus=spec.gpus, offers=spec.offers)
+        user_models=spec.user_models, gpus=spec.gpus, offers=spec.offers, pd=spec.pd, model_pd=spec.model_pd)
     return Fleet(spec, scenario, series, loaded.checks, loaded.model_checks, loaded.mean_rates,
                        loaded.scalings)
 

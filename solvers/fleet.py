@@ -56,6 +56,10 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
               capacity_values: {on-demand: reserved, spot: preemptible}}
     min_instances: {default: 1, Acme-8B: {prefill: 1, decode: 2}}   # the live controller's floor
     removal_weight: 0.25            # optional: each instance a re-plan removes costs R x its $/h (churn)
+    pd: {default: auto, Acme-8B: disaggregated}   # how a model is served: auto (the ILP chooses),
+                                    # aggregated (one replica serves prefill and decode together,
+                                    # vLLM's default) or disaggregated (a replica per phase); or
+                                    # one word for every model. Default: disaggregated
 
 The market says what a drop in a trace means and the tier a pool bills at: a spot pool is
 billed at its spot price and a drop preempts the spot instances above it; a hedged pool has both
@@ -87,11 +91,11 @@ from atoll.solvers.catalog import load_catalog
 from atoll.solvers.errors import InputError, UnknownNameError
 from atoll.solvers.models import get_model
 from atoll.solvers.runtime import DEPLOY_RUNTIME, RUNTIMES
-from atoll.solvers.types import NODE_GPU_COUNTS, GpuType, ModelSpec, Offer, Slo
+from atoll.solvers.types import NODE_GPU_COUNTS, PD_MODES, GpuType, ModelSpec, Offer, Slo
 
 MARKETS: tuple[str, ...] = ("on-demand", "spot", "hedged")
 TOP_KEYS = ("name", "runtime", "slices", "models", "gpus", "regions", "availability", "workloads",
-            "kubernetes", "n_max", "rho", "min_instances", "removal_weight")
+            "kubernetes", "n_max", "rho", "min_instances", "removal_weight", "pd")
 PHASE_NAMES = ("prefill", "decode")
 AVAILABILITY_KEYS = ("static", "markets", "ondemand_quota", "traces")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -261,6 +265,9 @@ class FleetSpec:
     unsold: tuple[tuple[str, str], ...] = ()
     # each running instance a re-plan removes costs R x its $/h (``removal_weight``; None: not given)
     removal_weight: float | None = None
+    # how models are served (``pd``): the default mode and the models that differ from it
+    pd: str = "disaggregated"
+    model_pd: tuple[tuple[str, str], ...] = ()
 
     def market_of(self, cell: tuple[str, str]) -> str:
         return (self.markets or {}).get(cell, "on-demand")
@@ -690,9 +697,38 @@ def load_fleet(path: Path | str) -> FleetSpec:
     floors = _min_instances(path, doc.get("min_instances", 1), names, by_name)
     removal = doc.get("removal_weight")
     removal_weight = None if removal is None else _number(path, "removal_weight", "removal_weight", removal)
+    pd, model_pd = _pd_modes(path, doc.get("pd", "disaggregated"), names, by_name)
     return FleetSpec(path, name, runtime, tuple(models), tuple(user_models), tuple(user_gpus), tuple(offers),
                      availability, tuple(workloads), dict(kube), n_max, rho, tuple(pool_traces), floors,
-                     slices, markets, quota, tuple(unsold), removal_weight)
+                     slices, markets, quota, tuple(unsold), removal_weight, pd, model_pd)
+
+
+def _pd_modes(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]
+              ) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``pd``: one serving mode for every model, or a mapping of model names (and ``default``) to
+    modes; (the default mode, the models whose mode differs from it)."""
+
+    def mode(where: str, value: Any) -> str:
+        if value not in PD_MODES:
+            raise _fail(path, where, f"must be one of {', '.join(PD_MODES)} (auto: the ILP chooses per model "
+                                     f"between a replica per phase and one serving both), got {_show(value)}")
+        return str(value)
+
+    if not isinstance(raw, dict):
+        return mode("pd", raw), ()
+    default = mode("pd[default]", raw.get("default", "disaggregated"))
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        if key == "default":
+            continue
+        model = by_name.get(str(key).lower())
+        if model is None:
+            raise _fail(path, f"pd[{_show(key)}]",
+                        f"names no model of this fleet; models: {', '.join(names)} (or 'default')")
+        m = mode(f"pd[{_show(key)}]", value)
+        if m != default:
+            out[model] = m
+    return default, tuple((n, out[n]) for n in names if n in out)
 
 
 def _min_instances(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]

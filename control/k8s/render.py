@@ -52,7 +52,16 @@ a decode pod are healthy, Prometheus metrics behind a metrics Service with scrap
 ``router="builtin"``: atoll's standard-library router (:mod:`atoll.control.k8s.router`, a
 script in a ConfigMap, run by ``router_image``) sending to the prefill and decode Services;
 readiness ``/health`` is 200 only when both sides answer theirs. A model with only one phase
-planned gets no router (no request could be served whole). ``pd="aggregated"``: no KV
+planned gets no router (no request could be served whole).
+
+**Co-located templates** (phase ``colocated``, a plan of ``pd: auto`` or ``aggregated``): one
+engine serves prefill and decode together (vLLM's default chunked prefill), so its pods run
+plain ``vllm serve`` without a KV connector and carry ``atoll.io/entry-pod``. A model served
+only co-located gets one entry Service over those pods and no router; a model whose plan mixes
+co-located and prefill/decode replicas keeps its router, and its entry Service selects the
+router's pods and the co-located ones (connections split by endpoint count).
+
+``pd="aggregated"`` (the ``kubernetes`` section's): no KV
 transfer; every pod serves whole requests and the model's one Service selects all of them
 (the planner still sizes prefill and decode separately, so aggregated serving holds at least
 the capacity planned for each phase).
@@ -114,6 +123,9 @@ POOL_NODES_ANNOTATION = "atoll.io/pool-nodes"  # {"<region>[~spot]/<config>": no
 SERVING_LABEL = "atoll.io/serving"  # "true" on pods that serve HTTP (not LeaderWorkerSet workers)
 COMPONENT_LABEL = "atoll.io/component"  # "router" on the prefill/decode router's objects
 ENTRY_LABEL = "atoll.io/entry"  # "true" on the one Service per model that clients use
+# "true" on the pods a model's entry Service selects when they are not just its router's: the
+# co-located vLLM pods (they serve whole requests), and the router's pods beside them
+ENTRY_POD_LABEL = "atoll.io/entry-pod"
 REQUEST_PATH_ANNOTATION = "atoll.io/request-path"
 ROUTER_SCRIPT = "pd_router.py"
 # the router's source, shipped in a ConfigMap so that any image with Python runs it
@@ -405,7 +417,7 @@ def serve_command(options: K8sOptions, model: str, tp: int, layers: list[int], p
             "--port", str(options.port), "--tensor-parallel-size", str(tp)]
     if len(layers) > 1:
         args += ["--pipeline-parallel-size", str(len(layers)), "--distributed-executor-backend", "ray"]
-    if options.pd == "disaggregated":
+    if options.pd == "disaggregated" and phase != "colocated":  # a co-located engine keeps its KV
         args += ["--kv-transfer-config", kv_transfer_config(kv_role(phase, len(layers)))]
     command = shlex.join(args)
     problems = unknown_serve_args(command)
@@ -461,7 +473,9 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
         services[(model, phase)] = None
         labels = {MANAGED_BY[0]: MANAGED_BY[1], "app.kubernetes.io/name": "vllm",
                   MODEL_LABEL: model_label(model), PHASE_LABEL: _label_value(phase),
-                  TEMPLATE_LABEL: _digest(_owned(owner, key)), **({CONTROLLER_LABEL: owner} if owner else {})}
+                  TEMPLATE_LABEL: _digest(_owned(owner, key)), **({CONTROLLER_LABEL: owner} if owner else {}),
+                  # a co-located pod serves whole requests: the model's entry Service selects it
+                  **({ENTRY_POD_LABEL: "true"} if phase == "colocated" else {})}
         annotations = {"atoll.io/template-key": key, MODEL_NAME_ANNOTATION: model,
                        "atoll.io/stages": json.dumps(t["stages"], separators=(",", ":")),
                        "atoll.io/instances": str(instances), "atoll.io/plan-sequence": str(record.sequence),
@@ -471,13 +485,14 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
                        POOL_NODES_ANNOTATION: json.dumps(
                            {p: pools[p] for p in sorted({_pool(t, c) for _, cs in t["stages"] for c in cs})
                             if p in pools}, separators=(",", ":"))}
-        if options.pd == "disaggregated" and kv_role(phase, len(stages)) == "kv_both":
+        colocated = phase == "colocated"
+        if options.pd == "disaggregated" and not colocated and kv_role(phase, len(stages)) == "kv_both":
             annotations["atoll.io/vllm-caveat"] = (
                 "decode with pipeline parallelism: vLLM 0.33.0's NixlConnector refuses kv_consumer with "
                 "PP > 1, so this engine runs the deprecated kv_both role")
         meta = {"name": name, "namespace": options.namespace, "labels": labels, "annotations": annotations}
         serve = serve_command(options, model, tp, layers, phase)
-        nixl = options.pd == "disaggregated"
+        nixl = options.pd == "disaggregated" and not colocated
         if len(stages) == 1:
             pod = _pod(options, _node_selector(options, stages[0][1], key, region, tier),
                        _container(options, "vllm", tp, f"exec {serve}", {}, True, nixl))
@@ -515,10 +530,22 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
                                 owned, {ENTRY_LABEL: "true"}, path))
         return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
     for model, phase in services:
+        if phase == "colocated":  # reached through the model's entry Service, below
+            continue
         selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), SERVING_LABEL: "true",
                     PHASE_LABEL: _label_value(phase), **owned}
         out.append(_service(options, service_name(model, phase, record.owner), model, phase, selector, owned))
     routed = [m for m in models if (m, "prefill") in services and (m, "decode") in services]
+    colocated = [m for m in models if (m, "colocated") in services]
+    for model in colocated:
+        if model in routed:  # mixed: the router's entry Service selects these pods too (see _entry_selector)
+            continue
+        selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), SERVING_LABEL: "true",
+                    ENTRY_POD_LABEL: "true", **owned}
+        path = {REQUEST_PATH_ANNOTATION: "client -> this Service -> a co-located vLLM pod of the model "
+                                         "(prefill and decode on one engine, chunked prefill)"}
+        out.append(_service(options, entry_service_name(model, record.owner), model, None, selector, owned,
+                            {ENTRY_LABEL: "true"}, path))
     if routed and options.router == "builtin":
         # a model with only one phase planned gets no router: it could not serve a request whole
         out.append(_router_script(options, record.owner))
@@ -527,11 +554,12 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
         mp = (str(record.templates[key]["model"]), str(record.templates[key]["phase"]))
         pods[mp] = pods.get(mp, 0) + n
     for model in routed:
+        mixed = model in colocated
         if options.router == "builtin":
-            out.extend(_router(options, model, record.owner, record.sequence))
+            out.extend(_router(options, model, record.owner, record.sequence, mixed))
         else:
             out.extend(_vllm_router(options, model, record.owner, record.sequence,
-                                    pods[(model, "prefill")], pods[(model, "decode")]))
+                                    pods[(model, "prefill")], pods[(model, "decode")], mixed))
     return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
 
 
@@ -565,11 +593,24 @@ def _router_script(options: K8sOptions, owner: str) -> dict[str, Any]:
         "data": {ROUTER_SCRIPT: ROUTER_SOURCE}}
 
 
-def _router(options: K8sOptions, model: str, owner: str, sequence: int) -> list[dict[str, Any]]:
+def _entry_selector(model: str, owned: dict[str, str], mixed: bool) -> dict[str, str]:
+    """The entry Service's selector of a routed model: its router pods; with ``mixed`` (the plan
+    also holds co-located pods of the model) every pod labelled an entry pod, the router's and
+    the co-located ones. Kubernetes spreads connections over the endpoints, so a mixed model's
+    requests split over router and co-located pods by their count, not by planned capacity."""
+    if mixed:
+        return {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), ENTRY_POD_LABEL: "true",
+                **owned}
+    return {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router", **owned}
+
+
+def _router(options: K8sOptions, model: str, owner: str, sequence: int,
+            mixed: bool = False) -> list[dict[str, Any]]:
     """A model's router Deployment (CPU only) and its entry Service, the model's one endpoint."""
     owned = {CONTROLLER_LABEL: owner} if owner else {}
     labels = {MANAGED_BY[0]: MANAGED_BY[1], "app.kubernetes.io/name": "atoll-pd-router",
-              MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router", **owned}
+              MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router", **owned,
+              **({ENTRY_POD_LABEL: "true"} if mixed else {})}
     prefill, decode = (service_name(model, p, owner) for p in ("prefill", "decode"))
     url = f"http://{{}}.{options.namespace}.svc:{options.port}"
     entry = entry_service_name(model, owner)
@@ -600,10 +641,8 @@ def _router(options: K8sOptions, model: str, owner: str, sequence: int) -> list[
                  "template": {"metadata": {"labels": labels}, "spec": {
                      "containers": [container], "terminationGracePeriodSeconds": 30,
                      "volumes": [{"name": "router", "configMap": {"name": router_script_name(owner)}}]}}}}
-    selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router",
-                **owned}
-    service = _service(options, entry, model, None, selector, owned, {ENTRY_LABEL: "true"},
-                       {REQUEST_PATH_ANNOTATION: path})
+    service = _service(options, entry, model, None, _entry_selector(model, owned, mixed), owned,
+                       {ENTRY_LABEL: "true"}, {REQUEST_PATH_ANNOTATION: path})
     return [deployment, service]
 
 
@@ -670,13 +709,14 @@ def vllm_router_args(options: K8sOptions, model: str, owner: str, prefill_instan
 
 
 def _vllm_router(options: K8sOptions, model: str, owner: str, sequence: int, prefill_instances: int,
-                 decode_instances: int) -> list[dict[str, Any]]:
+                 decode_instances: int, mixed: bool = False) -> list[dict[str, Any]]:
     """A model's vllm-router: its Deployment, the ServiceAccount / Role / RoleBinding that let it
     watch pods in the namespace, the entry Service (the model's one endpoint) and a metrics
     Service with Prometheus' scrape annotations."""
     owned = {CONTROLLER_LABEL: owner} if owner else {}
     labels = {MANAGED_BY[0]: MANAGED_BY[1], "app.kubernetes.io/name": "vllm-router",
-              MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router", **owned}
+              MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router", **owned,
+              **({ENTRY_POD_LABEL: "true"} if mixed else {})}
     name = router_name(model, owner)
     entry = entry_service_name(model, owner)
     prefill, decode = (service_name(model, p, owner) for p in ("prefill", "decode"))
@@ -721,8 +761,8 @@ def _vllm_router(options: K8sOptions, model: str, owner: str, sequence: int, pre
                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": options.namespace}]}
     selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), COMPONENT_LABEL: "router",
                 **owned}
-    service = _service(options, entry, model, None, selector, owned, {ENTRY_LABEL: "true"},
-                       {REQUEST_PATH_ANNOTATION: path})
+    service = _service(options, entry, model, None, _entry_selector(model, owned, mixed), owned,
+                       {ENTRY_LABEL: "true"}, {REQUEST_PATH_ANNOTATION: path})
     metrics = _service(options, router_metrics_name(model, owner), model, None, selector, owned,
                        {COMPONENT_LABEL: "router"},
                        {"prometheus.io/scrape": "true", "prometheus.io/port": str(VLLM_ROUTER_METRICS_PORT),

@@ -257,3 +257,54 @@ def test_a_record_carrying_its_packing_states_those_nodes() -> None:
     assert record.nodes_per_pool == node_pools(record) == {"aws:us-east-2/8xH100": 2}
     (dep,) = by_kind(render_manifests(record), "Deployment")
     assert json.loads(dep["metadata"]["annotations"][POOL_NODES_ANNOTATION]) == {"aws:us-east-2/8xH100": 2}
+
+
+COLOCATED = Template(Service("Phi-4-14B", Phase.COLOCATED), "gcp:us-central1", (("1xH100", 1),),
+                     (Stage(40, ("1xH100",)),), 4000.0, 300.0)
+DECODE = Template(Service("Phi-4-14B", Phase.DECODE), "gcp:us-central1", (("1xL4", 1),),
+                  (Stage(40, ("1xL4",)),), 400.0)
+
+
+def _command(dep: dict[str, Any]) -> str:
+    return str(dep["spec"]["template"]["spec"]["containers"][0]["command"][2])
+
+
+@pytest.mark.parametrize("router", ["vllm-router", "builtin"])
+def test_a_colocated_model_is_plain_vllm_behind_its_entry_service(router: str) -> None:
+    """A model served only co-located: plain vllm serve (no KV connector), no router, one entry
+    Service over its pods; a model mixing co-located and prefill/decode replicas keeps its
+    router, whose entry Service selects the router's pods and the co-located ones."""
+    from atoll.control.k8s.render import ENTRY_LABEL, ENTRY_POD_LABEL, entry_service_name
+
+    docs = render_manifests(plan({COLOCATED: 2}), K8sOptions(router=router))
+    for doc in docs:
+        k8s_validate(doc)
+        validate_object(doc)
+    (dep,) = by_kind(docs, "Deployment")
+    assert "--kv-transfer-config" not in _command(dep) and "vllm serve" in _command(dep)
+    assert dep["spec"]["template"]["metadata"]["labels"][ENTRY_POD_LABEL] == "true"
+    assert "nixl" not in json.dumps(dep).lower()
+    (svc,) = by_kind(docs, "Service")
+    assert svc["metadata"]["name"] == entry_service_name("Phi-4-14B")
+    assert svc["metadata"]["labels"][ENTRY_LABEL] == "true"
+    assert svc["spec"]["selector"][ENTRY_POD_LABEL] == "true"
+
+    mixed = render_manifests(plan({COLOCATED: 1, SINGLE: 1, DECODE: 2}), K8sOptions(router=router))
+    for doc in mixed:
+        k8s_validate(doc)
+    entry = next(d for d in by_kind(mixed, "Service")
+                 if d["metadata"]["name"] == entry_service_name("Phi-4-14B"))
+    assert entry["spec"]["selector"][ENTRY_POD_LABEL] == "true"
+    router_dep = next(d for d in by_kind(mixed, "Deployment") if "router" in d["metadata"]["name"])
+    assert router_dep["spec"]["template"]["metadata"]["labels"][ENTRY_POD_LABEL] == "true"
+    serving = [d for d in by_kind(mixed, "Deployment") if "router" not in d["metadata"]["name"]]
+    labelled = {d["spec"]["template"]["metadata"]["labels"]["atoll.io/phase"]: _command(d) for d in serving}
+    assert set(labelled) == {"colocated", "prefill", "decode"}
+    assert "--kv-transfer-config" not in labelled["colocated"]
+    assert "--kv-transfer-config" in labelled["prefill"] and "--kv-transfer-config" in labelled["decode"]
+    # prefill and decode pods are not entry pods: the router reaches them
+    assert all(ENTRY_POD_LABEL not in d["spec"]["template"]["metadata"]["labels"]
+               for d in serving if d["spec"]["template"]["metadata"]["labels"]["atoll.io/phase"] != "colocated")
+    # a plan record describes both rows of a co-located template
+    record = plan({COLOCATED: 1})
+    assert record.templates[COLOCATED.key]["decode_throughput"] == 300.0
