@@ -304,7 +304,8 @@ def test_a_colocated_model_is_plain_vllm_behind_its_entry_service(router: str) -
     assert "--kv-transfer-config" in labelled["prefill"] and "--kv-transfer-config" in labelled["decode"]
     # prefill and decode pods are not entry pods: the router reaches them
     pod_labels = [d["spec"]["template"]["metadata"]["labels"] for d in serving]
-    assert all(ENTRY_POD_LABEL not in labels for labels in pod_labels if labels["atoll.io/phase"] != "colocated")
+    assert all(ENTRY_POD_LABEL not in labels for labels in pod_labels
+               if labels["atoll.io/phase"] != "colocated")
     # a plan record describes both rows of a co-located template
     record = plan({COLOCATED: 1})
     assert record.templates[COLOCATED.key]["decode_throughput"] == 300.0
