@@ -11,7 +11,11 @@ Each rung is the exact allocation ILP over a restricted template set, solved by 
 - ``independent``: heterogeneous replicas, models planned one at a time (in the problem's model
   order), each against what the models before it took and what the ``single-type`` plan gives
   the models after it (so a later model always keeps room for that plan);
-- ``joint``: the full ILP, every model planned together.
+- ``joint``: the full ILP, every model planned together;
+- ``co-located`` (only when the problem holds co-located templates, ``pd: auto``): the joint ILP
+  that may also serve a model with replicas that run prefill and decode together. Every rung
+  above it plans with a replica per phase (the co-located templates are left out of them), so
+  joint/co-located says what co-location buys.
 
 The ladder is monotone by construction: each rung's feasible set holds the rung above's plan
 (homo-node ⊂ homo-config ⊂ single-type template sets and rules; in ``independent`` each model's
@@ -51,6 +55,7 @@ from atoll.solvers.problem import Allocation, AllocationProblem, AllocationResul
 from atoll.solvers.types import Template, node_config_of
 
 RUNGS: tuple[str, ...] = ("homo-node", "homo-config", "single-type", "independent", "joint")
+COLOCATED = "co-located"  # the rung after joint, for problems with co-located templates
 GREEDY = "homo-node-greedy"
 PER_REPLICA = "homo-node-per-replica"
 SIDE: tuple[str, ...] = (GREEDY, PER_REPLICA)
@@ -152,6 +157,7 @@ RESTRICTIONS: Mapping[str, tuple[Callable[[Template], bool] | None, dict[str, bo
     "single-type": (None, {"one_gpu_type_per_model": True}),
     "independent": (None, {}),
     "joint": (None, {}),
+    COLOCATED: (None, {}),
 }
 
 
@@ -167,6 +173,8 @@ def restricted(problem: AllocationProblem, rung: str) -> AllocationProblem:
         raise InputError(f"unknown rung {rung!r}; valid rungs: {', '.join(RESTRICTIONS)}")
     keep, flags = RESTRICTIONS[rung]
     base = fresh(problem)
+    if rung != COLOCATED and base.index.any_colocated:  # every other rung: a replica per phase
+        base = base.with_changes(templates=tuple(t for t in base.templates if not t.colocated))
     if keep is not None:
         base = base.with_changes(templates=tuple(t for t in base.templates if keep(t)))
     return base.with_changes(**flags) if flags else base
@@ -253,7 +261,7 @@ def _independent(base: AllocationProblem, single: Allocation | None) -> Rung:
         use = _usage(base, held)
         avail = None if base.availability is None else {
             rc: max(v - use.get(rc, 0), 0.0) for rc, v in base.availability.items()}
-        templates = tuple(t for t in base.templates if t.service.model == m)
+        templates = tuple(t for t in base.templates if t.service.model == m and not t.colocated)
         demand = {s: d for s, d in base.demand.items() if model_of(s) == m}
         if not templates or not any(d > 0 for d in demand.values()):
             statuses.append(SolveStatus.OPTIMAL.value)
@@ -353,7 +361,8 @@ def solve_ladder(problem: AllocationProblem) -> Ladder:
     rungs: list[Rung] = []
     above: Allocation | None = None
     single: Allocation | None = None
-    for name in RUNGS:
+    names = (*RUNGS, COLOCATED) if base.index.any_colocated else RUNGS
+    for name in names:
         rung = _independent(base, single) if name == "independent" else _solve_rung(name, base, above)
         rungs.append(rung)
         if rung.allocation is not None and (base.mode == "goodput" or rung.ok):

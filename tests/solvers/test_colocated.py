@@ -262,3 +262,19 @@ def test_a_plan_with_a_colocated_replica_is_checked_by_the_evaluator() -> None:
     ev = evaluate_plan(short, Allocation.of({both: 1}))
     assert not ev.feasible and any("m/decode" in v for v in ev.violations)
     assert math.isclose(ev.capacity["m/decode"], 5.0)
+
+
+def test_the_ladder_gains_a_co_location_rung_below_joint() -> None:
+    from atoll.solvers.ladder import COLOCATED, RUNGS, solve_ladder
+    from atoll.solvers.scenarios import ScenarioSpec, build_problem
+
+    spec = ScenarioSpec("one", ("Qwen3-32B", "Phi-4-14B"), ("L4", "L40S", "H100"), ("aws:us-east-2",), 1.0,
+                        0.25, traces=("conv",))
+    ladder = solve_ladder(build_problem(spec, pd="auto"))
+    assert [r.name for r in ladder.rungs] == [*RUNGS, COLOCATED]
+    joint, both = ladder.rung("joint"), ladder.rung(COLOCATED)
+    assert not any(ladder.rung("joint").allocation and "colocated" in k for k, _ in joint.allocation.counts)
+    assert both.cost_per_hour <= joint.cost_per_hour + 1e-9
+    assert any("colocated" in k for k, _ in both.allocation.counts)
+    # without co-located templates the ladder is the one it always was
+    assert [r.name for r in solve_ladder(build_problem(spec)).rungs] == list(RUNGS)
