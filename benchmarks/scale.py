@@ -78,11 +78,12 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
-def library36(n_max: int, *, workers: int | None = None, cache_dir: Path | None = None) -> TemplateLibrary:
+def library36(n_max: int, *, workers: int | None = None, cache_dir: Path | None = None,
+              pd: str = "disaggregated") -> TemplateLibrary:
     """The six catalog models on every GPU type x {1, 2, 4, 8} in the default regions (cached on
-    disk by :func:`~atoll.solvers.templates.build_library`)."""
+    disk by :func:`~atoll.solvers.templates.build_library`); ``pd``: how models are served."""
     all_types = tuple(g.name for g in load_catalog().gpus.values())
-    spec = replace(library_spec(SCENARIOS["extended"]), gpu_types=all_types, n_max=n_max)
+    spec = replace(library_spec(SCENARIOS["extended"], pd=pd), gpu_types=all_types, n_max=n_max)
     return build_library(spec, workers=workers, progress=False, cache_dir=cache_dir)
 
 
@@ -123,7 +124,8 @@ def scale_instance(templates: tuple[Template, ...], n_models: int, seed: int, *,
         rate = scale_to_mean_rate(group, mean)
         req_s = float(rate.requests_per_s[step % len(rate)])
         # the source templates were validated when built: copy them without re-validating
-        out.extend(Template.trusted(Service(name, t.service.phase), t.region, t.nodes, t.stages, t.throughput)
+        out.extend(Template.trusted(Service(name, t.service.phase), t.region, t.nodes, t.stages, t.throughput,
+                                    t.decode_throughput)
                    for t in by_model[src])
         shape = shapes[src]
         demand[f"{name}/prefill"] = req_s * shape.input_tokens
@@ -224,16 +226,19 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="processes of a cold library build")
     ap.add_argument("--cache-dir", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON document here")
+    ap.add_argument("--pd", default="disaggregated", choices=("auto", "aggregated", "disaggregated"),
+                    help="how models are served (auto: the ILP chooses per model)")
     args = ap.parse_args()
     load_start = os.getloadavg()
     t0 = time.perf_counter()
-    lib = library36(args.n_max, workers=args.workers, cache_dir=args.cache_dir)
+    lib = library36(args.n_max, workers=args.workers, cache_dir=args.cache_dir, pd=args.pd)
     templates = tuple(lib.templates)
     # millions of long-lived template objects: keep the cyclic collector from walking them
     gc.freeze()
     doc: dict[str, Any] = {
         "library": {"models": sorted({t.service.model for t in templates}), "configs": 36,
                     "regions": list(DEFAULT_REGIONS), "n_max": args.n_max, "templates": len(templates),
+                    "pd": args.pd,
                     "from_cache": lib.from_cache, "build_seconds": round(lib.build_seconds, 2),
                     "wall_seconds": round(time.perf_counter() - t0, 2)},
         "settings": {"seed": args.seed, "step": args.step, "cap": args.cap, "changed": args.changed,

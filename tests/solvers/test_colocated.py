@@ -278,3 +278,23 @@ def test_the_ladder_gains_a_co_location_rung_below_joint() -> None:
     assert any("colocated" in k for k, _ in both.allocation.counts)
     # without co-located templates the ladder is the one it always was
     assert [r.name for r in solve_ladder(build_problem(spec)).rungs] == list(RUNGS)
+
+
+def test_a_sliced_library_with_colocated_templates_solves_and_packs() -> None:
+    """vLLM slices (g of a node's G GPUs) and co-located templates together: the PuLP model
+    (the slice-kind model does not take co-located columns) buys whole nodes for both."""
+    from atoll.solvers.packing import check_packing, pack_plan
+    from atoll.solvers.scenarios import ScenarioSpec, build_problem
+
+    spec = ScenarioSpec("sliced", ("Phi-4-14B",), ("L4", "L40S"), ("aws:us-east-2",), 2.0, 0.25,
+                        traces=("conv",), runtime="vllm", slices=True)
+    cost = {}
+    for pd in ("disaggregated", "auto"):
+        problem = build_problem(spec, pd=pd, slices=True)
+        assert problem.index.sliced_rcs
+        res = solve_allocation(problem)
+        assert res.status is SolveStatus.OPTIMAL, res.message
+        assert evaluate_plan(problem, res.allocation).feasible
+        assert check_packing(problem, res.allocation, pack_plan(problem, res.allocation)) == []
+        cost[pd] = res.cost_per_hour
+    assert cost["auto"] <= cost["disaggregated"] + 1e-9

@@ -1,0 +1,148 @@
+"""Co-located or disaggregated: where each kind of replica wins, as one JSON document on stdout.
+
+A co-located replica serves a model's prefill and decode on one engine (chunked prefill); a
+disaggregated plan buys a replica per phase. ``pd="auto"`` lets the exact ILP choose per model
+(and mix). This script solves the same problems three ways (``disaggregated``, ``auto``,
+``aggregated``) and reports each plan's $/h and, for the auto plan, which kind serves each model:
+
+- ``one_model``: Qwen3-32B with Azure conversation request sizes in one region (the case a user
+  found: a published allocation solver with one replica type was 0.75x atoll's plan at 1 req/s),
+  at request rates from 0.25 to 256 req/s, on AWS us-east-2 and GCP us-central1;
+- ``scenarios``: the bundled core, extended and fleet20 scenarios at their even mix, with every
+  model's rate scaled by 0.1, 1 and 10 (ample availability, on-demand prices);
+- ``thousand`` (``--thousand``): the 1,000-model fleet of ``benchmarks/scale.py`` (36 node
+  configs, up to ``--n-max`` nodes per template), disaggregated against auto: the cold plan's
+  cost and the warm re-solve of every model (the scale target: <= 10 s).
+
+Every solve is exact to the gap (1e-4); the auto plan can never cost more than the disaggregated
+one (it has all of its columns), so a ratio above 1 would be a solver bug and is flagged.
+
+    .venv/bin/python benchmarks/colocation.py [--thousand] [--n-max 3] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from emit import emit
+
+from atoll.solvers.allocation import solve_allocation
+from atoll.solvers.catalog import DEFAULT_GPU_TYPES
+from atoll.solvers.problem import AllocationProblem, AllocationResult
+from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec, build_problem, request_shapes
+
+MODES = ("disaggregated", "auto", "aggregated")
+RATES = (0.25, 1.0, 4.0, 16.0, 64.0, 256.0)
+LOADS = (0.1, 1.0, 10.0)
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def kinds(problem: AllocationProblem, res: AllocationResult) -> dict[str, float]:
+    """Per model, the share of its prompt capacity on co-located replicas (0: disaggregated)."""
+    cap: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for key, n in (res.allocation.counts if res.allocation else ()):
+        t = problem.template(key)
+        if t.service.phase.value in ("prefill", "colocated"):
+            cap[t.service.model][t.colocated] += n * t.throughput
+    return {m: round(c[1] / (c[0] + c[1]), 4) if c[0] + c[1] > 0 else 0.0 for m, c in cap.items()}
+
+
+def solve_three(spec: ScenarioSpec) -> dict[str, Any]:
+    """The spec's even-mix plan under each serving mode: $/h, status, seconds, and the auto plan's
+    co-located share per model."""
+    out: dict[str, Any] = {}
+    for pd in MODES:
+        t0 = time.perf_counter()
+        problem = build_problem(spec, pd=pd)
+        res = solve_allocation(problem)
+        out[pd] = {"cost_per_hour": round(res.cost_per_hour, 4), "status": res.status.value,
+                   "seconds": round(time.perf_counter() - t0, 2)}
+        if pd == "auto":
+            out["auto_colocated_share"] = kinds(problem, res)
+    d, a, g = (out[m]["cost_per_hour"] for m in MODES)
+    out["auto_over_disaggregated"] = round(a / d, 4)
+    out["aggregated_over_disaggregated"] = round(g / d, 4)
+    out["auto_dearer_than_disaggregated"] = a > d * (1 + 1e-4) + 1e-9  # must be False: a solver bug
+    return out
+
+
+def one_model() -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for region in ("aws:us-east-2", "gcp:us-central1"):
+        rows = {}
+        for rate in RATES:
+            spec = ScenarioSpec("one", ("Qwen3-32B",), DEFAULT_GPU_TYPES, (region,), rate, 0.25,
+                                traces=("conv",))
+            rows[f"{rate:g}"] = solve_three(spec)
+            _log(f"one model, {region}, {rate:g} req/s: auto/disaggregated "
+                 f"{rows[f'{rate:g}']['auto_over_disaggregated']}")
+        doc[region] = rows
+    one = ScenarioSpec("one", ("Qwen3-32B",), DEFAULT_GPU_TYPES, ("aws:us-east-2",), 1.0, 0.25,
+                       traces=("conv",))
+    shape = request_shapes(one)["Qwen3-32B"]
+    doc["request_shape"] = {"input_tokens": round(shape.input_tokens, 1),
+                            "output_tokens": round(shape.output_tokens, 1)}
+    return doc
+
+
+def scenarios() -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    for name in ("core", "extended", "fleet20"):
+        base = SCENARIOS[name]
+        doc[name] = {}
+        for load in LOADS:
+            spec = replace(base, req_per_s=base.req_per_s * load)
+            doc[name][f"x{load:g}"] = row = solve_three(spec)
+            row["req_per_s_per_model"] = spec.req_per_s
+            _log(f"{name} x{load:g}: auto/disaggregated {row['auto_over_disaggregated']}")
+    return doc
+
+
+def thousand(n_max: int) -> dict[str, Any]:
+    """The 1,000-model fleet both ways: set-up, the cold plan's $/h and the warm re-solves."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from scale import library36, peak_rss_gb, run
+
+    out: dict[str, Any] = {}
+    for pd in ("disaggregated", "auto"):
+        t0 = time.perf_counter()
+        lib = library36(n_max, pd=pd)
+        templates = tuple(lib.templates)
+        setup = time.perf_counter() - t0
+        rows = run(templates, 1000, 0, step=3000, cap=0.0, fraction=0.1, change=0.05)
+        out[pd] = {"templates": len(templates), "library_from_cache": lib.from_cache,
+                   "setup_seconds": round(setup, 1), "rows": rows, "peak_rss_gb": round(peak_rss_gb(), 3)}
+        _log(f"1,000 models, {pd}: {len(templates)} templates")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--thousand", action="store_true", help="also the 1,000-model fleet (minutes, GBs)")
+    ap.add_argument("--n-max", type=int, default=3, help="nodes per template of the 1,000-model library")
+    ap.add_argument("--json", action="store_true", help="accepted: the document is printed either way")
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON document here")
+    args = ap.parse_args()
+    load_start = os.getloadavg()
+    t0 = time.perf_counter()
+    doc: dict[str, Any] = {"benchmark": "colocation", "one_model": one_model(), "scenarios": scenarios()}
+    if args.thousand:
+        doc["thousand"] = thousand(args.n_max)
+    doc["machine"] = {"cpu_count": os.cpu_count(), "loadavg_at_start": [round(x, 2) for x in load_start],
+                      "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+                      "wall_seconds": round(time.perf_counter() - t0, 1)}
+    emit(doc, args.out)
+
+
+if __name__ == "__main__":
+    main()
