@@ -24,7 +24,6 @@ what the cheapest even plan needs, and only in the configs it chose.
 from __future__ import annotations
 
 import csv
-import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -43,6 +42,7 @@ from atoll.solvers.perf import RequestShape
 from atoll.solvers.problem import AllocationProblem, SolveStatus
 from atoll.solvers.registry import Registry, UnknownNameError
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime, slices_default
+from atoll.solvers.templates import SCENARIO_LIBRARIES, LibrarySpec, build_library
 from atoll.solvers.types import NODE_GPU_COUNTS, PD_MODES, GpuType, ModelSpec, Offer, Phase, Service, Template
 
 AMPLE_NODES = 1000
@@ -290,20 +290,19 @@ def _slices(spec: ScenarioSpec, runtime: str, slices: bool | None) -> bool:
 
 
 def library_spec(spec: ScenarioSpec, runtime: str | None = None, slices: bool | None = None,
-                 pd: str | None = None) -> Any:
+                 pd: str | None = None) -> LibrarySpec:
     """The scenario's ``LibrarySpec`` with each model's own request shape, for ``runtime``
     (:mod:`atoll.solvers.runtime`; default the scenario's own); ``slices``: stages may use g of
     a node's G GPUs (``vllm`` only; None: :func:`~atoll.solvers.runtime.slices_default`);
     ``pd``: how every model is served (None: the scenario's own, with its per-model modes)."""
-    lib: Any = importlib.import_module("atoll.solvers.templates")
     runtime = runtime or spec.runtime
     slices = _slices(spec, runtime, slices)
     shapes = tuple(request_shapes(spec).items())
     modes = {"pd": spec.pd, "model_pd": spec.model_pd} if pd is None else {"pd": pd, "model_pd": ()}
-    base = None if spec.own_catalog else lib.SCENARIO_LIBRARIES.get(spec.name)
+    base = None if spec.own_catalog else SCENARIO_LIBRARIES.get(spec.name)
     if base is not None:
         return replace(base, model_shapes=shapes, runtime=runtime, slices=slices, **modes)
-    return lib.LibrarySpec(models=spec.models, regions=spec.regions, gpu_types=spec.gpu_types,
+    return LibrarySpec(models=spec.models, regions=spec.regions, gpu_types=spec.gpu_types,
                            model_shapes=shapes, runtime=runtime, n_max=spec.n_max, rho=spec.rho,
                            slices=slices, fleet=spec if spec.own_catalog else None, **modes)
 
@@ -313,8 +312,7 @@ def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, wor
                        catalog: Catalog | None = None, slices: bool | None = None,
                        pd: str | None = None) -> tuple[Template, ...]:
     """The scenario's template library (built once, then read from the on-disk cache)."""
-    lib: Any = importlib.import_module("atoll.solvers.templates")
-    library = lib.build_library(library_spec(spec, runtime, slices, pd), cache_dir=cache_dir, workers=workers,
+    library = build_library(library_spec(spec, runtime, slices, pd), cache_dir=cache_dir, workers=workers,
                                 progress=progress, catalog=catalog)
     return tuple(library.templates)
 

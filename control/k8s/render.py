@@ -536,8 +536,8 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
                     PHASE_LABEL: _label_value(phase), **owned}
         out.append(_service(options, service_name(model, phase, record.owner), model, phase, selector, owned))
     routed = [m for m in models if (m, "prefill") in services and (m, "decode") in services]
-    colocated = [m for m in models if (m, "colocated") in services]
-    for model in colocated:
+    served_colocated = [m for m in models if (m, "colocated") in services]
+    for model in served_colocated:
         if model in routed:  # mixed: the router's entry Service selects these pods too (see _entry_selector)
             continue
         selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), SERVING_LABEL: "true",
@@ -554,7 +554,7 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
         mp = (str(record.templates[key]["model"]), str(record.templates[key]["phase"]))
         pods[mp] = pods.get(mp, 0) + n
     for model in routed:
-        mixed = model in colocated
+        mixed = model in served_colocated
         if options.router == "builtin":
             out.extend(_router(options, model, record.owner, record.sequence, mixed))
         else:
