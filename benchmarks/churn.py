@@ -24,6 +24,7 @@ from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
 from atoll.envs.rollout import run_policy  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 
 KEYS = ("cost_usd", "slo_attainment", "churn_per_hour", "instances_added", "instances_removed")
 PHASES = (("validation", [8, 9, 10]), ("test", [11, 12, 13, 14]))
@@ -42,7 +43,8 @@ def main() -> None:
             env = FleetEnv(FleetConfig(scenario=args.scenario, days=(min(days), max(days)),
                                        availability="spot", removal_weight=w))
             t0 = time.process_time()
-            totals = run_policy(env, make_policy("fixed:1", len(env.models)), days=days, seed=0).totals()
+            rule = make_policy(parse_policy("fixed:1"), len(env.models))
+            totals = run_policy(env, rule, days=days, seed=0).totals()
             row = {k: round(float(totals[k]), 4) for k in KEYS}
             row.update(cpu_s=round(time.process_time() - t0, 1), load=round(os.getloadavg()[0], 2))
             doc["runs"][f"{phase} R={w:g}"] = row

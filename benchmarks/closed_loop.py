@@ -44,6 +44,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 
 WORLDS: dict[str, dict[str, Any]] = {
     "exact": {"capacity_error": 0, "correction": False},
@@ -67,7 +68,7 @@ def run(job: tuple[str, str, str, int, tuple[int, ...]]) -> dict[str, Any]:
     t0 = time.perf_counter()
     env = FleetEnv(FleetConfig(scenario=scenario, availability="spot", days=(min(days), max(days)),
                                slo_model="latency", **WORLDS[world]))
-    policy = make_policy(rule, len(env.models))
+    policy = make_policy(parse_policy(rule), len(env.models))
     if world.endswith("+truth"):  # the planner (and the observation) see the world's own factors
         env._factors = lambda: dict(env.truth)  # type: ignore[method-assign]
     cost = requests = met = served = 0.0

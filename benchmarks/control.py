@@ -42,6 +42,7 @@ from atoll.control.sinks import make_sink  # noqa: E402
 from atoll.control.state import ControllerState, HistoryPoint, save_state  # noqa: E402
 from atoll.envs.demand import workload_series  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 from atoll.forecast.workloads import DemandSeries  # noqa: E402
 from atoll.solvers.scenarios import SCENARIOS, model_shapes  # noqa: E402
 
@@ -88,7 +89,7 @@ def bench_ticks(fleet: LiveFleet, series: list[DemandSeries], ticks: int, interv
     save_state(state_dir, ControllerState(history=seed_history(series, start, 3.0), history_limit=10_000))
     with ReplayExporter(series, list(fleet.models), start_s=start, clock=clock) as exporter:
         controller = Controller(fleet, ScrapeSource(exporter.url, clock=exporter.trace_time),
-                                make_policy(policy, len(fleet.models)),
+                                make_policy(parse_policy(policy), len(fleet.models)),
                                 make_sink(f"json:{workdir / 'plans'}"), state_dir,
                                 settings=ControllerSettings(interval_s=interval_s),
                                 clock=exporter.trace_time)
@@ -117,7 +118,8 @@ def bench_ticks(fleet: LiveFleet, series: list[DemandSeries], ticks: int, interv
 def bench_replay(fleet: LiveFleet, series: list[DemandSeries], hours: float, speedup: float,
                  interval_s: float, policy: str, workdir: Path) -> dict[str, object]:
     with ReplayExporter(series, list(fleet.models), speedup=speedup, start_s=10 * DAY) as exporter:
-        controller = Controller(fleet, ScrapeSource(exporter.url), make_policy(policy, len(fleet.models)),
+        rule = make_policy(parse_policy(policy), len(fleet.models))
+        controller = Controller(fleet, ScrapeSource(exporter.url), rule,
                                 make_sink(f"json:{workdir / 'replay-plans'}"), workdir / "replay-state",
                                 settings=ControllerSettings(interval_s=interval_s, time_scale=speedup),
                                 clock=lambda: time.time() * speedup)
@@ -180,7 +182,7 @@ def bench_bounds(workdir: Path) -> dict[str, object]:
                                          ("trickle_1_byte_per_2s", b"#" * 1000, 2.0, 16.0)):
         server, url = _page_server(body, trickle)
         controller = Controller(fleet, ScrapeSource(url, timeout=5.0, max_bytes=int(max_mb * 2**20)),
-                                make_policy("fixed:1", len(fleet.models)),
+                                make_policy(parse_policy("fixed:1"), len(fleet.models)),
                                 make_sink(f"json:{workdir / case}"), workdir / f"{case}-state")
         tracemalloc.start()
         t = time.perf_counter()

@@ -54,6 +54,7 @@ from atoll.control.metrics import GENERATION, PROMPT, RUNNING, WAITING, MetricsS
 from atoll.control.sinks import JsonDirSink  # noqa: E402
 from atoll.control.state import STATE_FILE, save_state  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 
 DAY = 86400.0
 
@@ -122,7 +123,7 @@ def soak(root: Path, ticks: int, interval_s: float, gap_at: int, gap_s: float, f
     def controller(on: LiveFleet) -> Controller:
         steady = SteadyClock(lambda: clocks.wall, lambda: clocks.mono)
         source.date = steady.metrics_clock()
-        return Controller(on, source, make_policy("threshold", len(on.models)), sink, state_dir,
+        return Controller(on, source, make_policy(parse_policy("threshold"), len(on.models)), sink, state_dir,
                           settings=settings, clock=steady, sleep=lambda s: None, wall=lambda: clocks.wall)
 
     ctl = controller(fleet)

@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402
 from atoll.envs import CHARGED  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 from atoll.solvers.allocation import direct  # noqa: E402
 from atoll.solvers.allocation.knapsack import cover  # noqa: E402
 from atoll.solvers.files import atomic_write_text  # noqa: E402
@@ -71,7 +72,7 @@ def capture_day(scenario: str, day: int, policy: str, seed: int
     config = FleetConfig(scenario=scenario, availability="spot", action_levels=(0.9,), days=(day, day),
                          **CHARGED)
     env = FleetEnv(config)
-    chosen = resolve_policy(policy, len(env.models))
+    chosen = resolve_policy(parse_policy(policy), len(env.models))
     direct.DirectRun.__init__ = recording  # type: ignore[method-assign]
     t0 = time.perf_counter()
     try:

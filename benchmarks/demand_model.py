@@ -162,11 +162,12 @@ def part_accuracy(seed: int, held: Any, source: str, workers: int) -> dict[str, 
 
 def loop_run(config: FleetConfig, rule: str, seed: int, days: list[int]) -> dict[str, Any]:
     from atoll.envs.fleet_env import FleetEnv
+    from atoll.envs.vocabulary import parse_policy
     from atoll.training.evaluate import env_at_level, resolve_policy, seed_value
     from atoll.training.lever_oracle import step_costs
 
     env = FleetEnv(config)
-    policy = resolve_policy(rule, len(env.models))
+    policy = resolve_policy(parse_policy(rule), len(env.models))
     costs, episode = step_costs(env_at_level(env, policy, {}), policy, days=days, seed=seed_value(seed),
                                 lost_usd_per_mtok=2.0)
     t = episode.totals()

@@ -49,6 +49,7 @@ from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.envs.fleet_model import clear_replanners  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
 from atoll.envs.rollout import run_policy  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
 
 POLICIES = ("fixed:1", "fixed:3", "fixed:6", "fixed:12", "threshold", "never", "hindsight")
@@ -73,7 +74,7 @@ def log(msg: str) -> None:
 
 def episode_seconds(env: FleetEnv, policy: str, day: int) -> tuple[float, int]:
     t = time.perf_counter()
-    ep = run_policy(env, make_policy(policy, len(env.models)), days=[day], seed=0)
+    ep = run_policy(env, make_policy(parse_policy(policy), len(env.models)), days=[day], seed=0)
     return time.perf_counter() - t, len(ep.steps)
 
 
@@ -134,7 +135,7 @@ def table(scenario: str, availability: str, days: list[int], seeds: list[int],
         per_seed = []
         t = time.perf_counter()
         for s, env in envs.items():
-            episode = run_policy(env, make_policy(policy, len(env.models)), days=days, seed=s)
+            episode = run_policy(env, make_policy(parse_policy(policy), len(env.models)), days=days, seed=s)
             totals = episode.totals()
             row = {k: float(totals[k]) for k in KEYS}
             if any(changes.get(k) not in (None, v) for k, v in FIRST.items()):

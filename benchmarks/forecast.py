@@ -84,6 +84,7 @@ def simulate_heavy_tailed(forecaster: str, mean_rate: float = 10.0) -> dict[str,
     from atoll.envs.fleet_env import FleetEnv
     from atoll.envs.policies import make_policy
     from atoll.envs.rollout import run_policy
+    from atoll.envs.vocabulary import parse_policy
     from atoll.forecast.synthetic import synthetic_series
     from atoll.forecast.workloads import DemandSeries, scale_to_mean_rate
 
@@ -97,7 +98,8 @@ def simulate_heavy_tailed(forecaster: str, mean_rate: float = 10.0) -> dict[str,
     env = FleetEnv(FleetConfig(scenario="core", demand=tuple(demand), forecaster=forecaster,
                                availability="spot", days=(11, 11)))
     t1 = time.perf_counter()
-    totals = run_policy(env, make_policy("fixed:1", len(env.models)), days=[11], seed=0).totals()
+    rule = make_policy(parse_policy("fixed:1"), len(env.models))
+    totals = run_policy(env, rule, days=[11], seed=0).totals()
     t2 = time.perf_counter()
     return {"series": "pareto-bursts x 3 models (seeds 0-2), mean 10 req/s", "scenario": "core",
             "availability": "spot", "policy": "fixed:1", "day": 11, "forecast_pass_seconds": t1 - t0,

@@ -55,6 +55,7 @@ from atoll.control.sinks import JsonDirSink  # noqa: E402
 from atoll.envs.capacity_error import CapacityError  # noqa: E402
 from atoll.envs.fleet import FleetState  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 from atoll.forecast.workloads import load_workload  # noqa: E402
 
 MODELS = ["Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"]
@@ -126,7 +127,8 @@ def run(weight: float, day: int, hours: float, series: list[Any], policy: str = 
         served = ServedFleet(fleet.model, latest_plan(root / "plans"), capacity_error=WORLD, seed=0)
         with ReplayExporter(series, MODELS, speedup=SPEEDUP, clock=wall, start_s=start_s,
                             served=served) as exporter:
-            ctl = Controller(fleet, ScrapeSource(exporter.url, clock=wall), make_policy(policy, len(MODELS)),
+            rule = make_policy(parse_policy(policy), len(MODELS))
+            ctl = Controller(fleet, ScrapeSource(exporter.url, clock=wall), rule,
                              JsonDirSink(root / "plans"), root / "state",
                              settings=ControllerSettings(interval_s=INTERVAL_S, time_scale=SPEEDUP,
                                                          scale_down_window_s=window_s),

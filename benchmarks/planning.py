@@ -217,6 +217,7 @@ def loop_run(args: LoopJob) -> dict[str, Any]:
     from atoll.envs.fleet_env import FleetEnv
     from atoll.envs.policies import make_policy
     from atoll.envs.rollout import run_policy
+    from atoll.envs.vocabulary import parse_policy
 
     seed, forecaster, policy, level, days, scenario, market = args
     config = FleetConfig(scenario=scenario, availability=market, days=(min(days), max(days)),
@@ -224,7 +225,8 @@ def loop_run(args: LoopJob) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     t = time.perf_counter()
     env = FleetEnv(dataclasses.replace(config, planning_quantile=level))
-    totals = run_policy(env, make_policy(policy, len(env.models)), days=list(days), seed=seed).totals()
+    rule = make_policy(parse_policy(policy), len(env.models))
+    totals = run_policy(env, rule, days=list(days), seed=seed).totals()
     row = {"scenario": scenario, "market": market, "days": list(days), "seed": seed, "forecaster": forecaster,
            "policy": policy, "level": level, "cost_usd": float(totals["cost_usd"]),
            "slo_attainment": float(totals["slo_attainment"]), "seconds": time.perf_counter() - t,

@@ -62,7 +62,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 from atoll.envs import CHARGED, CLOSED_LOOP  # noqa: E402
 from atoll.envs.config import FleetConfig, RewardWeights  # noqa: E402
 from atoll.envs.policies import FIXED_INTERVALS, THRESHOLD_BANDS  # noqa: E402
-from atoll.envs.vocabulary import PLANNING_LEVELS  # noqa: E402
+from atoll.envs.vocabulary import PLANNING_LEVELS, parse_policy  # noqa: E402
 from atoll.forecast.workloads import SERVEGEN_WORKLOADS  # noqa: E402
 from atoll.solvers.scenarios import SCENARIOS  # noqa: E402
 from atoll.training.contest import (  # noqa: E402
@@ -279,9 +279,11 @@ def cell(args: argparse.Namespace, settings: ContestSettings, scenario: str, ava
     # the figure is the policy file's: the same file ships, and re-evaluates to the same figure
     learned = (f"learned:file:{train['policy_file']}" if train.get("policy_file")
                else f"learned:{train['registered'].removeprefix('models:/')}")
+    spec = parse_policy(learned)
+    learned = str(spec)  # the name the contest's results are keyed by
     t = time.perf_counter()
-    doc = contest_run(config, [learned], settings, run_name=f"benchmark-{key}",
-                      validation=validation, references=refs)
+    doc = contest_run(config, [spec], settings, run_name=f"benchmark-{key}",
+                      validation=validation, references=[parse_policy(r) for r in refs])
     contest_s = time.perf_counter() - t
     loads["after_contest"] = _load()
     log(doc["table"])
@@ -330,7 +332,7 @@ def _rules_only(config: FleetConfig, settings: ContestSettings, validation: Any,
     validation days, run on the test days (``--no-learned``)."""
     t = time.perf_counter()
     doc = contest_run(config, [], settings, run_name=f"benchmark-{key}", validation=validation,
-                      references=refs)
+                      references=[parse_policy(r) for r in refs])
     loads["after_contest"] = _load()
     log(doc["table"])
     pol = doc["policies"]
@@ -353,7 +355,7 @@ def _train(args: argparse.Namespace, config: FleetConfig, scorer: Any, key: str,
                       TrainSettings(timesteps=args.timesteps, seed=0, n_envs=args.n_envs,
                                     demand_seeds=args.demand_seeds, n_steps=args.n_steps,
                                     batch_size=args.batch_size,
-                                    bootstrap_rule=teacher,
+                                    bootstrap_rule=parse_policy(teacher),
                                     bootstrap_steps=args.bootstrap_steps,
                                     bootstrap_smoothing=args.bootstrap_smoothing,
                                     bootstrap_min_updates=args.bootstrap_min_updates,

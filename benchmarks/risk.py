@@ -116,7 +116,8 @@ def _run(job: Job, fresh: bool = False) -> dict[str, Any]:
                          **({"planning_quantile": level} if level is not None else {}))
     env = FleetEnv(config)
     misses = MissCounter(env.models)
-    ep = run_policy(env, make_policy(rule, len(env.models)), days=days, seed=seed, on_step=misses.add)
+    chosen = make_policy(parse_policy(rule), len(env.models))
+    ep = run_policy(env, chosen, days=days, seed=seed, on_step=misses.add)
     totals = ep.totals()
     out = {k: round(float(totals.get(k, 0.0)), 6) for k in KEYS}
     fleet = misses.result()["fleet"]
@@ -179,7 +180,7 @@ def main() -> None:
     if "neutral" not in variants:
         ap.error(f"--variants must include 'neutral' (the selection's SLO reference), got {args.variants!r}")
     try:  # a bad rule or variant fails here, naming itself, before any run
-        make_policy(args.rule, 1)
+        make_policy(parse_policy(args.rule), 1)
         for v in variants:
             Risk.parse(v)
     except (AtollError, ValueError) as exc:  # Risk's own checks raise ValueError

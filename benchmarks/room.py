@@ -52,6 +52,7 @@ import numpy as np  # noqa: E402
 from atoll.envs import WORLDS  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 from atoll.solvers.files import atomic_write_bytes, atomic_write_text  # noqa: E402
 from atoll.training.contest import (  # noqa: E402
     ContestSettings,
@@ -74,8 +75,8 @@ DEMAND_ORACLES = ("oracle-rate", "oracle-quantile")
 
 def _run(env: FleetEnv, spec_or_policy: Any, days: list[int], seed: int, lost: float
          ) -> tuple[np.ndarray, dict[str, float]]:
-    policy = resolve_policy(spec_or_policy, len(env.models)) if isinstance(spec_or_policy, str) \
-        else spec_or_policy
+    policy = spec_or_policy if not isinstance(spec_or_policy, str) \
+        else resolve_policy(parse_policy(spec_or_policy), len(env.models))
     costs, episode = step_costs(env_at_level(env, policy, {}), policy, days=days, seed=seed_value(seed),
                                 lost_usd_per_mtok=lost)
     t = episode.totals()
@@ -106,7 +107,7 @@ def seed_job(config: FleetConfig, presets: list[str], refs: dict[str, str], bloc
     for name, spec in refs.items():
         out[name] = out[spec] if spec in out else _run(env, spec, days, seed, lost)[1]
     stacked = np.stack(costs)
-    options = tuple(preset_of(s) for s in presets)
+    options = tuple(preset_of(parse_policy(s)) for s in presets)
     for b in blocks:
         schedule, estimate = compose(stacked, b)
         oracle = ScheduledRule(options, schedule, b, tuple(days), config.episode_steps,

@@ -27,6 +27,7 @@ from atoll.envs import CLOSED_LOOP  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.envs.slo_loss import BUCKETS, miss_breakdown  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 from atoll.training.evaluate import env_at_level, resolve_policy, seed_value  # noqa: E402
 
 
@@ -52,7 +53,7 @@ def main() -> None:
             base = FleetEnv(config)
             cell: dict[str, Any] = {}
             for spec in args.rules.split(","):
-                policy = resolve_policy(spec, len(base.models))
+                policy = resolve_policy(parse_policy(spec), len(base.models))
                 t = time.perf_counter()
                 env = env_at_level(base, policy, {})
                 cell[spec] = miss_breakdown(env, policy, days=days, seed=seed_value(0), window=args.window)

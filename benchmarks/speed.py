@@ -196,13 +196,14 @@ def part_env_steps() -> dict[str, Any]:
     from atoll.envs.fleet_env import FleetEnv
     from atoll.envs.policies import make_policy
     from atoll.envs.rollout import run_policy
+    from atoll.envs.vocabulary import parse_policy
 
     before = load()
     t0, c0 = time.perf_counter(), time.process_time()
     env = FleetEnv(extended_config())
     setup, setup_cpu = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
-    ep = run_policy(env, make_policy("fixed:1", len(env.models)), days=[11], seed=0)
+    ep = run_policy(env, make_policy(parse_policy("fixed:1"), len(env.models)), days=[11], seed=0)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     # CPU seconds beside the wall: on a shared machine the wall is an upper bound
     return {"env_setup_s": round(setup, 2), "env_setup_cpu_s": round(setup_cpu, 2),

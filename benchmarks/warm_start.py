@@ -41,6 +41,7 @@ from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.envs.fleet_model import clear_replanners  # noqa: E402
 from atoll.envs.policies import make_policy  # noqa: E402
 from atoll.envs.rollout import run_policy  # noqa: E402
+from atoll.envs.vocabulary import parse_policy  # noqa: E402
 from atoll.solvers.problem import AllocationResult, SolveStatus  # noqa: E402
 
 LOOSE_GAP = 1e-3
@@ -113,7 +114,7 @@ def _day(scenario: str, day: int, variant: str) -> dict[str, Any]:
         clear_replanners()
         env = FleetEnv(FleetConfig(scenario=scenario, days=(day, day), availability="spot"))
         t0 = time.perf_counter()
-        ep = run_policy(env, make_policy("fixed:1", len(env.models)), days=[day], seed=0)
+        ep = run_policy(env, make_policy(parse_policy("fixed:1"), len(env.models)), days=[day], seed=0)
         wall = time.perf_counter() - t0
     finally:
         solve.SolverRun, solve.status_of, planner.solve_allocation = saved[:3]

@@ -26,7 +26,10 @@ from atoll.control.replay import ReplayExporter
 from atoll.control.served import ServedFleet, latest_plan
 from atoll.control.sinks import JsonDirSink
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import PolicySpec
 from atoll.forecast.workloads import DemandSeries
+
+EVERY_STEP = PolicySpec("fixed", every=1)  # the loop's default rule: re-plan every tick
 
 
 @dataclass
@@ -53,7 +56,7 @@ class LiveLoopResult:
 def run_live_loop(fleet: LiveFleet, series: Sequence[DemandSeries], models: Sequence[str], workdir: Path, *,
                   capacity_error: str | float = 0.0, seed: int = 0, ticks: int = 24,
                   interval_s: float = 300.0, speedup: float = 60.0, start_day: int = 11,
-                  policy: str = "fixed:1") -> LiveLoopResult:
+                  policy: PolicySpec = EVERY_STEP) -> LiveLoopResult:
     """Run ``ticks`` controller ticks against a served replay (see the module docstring)."""
     wall = _Clock()
     plans = workdir / "plans"

@@ -56,7 +56,6 @@ from atoll.envs.vocabulary import (
     POLICY_USAGE,
     PolicySpec,
     check_level,
-    parse_policy,
     parse_risk,
 )
 from atoll.solvers.errors import InputError, UnknownNameError
@@ -210,29 +209,28 @@ RULES: dict[str, Callable[[int, PolicySpec], Policy]] = {
 }
 
 
-def make_policy(spec: str | PolicySpec, n_models: int) -> Policy:
-    """A rule policy from its name or spec: ``fixed:K``, ``threshold``, ``threshold:LOW:HIGH``,
+def make_policy(spec: PolicySpec, n_models: int) -> Policy:
+    """A rule policy from its spec: ``fixed:K``, ``threshold``, ``threshold:LOW:HIGH``,
     ``grow:K``, ``oracle-quantile`` (each with an optional ``@q`` planning level), ``never``,
-    ``hindsight``, ``oracle-rate``. Its ``name`` is the text as given (a spec's canonical text)."""
-    parsed = parse_policy(spec)
-    if not parsed.is_rule:
-        raise UnknownNameError(f"unknown policy {str(spec).strip()!r}; valid: {POLICY_USAGE}"
-                               f"{', learned:<model uri>' if parsed.is_learned else ''}")
+    ``hindsight``, ``oracle-rate``. Its ``name`` is the spec's canonical text (``str(spec)``)."""
+    if not spec.is_rule:
+        raise UnknownNameError(f"unknown policy {str(spec)!r}; valid: {POLICY_USAGE}"
+                               f"{', learned:<model uri>' if spec.is_learned else ''}")
     try:
-        policy = RULES[parsed.kind](n_models, parsed)
+        policy = RULES[spec.kind](n_models, spec)
     except ValueError as exc:
-        raise InputError(f"bad policy {str(spec).strip()!r} ({exc}); use {POLICY_USAGE}") from exc
-    policy.name = str(spec).strip()
-    policy.planning_quantile = parsed.level
-    policy.risk = parsed.risk  # type: ignore[attr-defined]  # every rule class has the field
+        raise InputError(f"bad policy {str(spec)!r} ({exc}); use {POLICY_USAGE}") from exc
+    policy.name = str(spec)
+    policy.planning_quantile = spec.level
+    policy.risk = spec.risk  # type: ignore[attr-defined]  # every rule class has the field
     return policy
 
 
-def rule_grid(levels: Sequence[float] = PLANNING_LEVELS, intervals: Sequence[int] = FIXED_INTERVALS,
-              bands: Sequence[tuple[float, float]] = THRESHOLD_BANDS,
-              risks: Sequence[str | Risk] = ("neutral",)) -> list[str]:
-    """The rule family's names: ``fixed:K@q`` for every K and ``threshold:LOW:HIGH@q`` for every
-    band, at every level q, each with every risk of ``risks`` (``neutral``: no suffix; e.g.
+def rule_specs(levels: Sequence[float] = PLANNING_LEVELS, intervals: Sequence[int] = FIXED_INTERVALS,
+               bands: Sequence[tuple[float, float]] = THRESHOLD_BANDS,
+               risks: Sequence[str | Risk] = ("neutral",)) -> list[PolicySpec]:
+    """The rule family: ``fixed:K@q`` for every K and ``threshold:LOW:HIGH@q`` for every band, at
+    every level q, each with every risk of ``risks`` (``neutral``: no suffix; e.g.
     ``("neutral", "h0.85", "h0.7")`` adds ``+h0.85`` and ``+h0.7`` twins of every rule)."""
     for q in levels:
         check_level(q)
@@ -243,4 +241,11 @@ def rule_grid(levels: Sequence[float] = PLANNING_LEVELS, intervals: Sequence[int
     specs = [PolicySpec("fixed", every=k, level=q, risk=r) for r in menu for q in levels for k in intervals]
     specs += [PolicySpec("threshold", band=band, level=q, risk=r)
               for r in menu for q in levels for band in bands]
-    return [str(s) for s in specs]
+    return specs
+
+
+def rule_grid(levels: Sequence[float] = PLANNING_LEVELS, intervals: Sequence[int] = FIXED_INTERVALS,
+              bands: Sequence[tuple[float, float]] = THRESHOLD_BANDS,
+              risks: Sequence[str | Risk] = ("neutral",)) -> list[str]:
+    """The rule family's names (:func:`rule_specs`' ``str(spec)``, in its order)."""
+    return [str(s) for s in rule_specs(levels, intervals, bands, risks)]

@@ -5,6 +5,9 @@ Policies and levels reach atoll as text — a command's ``--policy fixed:3@0.95`
 a per-model assignment in a results file, a controller decision ``grow@0.95``. Each is parsed
 here, once, at that edge, into a frozen value; everything past the edge takes the value (or calls
 these parsers), and ``str(value)`` prints the canonical text back (``parse_policy(str(p)) == p``).
+A policy is always a value past the edge: only the command line (``atoll.control.cli``), file
+readers and benchmark scripts call :func:`parse_policy`; a library function takes a
+:class:`PolicySpec`, and results keyed by a policy are keyed by its ``str(spec)``.
 
 The grammar (``q`` a planning level of :data:`PLANNING_LEVELS`; without ``@q`` a rule plans at
 the environment's configured level, :data:`DEFAULT_LEVEL` unless set):

@@ -28,7 +28,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
-from atoll.envs.vocabulary import parse_policy
+from atoll.envs.vocabulary import PolicySpec
 from atoll.solvers.errors import InputError
 from atoll.training.per_model import PerModelRule
 
@@ -36,23 +36,24 @@ from atoll.training.per_model import PerModelRule
 Teacher = Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]
 
 
-def bootstrap_teacher(rule_spec: str, env: FleetEnv) -> Teacher:
+def bootstrap_teacher(rule_spec: PolicySpec, env: FleetEnv) -> Teacher:
     """The imitated rule as a function of (observation, info) returning ``env``'s action codes; an
     InputError when the rule does not fit ``env`` (a level outside its action levels, a per-model
     spec of another number of models)."""
-    if parse_policy(rule_spec).is_per_model:
+    shown = str(rule_spec)  # the rule's text, as errors name it
+    if rule_spec.is_per_model:
         per_model = PerModelRule.parse(rule_spec, len(env.models))
         if env.config.action == "binary":
-            raise InputError(f"bootstrap rule {rule_spec!r} needs a per-model action (atoll/Fleet-v1 to "
+            raise InputError(f"bootstrap rule {shown!r} needs a per-model action (atoll/Fleet-v1 to "
                              f"-v4), not MultiBinary")
         missing = sorted({q for q in per_model.levels if q not in env.codec.levels})
         if missing:
-            raise InputError(f"bootstrap rule {rule_spec!r} plans at {', '.join(f'{q:g}' for q in missing)}, "
+            raise InputError(f"bootstrap rule {shown!r} plans at {', '.join(f'{q:g}' for q in missing)}, "
                              f"not among the env's action levels "
                              f"{', '.join(f'{q:g}' for q in env.codec.levels)}; add them to action_levels")
         absent = sorted({r.label() for r in per_model.risks if r not in env.codec.risks})
         if absent:
-            raise InputError(f"bootstrap rule {rule_spec!r} takes risk {', '.join(absent)}, not among the "
+            raise InputError(f"bootstrap rule {shown!r} takes risk {', '.join(absent)}, not among the "
                              f"env's risk presets {', '.join(r.label() for r in env.codec.risks)}; clone it "
                              f"on atoll/Fleet-v4 (action='risk') with a risk_menu that has it")
         risks = per_model.risks or (None,) * len(per_model.levels)
@@ -63,16 +64,16 @@ def bootstrap_teacher(rule_spec: str, env: FleetEnv) -> Teacher:
     level = rule.planning_quantile
     risk = getattr(rule, "risk", None)
     if risk is not None and risk not in env.codec.risks:
-        raise InputError(f"bootstrap rule {rule_spec!r} takes risk {risk.label()!r}, not one of the env's "
+        raise InputError(f"bootstrap rule {shown!r} takes risk {risk.label()!r}, not one of the env's "
                          f"risk presets {', '.join(r.label() for r in env.codec.risks)}; clone it on "
                          f"atoll/Fleet-v4 (action='risk'), whose menu has it")
     if risk is not None:
         return lambda obs, info: env.codec.relevel(rule.act(obs, info), level or env.codec.levels[0], risk)
     if level is not None and level not in env.codec.levels:
-        raise InputError(f"bootstrap rule {rule_spec!r} plans at {level:g}, not one of the env's action "
+        raise InputError(f"bootstrap rule {shown!r} plans at {level:g}, not one of the env's action "
                          f"levels {', '.join(f'{q:g}' for q in env.codec.levels)}")
     if level is not None and env.config.action == "binary" and level != env.codec.levels[0]:
-        raise InputError(f"bootstrap rule {rule_spec!r}: a MultiBinary env plans at "
+        raise InputError(f"bootstrap rule {shown!r}: a MultiBinary env plans at "
                          f"{env.codec.levels[0]:g} only; give the rule without @q")
     if level is not None and env.config.action == "reopt":
         return lambda obs, info: env.codec.relevel(rule.act(obs, info), level)
@@ -125,7 +126,7 @@ def moved_from_clone(model: BaseAlgorithm, vec: VecNormalize, record: CloneRecor
             "teacher_agreement_after": float(np.mean(now == record.teacher))}
 
 
-def clone_rule(model: PPO, vec: VecNormalize, env: FleetEnv, *, rule: str, steps: int, epochs: int,
+def clone_rule(model: PPO, vec: VecNormalize, env: FleetEnv, *, rule: PolicySpec, steps: int, epochs: int,
                min_updates: int, smoothing: float, tick: Callable[[int], None] | None = None
                ) -> tuple[float, float, CloneRecord]:
     """Behaviour cloning of ``rule`` on ``env`` (a training env in this process): ``steps``

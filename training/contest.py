@@ -36,9 +36,9 @@ import numpy as np
 
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
-from atoll.envs.policies import FIXED_INTERVALS, THRESHOLD_BANDS, Policy, rule_grid
+from atoll.envs.policies import FIXED_INTERVALS, THRESHOLD_BANDS, Policy, rule_grid, rule_specs
 from atoll.envs.rollout import Episode, run_policy
-from atoll.envs.vocabulary import DEFAULT_LEVEL, PLANNING_LEVELS, PolicySpec, parse_policy
+from atoll.envs.vocabulary import DEFAULT_LEVEL, PLANNING_LEVELS, PolicySpec
 from atoll.solvers.errors import InputError
 from atoll.solvers.files import atomic_write_bytes
 from atoll.training.evaluate import PolicyResult, env_at_level, resolve_policy, seed_value
@@ -127,7 +127,13 @@ class ContestSettings:
 
     @property
     def grid(self) -> list[str]:
+        """The rule grid's names (``str`` of :attr:`rules`, in its order): what results are keyed by."""
         return rule_grid(self.levels, self.intervals, self.bands, self.risks)
+
+    @property
+    def rules(self) -> list[PolicySpec]:
+        """The rule grid (``atoll.envs.policies.rule_specs``)."""
+        return rule_specs(self.levels, self.intervals, self.bands, self.risks)
 
     def lost_price(self, config: FleetConfig) -> float:
         if self.lost_usd_per_mtok is None:
@@ -143,7 +149,7 @@ class ContestResult:
     frontier: list[str]  # chosen on validation days, by SLO attainment
     best_rule: str  # least effective cost on validation days
     test: list[PolicyResult]  # frontier (+ best) rules, learned policies, hindsight
-    learned: list[str]
+    learned: list[str]  # their names (str(spec))
     headlines: dict[str, dict[str, Any]] = field(default_factory=dict)
     grid_seconds: float = 0.0
     test_seconds: float = 0.0
@@ -156,6 +162,8 @@ class ContestResult:
     per_model_frontier: list[str] = field(default_factory=list)
     per_model_best: str | None = None
     per_model_points: dict[str, Point] = field(default_factory=dict)  # their validation points
+    # every policy named above (validation, test, frontiers, learned), by its name (str(spec))
+    specs: dict[str, PolicySpec] = field(default_factory=dict)
 
     def result(self, name: str) -> PolicyResult:
         return next(r for r in self.test if r.name == name)
@@ -203,7 +211,7 @@ class _ModelSums:
                 for j, k in enumerate(MODEL_KEYS)}
 
 
-def run_rule(config: FleetConfig, spec: str, days: tuple[int, ...], seed: int, keep_steps: bool
+def run_rule(config: FleetConfig, spec: PolicySpec, days: tuple[int, ...], seed: int, keep_steps: bool
              ) -> Episode | dict[str, float]:
     """One rule over ``days`` for evaluation seed ``seed``: the Episode, or only its totals (with
     each model's sums, ``model/<i>/<key>``, for the per-model reference)."""
@@ -212,32 +220,32 @@ def run_rule(config: FleetConfig, spec: str, days: tuple[int, ...], seed: int, k
     at = env_at_level(env, policy, levels)
     if keep_steps:
         episode = run_policy(at, policy, days=days, seed=seed_value(seed))
-        episode.policy = spec
+        episode.policy = str(spec)
         return episode
     recorder = _ModelSums(at)
     episode = run_policy(cast(FleetEnv, recorder), policy, days=days, seed=seed_value(seed))
     return {**episode.totals(), **recorder.totals()}
 
 
-def _level(spec: str, default: float) -> float:
+def _level(spec: PolicySpec, default: float) -> float:
     """The level a rule's env plans at (the order jobs are given to workers in)."""
-    return parse_policy(spec).planning_level(default)
+    return spec.planning_level(default)
 
 
-def run_rules(config: FleetConfig, specs: Sequence[str], days: Sequence[int], seeds: int,
-               workers: int, keep_steps: bool, tick: Callable[[int], None] | None,
-               meanwhile: Callable[[], None] | None = None,
-               ray_address: str | None = None) -> dict[str, list[Any]]:
+def run_rules(config: FleetConfig, specs: Sequence[PolicySpec], days: Sequence[int], seeds: int,
+              workers: int, keep_steps: bool, tick: Callable[[int], None] | None,
+              meanwhile: Callable[[], None] | None = None,
+              ray_address: str | None = None) -> dict[str, list[Any]]:
     """Every (rule, seed) pair, in worker processes (or as Ray tasks on ``ray_address``);
-    ``meanwhile`` runs here while they work."""
+    ``meanwhile`` runs here while they work. Keyed by each rule's name (``str(spec)``)."""
     days_t = tuple(int(d) for d in days)
     steps = len(days_t) * config.episode_steps
-    level = {s: _level(s, config.planning_quantile) for s in specs}
-    jobs = sorted(((s, k) for s in specs for k in range(seeds)), key=lambda j: (level[j[0]], j[1]))
-    out: dict[str, list[Any]] = {s: [None] * seeds for s in specs}
+    level = {str(s): _level(s, config.planning_quantile) for s in specs}
+    jobs = sorted(((s, k) for s in specs for k in range(seeds)), key=lambda j: (level[str(j[0])], j[1]))
+    out: dict[str, list[Any]] = {str(s): [None] * seeds for s in specs}
     if ray_address is not None:
         for (s, k), value in _ray_jobs(config, jobs, days_t, keep_steps, ray_address, meanwhile):
-            out[s][k] = value
+            out[str(s)][k] = value
             if tick is not None:
                 tick(steps)
         return out
@@ -245,25 +253,26 @@ def run_rules(config: FleetConfig, specs: Sequence[str], days: Sequence[int], se
         if meanwhile is not None:
             meanwhile()
         for s, k in jobs:
-            out[s][k] = run_rule(config, s, days_t, k, keep_steps)
+            out[str(s)][k] = run_rule(config, s, days_t, k, keep_steps)
             if tick is not None:
                 tick(steps)
         return out
     # spawn, not fork: the parent may hold torch and MLflow threads, which fork copies badly
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures: dict[Future[Any], tuple[str, int]] = {
+        futures: dict[Future[Any], tuple[PolicySpec, int]] = {
             pool.submit(run_rule, config, s, days_t, k, keep_steps): (s, k) for s, k in jobs}
         if meanwhile is not None:
             meanwhile()
         for fut, (s, k) in futures.items():
-            out[s][k] = fut.result()
+            out[str(s)][k] = fut.result()
             if tick is not None:
                 tick(steps)
     return out
 
 
-def _ray_jobs(config: FleetConfig, jobs: Sequence[tuple[str, int]], days: tuple[int, ...], keep_steps: bool,
-              address: str, meanwhile: Callable[[], None] | None) -> Iterator[tuple[tuple[str, int], Any]]:
+def _ray_jobs(config: FleetConfig, jobs: Sequence[tuple[PolicySpec, int]], days: tuple[int, ...],
+              keep_steps: bool, address: str, meanwhile: Callable[[], None] | None
+              ) -> Iterator[tuple[tuple[PolicySpec, int], Any]]:
     """The (rule, seed) jobs as Ray tasks on the cluster at ``address`` (``auto``: the running
     local or configured one; Ray is initialized here when it is not yet, and shut down after).
     Each Ray worker keeps its envs between tasks as a pool worker does. The cluster's workers
@@ -346,23 +355,47 @@ def validation_grid(config: FleetConfig, settings: ContestSettings | None = None
     config, _ = contest_env(config, st)
     vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
     t0 = time.perf_counter()
-    validation = run_rules(config, st.grid, vdays, st.validation_seeds or st.seeds, st.workers, False, tick,
-                            ray_address=st.ray_address)
+    validation = run_rules(config, st.rules, vdays, st.validation_seeds or st.seeds, st.workers, False, tick,
+                           ray_address=st.ray_address)
     return validation, time.perf_counter() - t0
 
 
 # SLO attainment the learned policy must not fall below: re-plan every step at the default level
-REFERENCE_RULE = str(PolicySpec("fixed", every=1, level=DEFAULT_LEVEL))
+REFERENCE = PolicySpec("fixed", every=1, level=DEFAULT_LEVEL)
+REFERENCE_RULE = str(REFERENCE)
+HINDSIGHT = PolicySpec("hindsight")
 
 
-def reference_rule(grid: Sequence[str]) -> str | None:
+def reference_rule(grid: Sequence[PolicySpec]) -> PolicySpec | None:
     """The rule whose validation SLO a learned policy must not fall below: ``fixed:1@0.9``, or
     when a smaller grid lacks it the grid's ``fixed:K@0.9`` with the least K (None: neither)."""
-    if REFERENCE_RULE in grid:
-        return REFERENCE_RULE
-    at = [(option[0], r) for r in grid  # a rule of the configured risk (no +RISK of its own)
+    if REFERENCE in grid:
+        return REFERENCE
+    at = [r for r in grid  # a rule of the configured risk (no +RISK of its own)
           if (option := fixed_option(r)) is not None and option[1] == DEFAULT_LEVEL and len(option) == 2]
-    return min(at)[1] if at else None
+    return min(at, key=lambda r: (r.every or 0, str(r))) if at else None
+
+
+def policy_index(settings: ContestSettings, per_model: PerModelChoice | None = None, *extra: PolicySpec
+                 ) -> dict[str, PolicySpec]:
+    """The policies a contest's results name, by name (``str(spec)``, what results are keyed by):
+    the grid's rules, the per-model reference's assignments and ``extra`` (hindsight, references,
+    learned policies) — how names chosen on the results are run again without parsing them."""
+    specs = [*settings.rules, *extra]
+    if per_model is not None:
+        specs += [a.policy for a in (*per_model[0].frontier, per_model[0].best)]
+    return {str(s): s for s in specs}
+
+
+def _grid_specs(validation: Totals, st: ContestSettings) -> dict[str, PolicySpec]:
+    """The grid's rules by name; an InputError when the totals hold a name the grid lacks (totals
+    of another grid than the settings')."""
+    index = {str(s): s for s in st.rules}
+    strange = [name for name in validation if name not in index]
+    if strange:
+        raise InputError(f"validation totals of {strange[0]!r}: not a rule of the settings' grid; give the "
+                         f"totals of this grid (validation_grid with the same settings)")
+    return index
 
 
 class ValidationScorer:
@@ -381,8 +414,9 @@ class ValidationScorer:
         best = best_rule(points, self.lost).name
         self.days = list(range(st.validation_days[0], st.validation_days[1] + 1))
         self.env = FleetEnv(dataclasses.replace(config, days=(min(self.days), max(self.days))))
-        ref = reference_rule(list(validation))
-        self.reference = validation[ref][0]["slo_attainment"] if ref is not None else 0.0
+        index = _grid_specs(validation, st)
+        ref = reference_rule([index[name] for name in validation])
+        self.reference = validation[str(ref)][0]["slo_attainment"] if ref is not None else 0.0
         self.line = [seed_point(p.name, validation[p.name][0]) for p in select_frontier(points)]
         self.best_point = seed_point(best, validation[best][0])
         self.last: dict[str, float] = {}
@@ -423,12 +457,13 @@ def choose_per_model(validation: Totals, n_models: int, frontier: Sequence[str],
     per-model sums (a grid cached before they were recorded)."""
     if not any(model_key(0, "cost_usd") in rows[0] for rows in validation.values()):
         return None  # totals of a grid run before the per-model sums (a cache): no per-model reference
-    table = model_table(validation, n_models)
+    index = _grid_specs(validation, st)
+    table = model_table(validation, n_models, [index[name] for name in validation])
     if not table:
         return None
     points = {p.name: p for p in mean_points(validation)}
-    ref = per_model_reference(table, n_models, [(n, points[n].slo_attainment) for n in frontier], best, lost,
-                              targets=st.per_model_targets, passes=st.per_model_passes)
+    ref = per_model_reference(table, n_models, [(index[n], points[n].slo_attainment) for n in frontier],
+                              index[best], lost, targets=st.per_model_targets, passes=st.per_model_passes)
     candidates = {n: points[n] for n in frontier}
     for a in (*ref.frontier, ref.best):
         if a.spec not in candidates:  # a uniform assignment is its rule: its measured point
@@ -443,7 +478,9 @@ def choose_per_model(validation: Totals, n_models: int, frontier: Sequence[str],
 def validation_choices(validation: Totals, n_models: int, st: ContestSettings, lost: float
                        ) -> tuple[list[str], str, PerModelChoice | None]:
     """What the validation totals choose: the one-rule frontier (by SLO), the best rule (least
-    effective cost at ``lost`` $/Mtok) and the per-model reference (:func:`choose_per_model`)."""
+    effective cost at ``lost`` $/Mtok) and the per-model reference (:func:`choose_per_model`), by
+    name. The totals must be of the settings' grid (an InputError names a rule it lacks)."""
+    _grid_specs(validation, st)
     points = mean_points(validation)
     frontier = [p.name for p in select_frontier(points)]
     best = best_rule(points, lost).name
@@ -463,10 +500,10 @@ def per_model_best(config: FleetConfig, validation: Totals, n_models: int,
     return chosen[2]
 
 
-def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSettings | None = None, *,
-                tick: Callable[[int], None] | None = None,
+def run_contest(config: FleetConfig, learned: Sequence[PolicySpec], settings: ContestSettings | None = None,
+                *, tick: Callable[[int], None] | None = None,
                 validation: dict[str, list[dict[str, float]]] | None = None,
-                references: Sequence[str] = ()) -> ContestResult:
+                references: Sequence[PolicySpec] = ()) -> ContestResult:
     """Choose the frontier on the validation days, evaluate it with ``learned`` (``learned:<uri>``
     specs) and hindsight on the test days, and compute each learned policy's headline; each
     learned policy is also scored on the validation days (``learned_validation``).
@@ -474,7 +511,8 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
     ``references``: rules outside the family (e.g. a learned policy's bootstrap rule) also run
     on the test days and reported, never part of the frontier. Beside the one-rule frontier, the
     per-model reference (:func:`choose_per_model`) runs on the test days, and each headline has
-    its ratios against it too (``per_model_frontier_cost_ratio``, ``per_model_effective_cost_ratio``)."""
+    its ratios against it too (``per_model_frontier_cost_ratio``, ``per_model_effective_cost_ratio``).
+    Results are keyed by each policy's name (``str(spec)``); ``specs`` holds the policies by name."""
     st = settings or ContestSettings()
     config, base = contest_env(config, st)
     tdays = list(range(st.test_days[0], st.test_days[1] + 1))
@@ -483,9 +521,10 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
         validation, grid_seconds = validation_grid(config, st, tick=tick)
     lost = st.lost_price(config)
     frontier, best, per_model = validation_choices(validation, len(base.models), st, lost)
+    index = policy_index(st, per_model, HINDSIGHT, *references, *learned)
     pm_rules = [] if per_model is None else [*per_model[1], per_model[2]]
-    rules = list(dict.fromkeys([*frontier, best, *(["hindsight"] if st.hindsight else []), *pm_rules]))
-    rules += [r for r in dict.fromkeys(references) if r not in rules]
+    rules = list(dict.fromkeys([*frontier, best, *([str(HINDSIGHT)] if st.hindsight else []), *pm_rules]))
+    rules += [r for r in dict.fromkeys(str(s) for s in references) if r not in rules]
     learned_results: list[PolicyResult] = []
     learned_validation: dict[str, dict[str, float]] = {}
     scorer = validation_scorer(config, validation, st) if learned else None
@@ -493,50 +532,53 @@ def run_contest(config: FleetConfig, learned: Sequence[str], settings: ContestSe
 
     def run_learned() -> None:
         for spec in learned:
+            name = str(spec)
             policy = resolve_policy(spec, len(base.models), fleet=spaces)
             assert scorer is not None
             value = scorer(policy)
-            learned_validation[spec] = {"score": value, **scorer.last}
+            learned_validation[name] = {"score": value, **scorer.last}
             eps = [run_policy(base, policy, days=tdays, seed=seed_value(k), tick=tick)
                    for k in range(st.seeds)]
             for e in eps:
-                e.policy = spec
-            learned_results.append(PolicyResult(spec, eps))
+                e.policy = name
+            learned_results.append(PolicyResult(name, eps))
 
     t0 = time.perf_counter()
-    test_eps = run_rules(config, rules, tdays, st.seeds, st.workers, True, tick, meanwhile=run_learned,
-                          ray_address=st.ray_address)
+    test_eps = run_rules(config, [index[r] for r in rules], tdays, st.seeds, st.workers, True, tick,
+                         meanwhile=run_learned, ray_address=st.ray_address)
     test_seconds = time.perf_counter() - t0
     test = [PolicyResult(s, test_eps[s]) for s in rules] + learned_results
-    result = ContestResult(config, st, validation, frontier, best, test, list(learned),
+    result = ContestResult(config, st, validation, frontier, best, test, [str(s) for s in learned],
                            grid_seconds=grid_seconds, test_seconds=test_seconds,
-                           learned_validation=learned_validation)
+                           learned_validation=learned_validation, specs=index)
     if per_model is not None:
         result.per_model, result.per_model_frontier, result.per_model_best, pm_points = per_model
         result.per_model_points = pm_points
-    result.headlines = {spec: learned_headline(result, spec) for spec in learned}
+    result.headlines = {str(spec): learned_headline(result, spec) for spec in learned}
     return result
 
 
-def _ratios(result: ContestResult, spec: str, frontier: Sequence[str], best: str) -> list[Headline]:
-    """Per seed: ``spec``'s headline against ``frontier`` and ``best``'s test-day points (that seed's)."""
+def _ratios(result: ContestResult, spec: PolicySpec, frontier: Sequence[str], best: str) -> list[Headline]:
+    """Per seed: ``spec``'s headline against the test-day points (that seed's) of ``frontier`` and
+    ``best`` (their names)."""
     lost = result.settings.lost_price(result.config)
-    mine = result.result(spec).per_seed()
+    name = str(spec)
+    mine = result.result(name).per_seed()
     front = [result.result(r).per_seed() for r in frontier]
     best_rows = result.result(best).per_seed()
     out: list[Headline] = []
     for k, totals in enumerate(mine):
-        line = [seed_point(name, rows[k]) for name, rows in zip(frontier, front, strict=True)]
-        out.append(headline(seed_point(spec, totals), line, seed_point(best, best_rows[k]), lost))
+        line = [seed_point(rule, rows[k]) for rule, rows in zip(frontier, front, strict=True)]
+        out.append(headline(seed_point(name, totals), line, seed_point(best, best_rows[k]), lost))
     return out
 
 
-def learned_headline(result: ContestResult, spec: str) -> dict[str, Any]:
+def learned_headline(result: ContestResult, spec: PolicySpec) -> dict[str, Any]:
     """The headline of one learned policy: per seed (against that seed's rule points) and the mean
     and std over seeds of each figure; where its SLO lies against the frontier, per seed; the
     same two ratios against the per-model reference (``per_model_*``) when there is one."""
     lost = result.settings.lost_price(result.config)
-    mine = result.result(spec).per_seed()
+    mine = result.result(str(spec)).per_seed()
     per_seed = _ratios(result, spec, result.frontier, result.best_rule)
     figures: dict[str, Any] = {}
     for key in HEADLINE_KEYS:

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,11 +20,14 @@ from atoll.envs import ENV_ID_V3, ENV_ID_V4
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy, make_policy
 from atoll.envs.rollout import RESULT_COLUMNS, TOTAL_KEYS, Episode, result_cells, run_policy
-from atoll.envs.vocabulary import PolicySpec, parse_policy
+from atoll.envs.vocabulary import PolicySpec
 from atoll.solvers.errors import InputError
 from atoll.training.per_model import PerModelRule
 from atoll.training.policy_file import FILE_PREFIX, FilePolicy
 from atoll.training.registry import FleetSpaces, check_fits, fleet_policy_uri
+
+if TYPE_CHECKING:  # tuning imports the contest, which imports this module
+    from atoll.training.tuning import TunedPolicy
 
 SUMMARY_KEYS: tuple[str, ...] = (*TOTAL_KEYS, "solves", "preemptions", "goodput_tokens", "demand_tokens")
 
@@ -34,13 +37,20 @@ def seed_value(seed: int) -> int:
     return 1000 * seed
 
 
-def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces | None = None,
+def policy_name(spec: PolicySpec | TunedPolicy) -> str:
+    """What results name a policy by: its spec's text (``str(spec)``), or the path an ``atoll
+    tune`` file was read from."""
+    return str(spec) if isinstance(spec, PolicySpec) else spec.source
+
+
+def resolve_policy(spec: PolicySpec | TunedPolicy, n_models: int, *, fleet: FleetSpaces | None = None,
                    configurable: bool = False) -> Policy:
     """``learned:<model uri>`` loads a logged policy (``learned:atoll-trigger-core@champion`` and
     ``learned:atoll-trigger-core/3`` name registered versions: ``models:/...``), ``learned:file:PATH``
     a policy file (:mod:`atoll.training.policy_file`, no MLflow needed); anything else is a
     rule (atoll.envs.policies) or a per-model rule assignment (``per-model:K@q,...``,
-    :mod:`atoll.training.per_model`).
+    :mod:`atoll.training.per_model`). An ``atoll tune`` file
+    (:class:`~atoll.training.tuning.TunedPolicy`) resolves to the policy it chose.
 
     ``configurable``: the caller runs the policy on the env configured with what it sets
     (:func:`env_at_level`: a policy file's action levels and risk presets) and checks the action's
@@ -50,18 +60,14 @@ def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces 
     the one-name ``learned:atoll-trigger@ALIAS`` resolve to the fleet's own registered model
     (``atoll-trigger-<fleet>``), and a policy whose observation or action space does not fit the
     fleet is an InputError naming both."""
-    from atoll.training.tuning import is_policy_file, read_tuned
-
-    if is_policy_file(spec):  # an `atoll tune` file: the policy it chose, named by the file
-        tuned = read_tuned(str(spec))
-        policy = resolve_policy(tuned.policy, n_models, fleet=fleet, configurable=configurable)
-        if len(tuned.models) != n_models:
-            raise InputError(f"policy file {spec} was tuned for {len(tuned.models)} models "
-                             f"({', '.join(tuned.models)}), this fleet has {n_models}")
+    if not isinstance(spec, PolicySpec):  # an `atoll tune` file: the policy it chose
+        policy = resolve_policy(spec.policy, n_models, fleet=fleet, configurable=configurable)
+        if len(spec.models) != n_models:
+            raise InputError(f"policy file {spec.source} was tuned for {len(spec.models)} models "
+                             f"({', '.join(spec.models)}), this fleet has {n_models}")
         return policy
-    parsed = parse_policy(spec)
-    if parsed.is_learned and parsed.uri.startswith(FILE_PREFIX):
-        policy_file = FilePolicy(Path(parsed.uri.removeprefix(FILE_PREFIX)), name=str(spec))
+    if spec.is_learned and spec.uri.startswith(FILE_PREFIX):
+        policy_file = FilePolicy(Path(spec.uri.removeprefix(FILE_PREFIX)), name=str(spec))
         spaces = fleet or FleetSpaces(policy_file.card.fleet, n_models, (policy_file.card.observation_size,))
         if configurable and policy_file.action_levels is not None:
             # the caller configures the env with the policy's levels and presets (env_at_level) and
@@ -69,12 +75,12 @@ def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces 
             # (a Fleet-v3 env runs a Fleet-v4 policy once its action takes the presets)
             ids = spaces.env_ids + ((ENV_ID_V4,) if ENV_ID_V3 in spaces.env_ids else ())
             spaces = dataclasses.replace(spaces, n_codes=None, env_ids=ids)
-        check_fits(parsed.uri, policy_file.metadata, spaces)
+        check_fits(spec.uri, policy_file.metadata, spaces)
         return policy_file
-    if parsed.is_learned:
+    if spec.is_learned:
         from atoll.training.policy_model import load_policy
 
-        uri = parsed.uri
+        uri = spec.uri
         if ":/" not in uri:  # a registered model: name@alias or name/version
             uri = f"models:/{uri}"
         uri = fleet_policy_uri(uri, fleet.fleet if fleet is not None else None)
@@ -86,7 +92,7 @@ def resolve_policy(spec: str | PolicySpec, n_models: int, *, fleet: FleetSpaces 
             raise InputError(f"policy {str(spec)!r} was trained for {expected} models; "
                              f"this scenario has {n_models}")
         return policy
-    if parsed.is_per_model:
+    if spec.is_per_model:
         return PerModelRule.parse(spec, n_models)
     return make_policy(spec, n_models)
 
@@ -144,9 +150,9 @@ class PolicyResult:
         return out
 
 
-def evaluate_policies(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int], seeds: int,
-                      tick: Callable[[int], None] | None = None) -> list[PolicyResult]:
-    """Run each policy over ``days`` for seeds 0..seeds-1."""
+def evaluate_policies(env: FleetEnv, specs: Sequence[PolicySpec | TunedPolicy], *, days: Sequence[int],
+                      seeds: int, tick: Callable[[int], None] | None = None) -> list[PolicyResult]:
+    """Run each policy over ``days`` for seeds 0..seeds-1 (each result named by :func:`policy_name`)."""
     if seeds < 1:
         raise InputError(f"seeds must be >= 1, got {seeds}")
     spaces = FleetSpaces.of_env(env)
@@ -159,9 +165,10 @@ def evaluate_policies(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int
             check_fits(policy.uri, policy.metadata, FleetSpaces.of_env(at))
         episodes = [run_policy(at, policy, days=days, seed=seed_value(seed), tick=tick)
                     for seed in range(seeds)]
+        name = policy_name(spec)
         for e in episodes:
-            e.policy = spec
-        results.append(PolicyResult(spec, episodes))
+            e.policy = name
+        results.append(PolicyResult(name, episodes))
     return results
 
 

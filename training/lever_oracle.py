@@ -38,22 +38,22 @@ from scipy import stats
 from atoll.envs.actions import ActionCodec
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.rollout import Episode, run_policy
-from atoll.envs.vocabulary import parse_policy
+from atoll.envs.vocabulary import PolicySpec
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import NEUTRAL_RISK, Risk
 from atoll.training.per_model import Option
 
 
-def preset_of(spec: str) -> Option:
+def preset_of(spec: PolicySpec) -> Option:
     """``fixed:K@q[+RISK]`` as the option ``(K, q)`` or ``(K, q, risk)``; the level is required
     (a preset plans at a level of its own)."""
-    parsed = parse_policy(spec)
-    if parsed.kind != "fixed" or parsed.every is None or parsed.level is None:
-        raise InputError(f"lever oracle: preset {spec!r} must be fixed:K@q[+RISK] (an interval and a level)")
-    risk = parsed.risk
+    if spec.kind != "fixed" or spec.every is None or spec.level is None:
+        raise InputError(f"lever oracle: preset {str(spec)!r} must be fixed:K@q[+RISK] (an interval and a "
+                         f"level)")
+    risk = spec.risk
     if risk is None or risk.neutral:
-        return (parsed.every, parsed.level)
-    return (parsed.every, parsed.level, risk)
+        return (spec.every, spec.level)
+    return (spec.every, spec.level, risk)
 
 
 def _risk(option: Option) -> Risk:

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from atoll.envs.vocabulary import format_level, parse_policy
+from atoll.envs.vocabulary import PolicySpec, format_level
 
 
-def short_name(spec: str) -> str:
+def short_name(spec: PolicySpec) -> str:
     """A run name a person reads: a learned policy's registered name and version (or alias), or
-    the first 8 characters of its logged model or run id; a rule's own name."""
-    parsed = parse_policy(spec)
-    if not parsed.is_learned:
-        return spec
-    uri = parsed.uri
+    the first 8 characters of its logged model or run id; a rule's own name (``str(spec)``)."""
+    if not spec.is_learned:
+        return str(spec)
+    uri = spec.uri
     if uri.startswith("models:/"):
         rest = uri.removeprefix("models:/")
         if rest.startswith("m-"):
@@ -30,18 +29,17 @@ def metric_key(text: str) -> str:
     return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in text)
 
 
-def policy_params(spec: str) -> dict[str, str]:
-    """A policy's MLflow parameters: its text and kind, a learned policy's model URI, a rule's
-    planning level (``env``: the environment's), interval and band."""
-    parsed = parse_policy(spec)
-    params = {"policy": spec, "policy.kind": parsed.kind}
-    if parsed.is_learned:
-        return {**params, "policy.model_uri": parsed.uri}
-    if parsed.is_per_model:
+def policy_params(spec: PolicySpec) -> dict[str, str]:
+    """A policy's MLflow parameters: its text (``str(spec)``) and kind, a learned policy's model
+    URI, a rule's planning level (``env``: the environment's), interval and band."""
+    params = {"policy": str(spec), "policy.kind": spec.kind}
+    if spec.is_learned:
+        return {**params, "policy.model_uri": spec.uri}
+    if spec.is_per_model:
         return params
-    params["policy.planning_quantile"] = "env" if parsed.level is None else format_level(parsed.level)
-    if parsed.every is not None and parsed.kind == "fixed":
-        params["policy.every_steps"] = str(parsed.every)
-    elif parsed.band is not None:
-        params["policy.low"], params["policy.high"] = (f"{v:g}" for v in parsed.band)
+    params["policy.planning_quantile"] = "env" if spec.level is None else format_level(spec.level)
+    if spec.every is not None and spec.kind == "fixed":
+        params["policy.every_steps"] = str(spec.every)
+    elif spec.band is not None:
+        params["policy.low"], params["policy.high"] = (f"{v:g}" for v in spec.band)
     return params

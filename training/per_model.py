@@ -45,9 +45,8 @@ from atoll.envs.vocabulary import (
     PLANNING_LEVELS,
     Entry,
     PolicySpec,
-    parse_policy,
 )
-from atoll.solvers.errors import AtollError, InputError
+from atoll.solvers.errors import InputError
 from atoll.solvers.problem import NEUTRAL_RISK, Risk
 from atoll.solvers.validation import check_number
 
@@ -61,21 +60,22 @@ def model_key(i: int, key: str) -> str:
     return f"model/{i}/{key}"
 
 
-def fixed_option(spec: str | PolicySpec) -> Option | None:
+def fixed_option(spec: PolicySpec) -> Option | None:
     """(K, q) of ``fixed:K@q``, (K, q, risk) of ``fixed:K@q+RISK``; None for any other spec (a
     threshold rule, a rule without a level)."""
-    try:
-        parsed = parse_policy(spec)
-    except AtollError:
+    if spec.kind != "fixed" or spec.every is None or spec.level is None:
         return None
-    if parsed.kind != "fixed" or parsed.every is None or parsed.level is None:
-        return None
-    return (parsed.every, parsed.level) if parsed.risk is None else (parsed.every, parsed.level, parsed.risk)
+    return (spec.every, spec.level) if spec.risk is None else (spec.every, spec.level, spec.risk)
+
+
+def option_spec(option: Option) -> PolicySpec:
+    """The ``fixed:K@q[+RISK]`` rule of an option."""
+    risk = option[2] if len(option) == 3 else None
+    return PolicySpec("fixed", every=option[0], level=option[1], risk=risk)
 
 
 def option_name(option: Option) -> str:
-    risk = option[2] if len(option) == 3 else None
-    return str(PolicySpec("fixed", every=option[0], level=option[1], risk=risk))
+    return str(option_spec(option))
 
 
 @dataclass(frozen=True)
@@ -98,21 +98,23 @@ class ModelCell:
 Table = Mapping[Option, Sequence[ModelCell]]
 
 
-def model_table(validation: Mapping[str, Sequence[Mapping[str, float]]], n_models: int
-                ) -> dict[Option, list[ModelCell]]:
-    """The per-model table of the grid's fixed rules from their per-seed validation totals (which
-    :func:`atoll.training.contest.run_rule` gives ``model/<i>/...`` sums): means over seeds.
-    Rules without per-model sums (e.g. a cached grid from before) are an InputError."""
+def model_table(validation: Mapping[str, Sequence[Mapping[str, float]]], n_models: int,
+                rules: Sequence[PolicySpec]) -> dict[Option, list[ModelCell]]:
+    """The per-model table of the fixed rules among ``rules`` (the grid) from their per-seed
+    validation totals, keyed by ``str(rule)`` (which :func:`atoll.training.contest.run_rule` gives
+    ``model/<i>/...`` sums): means over seeds. A rule without totals is left out; totals without
+    per-model sums (e.g. a cached grid from before) are an InputError."""
     table: dict[Option, list[ModelCell]] = {}
-    for spec, rows in validation.items():
-        option = fixed_option(spec)
-        if option is None:
+    for rule in rules:
+        option = fixed_option(rule)
+        rows = validation.get(str(rule))
+        if option is None or rows is None:
             continue
         missing = [model_key(i, k) for i in range(n_models) for k in MODEL_KEYS
                    if model_key(i, k) not in rows[0]]
         if missing:
-            raise InputError(f"validation totals of {spec!r} have no per-model sums ({missing[0]} ...): run "
-                             f"the grid again with this version (atoll.training.contest.validation_grid)")
+            raise InputError(f"validation totals of {str(rule)!r} have no per-model sums ({missing[0]} ...): "
+                             f"run the grid again with this version (atoll.training.contest.validation_grid)")
         table[option] = [ModelCell(*(float(np.mean([r[model_key(i, k)] for r in rows])) for k in MODEL_KEYS))
                          for i in range(n_models)]
     return table
@@ -132,11 +134,16 @@ class Assignment:
         return len(set(self.options)) == 1
 
     @property
-    def spec(self) -> str:
+    def policy(self) -> PolicySpec:
         """``fixed:K@q`` when every model has the same option (that rule), else ``per-model:...``."""
         if self.uniform:
-            return option_name(self.options[0])
-        return assignment_spec(self.options)
+            return option_spec(self.options[0])
+        return PolicySpec("per-model", entries=tuple(self.options))
+
+    @property
+    def spec(self) -> str:
+        """The name of :attr:`policy` (``str(policy)``)."""
+        return str(self.policy)
 
     def effective_cost(self, lost_usd_per_mtok: float) -> float:
         return self.cost_usd + lost_usd_per_mtok * self.unserved_tokens / 1e6
@@ -221,7 +228,8 @@ def coordinate_descent(table: Table, start: Sequence[Option], objective: Objecti
     return Descent(best, done, moves, tuple(history))
 
 
-def frontier_targets(frontier: Sequence[tuple[str, float]], count: int) -> list[tuple[str, float]]:
+def frontier_targets(frontier: Sequence[tuple[PolicySpec, float]], count: int
+                     ) -> list[tuple[PolicySpec, float]]:
     """Up to ``count`` of the one-rule frontier's (fixed rule, SLO attainment), evenly spread over
     it by SLO (its ends included): where the per-model frontier is sought."""
     fixed = sorted(((n, s) for n, s in frontier if fixed_option(n) is not None), key=lambda p: p[1])
@@ -242,7 +250,7 @@ class PerModelReference:
 
     frontier: tuple[Assignment, ...]
     best: Assignment
-    targets: tuple[tuple[str, float], ...]
+    targets: tuple[tuple[PolicySpec, float], ...]
     passes: int
     moves: int
 
@@ -252,12 +260,13 @@ class PerModelReference:
                     "unserved_tokens": a.unserved_tokens}
 
         return {"frontier": [point(a) for a in self.frontier], "best": point(self.best),
-                "targets": [{"rule": n, "slo_attainment": s} for n, s in self.targets],
+                "targets": [{"rule": str(n), "slo_attainment": s} for n, s in self.targets],
                 "passes": self.passes, "moves": self.moves}
 
 
-def per_model_reference(table: Table, n_models: int, frontier: Sequence[tuple[str, float]], best_rule: str,
-                        lost_usd_per_mtok: float, *, targets: int = 3, passes: int = 3) -> PerModelReference:
+def per_model_reference(table: Table, n_models: int, frontier: Sequence[tuple[PolicySpec, float]],
+                        best_rule: PolicySpec, lost_usd_per_mtok: float, *, targets: int = 3, passes: int = 3
+                        ) -> PerModelReference:
     """Coordinate descent at up to ``targets`` SLO targets of the one-rule ``frontier`` ((rule, SLO)
     on the validation days), each started from that rule, and on effective cost started from the
     best rule (or the table's cheapest uniform option on effective cost when the best rule is not
@@ -267,8 +276,8 @@ def per_model_reference(table: Table, n_models: int, frontier: Sequence[tuple[st
     chosen = frontier_targets(frontier, targets)
     found: list[Assignment] = []
     total_passes = total_moves = 0
-    for name, slo in chosen:
-        option = fixed_option(name)
+    for rule, slo in chosen:
+        option = fixed_option(rule)
         assert option is not None  # frontier_targets keeps fixed rules only
         d = coordinate_descent(table, [option] * n_models, slo_objective(slo), passes=passes)
         found.append(d.assignment)
@@ -343,18 +352,17 @@ class PerModelRule:
         return (self.risk, *sorted(set(self.risks) - {self.risk}))
 
     @classmethod
-    def parse(cls, spec: str | PolicySpec, n_models: int) -> PerModelRule:
-        """``per-model:K1@q1[+RISK1],K2@q2[+RISK2],...`` (or its
-        :class:`~atoll.envs.vocabulary.PolicySpec`) with one entry per model."""
-        parsed = parse_policy(spec)
-        if not parsed.is_per_model:
+    def parse(cls, spec: PolicySpec, n_models: int) -> PerModelRule:
+        """The rule of a ``per-model:K1@q1[+RISK1],K2@q2[+RISK2],...``
+        :class:`~atoll.envs.vocabulary.PolicySpec` with one entry per model."""
+        if not spec.is_per_model:
             raise InputError(f"policy {str(spec)!r} is not a per-model assignment; use {PER_MODEL_USAGE}")
-        if len(parsed.entries) != n_models:
-            raise InputError(f"policy {str(spec)!r} gives {len(parsed.entries)} K@q entries for {n_models} "
+        if len(spec.entries) != n_models:
+            raise InputError(f"policy {str(spec)!r} gives {len(spec.entries)} K@q entries for {n_models} "
                              f"models; use {PER_MODEL_USAGE}")
-        every = tuple(e[0] for e in parsed.entries)
-        levels = tuple(e[1] for e in parsed.entries)
-        return cls(every, levels, parsed.entry_risks or (), name=str(spec).strip())
+        every = tuple(e[0] for e in spec.entries)
+        levels = tuple(e[1] for e in spec.entries)
+        return cls(every, levels, spec.entry_risks or (), name=str(spec))
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
         step = int(info.get("step", 0))

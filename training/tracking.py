@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlflow
 import numpy as np
@@ -32,10 +32,16 @@ from atoll.envs import world_of
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.plot import plot_episodes
-from atoll.envs.vocabulary import parse_policy
+from atoll.envs.vocabulary import PolicySpec
 from atoll.solvers.paths import cache_root
 from atoll.training import checkpoint as ckpt
-from atoll.training.evaluate import PolicyResult, comparison_rows, evaluate_policies, markdown_table
+from atoll.training.evaluate import (
+    PolicyResult,
+    comparison_rows,
+    evaluate_policies,
+    markdown_table,
+    policy_name,
+)
 from atoll.training.mlflow_output import make_logger
 from atoll.training.naming import metric_key, policy_params, short_name
 from atoll.training.policy_file import PolicyCard, write_policy_file
@@ -43,6 +49,9 @@ from atoll.training.policy_model import log_policy
 from atoll.training.registry import CHAMPION, PREFIX, env_id, fleet_name, registered_name
 from atoll.training.run_folder import RunFolder, identity, run_status
 from atoll.training.train import TrainSettings, train_policy
+
+if TYPE_CHECKING:
+    from atoll.training.tuning import TunedPolicy
 
 EXPERIMENT = "atoll"
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
@@ -116,8 +125,10 @@ def config_params(config: FleetConfig) -> dict[str, str]:
 
 def _train_params(config: FleetConfig, settings: TrainSettings) -> dict[str, str]:
     """A training run's parameters: the environment's and PPO's (explicit ``templates`` and
-    ``demand`` objects, as tests pass, are not among them)."""
-    return {**config_params(config), **{f"ppo.{k}": str(v) for k, v in dataclasses.asdict(settings).items()}}
+    ``demand`` objects, as tests pass, are not among them); a field's text is ``str`` of its value
+    (the bootstrap rule's spec text, not its fields)."""
+    return {**config_params(config),
+            **{f"ppo.{f.name}": str(getattr(settings, f.name)) for f in dataclasses.fields(settings)}}
 
 
 def register_policy(model_uri: str, tags: Mapping[str, str], fleet: str) -> str:
@@ -149,15 +160,14 @@ def registered_version(model_uri: str) -> tuple[str, str] | None:
     return None
 
 
-def crown(spec: str, validation: Mapping[str, float]) -> str | None:
+def crown(spec: PolicySpec, validation: Mapping[str, float]) -> str | None:
     """Set the ``champion`` alias of the policy's own fleet model (``atoll-trigger-<fleet>``) on
     the registered version of learned policy ``spec`` when its validation-day score beats the rule
     frontier (score < 1: cheaper than the frontier at its SLO attainment and no less reliable than
     fixed:1@0.9); returns the version crowned as ``atoll-trigger-<fleet>/<version>``."""
-    parsed = parse_policy(spec)
-    if not parsed.is_learned or validation.get("score", float("inf")) >= 1.0:
+    if not spec.is_learned or validation.get("score", float("inf")) >= 1.0:
         return None
-    uri = parsed.uri
+    uri = spec.uri
     found = registered_version(uri if ":/" in uri else f"models:/{uri}")
     if found is None:
         return None
@@ -318,8 +328,8 @@ def _step_metrics(result: PolicyResult) -> list[Metric]:
     return out
 
 
-def evaluate_run(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int], seeds: int,
-                 tick: Callable[[int], None] | None = None, run_name: str = "evaluate",
+def evaluate_run(env: FleetEnv, specs: Sequence[PolicySpec | TunedPolicy], *, days: Sequence[int],
+                 seeds: int, tick: Callable[[int], None] | None = None, run_name: str = "evaluate",
                  tags: dict[str, str] | None = None) -> dict[str, Any]:
     """One parent run, one nested run per policy; table (markdown, CSV) and plot as artifacts."""
     experiment = configure()
@@ -329,7 +339,8 @@ def evaluate_run(env: FleetEnv, specs: Sequence[str], *, days: Sequence[int], se
                           tags={"atoll.kind": "evaluate", "atoll.world": world_of(env.config),
                                 **(tags or {})}) as parent:
         mlflow.log_params({**config_params(env.config), "eval.days": ",".join(map(str, days)),
-                           "eval.seeds": str(seeds), "eval.policies": ",".join(specs)})
+                           "eval.seeds": str(seeds),
+                           "eval.policies": ",".join(policy_name(s) for s in specs)})
         for r in results:
             with mlflow.start_run(experiment_id=experiment, run_name=r.name, nested=True) as child:
                 mlflow.log_param("policy", r.name)
@@ -390,11 +401,11 @@ def _log_workload(env: FleetEnv, days: Sequence[int]) -> None:
                      context="evaluation")
 
 
-def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = None, *,
+def contest_run(config: FleetConfig, learned: Sequence[PolicySpec], settings: Any = None, *,
                 tick: Callable[[int], None] | None = None, run_name: str = "contest",
                 tags: dict[str, str] | None = None,
                 validation: dict[str, list[dict[str, float]]] | None = None,
-                references: Sequence[str] = ()) -> dict[str, Any]:
+                references: Sequence[PolicySpec] = ()) -> dict[str, Any]:
     """Run the contest (``atoll.training.contest``) and log it: a parent run with the headline as
     metrics, the settings as parameters and the workload as input dataset; one nested run per
     grid rule on the validation days and per policy on the test days; the frontier plot, the
@@ -422,7 +433,7 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
             "grid.intervals": ",".join(map(str, st.intervals)),
             "grid.bands": ",".join(f"{lo:g}:{hi:g}" for lo, hi in st.bands), "grid.size": str(len(st.grid)),
             "lost_usd_per_mtok": f"{st.lost_price(cfg):g}", "frontier": ",".join(result.frontier),
-            "best_rule": result.best_rule, "learned": ",".join(learned), "workers": str(st.workers),
+            "best_rule": result.best_rule, "learned": ",".join(result.learned), "workers": str(st.workers),
             "ray_address": str(st.ray_address), "hindsight": str(st.hindsight),
             "per_model_targets": str(st.per_model_targets), "per_model_passes": str(st.per_model_passes),
             "per_model_best": str(result.per_model_best)})
@@ -431,19 +442,19 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
         _log_workload(FleetEnv(cfg), tdays)
         metrics = {"grid_seconds": result.grid_seconds, "test_seconds": result.test_seconds,
                    "frontier_size": float(len(result.frontier))}
-        for spec, fig in result.headlines.items():
-            prefix = "" if len(learned) == 1 else metric_key(short_name(spec)) + "."
+        for name, fig in result.headlines.items():
+            prefix = "" if len(learned) == 1 else metric_key(short_name(result.specs[name])) + "."
             for key, v in fig.items():
                 if isinstance(v, dict):
                     metrics[f"{prefix}{key}_mean"], metrics[f"{prefix}{key}_std"] = v["mean"], v["std"]
             note = frontier_note(fig)
             if note:
-                mlflow.set_tag(f"atoll.frontier_note.{metric_key(short_name(spec))}", note)
+                mlflow.set_tag(f"atoll.frontier_note.{metric_key(short_name(result.specs[name]))}", note)
         mlflow.log_metrics(metrics)
         for name, rows in result.validation.items():
             with mlflow.start_run(experiment_id=experiment, run_name=f"val {name}", nested=True,
                                   tags={"atoll.phase": "validation"}):
-                mlflow.log_params({**policy_params(name),
+                mlflow.log_params({**policy_params(result.specs[name]),
                                    "days": f"{st.validation_days[0]}-{st.validation_days[1]}",
                                    "on_frontier": str(name in result.frontier)})
                 for key in ("cost_usd", "slo_attainment", "usd_per_mtok", "reoptimizations",
@@ -452,9 +463,10 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
                     mlflow.log_metrics({f"{key}_mean": float(values.mean()),
                                         f"{key}_std": float(values.std())})
         for r in result.test:
-            with mlflow.start_run(experiment_id=experiment, run_name=short_name(r.name), nested=True,
+            policy = result.specs[r.name]
+            with mlflow.start_run(experiment_id=experiment, run_name=short_name(policy), nested=True,
                                   tags={"atoll.phase": "test"}) as child:
-                params = policy_params(r.name)
+                params = policy_params(policy)
                 params.update({"days": f"{st.test_days[0]}-{st.test_days[1]}",
                                "on_frontier": str(r.name in result.frontier),
                                "on_per_model_frontier": str(r.name in result.per_model_frontier),
@@ -494,7 +506,7 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
             (folder / "contest.json").write_text(json.dumps(doc, indent=1))
             def mark(r: PolicyResult) -> tuple[str, float, float]:
                 s = r.summary()
-                return short_name(r.name), s["cost_usd"]["mean"], s["slo_attainment"]["mean"]
+                return short_name(result.specs[r.name]), s["cost_usd"]["mean"], s["slo_attainment"]["mean"]
 
             marks = [mark(r) for r in result.test if r.name == "hindsight" or r.name in result.headlines]
             test_rules = [mark(r) for r in result.test
@@ -510,19 +522,19 @@ def contest_run(config: FleetConfig, learned: Sequence[str], settings: Any = Non
             shown = [r for r in result.test
                      if r.name in result.headlines or r.name in (result.best_rule, "hindsight")]
             for e in (r.episodes[0] for r in shown):
-                e.policy = short_name(e.policy)
+                e.policy = short_name(result.specs[e.policy])
             plot_episodes([r.episodes[0] for r in shown], FleetEnv(cfg).models, folder / "policies.png",
                           title=f"{cfg.scenario}, {cfg.availability}, days {tdays[0]}-{tdays[-1]}, seed 0")
             for r in shown:
                 r.episodes[0].policy = r.name
             mlflow.log_artifacts(str(folder), artifact_path="contest")
         champions = {}
-        for spec, val in result.learned_validation.items():
-            key = metric_key(short_name(spec))
+        for name, val in result.learned_validation.items():
+            key = metric_key(short_name(result.specs[name]))
             mlflow.log_metrics({f"validation.{key}.{k}": float(v) for k, v in val.items()})
-            version = crown(spec, val)  # only validation days decide
+            version = crown(result.specs[name], val)  # only validation days decide
             if version is not None:
-                champions[spec] = version
+                champions[name] = version
                 mlflow.set_tag(f"atoll.champion.{key}", version)
         parent_id = parent.info.run_id
     doc = contest_document(result)
@@ -575,8 +587,8 @@ def contest_table(result: Any) -> str:
             ("per_model_frontier_cost_ratio", ".3f"), ("per_model_effective_cost_ratio", ".3f"),
             ("usd_per_mtok", ".4f"), ("slo_attainment", ".1%"), ("reoptimizations", ".0f"),
             ("solver_seconds", ".1f"))]
-        lines.append(f"| {short_name(spec)} | " + " | ".join(cells) + " |")
-    notes = [f"- {short_name(s)}: {frontier_note(f)}" for s, f in result.headlines.items()
+        lines.append(f"| {short_name(result.specs[spec])} | " + " | ".join(cells) + " |")
+    notes = [f"- {short_name(result.specs[s])}: {frontier_note(f)}" for s, f in result.headlines.items()
              if frontier_note(f)]
     footer = ["", f"frontier (chosen on days {result.settings.validation_days[0]}-"
               f"{result.settings.validation_days[1]}): {', '.join(result.frontier)}; best rule (effective "

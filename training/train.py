@@ -53,8 +53,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNorm
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy
-from atoll.envs.vocabulary import parse_policy
-from atoll.solvers.errors import AtollError, InputError
+from atoll.envs.vocabulary import PolicySpec
+from atoll.solvers.errors import InputError
 from atoll.solvers.validation import check_fraction, check_integer, check_number
 from atoll.training import checkpoint as ckpt
 from atoll.training.checkpoint import CheckpointSpec, ReplayableResets
@@ -67,6 +67,15 @@ from atoll.training.cloning import (
 )
 
 DEPLOYABLE_RULES = ("fixed", "threshold", "grow", "never")
+
+
+def bootstrap_rule_error(given: object) -> InputError:
+    """The error of a bootstrap rule that is not a deployable rule or a per-model assignment
+    (``given``: its spec, or the text that names none)."""
+    text = str(given) if isinstance(given, PolicySpec) else given
+    return InputError(f"TrainSettings: field 'bootstrap_rule' must be a deployable rule "
+                      f"(fixed:K, threshold[:LOW:HIGH], grow:K, never, per-model:K1@q1,...), "
+                      f"got {text!r}")
 
 
 @dataclass(frozen=True)
@@ -100,7 +109,7 @@ class TrainSettings:
             training days before PPO; 0 skips bootstrapping. >= 0.
         bootstrap_epochs: passes over those observations when fitting the policy network to the
             rule's actions (cross-entropy on each model's logits). >= 1.
-        bootstrap_rule: the rule imitated: a deployable rule spec of :mod:`atoll.envs.policies`
+        bootstrap_rule: the rule imitated: a deployable rule's spec (:mod:`atoll.envs.policies`)
             (``fixed:K``, ``threshold[:LOW:HIGH]``, ``grow:K`` or ``never``; not ``hindsight``,
             which sees the future) or a per-model assignment ``per-model:K1@q1,...``
             (:mod:`atoll.training.per_model`; its levels must be among the env's action levels).
@@ -140,7 +149,7 @@ class TrainSettings:
     net_arch: tuple[int, ...] = (64, 64)
     bootstrap_steps: int = 2_880
     bootstrap_epochs: int = 30
-    bootstrap_rule: str = "fixed:1"
+    bootstrap_rule: PolicySpec = PolicySpec("fixed", every=1)
     bootstrap_min_updates: int = 1_000
     bootstrap_smoothing: float = 0.0
     eval_every: int = 0
@@ -166,14 +175,9 @@ class TrainSettings:
         if not (self.net_arch and all(isinstance(n, int) and n >= 1 for n in self.net_arch)):
             raise InputError(f"TrainSettings: field 'net_arch' must be layer sizes >= 1, "
                              f"got {self.net_arch!r}")
-        try:
-            bootstrap_kind: str | None = parse_policy(self.bootstrap_rule).kind
-        except AtollError:
-            bootstrap_kind = None
-        if bootstrap_kind not in (*DEPLOYABLE_RULES, "per-model"):
-            raise InputError(f"TrainSettings: field 'bootstrap_rule' must be a deployable rule "
-                             f"(fixed:K, threshold[:LOW:HIGH], grow:K, never, per-model:K1@q1,...), "
-                             f"got {self.bootstrap_rule!r}")
+        rule = self.bootstrap_rule
+        if not (isinstance(rule, PolicySpec) and rule.kind in (*DEPLOYABLE_RULES, "per-model")):
+            raise bootstrap_rule_error(rule)
         if not isinstance(self.normalize_observations, bool):
             raise InputError(f"TrainSettings: field 'normalize_observations' must be True or False, "
                              f"got {self.normalize_observations!r}")

@@ -39,12 +39,14 @@ import yaml
 
 from atoll.envs import WORLDS, world_of
 from atoll.envs.config import FleetConfig
-from atoll.envs.vocabulary import parse_policy
+from atoll.envs.vocabulary import PolicySpec, parse_policy
 from atoll.solvers.errors import InputError
 from atoll.training.contest import (
+    REFERENCE,
     REFERENCE_RULE,
     ContestSettings,
     contest_env,
+    policy_index,
     run_rules,
     validation_choices,
     validation_grid,
@@ -64,9 +66,10 @@ WORLD_SETTINGS = tuple(sorted({k for w in WORLDS.values() for k in w} - {"observ
 
 @dataclass(frozen=True)
 class TunedPolicy:
-    """A tuned policy and the evidence it was chosen on (module docstring)."""
+    """A tuned policy and the evidence it was chosen on (module docstring); ``source``: the path it
+    was read from (:func:`read_tuned`; what results name it by), not part of the file."""
 
-    policy: str
+    policy: PolicySpec
     models: dict[str, str]
     world: str
     scenario: str
@@ -81,16 +84,17 @@ class TunedPolicy:
     evidence: dict[str, Any] = field(default_factory=dict)
     command: str = ""
     created: str = ""
+    source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.policy, str) or not self.policy.strip():
+        if not isinstance(self.policy, PolicySpec):
             raise InputError(f"TunedPolicy: field 'policy' must be a policy spec, got {self.policy!r}")
         if not isinstance(self.models, dict) or not self.models:
             raise InputError(f"TunedPolicy: field 'models' must map each model to its entry, "
                              f"got {self.models!r}")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": KIND, "format": FORMAT, "policy": self.policy, "models": dict(self.models),
+        return {"kind": KIND, "format": FORMAT, "policy": str(self.policy), "models": dict(self.models),
                 "world": self.world, "scenario": self.scenario, "availability": self.availability,
                 "workload": self.workload, "forecaster": self.forecaster,
                 "chosen_on": {"days": list(self.validation_days), "seeds": self.validation_seeds},
@@ -112,7 +116,9 @@ def is_policy_file(spec: object) -> bool:
 
 
 def read_tuned(path: Path | str) -> TunedPolicy:
-    """The tuned policy at ``path``; an InputError naming the file and what is wrong."""
+    """The tuned policy at ``path``; an InputError naming the file and what is wrong (a policy spec
+    that does not parse: the vocabulary's own error, naming the spec). A file reader: its policy
+    text is parsed here, into the :class:`~atoll.envs.vocabulary.PolicySpec` everything past it takes."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"policy file {p} not found; write one with `atoll tune --out {p}`")
@@ -125,18 +131,25 @@ def read_tuned(path: Path | str) -> TunedPolicy:
                          f"with `atoll tune`")
     if doc.get("format") != FORMAT:
         raise InputError(f"policy file {p}: format {doc.get('format')!r}, this atoll reads format {FORMAT}")
+    malformed = f"policy file {p}: field {{}} missing or malformed; write it again with `atoll tune`"
+    try:
+        text = str(doc["policy"])
+        if not text.strip():
+            raise InputError(f"TunedPolicy: field 'policy' must be a policy spec, got {text!r}")
+    except (KeyError, ValueError) as exc:
+        raise InputError(malformed.format(exc)) from exc
+    policy = parse_policy(text)
     try:
         return TunedPolicy(
-            policy=str(doc["policy"]), models={str(k): str(v) for k, v in dict(doc["models"]).items()},
+            policy=policy, models={str(k): str(v) for k, v in dict(doc["models"]).items()},
             world=str(doc["world"]), scenario=str(doc["scenario"]), availability=str(doc["availability"]),
             workload=str(doc["workload"]), forecaster=str(doc["forecaster"]),
             validation_days=tuple(doc["chosen_on"]["days"]), validation_seeds=int(doc["chosen_on"]["seeds"]),
             test_days=tuple(doc["reported_on"]["days"]), seeds=int(doc["reported_on"]["seeds"]),
             lost_usd_per_mtok=float(doc["lost_usd_per_mtok"]), evidence=dict(doc.get("evidence") or {}),
-            command=str(doc.get("command", "")), created=str(doc.get("created", "")))
+            command=str(doc.get("command", "")), created=str(doc.get("created", "")), source=str(path))
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"policy file {p}: field {exc} missing or malformed; write it again with "
-                         f"`atoll tune`") from exc
+        raise InputError(malformed.format(exc)) from exc
 
 
 def _figures(rows: Sequence[Mapping[str, float]], lost: float) -> dict[str, Any]:
@@ -147,30 +160,31 @@ def _figures(rows: Sequence[Mapping[str, float]], lost: float) -> dict[str, Any]
             "effective_usd": round(sum(eff) / n, 2), "effective_usd_per_seed": [round(v, 2) for v in eff]}
 
 
-def _entries(spec: str, models: tuple[str, ...]) -> dict[str, str]:
+def _entries(spec: PolicySpec, models: tuple[str, ...]) -> dict[str, str]:
     """Each model's entry of ``spec`` (``K@q[+RISK]`` of a per-model assignment; a uniform rule's spec)."""
-    parsed = parse_policy(spec)
-    if parsed.kind == "per-model":
-        return {m: option_name(e).removeprefix("fixed:") for m, e in zip(models, parsed.entries, strict=True)}
-    return dict.fromkeys(models, spec)
+    if spec.kind == "per-model":
+        return {m: option_name(e).removeprefix("fixed:") for m, e in zip(models, spec.entries, strict=True)}
+    return dict.fromkeys(models, str(spec))
 
 
-def learned_candidates(config: FleetConfig, given: str = "auto", *,
-                       shipped: Path = SHIPPED_POLICIES) -> list[str]:
+def learned_candidates(config: FleetConfig, given: str | Sequence[PolicySpec] = "auto", *,
+                       shipped: Path = SHIPPED_POLICIES) -> list[PolicySpec]:
     """The learned policies ``tune`` tries for ``config``'s fleet: ``none``; ``auto`` — every policy
     file under ``shipped`` trained on this fleet, market and world (the world's settings as its card
     records them), and ``learned:champion`` when the MLflow store (``$MLFLOW_TRACKING_URI``, else
-    ``mlruns/mlflow.db`` if it exists) holds a champion for the fleet; or the comma-separated
-    ``learned:`` specs given."""
+    ``mlruns/mlflow.db`` if it exists) holds a champion for the fleet; or the ``learned:`` specs
+    given."""
     if given == "none":
         return []
-    if given != "auto":
-        specs = [s.strip() for s in given.split(",") if s.strip()]
-        for spec in specs:
-            if not parse_policy(spec).is_learned:
-                raise InputError(f"--learned {spec!r}: give learned:... specs (learned:file:FOLDER, "
+    if isinstance(given, str) and given != "auto":
+        raise InputError(f"--learned {given!r}: give learned:... specs (learned:file:FOLDER, "
+                         f"learned:champion), 'auto' or 'none'")
+    if not isinstance(given, str):
+        for spec in given:
+            if not spec.is_learned:
+                raise InputError(f"--learned {str(spec)!r}: give learned:... specs (learned:file:FOLDER, "
                                  f"learned:champion), 'auto' or 'none'")
-        return specs
+        return list(given)
     fleet = fleet_name(config.scenario, config.models, config.scenario_spec.models)
     out = []
     for folder in sorted(shipped.iterdir()) if shipped.is_dir() else []:
@@ -180,11 +194,11 @@ def learned_candidates(config: FleetConfig, given: str = "auto", *,
             continue  # not a policy file
         same_world = all(card.world.get(f"env.{k}") == str(getattr(config, k)) for k in WORLD_SETTINGS)
         if card.fleet == fleet and card.availability == config.availability and same_world:
-            out.append(f"learned:file:{_shown(folder)}")
+            out.append(PolicySpec("learned", uri=f"file:{_shown(folder)}"))
     if _has_champion(fleet):
         from atoll.training.registry import champion_uri
 
-        out.append(f"learned:{champion_uri(fleet).removeprefix('models:/')}")
+        out.append(PolicySpec("learned", uri=champion_uri(fleet).removeprefix("models:/")))
     return out
 
 
@@ -210,7 +224,7 @@ def _has_champion(fleet: str) -> bool:
         return False
 
 
-def _learned_config(config: FleetConfig, spec: str, n_models: int) -> FleetConfig:
+def _learned_config(config: FleetConfig, spec: PolicySpec, n_models: int) -> FleetConfig:
     """``config`` observing what the learned policy ``spec`` was trained to observe."""
     from atoll.training.evaluate import resolve_policy
 
@@ -224,7 +238,7 @@ def _learned_config(config: FleetConfig, spec: str, n_models: int) -> FleetConfi
 
 def tune(config: FleetConfig, settings: ContestSettings, *, command: str = "",
          tick: Callable[[int], None] | None = None, now: datetime.datetime | None = None,
-         learned: Sequence[str] = ()) -> TunedPolicy:
+         learned: Sequence[PolicySpec] = ()) -> TunedPolicy:
     """Choose on the validation days, report on the test days (module docstring); ``learned``:
     the learned candidates (:func:`learned_candidates`)."""
     st = settings
@@ -234,6 +248,8 @@ def tune(config: FleetConfig, settings: ContestSettings, *, command: str = "",
     validation, grid_seconds = validation_grid(config, st, tick=tick)
     lost = st.lost_price(config)
     _, best, per_model = validation_choices(validation, len(base.models), st, lost)
+    # results are keyed by name (str(spec)); the policies they name, to run them again
+    index = policy_index(st, per_model, REFERENCE, *learned)
     chosen = per_model[2] if per_model is not None else best
     points = per_model[3] if per_model is not None else {}
     models = tuple(base.models)
@@ -248,19 +264,20 @@ def tune(config: FleetConfig, settings: ContestSettings, *, command: str = "",
     vdays = list(range(st.validation_days[0], st.validation_days[1] + 1))
     configs: dict[str, FleetConfig] = {}
     for spec in learned:  # each on the validation days, in the world it observes
-        configs[spec] = _learned_config(config, spec, len(models))
-        runs = run_rules(configs[spec], [spec], vdays, st.validation_seeds or st.seeds, st.workers, False,
+        name = str(spec)
+        configs[name] = _learned_config(config, spec, len(models))
+        runs = run_rules(configs[name], [spec], vdays, st.validation_seeds or st.seeds, st.workers, False,
                          tick, ray_address=st.ray_address)
-        val[spec] = _figures(cast(list[dict[str, float]], runs[spec]), lost)
-        if val[spec]["effective_usd"] < val[chosen]["effective_usd"]:
-            chosen = spec
+        val[name] = _figures(cast(list[dict[str, float]], runs[name]), lost)
+        if val[name]["effective_usd"] < val[chosen]["effective_usd"]:
+            chosen = name
     rules = list(dict.fromkeys([chosen, best, REFERENCE_RULE]))
     tdays = list(range(st.test_days[0], st.test_days[1] + 1))
     t0 = time.perf_counter()
-    plain = [r for r in rules if r not in configs]
+    plain = [index[r] for r in rules if r not in configs]
     runs = run_rules(config, plain, tdays, st.seeds, st.workers, False, tick, ray_address=st.ray_address)
     if chosen in configs:
-        runs.update(run_rules(configs[chosen], [chosen], tdays, st.seeds, st.workers, False, tick,
+        runs.update(run_rules(configs[chosen], [index[chosen]], tdays, st.seeds, st.workers, False, tick,
                               ray_address=st.ray_address))
     test_seconds = time.perf_counter() - t0
     test = {name: _figures(cast(list[dict[str, float]], runs[name]), lost) for name in rules}
@@ -269,14 +286,14 @@ def tune(config: FleetConfig, settings: ContestSettings, *, command: str = "",
                else {"mean": t["effective_usd"] / test[REFERENCE_RULE]["effective_usd"]}
                for name, t in test.items() if name != REFERENCE_RULE}
     evidence = {"chosen": chosen, "best_uniform_rule": best, "baseline": REFERENCE_RULE,
-                "learned_candidates": list(learned),
+                "learned_candidates": [str(s) for s in learned],
                 "grid_rules": len(validation), "validation": val, "test": test,
                 "effective_cost_vs_baseline": _clean(against),
                 "seconds": {"grid": round(grid_seconds, 1), "test": round(test_seconds, 1)}}
     c = config
     when = (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="seconds")
     return TunedPolicy(
-        policy=chosen, models=_entries(chosen, models), world=world_of(c), scenario=c.scenario,
+        policy=index[chosen], models=_entries(index[chosen], models), world=world_of(c), scenario=c.scenario,
         availability=c.availability, workload=c.workload, forecaster=c.forecaster,
         validation_days=st.validation_days, validation_seeds=st.validation_seeds or st.seeds,
         test_days=st.test_days, seeds=st.seeds, lost_usd_per_mtok=lost, evidence=evidence, command=command,

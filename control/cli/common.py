@@ -12,8 +12,10 @@ from atoll.solvers.errors import AtollError
 if TYPE_CHECKING:  # the simulator loads only in the commands that run it
     from atoll.envs.fleet_env import FleetEnv
     from atoll.envs.fleet_file import Fleet
+    from atoll.envs.vocabulary import PolicySpec
     from atoll.solvers.problem import Risk
     from atoll.solvers.scenarios import ScenarioSpec
+    from atoll.training.tuning import TunedPolicy
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -309,6 +311,16 @@ def split_policies(text: str, option: str) -> list[str]:
         else:
             out.append(part)
     return out
+
+
+def policy_value(text: str) -> PolicySpec | TunedPolicy:
+    """A ``--policy`` as the value the library takes: an ``atoll tune`` file (``.yaml``) read, any
+    other text parsed as a policy spec (:func:`atoll.envs.vocabulary.parse_policy`). The edge:
+    past it, a policy is a value."""
+    from atoll.envs.vocabulary import parse_policy
+    from atoll.training.tuning import is_policy_file, read_tuned
+
+    return read_tuned(text) if is_policy_file(text) else parse_policy(text)
 
 
 def require_servable_env(env: FleetEnv) -> None:

@@ -145,17 +145,17 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float],
     from atoll.envs.vocabulary import parse_policy
 
     try:
-        learned = parse_policy(args.policy).is_learned
+        spec = parse_policy(args.policy)
     except ValueError as exc:
         raise UserError(f"--policy {args.policy!r}: {as_user_error(exc)}") from exc
-    if learned:
+    if spec.is_learned:
         from atoll.training.tracking import configure
 
         configure()  # the store every command uses: $MLFLOW_TRACKING_URI or sqlite:///mlruns/mlflow.db
     from atoll.training.registry import FleetSpaces
 
     try:  # an unloadable URI, or one that does not fit this fleet, is an InputError
-        policy = resolve_policy(args.policy, len(fleet.models), fleet=FleetSpaces.of_live_fleet(fleet))
+        policy = resolve_policy(spec, len(fleet.models), fleet=FleetSpaces.of_live_fleet(fleet))
     except (KeyError, ValueError, OSError) as exc:
         raise UserError(f"--policy {args.policy!r}: {as_user_error(exc)}") from exc
     # a rule's @q and a per-model rule's (or a policy file's) levels configure the controller, as

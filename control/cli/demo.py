@@ -14,12 +14,15 @@ within that fleet's model.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from atoll.control.cli.common import add_env_options, parse_days
 from atoll.control.cli.evaluate import contest
 from atoll.control.cli.output import UserError, output_for, progress
 from atoll.control.cli.train import add_train_options, train_config
+
+if TYPE_CHECKING:
+    from atoll.envs.vocabulary import PolicySpec
 
 DEMO_INTERVALS = (1, 3, 12)
 DEMO_LEVELS = (0.5, 0.7, 0.9, 0.95, 0.99)  # 20 rules: the demo stays within 10 minutes on 2 cores
@@ -32,14 +35,16 @@ DEMO_PER_MODEL_TARGETS = 1
 def cmd_demo(args: argparse.Namespace) -> int:
     import mlflow
 
+    from atoll.envs.vocabulary import PolicySpec, parse_policy
     from atoll.training.registry import champion_uri, registered_name
     from atoll.training.tracking import train_or_reuse
 
     out = output_for(args)
     train_days, eval_days = parse_days(args.train_days), parse_days(args.eval_days)
     config, settings = train_config(args, train_days, args.timesteps, seed=0)
-    if args.policy is not None:
-        trained = _given_policy(args.policy, config)
+    given = parse_policy(args.policy) if args.policy is not None else None
+    if given is not None:
+        trained = _given_policy(given, config)
         out.note(f"evaluating {args.policy} (no training)")
     else:
         with progress("training", settings.bootstrap_steps + settings.ppo_steps) as advance:
@@ -58,7 +63,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     grid = ContestSettings(validation_days=validation_days, test_days=eval_days, seeds=1,
                            levels=DEMO_LEVELS, intervals=DEMO_INTERVALS, bands=DEMO_BANDS,
                            workers=args.workers, per_model_targets=DEMO_PER_MODEL_TARGETS)
-    spec = args.policy or f"learned:{trained['model_uri']}"
+    spec = given or PolicySpec("learned", uri=trained["model_uri"])
     result = contest(out, args, [spec], grid, run_name="demo")
     for name, version in result.get("champion", {}).items():
         model = version.rpartition("/")[0]
@@ -73,22 +78,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out.json({"parent_run_id": result["parent_run_id"], "model_uri": trained["model_uri"],
               "fleet": trained["fleet"], "registered_model": registered_name(trained["fleet"]),
               "champion": result.get("champion", {}),
-              "validation": result.get("learned_validation", {}).get(spec),
-              "reused_policy": trained["reused"], "headline": result["headline"][spec],
+              "validation": result.get("learned_validation", {}).get(str(spec)),
+              "reused_policy": trained["reused"], "headline": result["headline"][str(spec)],
               "frontier": result["frontier"], "best_rule": result["best_rule"],
               "policies": result["policies"]})
     return 0
 
 
-def _given_policy(spec: str, config: Any) -> dict[str, Any]:
+def _given_policy(spec: PolicySpec, config: Any) -> dict[str, Any]:
     """What the demo reports of a policy it was given instead of training one (``--policy``)."""
-    from atoll.envs.vocabulary import parse_policy
     from atoll.training.registry import fleet_name
 
-    if not parse_policy(spec).is_learned:
-        raise UserError(f"--policy {spec!r}: the demo compares a learned policy with the rules; give "
+    if not spec.is_learned:
+        raise UserError(f"--policy {str(spec)!r}: the demo compares a learned policy with the rules; give "
                         f"learned:file:PATH or learned:<model uri>")
-    return {"model_uri": parse_policy(spec).uri, "reused": True,
+    return {"model_uri": spec.uri, "reused": True,
             "fleet": fleet_name(config.scenario, config.models, config.scenario_spec.models)}
 
 

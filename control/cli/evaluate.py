@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from atoll.control.cli.common import add_env_options, make_env, parse_days, split_names, split_policies
+from atoll.control.cli.common import (
+    add_env_options,
+    make_env,
+    parse_days,
+    policy_value,
+    split_names,
+    split_policies,
+)
 from atoll.control.cli.output import Output, UserError, as_user_error, output_for, progress, results_table
 from atoll.control.cli.train import add_env_id_option
+
+if TYPE_CHECKING:
+    from atoll.envs.vocabulary import PolicySpec
 
 DEFAULT_POLICIES = "fixed:1,fixed:3,fixed:6,fixed:12,threshold,never,hindsight"
 
@@ -27,8 +37,8 @@ def evaluate(out: Output, args: argparse.Namespace, days: tuple[int, int], specs
     total = len(specs) * seeds * len(day_list) * env.config.episode_steps
     with progress("evaluating", total) as advance:
         try:
-            result = evaluate_run(env, specs, days=day_list, seeds=seeds, run_name=run_name, tags=tags,
-                                  tick=advance)
+            result = evaluate_run(env, [policy_value(s) for s in specs], days=day_list, seeds=seeds,
+                                  run_name=run_name, tags=tags, tick=advance)
         except (KeyError, ValueError, OSError) as exc:
             raise as_user_error(exc) from exc
     from atoll.envs import world_of
@@ -63,19 +73,15 @@ def contest_config(args: argparse.Namespace, settings: Any = None) -> Any:
                        forecaster=args.forecaster, **extra)
 
 
-def contest(out: Output, args: argparse.Namespace, learned: list[str], settings: Any,
+def contest(out: Output, args: argparse.Namespace, learned: list[PolicySpec], settings: Any,
             run_name: str = "contest", tags: dict[str, str] | None = None) -> dict[str, Any]:
     """Run and log the contest (rule grid on validation days, frontier vs ``learned`` on test
     days) and show the test-day table and the headline (shared with ``atoll demo``)."""
-    from atoll.envs.vocabulary import parse_policy
     from atoll.training.contest import frontier_note
     from atoll.training.naming import short_name
     from atoll.training.tracking import contest_run
 
-    try:
-        bad = [s for s in learned if not parse_policy(s).is_learned]
-    except ValueError as exc:
-        raise UserError(f"--policies: {as_user_error(exc)}") from exc
+    bad = [str(s) for s in learned if not s.is_learned]
     if bad:
         raise UserError(f"--rules grid: --policies {','.join(bad)!r} are not learned policies; the rules "
                         f"come from the grid (fixed:K@q, threshold:LOW:HIGH@q), so list only "
@@ -95,7 +101,8 @@ def contest(out: Output, args: argparse.Namespace, learned: list[str], settings:
     out.result(results_table(f"{contest_title(config)} / test days {t[0]}-{t[1]} / "
                              f"{st.seeds} seed(s) (mean ± std); frontier chosen on days {v[0]}-{v[1]}",
                              result["policies"]))
-    out.result(headline_table(result))
+    named = {str(s): s for s in learned}  # the headline is keyed by each policy's name
+    out.result(headline_table(result, named))
     engine = f"Ray at {st.ray_address}" if st.ray_address else f"{st.workers} worker process(es)"
     out.note(f"rule grid: {result['grid_size']} rules x {result['validation_seeds']} seed(s) on days "
              f"{v[0]}-{v[1]} in {result['grid_seconds']:.0f} s ({engine}); "
@@ -104,10 +111,10 @@ def contest(out: Output, args: argparse.Namespace, learned: list[str], settings:
     if pm:
         out.note(f"per-model reference (coordinate descent on days {v[0]}-{v[1]}): frontier "
                  f"{', '.join(pm['frontier'])}; best {pm['best']}")
-    for spec, fig in result["headline"].items():
+    for name, fig in result["headline"].items():
         note = frontier_note(fig)
         if note:
-            out.note(f"{short_name(spec)}: {note}")
+            out.note(f"{short_name(named[name])}: {note}")
     return result
 
 
@@ -117,8 +124,9 @@ def contest_title(config: Any) -> str:
     return f"{config.scenario} / {config.availability}"
 
 
-def headline_table(result: dict[str, Any]) -> Table:
-    """Each learned policy's headline against the rule frontier (mean ± std over seeds)."""
+def headline_table(result: dict[str, Any], named: dict[str, PolicySpec]) -> Table:
+    """Each learned policy's headline against the rule frontier (mean ± std over seeds); ``named``:
+    the learned policies by name (what the headline is keyed by)."""
     from atoll.training.naming import short_name
 
     table = Table(title=f"headline vs the rule frontier {', '.join(result['frontier'])} (best rule "
@@ -133,9 +141,9 @@ def headline_table(result: dict[str, Any]) -> Table:
     table.add_column("learned policy")
     for _, header, _ in cols:
         table.add_column(header, justify="right")
-    for spec, fig in result["headline"].items():
-        table.add_row(short_name(spec), *(f"{fig[k]['mean']:{f}} ± {fig[k]['std']:{f}}" if k in fig else "-"
-                                          for k, _, f in cols))
+    for name, fig in result["headline"].items():
+        table.add_row(short_name(named[name]), *(f"{fig[k]['mean']:{f}} ± {fig[k]['std']:{f}}"
+                                                 if k in fig else "-" for k, _, f in cols))
     return table
 
 
@@ -168,8 +176,9 @@ def contest_settings(args: argparse.Namespace) -> Any:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     out = output_for(args)
     if args.rules == "grid":
-        learned = split_policies(args.policies, "--policies") if args.policies else []
-        result = contest(out, args, learned, contest_settings(args))
+        texts = split_policies(args.policies, "--policies") if args.policies else []
+        settings = contest_settings(args)
+        result = contest(out, args, _learned(texts), settings)
         out.note(f"MLflow parent run {result['parent_run_id']}")
         out.json({k: v for k, v in result.items() if k != "table"})
         return 0
@@ -178,6 +187,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     out.note(f"MLflow parent run {result['parent_run_id']}")
     out.json({"parent_run_id": result["parent_run_id"], "policies": result["policies"]})
     return 0
+
+
+def _learned(texts: list[str]) -> list[PolicySpec]:
+    """``--policies`` of ``--rules grid`` as specs (the contest refuses any that is not learned)."""
+    from atoll.envs.vocabulary import parse_policy
+
+    try:
+        return [parse_policy(s) for s in texts]
+    except ValueError as exc:
+        raise UserError(f"--policies: {as_user_error(exc)}") from exc
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -11,6 +11,7 @@ from atoll.control.cli.common import (
     check_image_path,
     make_env,
     parse_days,
+    policy_value,
     require_servable_env,
     split_policies,
     workloads_used,
@@ -38,7 +39,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from atoll.training.evaluate import resolve_policy
 
     try:  # rules, per-model assignments, learned policies and `atoll tune` files
-        policies: list[Policy] = [resolve_policy(name, len(env.models)) for name in names]
+        policies: list[Policy] = [resolve_policy(policy_value(name), len(env.models)) for name in names]
     except (KeyError, OSError) as exc:
         raise as_user_error(exc) from exc
     day_list = list(range(days[0], days[1] + 1))

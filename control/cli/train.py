@@ -13,7 +13,7 @@ from atoll.control.cli.common import add_env_options, make_env, parse_days
 from atoll.control.cli.output import output_for, progress
 from atoll.envs import ENV_ID, ENV_ID_V2, ENV_ID_V3, ENV_ID_V4
 from atoll.envs.config import FleetConfig, RewardWeights
-from atoll.solvers.errors import InputError
+from atoll.solvers.errors import AtollError, InputError
 
 if TYPE_CHECKING:
     from atoll.training.train import TrainSettings
@@ -26,12 +26,17 @@ def train_config(args: argparse.Namespace, days: tuple[int, int], timesteps: int
                  ) -> tuple[FleetConfig, TrainSettings]:
     """The environment and PPO settings the options describe, all validated before MLflow starts
     a run, so bad input leaves no FAILED run (shared with ``atoll demo``)."""
+    from atoll.envs.vocabulary import parse_policy
     from atoll.training.cloning import bootstrap_teacher  # torch: only when training
-    from atoll.training.train import TrainSettings
+    from atoll.training.train import TrainSettings, bootstrap_rule_error
 
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
+    try:
+        rule = parse_policy(args.bootstrap_rule)
+    except AtollError:  # not a policy: the settings' own error, naming the text
+        raise bootstrap_rule_error(args.bootstrap_rule) from None
     settings = TrainSettings(timesteps=timesteps, seed=seed, bootstrap_steps=args.bootstrap_steps,
-                             bootstrap_rule=args.bootstrap_rule,
+                             bootstrap_rule=rule,
                              bootstrap_smoothing=args.bootstrap_smoothing, n_envs=args.n_envs,
                              demand_seeds=args.demand_seeds,
                              normalize_observations=args.normalize_observations)

@@ -7,11 +7,15 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from atoll.control.cli.common import add_env_options, parse_days, split_names
 from atoll.control.cli.output import UserError, as_user_error, output_for, progress
+
+if TYPE_CHECKING:
+    from atoll.envs.vocabulary import PolicySpec
 
 RISKS = "neutral;h0.85;h0.7"
 
@@ -42,11 +46,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.out.suffix not in (".yaml", ".yml"):
         raise UserError(f"--out {args.out}: a policy file ends in .yaml or .yml")
     try:
-        learned = learned_candidates(config, args.learned)
+        learned = learned_candidates(config, _learned(args.learned))
     except ValueError as exc:
         raise as_user_error(exc) from exc
     if learned:
-        out.note(f"learned candidates: {', '.join(learned)}")
+        out.note(f"learned candidates: {', '.join(str(s) for s in learned)}")
     v, t = settings.validation_days, settings.test_days
     vseeds = settings.validation_seeds or settings.seeds
     runs = vseeds * (len(settings.grid) + len(learned)) * (v[1] - v[0] + 1) + \
@@ -68,21 +72,30 @@ def cmd_tune(args: argparse.Namespace) -> int:
         ratio = ev["effective_cost_vs_baseline"].get(name)
         shown = "-" if ratio is None else f"{ratio['mean']:.3f}" + (
             f" [{ratio['low']:.3f}, {ratio['high']:.3f}]" if ratio.get("low") is not None else "")
-        role = " (chosen)" if name == tuned.policy else " (baseline)" if name == ev["baseline"] else ""
+        role = " (chosen)" if name == str(tuned.policy) else " (baseline)" if name == ev["baseline"] else ""
         chosen_on = ev["validation"].get(name, {}).get("effective_usd", float("nan"))
         table.add_row(name + role, f"{chosen_on:,.0f}", f"{fig['cost_usd']:,.0f}",
                       f"{fig['slo_attainment']:.1%}", f"{fig['effective_usd']:,.0f}", shown)
     out.result(table)
     shown = ev["validation"]
     for spec in ev.get("learned_candidates", []):
-        if spec != tuned.policy:
-            theirs, ours = shown[spec]["effective_usd"], shown[tuned.policy]["effective_usd"]
+        if spec != str(tuned.policy):
+            theirs, ours = shown[spec]["effective_usd"], shown[str(tuned.policy)]["effective_usd"]
             out.result(f"learned candidate {spec}: validation effective ${theirs:,.0f} (the chosen policy's: "
                        f"${ours:,.0f}); not chosen")
     out.result(f"policy file {args.out}: {tuned.policy}\nrun it: atoll simulate --policy {args.out} | "
                f"atoll control --policy {args.out}")
     out.json({"policy_file": str(args.out), **tuned.as_dict()})
     return 0
+
+
+def _learned(text: str) -> str | list[PolicySpec]:
+    """``--learned``: ``auto``, ``none`` or the comma-separated ``learned:`` specs, parsed."""
+    from atoll.envs.vocabulary import parse_policy
+
+    if text in ("auto", "none"):
+        return text
+    return [parse_policy(s.strip()) for s in text.split(",") if s.strip()]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -18,6 +18,7 @@ from atoll.control.metrics import GENERATION, PROMPT, RUNNING, WAITING, MetricsS
 from atoll.control.plans import PlanRecord, SinkResult
 from atoll.control.sinks import JsonDirSink
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.types import Phase, Service, Stage, Template
 
 MODEL = "Phi-4-14B"
@@ -70,7 +71,8 @@ def main(state_dir: str, sink_dir: str, log: str, mode: str) -> None:
                       request_shapes=[(100.0, 10.0)])
     clock = Clock()
     sink = LoggingSink(Path(sink_dir), Path(log))
-    controller = Controller(fleet, StepSource(clock), make_policy("fixed:1", 1), sink, state_dir,
+    rule = make_policy(parse_policy("fixed:1"), 1)
+    controller = Controller(fleet, StepSource(clock), rule, sink, state_dir,
                             settings=ControllerSettings(interval_s=STEP), clock=clock,
                             sleep=lambda s: None)
     for _ in range(20):

@@ -17,6 +17,7 @@ from atoll.control.replay import ReplayExporter
 from atoll.control.sinks import JsonDirSink
 from atoll.control.state import ControllerState, save_state
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import parse_policy
 
 T0 = 1.7e9
 
@@ -55,7 +56,8 @@ def test_a_wall_clock_stepped_back_does_not_change_a_rate(fleet: LiveFleet, tmp_
     series = [tiny_series(m, [3.0] * 100, step_s=300.0) for m in MODELS]
     with ReplayExporter(series, MODELS, clock=mono) as exporter:
         source = ScrapeSource(exporter.url, clock=steady.metrics_clock() if dated_by == "steady" else wall)
-        controller = Controller(fleet, source, make_policy("never", 2), JsonDirSink(tmp_path / "plans"),
+        never = make_policy(parse_policy("never"), 2)
+        controller = Controller(fleet, source, never, JsonDirSink(tmp_path / "plans"),
                                 tmp_path / "state", settings=ControllerSettings(interval_s=300.0),
                                 clock=steady if dated_by == "steady" else wall, sleep=lambda s: None)
         rates = []
@@ -77,7 +79,7 @@ def test_a_state_written_under_a_clock_ahead_is_read_with_its_offset(fleet: Live
     ahead = 3600.0
     save_state(tmp_path / "state", ControllerState(tick=5, last_tick_s=T0 + ahead, running={key: 2},
                                                    starting=((key, 1, T0 + ahead + 60.0),)))
-    controller = Controller(fleet, ScrapeSource("http://127.0.0.1:9"), make_policy("never", 2),
+    controller = Controller(fleet, ScrapeSource("http://127.0.0.1:9"), make_policy(parse_policy("never"), 2),
                             JsonDirSink(tmp_path / "plans"), tmp_path / "state",
                             settings=ControllerSettings(interval_s=300.0), clock=lambda: T0,
                             sleep=lambda s: None)

@@ -20,6 +20,7 @@ from atoll.control.served import ServedFleet, latest_plan
 from atoll.control.sinks import JsonDirSink
 from atoll.control.state import load_state
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.problem import Allocation
 
 # the traffic's own shape (tokens per request), different from the profiled 100 / 10 on purpose
@@ -80,7 +81,7 @@ def test_correction_survives_a_restart(fleet: LiveFleet, tmp_path: Path) -> None
     clock = [0.0]
     with ReplayExporter(_series(), MODELS, speedup=60.0, clock=lambda: clock[0], served=served) as exporter:
         again = Controller(fleet, ScrapeSource(exporter.url, clock=lambda: clock[0]),
-                           make_policy("fixed:1", 2),
+                           make_policy(parse_policy("fixed:1"), 2),
                            JsonDirSink(tmp_path / "plans"), tmp_path / "state",
                            settings=ControllerSettings(interval_s=300.0, time_scale=60.0),
                            clock=lambda: result.ticks[-1]["time_s"] + 300.0, sleep=lambda s: None)
@@ -93,7 +94,7 @@ def test_correction_off_plans_on_the_model(fleet: LiveFleet, tmp_path: Path) -> 
     clock = [0.0]
     with ReplayExporter(_series(), MODELS, speedup=60.0, clock=lambda: clock[0], served=served) as exporter:
         controller = Controller(fleet, ScrapeSource(exporter.url, clock=lambda: clock[0]),
-                                make_policy("fixed:1", 2), JsonDirSink(tmp_path / "plans"),
+                                make_policy(parse_policy("fixed:1"), 2), JsonDirSink(tmp_path / "plans"),
                                 tmp_path / "state",
                                 settings=ControllerSettings(interval_s=300.0, time_scale=60.0,
                                                             correction=False),

@@ -27,6 +27,7 @@ from atoll.control.state import load_state
 from atoll.envs.fleet import FleetState
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.problem import Allocation, SolveStatus
 from atoll.solvers.types import Phase, Service, Stage, Template
 
@@ -96,7 +97,8 @@ class Harness:
         self.controller = self.new()
 
     def new(self) -> Controller:
-        return Controller(self.fleet, self.source, make_policy(self.policy, len(MODELS)), self.sink,  # type: ignore[arg-type]
+        rule = make_policy(parse_policy(self.policy), len(MODELS))
+        return Controller(self.fleet, self.source, rule, self.sink,  # type: ignore[arg-type]
                           self.dir, settings=ControllerSettings(interval_s=300.0), clock=self.clock,
                           sleep=self.sleeps.append)
 
@@ -372,11 +374,12 @@ def test_what_the_controller_cannot_honour_is_refused_not_dropped(fleet: LiveFle
 
     source = ScriptedSource(FakeClock(), {})
     with pytest.raises(ValueError, match=r"plans at level 0.5.*planning level is 0.9.*planning_quantile=0.5"):
-        Controller(fleet, source, make_policy("fixed:1@0.5", 2), JsonDirSink(tmp_path), tmp_path / "a")
-    per_model = resolve_policy("per-model:1@0.9+h0.7,1@0.9", 2)
+        Controller(fleet, source, make_policy(parse_policy("fixed:1@0.5"), 2), JsonDirSink(tmp_path),
+                   tmp_path / "a")
+    per_model = resolve_policy(parse_policy("per-model:1@0.9+h0.7,1@0.9"), 2)
     with pytest.raises(ValueError, match=r"risk presets \(neutral, h0.7\).*decodes presets \(none\)"):
         Controller(fleet, source, per_model, JsonDirSink(tmp_path), tmp_path / "b")
-    levels = resolve_policy("per-model:1@0.9,1@0.95", 2)
+    levels = resolve_policy(parse_policy("per-model:1@0.9,1@0.95"), 2)
     with pytest.raises(ValueError, match=r"levels 0.9, 0.95.*action_levels=\(0.9, 0.95\)"):
         Controller(fleet, source, levels, JsonDirSink(tmp_path), tmp_path / "c",
                    settings=ControllerSettings(planning_quantile=0.95, action_levels=(0.9,)))
@@ -393,7 +396,7 @@ def test_a_per_model_rules_risk_presets_reach_each_models_replan(fleet: LiveFlee
     # Phi-4-14B at headroom 0.7, GPT-OSS-20B neutral: 13 req/s each, as in the uniform test above
     from atoll.training.evaluate import resolve_policy
 
-    policy = resolve_policy("per-model:1@0.9+h0.7,1@0.9", 2)
+    policy = resolve_policy(parse_policy("per-model:1@0.9+h0.7,1@0.9"), 2)
     h = Harness(fleet, tmp_path, rates={m: 13.0 for m in MODELS})
     h.controller = Controller(fleet, h.source, policy, h.sink, h.dir,
                               settings=ControllerSettings(interval_s=300.0, action_levels=(0.9,),

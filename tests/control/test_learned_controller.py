@@ -17,6 +17,7 @@ from atoll.control.controller import Controller, ControllerSettings
 from atoll.control.live_fleet import LiveFleet
 from atoll.control.sinks import JsonDirSink
 from atoll.envs.config import FleetConfig
+from atoll.envs.vocabulary import parse_policy
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError
 from atoll.training.evaluate import resolve_policy
@@ -48,13 +49,13 @@ def test_registered_policy_is_crowned_on_validation_and_drives_the_controller(tm
     assert version.tags["scenario"] == "core"
     spec = f"learned:{out['model_uri']}"
     with pytest.raises(InputError, match="cannot be loaded"):
-        resolve_policy(f"learned:{name}@{CHAMPION}", 2)  # no champion yet
-    assert crown(spec, {"score": 1.02}) is None  # does not beat the frontier on validation days
-    assert crown(spec, {"score": 0.93}) == f"{name}/1"
+        resolve_policy(parse_policy(f"learned:{name}@{CHAMPION}"), 2)  # no champion yet
+    assert crown(parse_policy(spec), {"score": 1.02}) is None  # does not beat the frontier on validation days
+    assert crown(parse_policy(spec), {"score": 0.93}) == f"{name}/1"
     assert str(client.get_model_version_by_alias(name, CHAMPION).version) == "1"
 
     fleet = LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(INPUT, OUTPUT)] * 2)
-    policy = resolve_policy(f"learned:{CHAMPION}", 2, fleet=FleetSpaces.of_live_fleet(fleet))
+    policy = resolve_policy(parse_policy(f"learned:{CHAMPION}"), 2, fleet=FleetSpaces.of_live_fleet(fleet))
     clock = FakeClock(10 * 86400.0)
     source = ScriptedSource(clock, {m: 10.0 for m in MODELS})
     controller = Controller(fleet, source, policy, JsonDirSink(tmp_path / "plans"), tmp_path / "state",
@@ -74,6 +75,6 @@ def test_registered_policy_is_crowned_on_validation_and_drives_the_controller(tm
         if m in last.reopt and "no capacity" not in last.chosen[m]:
             assert last.reopt[m] == controller.codec.decode(int(codes[i])).label()
     # the same policy as a file (no MLflow): the controller's fleet takes it and it answers the same
-    from_file = resolve_policy(f"learned:file:{out['policy_file']}", 2,
+    from_file = resolve_policy(parse_policy(f"learned:file:{out['policy_file']}"), 2,
                                fleet=FleetSpaces.of_live_fleet(fleet))
     assert np.array_equal(from_file.act(obs), codes)

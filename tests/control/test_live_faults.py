@@ -34,6 +34,7 @@ from atoll.control.plans import PlanRecord, SinkError
 from atoll.control.sinks import JsonDirSink, deliver
 from atoll.control.state import STATE_FILE, HistoryPoint, StateError, StateLock, load_state, save_state
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.fleet import FleetFileError, load_fleet
 from atoll.solvers.problem import Allocation
 from atoll.solvers.types import Phase, Service, Stage, Template
@@ -109,7 +110,8 @@ class Harness:
         self.controller = self.new()
 
     def new(self) -> Controller:
-        return Controller(self.fleet, self.source, make_policy(self.policy, len(MODELS)), self.sink, self.dir,
+        rule = make_policy(parse_policy(self.policy), len(MODELS))
+        return Controller(self.fleet, self.source, rule, self.sink, self.dir,
                           settings=self.settings, clock=self.clock, sleep=lambda s: None)
 
     def tick(self) -> TickReport:

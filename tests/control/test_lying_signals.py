@@ -20,6 +20,7 @@ from atoll.control.served import ServedFleet, latest_plan
 from atoll.control.sinks import JsonDirSink
 from atoll.control.state import load_state
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.forecast.workloads import DemandSeries
 
 SPEED, INTERVAL, DAY = 60.0, 300.0, 86400.0
@@ -63,7 +64,8 @@ def _run(fleet: LiveFleet, tmp: Path, ticks: int, *, surge: bool = False,
     with ReplayExporter(_series(surge), MODELS, speedup=SPEED, clock=lambda: wall[0], start_s=DAY,
                         served=served) as exporter:
         proxy = Proxy(ScrapeSource(exporter.url, clock=lambda: wall[0]))
-        controller = Controller(fleet, proxy, make_policy(policy, 2), JsonDirSink(tmp / "plans"),
+        rule = make_policy(parse_policy(policy), 2)
+        controller = Controller(fleet, proxy, rule, JsonDirSink(tmp / "plans"),
                                 tmp / "state",
                                 settings=ControllerSettings(interval_s=INTERVAL, time_scale=SPEED),
                                 clock=lambda: DAY + SPEED * wall[0], sleep=lambda s: None)

@@ -18,6 +18,7 @@ from atoll.control.state import ControllerState, HistoryPoint, save_state
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet import FleetState
 from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.vocabulary import parse_policy
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.packing import Packing, check_plan_packing
 from atoll.solvers.types import Phase, Service, Stage, Template
@@ -124,7 +125,7 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
     # every live re-plan (Controller.risk): the same ILP rows on both sides
     # a per-model rule's levels and risks configure the env's action as env_at_level does, and
     # the controller's codec as `atoll control` does (ControllerSettings' levels and presets)
-    env_policy = resolve_policy(policy, len(MODELS))
+    env_policy = resolve_policy(parse_policy(policy), len(MODELS))
     risk = getattr(env_policy, "risk", None)
     config = FleetConfig(scenario="core", models=MODELS, templates=make_library(), demand=demand,
                          request_shapes=shapes, forecaster="ets", availability="ample", prices="on-demand",
@@ -153,7 +154,7 @@ def test_env_and_controller_see_the_same_observations_and_decide_the_same(tmp_pa
                                   planning_quantile=getattr(env_policy, "planning_quantile", None) or 0.9,
                                   action_levels=tuple(levels) if levels else None,
                                   risk_presets=tuple(getattr(env_policy, "risk_presets", ())))
-    controller = Controller(fleet, source, resolve_policy(policy, len(MODELS)),
+    controller = Controller(fleet, source, resolve_policy(parse_policy(policy), len(MODELS)),
                             JsonDirSink(tmp_path / "plans"), state_dir, settings=settings, clock=clock,
                             sleep=lambda s: None)
     replans = 0

@@ -36,6 +36,7 @@ from atoll.control.replay import ReplayExporter
 from atoll.control.sinks import JsonDirSink
 from atoll.control.state import HistoryPoint
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.forecast.forecasters import make_forecaster
 
 SPEEDUP = 60.0
@@ -54,7 +55,7 @@ def test_readme_example_each_phase_is_planned_from_its_own_rate(fleet: LiveFleet
     wall = FakeClock(0.0)
     with ReplayExporter(series, MODELS, speedup=SPEEDUP, clock=wall) as exporter:
         controller = Controller(fleet, ScrapeSource(exporter.url, clock=wall),
-                                make_policy("fixed:1", len(MODELS)),  # type: ignore[arg-type]
+                                make_policy(parse_policy("fixed:1"), len(MODELS)),  # type: ignore[arg-type]
                                 JsonDirSink(tmp_path / "plans"), tmp_path / "state",
                                 settings=ControllerSettings(interval_s=300.0, time_scale=SPEEDUP),
                                 clock=lambda: 10 * 86400.0 + SPEEDUP * wall(), sleep=lambda s: None)
@@ -111,7 +112,7 @@ def test_measured_tokens_per_request_drift_is_reported_and_within_tolerance_is_n
     # the first model's requests are 40 / 50 tokens (x0.4 / x5 the profiled 100 / 10); the
     # second's 115 / 9 (x1.15 / x0.9): within the 25% tolerance
     source = HistogramSource(clock, {MODELS[0]: (5.0, 40.0, 50.0), MODELS[1]: (3.0, 115.0, 9.0)})
-    controller = Controller(fleet, source, make_policy("fixed:1", len(MODELS)),  # type: ignore[arg-type]
+    controller = Controller(fleet, source, make_policy(parse_policy("fixed:1"), len(MODELS)),  # type: ignore[arg-type]
                             JsonDirSink(tmp_path / "plans"), tmp_path / "state",
                             settings=ControllerSettings(interval_s=300.0), clock=clock, sleep=lambda s: None)
     for _ in range(2):

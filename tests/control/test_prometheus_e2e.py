@@ -12,6 +12,7 @@ from control_helpers import PrometheusServer, tiny_series
 from atoll.control.metrics import PrometheusSource
 from atoll.control.rates import RateReport, RateStatus, RateTracker
 from atoll.control.replay import ReplayExporter
+from atoll.envs.vocabulary import parse_policy
 
 SPEEDUP = 60.0
 
@@ -68,7 +69,8 @@ def test_the_controller_reads_prometheus_and_writes_plans(start_prometheus: Call
         fleet = LiveFleet("core")
         settings = ControllerSettings(interval_s=60, time_scale=SPEEDUP)
         controller = Controller(fleet, PrometheusSource(prometheus.url, timeout=5),
-                                make_policy("fixed:1", len(models)), make_sink(f"k8s:{tmp_path / 'k8s'}"),
+                                make_policy(parse_policy("fixed:1"), len(models)),
+                                make_sink(f"k8s:{tmp_path / 'k8s'}"),
                                 tmp_path / "state", settings=settings, clock=lambda: time.time() * SPEEDUP,
                                 sleep=time.sleep)
         deadline = time.monotonic() + 30

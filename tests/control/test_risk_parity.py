@@ -27,6 +27,7 @@ from atoll.envs.config import FleetConfig
 from atoll.envs.fleet import FleetState
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.servers import ServerReport
+from atoll.envs.vocabulary import parse_policy
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.problem import Risk
 from atoll.training.policy_file import FilePolicy
@@ -117,7 +118,7 @@ def test_a_learned_fleet_v4_policy_sees_and_does_live_what_it_does_in_the_simula
 
     folder, config = risk_policy
     env = FleetEnv(config)
-    env_policy = resolve_policy(f"learned:file:{folder}", len(MODELS))
+    env_policy = resolve_policy(parse_policy(f"learned:file:{folder}"), len(MODELS))
     assert isinstance(env_policy, FilePolicy)
     assert (env_policy.observation_size,) == env.observation_space.shape
     obs, _ = env.reset(seed=0, options={"day": DAY})
@@ -136,7 +137,7 @@ def test_a_learned_fleet_v4_policy_sees_and_does_live_what_it_does_in_the_simula
                                                    last_reoptimized=dict.fromkeys(MODELS, 0),
                                                    last_metrics=source.snapshot((g0 - 1) * STEP),
                                                    cost_scale_usd_h=scale))
-    live_policy = resolve_policy(f"learned:file:{folder}", len(MODELS))
+    live_policy = resolve_policy(parse_policy(f"learned:file:{folder}"), len(MODELS))
     settings = ControllerSettings(interval_s=STEP, forecaster="ets", correction=False,
                                   action_levels=tuple(config.action_levels),
                                   risk_presets=tuple(live_policy.risk_presets))  # type: ignore[attr-defined]

@@ -21,6 +21,7 @@ from atoll.control.live_fleet import LiveFleet
 from atoll.control.plans import PlanRecord, SinkError
 from atoll.control.sinks import MetricsSink, make_sink
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.problem import Allocation
 from atoll.solvers.types import Phase, Service, Stage, Template
 
@@ -122,7 +123,7 @@ def test_make_before_break_through_a_real_controller(tmp_path: Path) -> None:
     sink = make_sink("metrics:127.0.0.1:0")
     assert isinstance(sink, MetricsSink)
     try:
-        controller = Controller(fleet, StepSource(clock), make_policy("fixed:1", 1), sink,
+        controller = Controller(fleet, StepSource(clock), make_policy(parse_policy("fixed:1"), 1), sink,
                                 tmp_path / "state", settings=ControllerSettings(interval_s=STEP), clock=clock,
                                 sleep=lambda s: None)
         seen: list[tuple[float, float, float | None]] = []

@@ -15,7 +15,7 @@ from atoll.envs.actions import ActionCodec
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
 from atoll.envs.rollout import run_policy
-from atoll.envs.vocabulary import Reoptimization
+from atoll.envs.vocabulary import Reoptimization, parse_policy
 from atoll.solvers.errors import InputError
 
 
@@ -81,14 +81,14 @@ def test_every_rule_behaves_in_v1_as_in_v0(rule: str) -> None:
     totals = {}
     for action in ("binary", "reopt"):
         env = FleetEnv(rich_config(action=action, episode_steps=96))
-        ep = run_policy(env, make_policy(rule, len(env.models)), days=[5], seed=7)
+        ep = run_policy(env, make_policy(parse_policy(rule), len(env.models)), days=[5], seed=7)
         totals[action] = {k: v for k, v in ep.totals().items() if k != "solver_seconds"}
     assert totals["binary"] == totals["reopt"]
 
 
 def test_grow_rule_grows_every_step_and_replans_fully_every_k() -> None:
     env = FleetEnv(rich_config(episode_steps=13))
-    ep = run_policy(env, make_policy("grow:6", len(env.models)), days=[5], seed=0)
+    ep = run_policy(env, make_policy(parse_policy("grow:6"), len(env.models)), days=[5], seed=0)
     actions = [row[f"{env.models[0]}/reoptimizations"] for row in ep.steps]
     assert actions[0] == 0 and all(actions[1:])  # step 0 holds: the initial plan was just made
     assert ep.totals()["reoptimizations"] == 12 * len(env.models)

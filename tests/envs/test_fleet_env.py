@@ -16,6 +16,7 @@ from atoll.envs.demand import DemandError
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
 from atoll.envs.rollout import run_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.types import Phase, Service, Stage, Template
 
@@ -164,13 +165,13 @@ def test_preemption_removes_capacity_at_once() -> None:
     assert info["total"]["slo_attainment"] == pytest.approx(800 / env.fleet.shape[0, 0])
     # the threshold rule re-plans after a preemption; within 1 node there is no plan that meets
     # demand, so the goodput fallback keeps what fits
-    _, _, _, _, info = env.step(make_policy("threshold", 1).act(obs, info))
+    _, _, _, _, info = env.step(make_policy(parse_policy("threshold"), 1).act(obs, info))
     assert info["solve"]["mode"] == "goodput"
 
 
 def test_never_on_flat_demand_keeps_one_plan_all_day() -> None:
     env = FleetEnv(tiny_config())
-    policy = make_policy("never", 1)
+    policy = make_policy(parse_policy("never"), 1)
     obs, info = env.reset(seed=0, options={"day": 5, **policy.reset_options()})
     first = env.state.planned()
     for _ in range(288):
@@ -183,7 +184,7 @@ def test_rule_policies_run_and_total() -> None:
     env = FleetEnv(rich_config(episode_steps=24))
     totals = {}
     for name in ("fixed:1", "fixed:6", "threshold", "never", "hindsight"):
-        ep = run_policy(env, make_policy(name, 2), days=[5], seed=1)
+        ep = run_policy(env, make_policy(parse_policy(name), 2), days=[5], seed=1)
         totals[name] = ep.totals()
         assert len(ep.steps) == 24
     assert totals["fixed:1"]["reoptimizations"] == 23 * 2
@@ -219,9 +220,9 @@ def test_invalid_actions_and_configs_give_clear_errors() -> None:
     with pytest.raises(ValueError, match="initial_plan"):
         env.reset(options={"initial_plan": "yesterday"})
     with pytest.raises(KeyError, match="unknown policy 'sometimes'"):
-        make_policy("sometimes", 1)
+        make_policy(parse_policy("sometimes"), 1)
     with pytest.raises(ValueError, match="fixed:K"):
-        make_policy("fixed:0", 1)
+        make_policy(parse_policy("fixed:0"), 1)
 
 
 def test_an_env_never_reuses_the_planner_of_freed_templates_whose_id_is_reused() -> None:

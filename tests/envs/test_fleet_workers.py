@@ -16,6 +16,7 @@ from test_fleet_file import FLEET, request_log
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.fleet_file import fleet_config, read_fleet
+from atoll.envs.vocabulary import PolicySpec, parse_policy
 from atoll.training.contest import run_rule, run_rules
 
 RULES = ("never", "fixed:12")
@@ -39,7 +40,11 @@ def _figures(runs: dict[str, list[Any]]) -> dict[str, list[dict[str, float]]]:
 
 
 def _here(config: FleetConfig) -> dict[str, list[dict[str, float]]]:
-    return _figures({s: [run_rule(config, s, DAYS, 0, False)] for s in RULES})
+    return _figures({s: [run_rule(config, parse_policy(s), DAYS, 0, False)] for s in RULES})
+
+
+def _specs() -> list[PolicySpec]:
+    return [parse_policy(s) for s in RULES]
 
 
 def test_the_config_carries_the_fleet_through_pickle(config: FleetConfig) -> None:
@@ -53,7 +58,7 @@ def test_a_spawned_worker_pool_runs_the_fleet_as_this_process_does(config: Fleet
     here = _here(config)
     assert here["fixed:12"][0]["cost_usd"] > 0
     # the contest's process pool: spawn, so the workers import atoll afresh and see only the config
-    there = run_rules(config, RULES, DAYS, seeds=1, workers=2, keep_steps=False, tick=None)
+    there = run_rules(config, _specs(), DAYS, seeds=1, workers=2, keep_steps=False, tick=None)
     assert _figures(there) == here
 
 
@@ -84,7 +89,7 @@ def test_a_ray_task_runs_the_fleet_as_this_process_does(config: FleetConfig) -> 
     here = _here(config)
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
-        there = run_rules(config, RULES, DAYS, seeds=1, workers=1, keep_steps=False, tick=None,
+        there = run_rules(config, _specs(), DAYS, seeds=1, workers=1, keep_steps=False, tick=None,
                            ray_address="auto")
     finally:
         ray.shutdown()

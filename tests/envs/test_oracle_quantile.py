@@ -51,15 +51,15 @@ def test_a_replan_takes_the_quantile_of_its_own_level_over_the_look_ahead() -> N
                                env.fleet.tokens(low[:, g: g + h].max(axis=1)))
     np.testing.assert_allclose(env._planning_demand(g, "oracle-quantile", [0.99]),
                                env.fleet.tokens(high[:, g: g + h].max(axis=1)))
-    policy = make_policy("oracle-quantile", 1)
+    policy = make_policy(parse_policy("oracle-quantile"), 1)
     env.reset(seed=0, options={"day": 5, **policy.reset_options()})
     _, _, _, _, info = env.step(policy.act(np.zeros(1), {}))
     assert info["total"]["cost_usd"] > 0 and MODEL in info["models"]
 
 
 def test_oracle_quantile_takes_a_level_and_a_risk_but_no_argument() -> None:
-    policy = make_policy("oracle-quantile@0.95+h0.85", 2)
+    policy = make_policy(parse_policy("oracle-quantile@0.95+h0.85"), 2)
     assert policy.planning_quantile == 0.95 and policy.reset_options() == {"planning": "oracle-quantile"}
     assert str(parse_policy("oracle-quantile@0.9+h0.85")) == "oracle-quantile@0.9+h0.85"
     with pytest.raises(InputError, match="wrong number of arguments"):
-        make_policy("oracle-quantile:3", 1)
+        make_policy(parse_policy("oracle-quantile:3"), 1)

@@ -10,6 +10,7 @@ from atoll.envs import demand as demand_mod
 from atoll.envs.demand import smoothed_rates, underlying_rates, workload_series
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
 from atoll.solvers.scenarios import SCENARIOS
 
@@ -44,10 +45,10 @@ def test_oracle_rate_plans_the_smoothed_rate_not_the_counts() -> None:
     truth = smoothed_rates(rates[None, :])[:, g: g + env.book.horizon].max(axis=1)
     np.testing.assert_allclose(env._planning_demand(g, "oracle-rate"), env.fleet.tokens(truth))
     assert not np.allclose(env._planning_demand(g, "oracle-rate"), env._planning_demand(g, "oracle"))
-    policy = make_policy("oracle-rate", 1)
+    policy = make_policy(parse_policy("oracle-rate"), 1)
     assert policy.reset_options() == {"planning": "oracle-rate"}
     env.reset(seed=0, options={"day": 5, **policy.reset_options()})
     _, _, _, _, info = env.step(policy.act(np.zeros(1), {}))
     assert info["total"]["cost_usd"] > 0 and MODEL in info["models"]
     with pytest.raises(InputError, match="oracle-rate takes no planning level"):
-        make_policy("oracle-rate@0.9", 1)
+        make_policy(parse_policy("oracle-rate@0.9"), 1)

@@ -9,13 +9,14 @@ from test_fleet_env import rich_config
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
 from atoll.envs.rollout import run_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.allocation import evaluate_plan
 from atoll.solvers.problem import Risk
 
 
 def _hedged_share(risk: Risk) -> float:
     env = FleetEnv(rich_config(availability="hedged", ondemand_quota="ample", episode_steps=12, risk=risk))
-    ep = run_policy(env, make_policy("fixed:1", len(env.models)), days=[5], seed=0)
+    ep = run_policy(env, make_policy(parse_policy("fixed:1"), len(env.models)), days=[5], seed=0)
     return ep.totals()["ondemand_node_hour_share"]
 
 
@@ -44,7 +45,7 @@ def test_applied_plans_keep_the_spread() -> None:
 
     replanner._solve = solve_and_check  # type: ignore[method-assign]
     try:
-        run_policy(env, make_policy("fixed:1", len(env.models)), days=[5], seed=0)
+        run_policy(env, make_policy(parse_policy("fixed:1"), len(env.models)), days=[5], seed=0)
     finally:
         replanner._solve = inner  # type: ignore[method-assign]
     assert len(checked) >= 4

@@ -12,6 +12,7 @@ from atoll.envs.policies import make_policy
 from atoll.envs.rollout import run_policy
 from atoll.envs.saturation import abandoned_requests, estimate_arrivals, planning_demand, saturated
 from atoll.envs.servers import server_report, service_latencies
+from atoll.envs.vocabulary import parse_policy
 
 MODELS = ("Phi-4-14B", "GPT-OSS-20B")
 
@@ -65,13 +66,14 @@ def test_planning_demand_is_bounded_by_the_growth_cap() -> None:
 
 def test_a_rollout_reports_its_churn() -> None:
     env = FleetEnv(rich_config(episode_steps=13))
-    ep = run_policy(env, make_policy("fixed:1", len(env.models)), days=[5], seed=0)
+    ep = run_policy(env, make_policy(parse_policy("fixed:1"), len(env.models)), days=[5], seed=0)
     t = ep.totals()
     assert t["instances_added"] + t["instances_removed"] > 0
     hours = 13 * env.config.step_s / 3600.0
     assert t["churn_per_hour"] == pytest.approx(
         (t["instances_added"] + t["instances_removed"]) / hours
         / (ep.sums["instance_seconds"] / ep.sums["plan_seconds"]))
-    never = run_policy(FleetEnv(rich_config(episode_steps=13)), make_policy("never", len(env.models)),
+    never_rule = make_policy(parse_policy("never"), len(env.models))
+    never = run_policy(FleetEnv(rich_config(episode_steps=13)), never_rule,
                        days=[5], seed=0)
     assert never.totals()["churn_per_hour"] <= t["churn_per_hour"]

@@ -12,12 +12,13 @@ from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
 from atoll.envs.rollout import run_policy
 from atoll.envs.slo_loss import BUCKETS, MissCounter, miss_breakdown
+from atoll.envs.vocabulary import parse_policy
 
 
 @pytest.mark.parametrize("availability", ["spot", "ample"])
 def test_the_buckets_add_up_to_what_the_rollout_missed(availability: str) -> None:
     config = dataclasses.replace(rich_config(availability=availability, episode_steps=96), **CLOSED_LOOP)
-    policy = make_policy("fixed:1", 2)
+    policy = make_policy(parse_policy("fixed:1"), 2)
     out = miss_breakdown(FleetEnv(config), policy, days=[4, 5], seed=7)
     totals = run_policy(FleetEnv(config), policy, days=[4, 5], seed=7).totals()
     fleet = out["fleet"]
@@ -41,7 +42,7 @@ def test_the_buckets_add_up_to_what_the_rollout_missed(availability: str) -> Non
 
 def test_the_counter_fed_by_a_rollout_equals_the_breakdown_and_restarts_each_day() -> None:
     config = dataclasses.replace(rich_config(availability="spot", episode_steps=96), **CLOSED_LOOP)
-    policy = make_policy("fixed:1", 2)
+    policy = make_policy(parse_policy("fixed:1"), 2)
     whole = miss_breakdown(FleetEnv(config), policy, days=[4, 4], seed=7)
     counter = MissCounter(FleetEnv(config).models)
     run_policy(FleetEnv(config), policy, days=[4, 4], seed=7, on_step=counter.add)

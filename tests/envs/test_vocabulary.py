@@ -87,11 +87,11 @@ def test_a_spec_refuses_fields_of_another_kind() -> None:
         PolicySpec("per-model")
 
 
-def test_a_rule_from_its_text_and_from_its_value_is_the_same() -> None:
+def test_a_rule_is_named_by_its_specs_canonical_text() -> None:
     for text in ("fixed:3@0.95", "threshold:0.3:1.1@0.7", "grow:6", "never", "hindsight"):
-        a, b = make_policy(text, 2), make_policy(parse_policy(text), 2)
-        assert (a.name, a.planning_quantile, type(a)) == (b.name, b.planning_quantile, type(b)) == \
-            (text, parse_policy(text).level, type(a))
+        rule = make_policy(parse_policy(text), 2)
+        assert (rule.name, rule.planning_quantile) == (text, parse_policy(text).level)
+    assert make_policy(parse_policy(" threshold:0.50:1.0@0.90 "), 2).name == "threshold:0.5:1@0.9"
     rule = PerModelRule.parse(parse_policy("per-model:1@0.9,6@0.5"), 2)
     assert (rule.every, rule.levels, rule.name) == ((1, 6), (0.9, 0.5), "per-model:1@0.9,6@0.5")
 
@@ -124,17 +124,23 @@ def test_one_default_level_and_one_set_of_levels() -> None:
 def test_readers_of_the_grammar_agree() -> None:
     """The per-model table's options, the contest's reference rule and the MLflow parameters all
     read the text through the one parser."""
-    assert fixed_option("fixed:3@0.95") == (3, 0.95) and option_name((3, 0.95)) == "fixed:3@0.95"
-    assert fixed_option("fixed:3") is None and fixed_option("threshold@0.9") is None
-    assert fixed_option("per-model:1@0.9") is None and fixed_option("nonsense") is None
+    def specs(*texts: str) -> list[PolicySpec]:
+        return [parse_policy(t) for t in texts]
+
+    assert fixed_option(parse_policy("fixed:3@0.95")) == (3, 0.95)
+    assert option_name((3, 0.95)) == "fixed:3@0.95"
+    assert [fixed_option(s) for s in specs("fixed:3", "threshold@0.9", "per-model:1@0.9")] == [None] * 3
     assert assignment_spec([(1, 0.9), (6, 0.5)]) == "per-model:1@0.9,6@0.5"
-    assert REFERENCE_RULE == "fixed:1@0.9" and reference_rule(["fixed:6@0.9", "fixed:2@0.9"]) == "fixed:2@0.9"
-    assert reference_rule(["fixed:1@0.95", "threshold:0.5:1@0.9"]) is None
-    assert policy_params("fixed:3@0.95") == {"policy": "fixed:3@0.95", "policy.kind": "fixed",
-                                             "policy.planning_quantile": "0.95", "policy.every_steps": "3"}
-    assert policy_params("threshold:0.3:1.1") == {
+    assert REFERENCE_RULE == "fixed:1@0.9" and \
+        reference_rule(specs("fixed:6@0.9", "fixed:2@0.9")) == parse_policy("fixed:2@0.9")
+    assert reference_rule(specs("fixed:1@0.95", "threshold:0.5:1@0.9")) is None
+    assert policy_params(parse_policy("fixed:3@0.95")) == {
+        "policy": "fixed:3@0.95", "policy.kind": "fixed", "policy.planning_quantile": "0.95",
+        "policy.every_steps": "3"}
+    assert policy_params(parse_policy("threshold:0.3:1.1")) == {
         "policy": "threshold:0.3:1.1", "policy.kind": "threshold", "policy.planning_quantile": "env",
         "policy.low": "0.3", "policy.high": "1.1"}
-    assert policy_params("learned:models:/x/1") == {"policy": "learned:models:/x/1", "policy.kind": "learned",
-                                                    "policy.model_uri": "models:/x/1"}
-    assert policy_params("per-model:1@0.9") == {"policy": "per-model:1@0.9", "policy.kind": "per-model"}
+    assert policy_params(parse_policy("learned:models:/x/1")) == {
+        "policy": "learned:models:/x/1", "policy.kind": "learned", "policy.model_uri": "models:/x/1"}
+    assert policy_params(parse_policy("per-model:1@0.9")) == {"policy": "per-model:1@0.9",
+                                                              "policy.kind": "per-model"}

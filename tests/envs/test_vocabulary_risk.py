@@ -75,26 +75,27 @@ def test_the_grid_crosses_every_rule_with_the_risk_menu() -> None:
 
 def test_a_rule_with_a_risk_runs_on_the_env_configured_with_it() -> None:
     env = FleetEnv(rich_config(episode_steps=4))
-    rule = make_policy("fixed:1@0.95+h0.7", len(env.models))
+    rule = make_policy(parse_policy("fixed:1@0.95+h0.7"), len(env.models))
     assert rule.risk == Risk(headroom=0.7) and rule.planning_quantile == 0.95  # type: ignore[attr-defined]
     cache: dict[object, FleetEnv] = {}
     at = env_at_level(env, rule, cache)
     assert at.config.risk == Risk(headroom=0.7) and at.config.planning_quantile == 0.95
     assert env_at_level(env, rule, cache) is at
-    assert env_at_level(env, make_policy("fixed:1", len(env.models)), cache) is env
+    assert env_at_level(env, make_policy(parse_policy("fixed:1"), len(env.models)), cache) is env
     # a per-model option carries the rule's risk
-    assert fixed_option("fixed:1@0.9") == (1, 0.9)
-    assert fixed_option("fixed:1@0.9+h0.7") == (1, 0.9, Risk(headroom=0.7))
+    assert fixed_option(parse_policy("fixed:1@0.9")) == (1, 0.9)
+    assert fixed_option(parse_policy("fixed:1@0.9+h0.7")) == (1, 0.9, Risk(headroom=0.7))
 
 
 def test_a_clone_of_a_risky_rule_emits_its_fleet_v4_preset() -> None:
     env = FleetEnv(rich_config(action="risk", episode_steps=4))
     obs, info = env.reset(seed=0, options={"day": 5})
-    teacher = bootstrap_teacher("fixed:1@0.95+h0.7", env)
+    teacher = bootstrap_teacher(parse_policy("fixed:1@0.95+h0.7"), env)
     codes = teacher(obs, {**info, "step": 1})
     assert [env.codec.decode(int(c)).label() for c in codes] == ["full@0.95+h0.7"] * len(env.models)
     with pytest.raises(InputError, match="not one of the env's risk presets"):
-        bootstrap_teacher("fixed:1+h0.5", env)
+        bootstrap_teacher(parse_policy("fixed:1+h0.5"), env)
     with pytest.raises(InputError, match="not one of the env's risk presets"):
-        bootstrap_teacher("fixed:1+h0.7", FleetEnv(rich_config(episode_steps=4)))
-    np.testing.assert_array_equal(bootstrap_teacher("fixed:1", env)(obs, {**info, "step": 1}), [1, 1])
+        bootstrap_teacher(parse_policy("fixed:1+h0.7"), FleetEnv(rich_config(episode_steps=4)))
+    teacher = bootstrap_teacher(parse_policy("fixed:1"), env)
+    np.testing.assert_array_equal(teacher(obs, {**info, "step": 1}), [1, 1])

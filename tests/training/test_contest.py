@@ -11,7 +11,7 @@ from tiny_fleet import MODELS, two_model_templates
 
 from atoll.envs.config import FleetConfig
 from atoll.envs.policies import make_policy, rule_grid
-from atoll.envs.vocabulary import PLANNING_LEVELS
+from atoll.envs.vocabulary import PLANNING_LEVELS, parse_policy
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError, UnknownNameError
 from atoll.training.contest import ContestSettings, run_contest
@@ -107,15 +107,15 @@ def test_worker_processes_give_the_same_numbers(contest) -> None:  # type: ignor
 
 def test_rule_family_names_and_aliases() -> None:
     assert len(rule_grid()) == len(PLANNING_LEVELS) * (5 + 3)
-    p = make_policy("fixed:3@0.5", 2)
+    p = make_policy(parse_policy("fixed:3@0.5"), 2)
     assert (p.name, p.planning_quantile, p.every) == ("fixed:3@0.5", 0.5, 3)  # type: ignore[attr-defined]
-    t = make_policy("threshold:0.7:1@0.95", 2)
+    t = make_policy(parse_policy("threshold:0.7:1@0.95"), 2)
     assert (t.low, t.high, t.planning_quantile) == (0.7, 1.0, 0.95)  # type: ignore[attr-defined]
-    assert make_policy("fixed:1", 2).planning_quantile is None  # a name without @q: the env's level
+    assert make_policy(parse_policy("fixed:1"), 2).planning_quantile is None  # without @q: the env's level
     for bad, err in (("fixed:1@0.42", InputError), ("fixed:1@x", InputError), ("hindsight@0.9", InputError),
                      ("fixed:2:3@0.9", InputError), ("sometimes@0.9", UnknownNameError)):
         with pytest.raises(err):
-            make_policy(bad, 2)
+            make_policy(parse_policy(bad), 2)
 
 
 def test_settings_refuse_overlapping_days() -> None:
@@ -134,7 +134,8 @@ def test_contest_run_logs_headline_params_dataset_nested_runs_and_artifacts(tmp_
     trained = train_run(cfg, TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,
                                            bootstrap_steps=48, seed=0))
     spec = f"learned:{trained['model_uri']}"
-    out = contest_run(config(), [spec], dataclasses.replace(SETTINGS, seeds=1, validation_seeds=1))
+    out = contest_run(config(), [parse_policy(spec)],
+                      dataclasses.replace(SETTINGS, seeds=1, validation_seeds=1))
     head = out["headline"][spec]
     for key in ("frontier_cost_ratio", "effective_cost_ratio", "usd_per_mtok", "slo_attainment",
                 "reoptimizations", "solver_seconds"):

@@ -13,6 +13,7 @@ from test_contest import config
 
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk
 from atoll.training.evaluate import env_at_level
@@ -47,12 +48,12 @@ def test_compose_takes_the_least_cost_preset_per_block_and_model() -> None:
 
 
 def test_presets_are_fixed_rules_with_a_level() -> None:
-    assert preset_of("fixed:1@0.9") == (1, 0.9)
-    assert preset_of("fixed:3@0.95+h0.7") == (3, 0.95, Risk(headroom=0.7))
+    assert preset_of(parse_policy("fixed:1@0.9")) == (1, 0.9)
+    assert preset_of(parse_policy("fixed:3@0.95+h0.7")) == (3, 0.95, Risk(headroom=0.7))
     with pytest.raises(InputError, match="must be fixed:K@q"):
-        preset_of("threshold@0.9")
+        preset_of(parse_policy("threshold@0.9"))
     with pytest.raises(InputError, match="must be fixed:K@q"):
-        preset_of("fixed:1")
+        preset_of(parse_policy("fixed:1"))
 
 
 def _env() -> FleetEnv:
@@ -61,9 +62,9 @@ def _env() -> FleetEnv:
 
 def test_a_uniform_schedule_is_its_rule_and_a_mixed_one_takes_each_blocks_preset() -> None:
     env = _env()
-    presets = tuple(preset_of(s) for s in PRESETS)
+    presets = tuple(preset_of(parse_policy(s)) for s in PRESETS)
     for p, spec in enumerate(PRESETS):
-        rule = make_policy(spec, 2)
+        rule = make_policy(parse_policy(spec), 2)
         a, _ = step_costs(env_at_level(env, rule, {}), rule, days=[4, 5], seed=0, lost_usd_per_mtok=2.0)
         uniform = ScheduledRule(presets, np.full((8, 2), p), 6, (4, 5), 24)
         b, _ = step_costs(env_at_level(env, uniform, {}), uniform, days=[4, 5], seed=0,
@@ -91,11 +92,11 @@ def test_the_run_oracle_is_measured_and_paired() -> None:
     env = _env()
     runs = []
     for spec in PRESETS:
-        rule = make_policy(spec, 2)
+        rule = make_policy(parse_policy(spec), 2)
         at = env_at_level(env, rule, {})
         runs.append(step_costs(at, rule, days=[4], seed=0, lost_usd_per_mtok=2.0)[0])
     schedule, estimate = compose(np.stack(runs), 6)
-    oracle = ScheduledRule(tuple(preset_of(s) for s in PRESETS), schedule, 6, (4,), 24)
+    oracle = ScheduledRule(tuple(preset_of(parse_policy(s)) for s in PRESETS), schedule, 6, (4,), 24)
     measured, episode = step_costs(env_at_level(env, oracle, {}), oracle, days=[4], seed=0,
                                    lost_usd_per_mtok=2.0)
     assert measured.shape == runs[0].shape and len(episode.steps) == 24

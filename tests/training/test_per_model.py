@@ -12,6 +12,7 @@ from test_contest import SETTINGS, config
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import make_policy
 from atoll.envs.rollout import run_policy
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
 from atoll.training.contest import per_model_best, run_contest
 from atoll.training.evaluate import env_at_level, resolve_policy
@@ -82,34 +83,35 @@ def test_a_pass_limit_can_stop_short_and_bad_input_is_refused() -> None:
 
 
 def test_reference_targets_come_from_the_frontier_and_beat_its_rules_on_the_table() -> None:
-    frontier = [("fixed:6@0.5", 0.795), ("fixed:1@0.5", 0.875), ("threshold:0.5:1@0.9", 0.9),
-                ("fixed:1@0.9", 0.98)]
-    assert frontier_targets(frontier, 2) == [("fixed:6@0.5", 0.795), ("fixed:1@0.9", 0.98)]
-    assert frontier_targets(frontier, 5) == [f for f in frontier if f[0].startswith("fixed")]
-    ref = per_model_reference(TABLE, 2, frontier, "fixed:1@0.9", 100.0, targets=3)
+    frontier = [(parse_policy(n), slo) for n, slo in (("fixed:6@0.5", 0.795), ("fixed:1@0.5", 0.875),
+                                                      ("threshold:0.5:1@0.9", 0.9), ("fixed:1@0.9", 0.98))]
+    assert [(str(n), slo) for n, slo in frontier_targets(frontier, 2)] == [("fixed:6@0.5", 0.795),
+                                                                           ("fixed:1@0.9", 0.98)]
+    assert frontier_targets(frontier, 5) == [f for f in frontier if f[0].kind == "fixed"]
+    ref = per_model_reference(TABLE, 2, frontier, parse_policy("fixed:1@0.9"), 100.0, targets=3)
     for a, (rule, slo) in zip(ref.frontier, ref.targets, strict=True):
-        own = evaluate(TABLE, [(int(rule[6]), float(rule.split("@")[1]))] * 2)
+        own = evaluate(TABLE, [(rule.every, rule.level)] * 2)
         assert a.slo_attainment >= slo - 1e-12 and a.cost_usd <= own.cost_usd
     assert ref.best.options == ((6, 0.9), (1, 0.9))
 
 
 def test_per_model_rule_uniform_is_the_rule_and_mixed_acts_per_model() -> None:
     env = FleetEnv(dataclasses.replace(config(), days=(4, 4)))
-    rule = make_policy("fixed:6@0.5", 2)
-    uniform = resolve_policy("per-model:6@0.5,6@0.5", 2)
+    rule = make_policy(parse_policy("fixed:6@0.5"), 2)
+    uniform = resolve_policy(parse_policy("per-model:6@0.5,6@0.5"), 2)
     a = run_policy(env_at_level(env, rule, {}), rule, days=[4], seed=0).totals()
     b = run_policy(env_at_level(env, uniform, {}), uniform, days=[4], seed=0).totals()
     assert {k: v for k, v in a.items() if k != "solver_seconds"} == \
         {k: v for k, v in b.items() if k != "solver_seconds"}
-    mixed = PerModelRule.parse("per-model:1@0.9,6@0.5", 2)
+    mixed = PerModelRule.parse(parse_policy("per-model:1@0.9,6@0.5"), 2)
     assert mixed.planning_quantile == 0.9 and mixed.action_levels == (0.5, 0.9)
     episode = run_policy(env_at_level(env, mixed, {}), mixed, days=[4], seed=0)
     reopts = [sum(row[f"{m}/reoptimizations"] for row in episode.steps) for m in env.models]
     assert reopts[0] > 3 * reopts[1] > 0  # every step against every 6th
     with pytest.raises(InputError, match="gives 1 K@q entries for 2 models"):
-        resolve_policy("per-model:1@0.9", 2)
+        resolve_policy(parse_policy("per-model:1@0.9"), 2)
     with pytest.raises(InputError, match="not a planning level"):
-        resolve_policy("per-model:1@0.9,3@0.42", 2)
+        resolve_policy(parse_policy("per-model:1@0.9,3@0.42"), 2)
 
 
 def test_the_contest_reports_the_per_model_reference_chosen_on_validation_days() -> None:

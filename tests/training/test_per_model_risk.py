@@ -46,7 +46,7 @@ def test_entries_carry_their_own_risk_and_print_back() -> None:
 
 def test_the_rule_runs_on_an_env_with_its_risks_as_the_action_menu() -> None:
     env = FleetEnv(dataclasses.replace(config(), days=(4, 4)))
-    rule = PerModelRule.parse("per-model:1@0.9+h0.7,6@0.9", 2)
+    rule = PerModelRule.parse(parse_policy("per-model:1@0.9+h0.7,6@0.9"), 2)
     # a tie of one model each: the greater risk (neutral's headroom 1 > 0.7) is the configured one
     assert rule.risk == Risk() and rule.risk_presets == (Risk(), H07)
     at = env_at_level(env, rule, {})
@@ -64,13 +64,13 @@ def test_a_uniform_risky_assignment_is_the_rule_and_a_mixed_one_acts_per_model()
     env = FleetEnv(dataclasses.replace(config(), days=(4, 4), episode_steps=48))
 
     def run(spec: str):
-        policy = resolve_policy(spec, 2)
+        policy = resolve_policy(parse_policy(spec), 2)
         return run_policy(env_at_level(env, policy, {}), policy, days=[4], seed=0)
 
     def drop_timing(totals: dict[str, float]) -> dict[str, float]:
         return {k: v for k, v in totals.items() if k != "solver_seconds"}
 
-    rule = make_policy("fixed:1@0.9+h0.7", 2)
+    rule = make_policy(parse_policy("fixed:1@0.9+h0.7"), 2)
     a = run_policy(env_at_level(env, rule, {}), rule, days=[4], seed=0)
     uniform = run("per-model:1@0.9+h0.7,1@0.9+h0.7")
     assert drop_timing(a.totals()) == drop_timing(uniform.totals())
@@ -92,13 +92,13 @@ def test_the_table_crosses_options_with_risks_and_the_descent_mixes_them() -> No
             "threshold@0.9+h0.7": [(1.0, 1000.0, 1000.0, 0.0), (1.0, 1000.0, 1000.0, 0.0)]}
     validation = {spec: [{model_key(i, k): cell[i][j] for i in range(2) for j, k in enumerate(MODEL_KEYS)}]
                   for spec, cell in rows.items()}
-    table = model_table(validation, 2)
+    table = model_table(validation, 2, [parse_policy(name) for name in validation])
     assert set(table) == {(1, 0.9), (1, 0.9, H07)}  # the threshold rule is no option
     assert table[(1, 0.9, H07)][0] == ModelCell(140.0, 1000.0, 1000.0, 0.0)
     best = coordinate_descent(table, [(1, 0.9)] * 2, effective_objective(10.0)).assignment
     assert best.options == ((1, 0.9, H07), (1, 0.9)) and best.cost_usd == 240.0
     assert best.spec == "per-model:1@0.9+h0.7,1@0.9"
-    assert PerModelRule.parse(best.spec, 2).risks == (H07, Risk())
+    assert PerModelRule.parse(best.policy, 2).risks == (H07, Risk())
     assert evaluate(table, [(1, 0.9, H07)] * 2).spec == "fixed:1@0.9+h0.7"
 
 
@@ -106,9 +106,10 @@ def test_a_clone_of_a_risky_assignment_emits_each_model_its_preset() -> None:
     spec = "per-model:1@0.9+h0.7,1@0.9"
     env = FleetEnv(dataclasses.replace(config(), days=(4, 4), action="risk", episode_steps=4))
     obs, info = env.reset(seed=0, options={"day": 4})
-    codes = bootstrap_teacher(spec, env)(obs, {**info, "step": 1})
+    codes = bootstrap_teacher(parse_policy(spec), env)(obs, {**info, "step": 1})
     assert [env.codec.decode(int(c)).label() for c in codes] == ["full@0.9+h0.7", "full@0.9"]
     with pytest.raises(InputError, match="takes risk h0.7, not among the env's risk presets neutral"):
-        bootstrap_teacher(spec, FleetEnv(dataclasses.replace(config(), days=(4, 4), episode_steps=4)))
+        bootstrap_teacher(parse_policy(spec),
+                          FleetEnv(dataclasses.replace(config(), days=(4, 4), episode_steps=4)))
     with pytest.raises(InputError, match="takes risk f0.5, not among"):
-        bootstrap_teacher("per-model:1@0.9+f0.5,1@0.9", env)
+        bootstrap_teacher(parse_policy("per-model:1@0.9+f0.5,1@0.9"), env)

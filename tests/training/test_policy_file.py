@@ -11,6 +11,7 @@ import pytest
 from test_train import tiny_config
 
 from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
 from atoll.training.evaluate import resolve_policy
 from atoll.training.policy_file import CARD, FilePolicy, read_card
@@ -43,7 +44,8 @@ def test_a_policy_file_acts_as_its_model_with_its_statistics(trained: Path) -> N
     from stable_baselines3 import PPO
 
     folder = trained
-    policy = resolve_policy(f"learned:file:{folder}", 2, fleet=FleetSpaces.of_env(FleetEnv(tiny_config())))
+    policy = resolve_policy(parse_policy(f"learned:file:{folder}"), 2,
+                            fleet=FleetSpaces.of_env(FleetEnv(tiny_config())))
     assert isinstance(policy, FilePolicy) and policy.card.fleet.startswith("core-m")
     model = PPO.load(folder / "model.zip", device="cpu")
     with np.load(folder / "normalization.npz") as data:
@@ -65,7 +67,7 @@ def test_a_policy_file_that_does_not_fit_is_refused_naming_both(trained: Path) -
                                  capacity_error="calibration"))
     with pytest.raises(InputError, match=r"atoll/Fleet-v1.*does not fit fleet 'core-m.*atoll/Fleet-v2\): "
                                          r"observation size, env id differ"):
-        resolve_policy(f"learned:file:{folder}", 2, fleet=FleetSpaces.of_env(other))
+        resolve_policy(parse_policy(f"learned:file:{folder}"), 2, fleet=FleetSpaces.of_env(other))
 
 
 def test_a_broken_policy_file_is_an_error_naming_the_path(trained: Path, tmp_path: Path) -> None:
@@ -130,8 +132,8 @@ def test_a_policy_file_configures_the_env_it_is_evaluated_on(tmp_path: Path) -> 
     folder = write_policy_file(tmp_path / "narrow", card, model=model, obs_rms=obs_stats(vec))
     env = FleetEnv(tiny_config(days=(6, 6)))
     with pytest.raises(InputError, match="action codes per model differ"):
-        resolve_policy(f"learned:file:{folder}", 2, fleet=FleetSpaces.of_env(env))
-    [result] = evaluate_policies(env, [f"learned:file:{folder}"], days=[6], seeds=1)
+        resolve_policy(parse_policy(f"learned:file:{folder}"), 2, fleet=FleetSpaces.of_env(env))
+    [result] = evaluate_policies(env, [parse_policy(f"learned:file:{folder}")], days=[6], seeds=1)
     assert len(result.episodes[0].steps) == 48  # run on the env configured with its levels
     # a card written before the action fields reads them off its world and codes
     doc = json.loads((folder / CARD).read_text())

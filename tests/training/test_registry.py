@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 from test_train import MODELS, tiny_config
 
 from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
 from atoll.training.evaluate import resolve_policy
 from atoll.training.registry import (
@@ -50,8 +51,8 @@ def test_two_fleets_two_champions_each_loads_its_own() -> None:
     assert a["fleet"] == a_fleet and b["fleet"] == b_fleet
     assert a["registered"] == f"models:/{registered_name(a_fleet)}/1"
     assert b["registered"] == f"models:/{registered_name(b_fleet)}/1"  # its own model, its own version 1
-    assert crown(f"learned:{a['model_uri']}", {"score": 0.9}) == f"{registered_name(a_fleet)}/1"
-    assert crown(f"learned:{b['registered'].removeprefix('models:/')}", {"score": 0.9}) == \
+    assert crown(parse_policy(f"learned:{a['model_uri']}"), {"score": 0.9}) == f"{registered_name(a_fleet)}/1"
+    assert crown(parse_policy(f"learned:{b['registered'].removeprefix('models:/')}"), {"score": 0.9}) == \
         f"{registered_name(b_fleet)}/1"
     client = MlflowClient()
     for fleet, run in ((a_fleet, a), (b_fleet, b)):
@@ -61,7 +62,7 @@ def test_two_fleets_two_champions_each_loads_its_own() -> None:
         spaces = FleetSpaces.of_env(FleetEnv(config))
         assert spaces.fleet == fleet
         for spec in ("learned:champion", "learned:atoll-trigger@champion"):
-            policy = resolve_policy(spec, 2, fleet=spaces)
+            policy = resolve_policy(parse_policy(spec), 2, fleet=spaces)
             assert policy.metadata["fleet"] == fleet  # type: ignore[attr-defined]
             assert policy.uri == champion_uri(fleet)  # type: ignore[attr-defined]
 
@@ -71,7 +72,7 @@ def test_a_policy_that_does_not_fit_the_fleet_is_an_input_error_naming_both() ->
     run = train_run(config, TINY)
     closed = FleetSpaces.of_env(FleetEnv(dataclasses.replace(config, observation="v2")))
     with pytest.raises(InputError) as err:
-        resolve_policy(f"learned:{run['model_uri']}", 2, fleet=closed)
+        resolve_policy(parse_policy(f"learned:{run['model_uri']}"), 2, fleet=closed)
     text = str(err.value)
     size = FleetSpaces.of_env(FleetEnv(config)).observation_sizes[0]
     assert f"observations of {size} features" in text  # the policy's
@@ -79,7 +80,7 @@ def test_a_policy_that_does_not_fit_the_fleet_is_an_input_error_naming_both() ->
     assert "does not fit fleet" in text and "observation size" in text
     levels = FleetSpaces.of_env(FleetEnv(dataclasses.replace(config, action_levels=(0.7, 0.9))))
     with pytest.raises(InputError, match="action codes per model differ"):
-        resolve_policy(f"learned:{run['model_uri']}", 2, fleet=levels)
+        resolve_policy(parse_policy(f"learned:{run['model_uri']}"), 2, fleet=levels)
 
 
 def test_training_on_fleet_v2_sees_the_signals_and_several_worlds() -> None:
@@ -89,8 +90,9 @@ def test_training_on_fleet_v2_sees_the_signals_and_several_worlds() -> None:
     settings = dataclasses.replace(TINY, n_envs=2, demand_seeds=2, timesteps=128, n_steps=48, batch_size=48)
     run = train_run(config, settings)
     assert run["episodes"] >= 2 and run["capacity_error_draws"] == run["episodes"] + 2
-    policy = resolve_policy(f"learned:{run['model_uri']}", 2, fleet=FleetSpaces.of_env(FleetEnv(config)))
+    learned = parse_policy(f"learned:{run['model_uri']}")
+    policy = resolve_policy(learned, 2, fleet=FleetSpaces.of_env(FleetEnv(config)))
     assert policy.metadata["env_id"] == "atoll/Fleet-v2"  # type: ignore[attr-defined]
     assert policy.metadata["world"]["observation"] == "v2"  # type: ignore[attr-defined]
     with pytest.raises(InputError, match="observation size"):  # not on the v1 observation
-        resolve_policy(f"learned:{run['model_uri']}", 2, fleet=FleetSpaces.of_env(FleetEnv(tiny_config())))
+        resolve_policy(learned, 2, fleet=FleetSpaces.of_env(FleetEnv(tiny_config())))

@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from atoll.envs.config import FleetConfig
 from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.vocabulary import parse_policy
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.types import Phase, Service, Stage, Template
 from atoll.training.evaluate import evaluate_policies, resolve_policy
@@ -55,7 +56,7 @@ def test_tiny_training_logs_a_policy_that_loads_and_acts() -> None:
     assert run.data.params["env.scenario"] == "core" and run.data.params["ppo.timesteps"] == "256"
     assert any(k.startswith("train/") for k in run.data.metrics)  # SB3 metrics through the KVWriter
     assert client.get_metric_history(out["run_id"], "time/total_timesteps")
-    policy = resolve_policy(f"learned:{out['model_uri']}", 2)
+    policy = resolve_policy(parse_policy(f"learned:{out['model_uri']}"), 2)
     env = FleetEnv(tiny_config(days=(6, 6)))
     obs, info = env.reset(seed=0)
     action = policy.act(obs, info)
@@ -66,7 +67,7 @@ def test_tiny_training_logs_a_policy_that_loads_and_acts() -> None:
 
 def test_evaluation_is_seeded_and_every_policy_sees_the_same_demand() -> None:
     env = FleetEnv(tiny_config(days=(6, 6)))
-    specs = ["fixed:1", "fixed:6", "threshold", "never"]
+    specs = [parse_policy(s) for s in ("fixed:1", "fixed:6", "threshold", "never")]
     a = evaluate_policies(env, specs, days=[6], seeds=2)
     b = evaluate_policies(FleetEnv(tiny_config(days=(6, 6))), specs, days=[6], seeds=2)
     # everything but solver seconds, which are wall-clock measurements
@@ -83,7 +84,7 @@ def test_evaluation_is_seeded_and_every_policy_sees_the_same_demand() -> None:
 
 def test_evaluate_run_logs_parent_nested_runs_and_artifacts() -> None:
     env = FleetEnv(tiny_config(days=(6, 6)))
-    out = evaluate_run(env, ["fixed:1", "never"], days=[6], seeds=1)
+    out = evaluate_run(env, [parse_policy("fixed:1"), parse_policy("never")], days=[6], seeds=1)
     client = MlflowClient()
     parent = client.get_run(out["parent_run_id"])
     children = client.search_runs([parent.info.experiment_id],
@@ -100,18 +101,18 @@ def test_evaluate_run_logs_parent_nested_runs_and_artifacts() -> None:
 
 def test_learned_policy_errors_are_clear() -> None:
     with pytest.raises(ValueError, match="learned:<uri> needs"):
-        resolve_policy("learned:", 2)
+        resolve_policy(parse_policy("learned:"), 2)
 
 
 def test_bootstrap_rule_is_cloned_and_validated() -> None:
     from atoll.training.train import train_policy
 
     with pytest.raises(ValueError, match="bootstrap_rule.*deployable rule.*'hindsight'"):
-        TrainSettings(bootstrap_rule="hindsight")
+        TrainSettings(bootstrap_rule=parse_policy("hindsight"))
     # cloning fixed:1 (every model, every step): the cloned network re-optimizes nearly always
     settings = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,
-                             bootstrap_steps=96, bootstrap_epochs=300, bootstrap_rule="fixed:1",
-                             learning_rate=1e-9, seed=0)
+                             bootstrap_steps=96, bootstrap_epochs=300,
+                             bootstrap_rule=parse_policy("fixed:1"), learning_rate=1e-9, seed=0)
     model, vec, stats = train_policy(tiny_config(), settings)
     env = FleetEnv(tiny_config(days=(6, 6)))
     obs, _ = env.reset(seed=0)
@@ -140,7 +141,8 @@ def test_a_per_model_teacher_is_cloned_in_the_envs_codes() -> None:
     # codec levels (0.9, 0.7, 0.95): model 0 full at 0.9 is code 1, model 1 full at 0.95 code 5
     settings = TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,
                              bootstrap_steps=96, bootstrap_epochs=1, bootstrap_min_updates=1_000,
-                             bootstrap_rule="per-model:1@0.9,1@0.95", learning_rate=1e-9, seed=0)
+                             bootstrap_rule=parse_policy("per-model:1@0.9,1@0.95"), learning_rate=1e-9,
+                             seed=0)
     model, vec, stats = train_policy(tiny_config(), settings)
     # all but at most the two episodes' first steps (the rule holds there: the reset just planned)
     assert stats["bootstrap_agreement"] >= 1 - 2 / 96
@@ -158,7 +160,8 @@ def test_a_per_model_teacher_is_cloned_in_the_envs_codes() -> None:
     assert probs[0, 3] + probs[0, 5] == pytest.approx(0.2, abs=0.05)
     assert probs[1, 5] == pytest.approx(0.8, abs=0.05) and probs[:, 0].max() < 0.05  # hold: not explored
     with pytest.raises(ValueError, match="plans at 0.8, not among the env's action levels 0.9, 0.7, 0.95"):
-        train_policy(tiny_config(), dataclasses.replace(settings, bootstrap_rule="per-model:1@0.8,1@0.9"))
+        train_policy(tiny_config(),
+                     dataclasses.replace(settings, bootstrap_rule=parse_policy("per-model:1@0.8,1@0.9")))
     with pytest.raises(ValueError, match="bootstrap_smoothing"):
         TrainSettings(bootstrap_smoothing=0.5)
 
@@ -168,8 +171,8 @@ def test_the_clones_agreement_is_measured_on_days_it_was_not_cloned_on() -> None
 
     settings = TrainSettings(timesteps=32, n_steps=32, batch_size=16, n_epochs=1, n_envs=1,
                              bootstrap_steps=96, bootstrap_epochs=1, bootstrap_min_updates=1_000,
-                             learning_rate=1e-9, bootstrap_rule="per-model:1@0.9,1@0.95", eval_every=1_000,
-                             patience=1, seed=0)
+                             learning_rate=1e-9, bootstrap_rule=parse_policy("per-model:1@0.9,1@0.95"),
+                             eval_every=1_000, patience=1, seed=0)
     env = FleetEnv(tiny_config(days=(6, 6)))
     actions: list[np.ndarray] = []
 
@@ -231,7 +234,7 @@ def test_train_or_reuse_finds_the_run_with_the_same_settings() -> None:
 
 def test_evaluate_run_logs_the_learned_capacity_factors() -> None:
     env = FleetEnv(tiny_config(days=(6, 6), capacity_error="scale:0.7", correction=True, slo_model="latency"))
-    out = evaluate_run(env, ["fixed:1"], days=[6], seeds=1)
+    out = evaluate_run(env, [parse_policy("fixed:1")], days=[6], seeds=1)
     client = MlflowClient()
     parent = client.get_run(out["parent_run_id"])
     assert parent.data.params["env.capacity_error"] == "scale:0.7"

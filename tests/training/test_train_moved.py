@@ -11,6 +11,7 @@ import pytest
 from test_train import ONE_ENV, tiny_config
 
 from atoll.envs.fleet_env import FleetEnv
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
 from atoll.training.cloning import CloneRecord, moved_from_clone
 from atoll.training.evaluate import resolve_policy
@@ -20,7 +21,8 @@ from atoll.training.train import train_policy
 
 
 def test_a_policy_ppo_cannot_change_has_not_moved() -> None:
-    frozen = dataclasses.replace(ONE_ENV, learning_rate=1e-12, bootstrap_rule="fixed:1@0.9+h0.7")
+    frozen = dataclasses.replace(ONE_ENV, learning_rate=1e-12,
+                                 bootstrap_rule=parse_policy("fixed:1@0.9+h0.7"))
     model, vec, stats = train_policy(tiny_config(action="risk", days=(4, 4)), frozen)
     assert stats["moved_from_clone"] == 0.0
     assert stats["teacher_agreement_after"] == stats["bootstrap_agreement"] > 0.5
@@ -35,11 +37,11 @@ def test_a_policy_ppo_cannot_change_has_not_moved() -> None:
 def test_a_fleet_v4_policy_is_logged_with_its_codes_and_fits_only_its_env() -> None:
     out = train_run(tiny_config(action="risk", days=(4, 4)), ONE_ENV)
     env = FleetEnv(tiny_config(action="risk", days=(6, 6)))
-    policy = resolve_policy(f"learned:{out['model_uri']}", 2, fleet=FleetSpaces.of_env(env))
+    policy = resolve_policy(parse_policy(f"learned:{out['model_uri']}"), 2, fleet=FleetSpaces.of_env(env))
     assert policy.metadata["env_id"] == "atoll/Fleet-v4"  # type: ignore[attr-defined]
     assert policy.metadata["action_codes"] == env.codec.names()  # type: ignore[attr-defined]
     obs, info = env.reset(seed=0)
     assert all(0 <= c < env.codec.n for c in policy.act(obs, info))
     with pytest.raises(InputError, match="action codes per model, env id differ"):
-        resolve_policy(f"learned:{out['model_uri']}", 2,
+        resolve_policy(parse_policy(f"learned:{out['model_uri']}"), 2,
                        fleet=FleetSpaces.of_env(FleetEnv(tiny_config(days=(6, 6)))))

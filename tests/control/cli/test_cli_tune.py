@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from atoll.control.cli import main
-from atoll.control.cli.common import split_policies
+from atoll.control.cli.common import policy_value, split_policies
+from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
 from atoll.training.evaluate import resolve_policy
 from atoll.training.tuning import read_tuned
@@ -24,21 +25,23 @@ def test_tune_writes_a_file_simulate_runs(tmp_path: Path, capsys: pytest.Capture
     doc = json.loads(capsys.readouterr().out)
     assert code == 0
     tuned = read_tuned(out)
-    assert tuned.policy == doc["policy"] and list(tuned.models) == ["Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"]
+    assert str(tuned.policy) == doc["policy"]
+    assert list(tuned.models) == ["Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"]
     assert tuned.world == "exact" and tuned.validation_days == (8, 8) and tuned.test_days == (11, 11)
     ev = tuned.evidence
     # chosen on the validation days among the grid and the per-model descent; the baseline and the
     # chosen policy both ran on the test days, paired over the two seeds
-    assert ev["baseline"] == "fixed:1@0.9" and tuned.policy in ev["test"] and "fixed:1@0.9" in ev["test"]
+    chosen = str(tuned.policy)
+    assert ev["baseline"] == "fixed:1@0.9" and chosen in ev["test"] and "fixed:1@0.9" in ev["test"]
     assert len(ev["test"]["fixed:1@0.9"]["effective_usd_per_seed"]) == 2
-    if tuned.policy != "fixed:1@0.9":
-        assert ev["effective_cost_vs_baseline"][tuned.policy]["low"] is not None
+    if chosen != "fixed:1@0.9":
+        assert ev["effective_cost_vs_baseline"][chosen]["low"] is not None
     assert "atoll tune --scenario core" in tuned.command
     # every --policy takes the file: simulate runs what it chose
     code = main(["simulate", "--scenario", "core", "--days", "11", "--forecaster", "naive", "--policy",
                  f"{out},fixed:1@0.9", "--json"])
     sim = json.loads(capsys.readouterr().out)
-    assert code == 0 and set(sim["policies"]) == {tuned.policy, "fixed:1@0.9"}
+    assert code == 0 and set(sim["policies"]) == {chosen, "fixed:1@0.9"}
 
 
 def test_tune_takes_a_fleet_files_own_series_and_market(tmp_path: Path,
@@ -61,7 +64,7 @@ def test_a_policy_list_keeps_per_model_entries_and_risk_parts_together() -> None
 
 def test_bad_policy_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"policy file .*none.yaml not found.*atoll tune --out"):
-        resolve_policy(str(tmp_path / "none.yaml"), 3)
+        policy_value(str(tmp_path / "none.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: something-else\n")
     with pytest.raises(InputError, match="not an atoll policy"):
@@ -80,8 +83,8 @@ def test_bad_policy_files_are_named(tmp_path: Path) -> None:
         read_tuned(bad)
     bad.write_text(yaml.safe_dump(good))
     with pytest.raises(InputError, match="tuned for 2 models"):
-        resolve_policy(str(bad), 3)
-    assert resolve_policy(str(bad), 2).risk.label() == "h0.7"  # type: ignore[attr-defined]
+        resolve_policy(policy_value(str(bad)), 3)
+    assert resolve_policy(policy_value(str(bad)), 2).risk.label() == "h0.7"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -101,7 +104,7 @@ def test_learned_candidates_are_the_policies_trained_for_the_fleet_market_and_wo
     from atoll.training.tuning import learned_candidates
 
     def found(availability: str, world: str) -> list[str]:
-        return [s.rsplit("/", 1)[-1] for s in learned_candidates(
+        return [str(s).rsplit("/", 1)[-1] for s in learned_candidates(
             FleetConfig(scenario="core", availability=availability, **WORLDS[world]))]
 
     assert found("spot", "exact") == ["core-spot-exact"]
@@ -109,7 +112,7 @@ def test_learned_candidates_are_the_policies_trained_for_the_fleet_market_and_wo
     assert found("hedged", "exact") == ["core-hedged-exact"] and found("spot", "calibration") == []
     assert learned_candidates(FleetConfig(scenario="core"), "none") == []
     with pytest.raises(InputError, match="--learned 'fixed:1'"):
-        learned_candidates(FleetConfig(scenario="core"), "fixed:1")
+        learned_candidates(FleetConfig(scenario="core"), [parse_policy("fixed:1")])
 
 
 def test_a_learned_candidate_competes_on_the_validation_days(tmp_path: Path,
