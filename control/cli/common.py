@@ -182,6 +182,9 @@ def make_env(args: argparse.Namespace, days: tuple[int, int], **extra: Any) -> F
     removal = getattr(args, "removal_weight", None)
     if removal is not None and "removal_weight" not in extra:
         extra = {"removal_weight": removal, **extra}
+    pd = getattr(args, "pd", None)
+    if pd is not None and "pd" not in extra:
+        extra = {"pd": pd, **extra}
     try:
         active = read_fleet_arg(args)
         if active is not None:
@@ -255,7 +258,19 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--removal-weight", type=float, default=None, metavar="R",
                    help="each running instance a re-plan removes costs R x its $/h in the re-plan's "
                         "objective (the price of churn; default 0)")
+    add_pd_option(p)
     add_json(p)
+
+
+def add_pd_option(p: argparse.ArgumentParser) -> None:
+    """``--pd``: how every model is served (default: the scenario's own, a fleet file's ``pd``)."""
+    from atoll.solvers.types import PD_MODES
+
+    p.add_argument("--pd", default=None, choices=PD_MODES,
+                   help="how models are served: auto (the ILP chooses per model between a replica per "
+                        "phase and one replica serving prefill and decode together), aggregated (one "
+                        "replica serves both, vLLM's default) or disaggregated (a replica per phase). "
+                        "Default: the fleet file's pd, else disaggregated")
 
 
 def add_risk_option(p: argparse.ArgumentParser) -> None:

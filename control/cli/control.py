@@ -37,7 +37,7 @@ from atoll.control.cli.common import add_json
 from atoll.control.cli.output import Output, UserError, _clean, as_user_error, output_for
 from atoll.control.clock import SteadyClock
 from atoll.control.controller import Controller, ControllerSettings, TickReport, live_codec
-from atoll.control.k8s.render import PD_MODES, K8sOptions, k8s_options
+from atoll.control.k8s.render import K8sOptions, k8s_options
 from atoll.control.k8s.vllm import VLLM_IMAGE
 from atoll.control.live_demand import SHAPE_TOLERANCE
 from atoll.control.live_fleet import LiveFleet, load_fleet_file
@@ -54,6 +54,7 @@ from atoll.control.sinks import SINK_SPECS, DryRunSink, MetricsSink, PlanSink, m
 from atoll.control.state import StateError, StateLock, state_path
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.fleet import load_fleet, resolve_fleet
+from atoll.solvers.types import PD_MODES as SERVING_MODES
 from atoll.solvers.types import ModelSpec
 
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -99,9 +100,11 @@ def _fleet(args: argparse.Namespace) -> LiveFleet:
             given: dict[str, object] = {"prices": args.prices} if args.prices else {}  # else the market says
             if removal is not None:  # else the fleet file's removal_weight
                 given["removal_weight"] = removal
+            if args.pd is not None:  # else the fleet file's pd
+                given["pd"] = args.pd
             return load_fleet_file(args.fleet, solver_time_limit=limit, **given)
         return LiveFleet(args.scenario, prices=args.prices or "on-demand", solver_time_limit=limit,
-                         removal_weight=removal or 0.0)
+                         removal_weight=removal or 0.0, pd=args.pd)
     except (KeyError, ValueError) as exc:
         raise as_user_error(exc) from exc
 
@@ -113,7 +116,7 @@ def _k8s_options(args: argparse.Namespace) -> K8sOptions:
     if args.fleet and resolve_fleet(args.fleet).suffix in (".yaml", ".yml"):
         spec = load_fleet(args.fleet)
         section, users = dict(spec.kubernetes), spec.user_models
-    if args.pd:
+    if args.pd == "aggregated":  # every pod serves whole requests (auto renders each template by its kind)
         section["pd"] = args.pd
     if args.image:
         section["image"] = args.image
@@ -328,8 +331,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fleet", default=None, metavar="FILE",
                    help="a fleet file (YAML; or the older JSON narrowing of a scenario), or a bundled "
                         "fleet's name (core, extended), instead of --scenario")
-    p.add_argument("--pd", default=None, choices=PD_MODES,
-                   help="k8s sinks: prefill/decode disaggregated (KV transfer, default) or aggregated")
+    p.add_argument("--pd", default=None, choices=SERVING_MODES,
+                   help="how models are served, planned and deployed: disaggregated (a replica per phase, "
+                        "KV transfer and a router; the default), aggregated (one replica serves prefill and "
+                        "decode together: plain vllm serve behind the model's Service) or auto (the ILP "
+                        "chooses per model). Default: the fleet file's pd")
     p.add_argument("--image", default=None, metavar="IMAGE",
                    help=f"k8s sinks: the vLLM serving image (default {VLLM_IMAGE}, the version whose flags "
                         f"atoll's table holds; overrides the fleet file's kubernetes.image)")

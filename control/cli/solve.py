@@ -14,6 +14,7 @@ from atoll.control.cli.common import (
     Given,
     add_fleet_option,
     add_json,
+    add_pd_option,
     add_risk_option,
     check_image_path,
     fleet_market,
@@ -55,6 +56,8 @@ def plan_rows(problem: AllocationProblem, result: MethodResult, spec: ScenarioSp
             "nodes": {c: k for c, k in t.nodes},
             "stages": [{"layers": s.layers, "nodes": list(s.nodes)} for s in t.stages],
             "instances": n, "throughput": n * t.throughput,
+            # a co-located replica serves both phases: its prompt tokens/s above, its generated ones here
+            **({"decode_throughput": n * t.decode_throughput} if t.colocated else {}),
             "unvalidated": template_unvalidated(model(t.service.model), (c for c, _ in t.nodes)),
         })
     return rows
@@ -216,7 +219,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
                                     time_limit=args.time_limit, gap=args.gap,
                                     progress=lambda n, total: advance(n, total=total),
                                     what_if_2gpu=args.what_if_2gpu, runtime=args.runtime,
-                                    slices=args.slices)  # None: the fleet's own, or vllm's default
+                                    slices=args.slices,  # None: the fleet's own, or vllm's default
+                                    pd=args.pd)  # None: the fleet's own, or disaggregated
     except (KeyError, ValueError, FileNotFoundError) as exc:
         raise as_user_error(exc) from exc
     risk = parse_risk(args.risk) if args.risk is not None else None
@@ -233,6 +237,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                "availability_means": AVAILABILITY_MEANS[args.availability],
                **({"market": active.spec.market_summary} if active is not None else {}), "mix": args.mix,
                "mode": problem.mode, **({"slices": True} if sliced else {}),
+               "pd": args.pd or spec.pd,
                **({"risk": risk.label()} if risk is not None else {})}
     out.note(f"availability {args.availability}: {AVAILABILITY_MEANS[args.availability]}")
     if args.decompose:
@@ -284,6 +289,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --decompose: a bar chart of $/h per rung")
     p.add_argument("--what-if-2gpu", action="store_true",
                    help="HYPOTHETICAL catalog: add 2-GPU AWS nodes at 2x the 1-GPU price (paper comparison)")
+    add_pd_option(p)
     p.add_argument("--slices", action=argparse.BooleanOptionalAction, default=None,
                    help="under runtime vllm (default there: slices): stages may use g of a node's G GPUs "
                         "(several vLLM pods per node, TP x PP inside a node); the plan buys whole nodes and "

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from atoll.control.cli.common import add_fleet_option, add_json, read_fleet_arg
+from atoll.control.cli.common import add_fleet_option, add_json, add_pd_option, read_fleet_arg
 from atoll.control.cli.output import UserError, as_user_error, console, output_for, progress
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS
 from atoll.solvers.errors import UnknownNameError
@@ -57,7 +57,7 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
         fields: dict[str, Any] = {"models": base.models, "regions": base.regions, "gpu_types": base.gpu_types,
                                   "n_max": base.n_max, "rho": base.rho, "shape": base.shape,
                                   "model_shapes": () if shape else base.model_shapes, "runtime": base.runtime,
-                                  "fleet": base.fleet}
+                                  "fleet": base.fleet, "pd": base.pd, "model_pd": base.model_pd}
     elif args.scenario is not None:
         if args.scenario not in SCENARIO_LIBRARIES:
             raise UnknownNameError(f"unknown scenario {args.scenario!r}; valid scenarios: "
@@ -79,11 +79,14 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
         fields["shape"] = shape
     if args.runtime is not None:
         fields["runtime"] = args.runtime
+    if args.pd is not None:
+        fields["pd"], fields["model_pd"] = args.pd, ()
     # LibrarySpec refuses slices without runtime vllm, naming the field
     fields["slices"] = args.slices if args.slices is not None else slices_default(
         fields.get("runtime", DEFAULT_RUNTIME), *own)
     kept = set(fields["models"])
     fields["model_shapes"] = tuple((m, s) for m, s in fields.get("model_shapes", ()) if m in kept)
+    fields["model_pd"] = tuple((m, v) for m, v in fields.get("model_pd", ()) if m in kept)
     try:
         return args.scenario, LibrarySpec(**fields)
     except (ValueError, TypeError, KeyError) as exc:
@@ -136,6 +139,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--slices", action=argparse.BooleanOptionalAction, default=None,
                    help="under runtime vllm (default there: slices): stages may also use g of a node's G "
                         "GPUs; --no-slices: whole nodes only")
+    add_pd_option(b)
     b.add_argument("--models", help="comma-separated model names (default: the six defaults)")
     b.add_argument("--regions", help=f"comma-separated (default {','.join(DEFAULT_REGIONS)})")
     b.add_argument("--gpus", help=f"GPU types (default {','.join(DEFAULT_GPU_TYPES)})")
