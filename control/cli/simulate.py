@@ -69,7 +69,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         "scenario": args.scenario, "fleet": args.fleet, "workload": workloads_used(args), "days": day_list,
         "availability": env.config.availability, "prices": env.config.price_kind, "seed": args.seed,
         "world": world_of(env.config), "pd": env.config.scenario_spec.pd,
-        **({"model_pd": dict(env.config.scenario_spec.model_pd)} if env.config.scenario_spec.model_pd else {}),
+        **({"model_pd": dict(spec.model_pd)} if (spec := env.config.scenario_spec).model_pd else {}),
         **({"market": args.loaded_fleet.spec.market_summary} if getattr(args, "loaded_fleet", None) else {}),
         "closed_loop": {"capacity_error": env.config.capacity_error_spec.label,
                         "correction": env.config.correction, "slo_model": env.config.slo_model},
