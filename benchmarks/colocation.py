@@ -10,19 +10,26 @@ disaggregated plan buys a replica per phase. ``pd="auto"`` lets the exact ILP ch
   at request rates from 0.25 to 256 req/s, on AWS us-east-2 and GCP us-central1;
 - ``scenarios``: the bundled core, extended and fleet20 scenarios at their even mix, with every
   model's rate scaled by 0.1, 1 and 10 (ample availability, on-demand prices);
-- ``thousand`` (``--thousand``): the 1,000-model fleet of ``benchmarks/scale.py`` (36 node
-  configs, up to ``--n-max`` nodes per template), disaggregated against auto: the cold plan's
-  cost and the warm re-solve of every model (the scale target: <= 10 s).
+- ``thousand``: the 1,000-model fleet of ``benchmarks/scale.py`` (36 node configs, up to
+  ``--n-max`` nodes per template), disaggregated against auto: the cold plan's cost and the warm
+  re-solve of every model (the scale target: <= 10 s);
+- ``simulated``: one simulated day (day 11, ``fixed:1``, spot) of core and extended under each
+  of disaggregated and auto: cost, SLO attainment, and how many co-located instances ran.
+
+``--parts`` picks the parts (default: one_model, scenarios); with ``--out`` an existing document
+keeps the parts not run.
 
 Every solve is exact to the gap (1e-4); the auto plan can never cost more than the disaggregated
 one (it has all of its columns), so a ratio above 1 would be a solver bug and is flagged.
 
-    .venv/bin/python benchmarks/colocation.py [--thousand] [--n-max 3] [--out FILE]
+    .venv/bin/python benchmarks/colocation.py [--parts one_model,scenarios,thousand,simulated]
+        [--n-max 3] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -126,21 +133,68 @@ def thousand(n_max: int) -> dict[str, Any]:
     return out
 
 
+def simulated() -> dict[str, Any]:
+    """Day 11 of core and extended under ``fixed:1`` (spot), disaggregated and auto."""
+    from atoll.envs.config import FleetConfig
+    from atoll.envs.fleet_env import FleetEnv
+    from atoll.envs.policies import make_policy
+    from atoll.envs.rollout import run_policy
+    from atoll.envs.vocabulary import parse_policy
+
+    out: dict[str, Any] = {}
+    for name in ("core", "extended"):
+        out[name] = {}
+        for pd in ("disaggregated", "auto"):
+            t0 = time.perf_counter()
+            env = FleetEnv(FleetConfig(scenario=name, days=(11, 11), pd=pd))
+            peak: dict[str, float] = defaultdict(float)
+
+            def seen(_info: dict[str, Any], env: FleetEnv = env, peak: dict[str, float] = peak) -> None:
+                for key, n in env.state.running.items():
+                    if "/colocated@" in key:
+                        peak[key.split("@")[0]] = max(peak[key.split("@")[0]], float(n))
+
+            rule = make_policy(parse_policy("fixed:1"), len(env.models))
+            episode = run_policy(env, rule, days=[11], seed=0, on_step=seen)
+            s = episode.sums
+            out[name][pd] = {"cost_usd": round(s["cost_usd"], 2),
+                             "slo_attainment": round(s["met_requests"] / s["requests"], 4),
+                             "preemptions": s["preemptions"], "colocated_peak_instances": dict(peak),
+                             "seconds": round(time.perf_counter() - t0, 1)}
+            _log(f"{name} day 11, {pd}: ${s['cost_usd']:.2f}")
+        out[name]["auto_over_disaggregated"] = round(out[name]["auto"]["cost_usd"] /
+                                                     out[name]["disaggregated"]["cost_usd"], 4)
+    return out
+
+
+PARTS = {"one_model": one_model, "scenarios": scenarios, "simulated": simulated}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--thousand", action="store_true", help="also the 1,000-model fleet (minutes, GBs)")
+    ap.add_argument("--parts", default="one_model,scenarios",
+                    help="comma-separated: one_model, scenarios, thousand (minutes, GBs), simulated")
     ap.add_argument("--n-max", type=int, default=3, help="nodes per template of the 1,000-model library")
     ap.add_argument("--json", action="store_true", help="accepted: the document is printed either way")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON document here")
     args = ap.parse_args()
     load_start = os.getloadavg()
     t0 = time.perf_counter()
-    doc: dict[str, Any] = {"benchmark": "colocation", "one_model": one_model(), "scenarios": scenarios()}
-    if args.thousand:
-        doc["thousand"] = thousand(args.n_max)
-    doc["machine"] = {"cpu_count": os.cpu_count(), "loadavg_at_start": [round(x, 2) for x in load_start],
-                      "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
-                      "wall_seconds": round(time.perf_counter() - t0, 1)}
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in (*PARTS, "thousand")]
+    if unknown:
+        ap.error(f"unknown part {unknown[0]!r}; valid: {', '.join((*PARTS, 'thousand'))}")
+    doc: dict[str, Any] = {"benchmark": "colocation"}
+    if args.out is not None and args.out.exists():  # keep the parts not run now
+        doc = json.loads(args.out.read_text())
+    for part in parts:
+        doc[part] = thousand(args.n_max) if part == "thousand" else PARTS[part]()
+    # one entry per run: parts measured at different times keep their own machine load
+    doc.pop("machine", None)
+    doc.setdefault("runs", []).append({
+        "parts": parts, "cpu_count": os.cpu_count(), "loadavg_at_start": [round(x, 2) for x in load_start],
+        "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "wall_seconds": round(time.perf_counter() - t0, 1)})
     emit(doc, args.out)
 
 
