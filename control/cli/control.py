@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
-from atoll.control.cli.common import add_json
+from atoll.control.cli.common import add_json, policy_value
 from atoll.control.cli.output import Output, UserError, _clean, as_user_error, output_for
 from atoll.control.clock import SteadyClock
 from atoll.control.controller import Controller, ControllerSettings, TickReport, live_codec
@@ -145,12 +145,17 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float],
                                       else parse_interval(args.scale_down_window, "--scale-down-window"))
     except ValueError as exc:
         raise as_user_error(exc) from exc
-    from atoll.envs.vocabulary import parse_policy
+    from atoll.envs.vocabulary import PolicySpec
 
-    try:
-        spec = parse_policy(args.policy)
-    except ValueError as exc:
+    try:  # a rule, a learned policy, or an `atoll tune` file
+        value = policy_value(args.policy)
+    except (ValueError, OSError) as exc:
         raise UserError(f"--policy {args.policy!r}: {as_user_error(exc)}") from exc
+    spec = value if isinstance(value, PolicySpec) else value.policy
+    if not isinstance(value, PolicySpec) and tuple(value.models) != tuple(fleet.models):
+        # a per-model rule's entries follow the models' order: the file must be this fleet's
+        raise UserError(f"--policy {args.policy!r} was tuned for models {', '.join(value.models)}; this "
+                        f"fleet has {', '.join(fleet.models)}: tune it for this fleet (atoll tune --fleet)")
     if spec.is_learned:
         from atoll.training.tracking import configure
 
@@ -158,7 +163,7 @@ def build_controller(args: argparse.Namespace, clock: Callable[[], float],
     from atoll.training.registry import FleetSpaces
 
     try:  # an unloadable URI, or one that does not fit this fleet, is an InputError
-        policy = resolve_policy(spec, len(fleet.models), fleet=FleetSpaces.of_live_fleet(fleet))
+        policy = resolve_policy(value, len(fleet.models), fleet=FleetSpaces.of_live_fleet(fleet))
     except (KeyError, ValueError, OSError) as exc:
         raise UserError(f"--policy {args.policy!r}: {as_user_error(exc)}") from exc
     # a rule's @q and a per-model rule's (or a policy file's) levels configure the controller, as
@@ -326,7 +331,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="learned:<model uri>, learned:champion (this fleet's, atoll-trigger-<fleet>) or "
                         "learned:file:PATH (a policy file), "
                         "fixed:K (every K ticks), "
-                        "threshold[:LOW:HIGH], grow:K or never")
+                        "threshold[:LOW:HIGH], grow:K, never, a per-model rule, or an `atoll tune` "
+                        "file (FILE.yaml, tuned for this fleet's models)")
     p.add_argument("--scenario", default="core", help="solver scenario the fleet is planned from")
     p.add_argument("--fleet", default=None, metavar="FILE",
                    help="a fleet file (YAML; or the older JSON narrowing of a scenario), or a bundled "

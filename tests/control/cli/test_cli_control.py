@@ -201,3 +201,30 @@ def test_a_shipped_fleet_v4_policy_runs_live_with_its_observation_of_risk(replay
         labels = report["decision"]["reoptimization"].values()
         assert all(label.startswith(("full@0.9", "grow@0.9")) for label in labels)
     assert ticks[1] > ticks[0]  # the second run resumed the first's state (its requested-nodes log too)
+
+
+def test_an_atoll_tune_file_runs_live_and_a_file_of_other_models_is_refused(tmp_path: Path) -> None:
+    """``atoll tune`` writes the policy a fleet runs: the controller takes the file as it is, and
+    refuses one tuned for other models (a per-model rule's entries follow the models' order)."""
+    from atoll.control.cli import build_parser
+    from atoll.control.cli.control import build_controller
+    from atoll.envs.vocabulary import parse_policy
+    from atoll.training.tuning import TunedPolicy
+
+    def tuned(models: tuple[str, ...], policy: str) -> Path:
+        entries = dict(zip(models, policy.removeprefix("per-model:").split(","), strict=True))
+        value = TunedPolicy(parse_policy(policy), entries, "charged", "core", "spot", "servegen", "peak:auto",
+                            (8, 10), 2, (11, 14), 2, 0.0)
+        return value.write(tmp_path / f"{len(models)}.yaml")
+
+    def controller(path: Path):  # noqa: ANN202
+        args = build_parser("control").parse_args(["control", "--scrape", "http://127.0.0.1:1", "--state",
+                                                   str(tmp_path / "s"), "--sink", f"json:{tmp_path / 'p'}",
+                                                   "--policy", str(path)])
+        return build_controller(args, clock=lambda: 0.0)
+
+    c = controller(tuned(CORE, "per-model:1@0.9+h0.7,1@0.9,1@0.9+h0.7"))
+    assert c.settings.planning_quantile == 0.9 and c.settings.action_levels == (0.9,)
+    assert c.risk is not None and c.risk.label() == "h0.7"
+    with pytest.raises(InputError, match="was tuned for models"):
+        controller(tuned(("Qwen3-32B", "GPT-OSS-20B", "Phi-4-14B"), "per-model:1@0.9,1@0.9,1@0.9"))
