@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from request_logs import request_log as shared_request_log
 
 from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.fleet_file import fleet_config, read_fleet
@@ -22,20 +23,7 @@ from atoll.solvers.scenarios import build_problem
 
 def request_log(path: Path, days: int = 5, seed: int = 0) -> Path:
     """A user's request log: two models, a daily cycle, seeded arrivals and lengths."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    t0 = 1714521600.0
-    for model, base, inp, out in (("phi-4", 0.02, 900, 180), ("acme-8b", 0.01, 400, 120)):
-        for b in range(days * 24 * 12):
-            t = b * 300.0
-            rate = base * (1 + 0.6 * np.sin(2 * np.pi * (t / 86400 - 0.25)))
-            for _ in range(rng.poisson(rate * 300)):
-                rows.append((t0 + t + rng.uniform(0, 300), model, int(rng.gamma(4, inp / 4)) + 1,
-                             int(rng.gamma(3, out / 3)) + 1))
-    rows.sort()
-    path.write_text("timestamp,model,input_tokens,output_tokens\n"
-                    + "".join(f"{t:.3f},{m},{i},{o}\n" for t, m, i, o in rows))
-    return path
+    return shared_request_log(path, days, seed, rates=(0.02, 0.01))
 
 
 FLEET = {
