@@ -22,3 +22,20 @@ def test_solve_decompose_json(capsys) -> None:
     for step in doc["steps"]:
         assert set(step["per_model"]) == set(doc["models"])
     assert doc["over_joint"]["joint"] == 1.0
+
+
+def test_solve_pd_auto_plans_colocated_replicas_and_the_ladder_shows_their_rung(capsys) -> None:
+    from atoll.solvers.ladder import COLOCATED
+
+    assert main(["solve", "--scenario", "core", "--json"]) == 0
+    apart = json.loads(capsys.readouterr().out)
+    assert main(["solve", "--scenario", "core", "--pd", "auto", "--json"]) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert apart["pd"] == "disaggregated" and auto["pd"] == "auto"
+    assert auto["cost_per_hour"] <= apart["cost_per_hour"] + 1e-6
+    both = [r for r in auto["plan"] if r["service"].endswith("/colocated")]
+    assert both and all(r["decode_throughput"] > 0 for r in both)  # core's even mix: GPT-OSS-20B
+    assert main(["solve", "--scenario", "core", "--pd", "auto", "--decompose", "--json"]) == 0
+    ladder = json.loads(capsys.readouterr().out)
+    assert [r["rung"] for r in ladder["rungs"]] == [*RUNGS, COLOCATED]
+    assert abs(ladder["rungs"][-1]["cost_per_hour"] - auto["cost_per_hour"]) < 1e-3  # rounded in the ladder
