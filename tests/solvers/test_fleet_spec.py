@@ -362,3 +362,17 @@ def test_market_mistakes_name_the_pool_and_the_fix(tmp_path: Path, edit: Any, me
 def test_gpu_types_a_region_does_not_sell_are_recorded(tmp_path: Path) -> None:
     doc = changed("regions.0.gpu_types", ["L4", "L40S", "A100-80GB"])
     assert load_fleet(write(tmp_path, doc)).unsold == (("aws:us-east-2", "A100-80GB"),)
+
+
+def test_pd_one_mode_or_per_model_and_its_mistakes(tmp_path: Path) -> None:
+    assert load_fleet(write(tmp_path, BASE)).pd == "disaggregated"  # the default
+    spec = load_fleet(write(tmp_path, changed("pd", "auto")))
+    assert (spec.pd, spec.model_pd) == ("auto", ())
+    spec = load_fleet(write(tmp_path, changed("pd", {"default": "auto", "acme-8b": "disaggregated",
+                                                      "Phi-4-14B": "auto"})))
+    assert (spec.pd, spec.model_pd) == ("auto", (("Acme-8B", "disaggregated"),))  # by alias-insensitive name
+    for value, message in (("both", "pd: must be one of auto, aggregated, disaggregated"),
+                           ({"default": "split"}, r"pd\[default\]: must be one of"),
+                           ({"Nope-1B": "auto"}, r"pd\['Nope-1B'\]: names no model of this fleet")):
+        with pytest.raises(FleetFileError, match=message):
+            load_fleet(write(tmp_path, changed("pd", value)))
