@@ -41,24 +41,24 @@ class Cover:
     nodes: int
 
 
-def cover(costs: list[float], extra: list[float], held: list[int], units: list[int],
-          widths: list[float], demand: float, *, gap: float, start: list[int] | None = None,
-          node_limit: int = NODE_LIMIT) -> Cover | None:
-    """The cheapest counts per template covering ``demand`` (module docstring).
+Item = tuple[float, float, bool]  # (cost per unit, throughput per unit, new units?)
 
-    ``costs[t]``: cost of one of the first ``held[t]`` instances of template ``t``; ``extra[t]``:
-    cost of each further one (up to ``units[t]`` in all); ``widths[t]``: its throughput. ``start``:
-    counts per template to keep unless something is better by more than ``gap``. None when the
-    search passes ``node_limit`` nodes."""
-    n = len(costs)
+
+def _check_costs(costs: list[float], extra: list[float]) -> None:
+    """Refuse costs the search's order cannot handle: a running unit must never cost more than a
+    new one of the same template, or taking running units first would not be optimal."""
     if any(c < 0 for c in costs) or any(e < c for c, e in zip(costs, extra, strict=True)):
         raise ValueError("cover: costs must be >= 0 and extra >= costs (a template's further "
                          "instances cost at least its running ones), got a cost below that")
-    tol = 1e-9 * max(1.0, abs(demand))
-    # items: (cost, width, new units?) -> [(column, units)] in column order; a template whose
-    # further instances cost what its running ones do is one item
-    merged: dict[tuple[float, float, bool], list[tuple[int, int]]] = {}
-    for t in range(n):
+
+
+def _merge_items(costs: list[float], extra: list[float], held: list[int], units: list[int],
+                 widths: list[float]) -> dict[Item, list[tuple[int, int]]]:
+    """Items -> [(column, units)] in column order. A template is split into its running units and
+    its new ones (one item when they cost the same), and items of equal cost and throughput are
+    merged, so identical templates in different zones do not branch over every split of a total."""
+    merged: dict[Item, list[tuple[int, int]]] = {}
+    for t in range(len(costs)):
         width = widths[t]
         if width <= 0 or units[t] <= 0:
             continue
@@ -67,31 +67,74 @@ def cover(costs: list[float], extra: list[float], held: list[int], units: list[i
             merged.setdefault((costs[t], width, False), []).append((t, h))
         if units[t] > h:
             merged.setdefault((extra[t], width, True), []).append((t, units[t] - h))
-    keys = sorted(merged, key=lambda cwn: (cwn[0] / cwn[1], -cwn[1], cwn[2]))
-    c = [k[0] for k in keys]
-    w = [k[1] for k in keys]
-    u = [sum(q for _, q in merged[k]) for k in keys]
-    m = len(keys)
+    return merged
+
+
+def _prefix_sums(c: list[float], w: list[float], u: list[int]) -> tuple[list[float], list[float]]:
+    """(throughput, cost) of items ``..i`` taken whole: the linear bound of any suffix of items is
+    then two subtractions and a bisection, not a loop."""
+    m = len(c)
     cap_prefix = [0.0] * (m + 1)
     cost_prefix = [0.0] * (m + 1)
     for i in range(m):
         cap_prefix[i + 1] = cap_prefix[i] + w[i] * u[i]
         cost_prefix[i + 1] = cost_prefix[i] + c[i] * u[i]
+    return cap_prefix, cost_prefix
 
-    def plan_cost(x: list[int]) -> float:
-        return sum(costs[t] * min(x[t], held[t]) + extra[t] * max(x[t] - held[t], 0) for t in range(n))
+
+def _plan_cost(costs: list[float], extra: list[float], held: list[int], x: list[int]) -> float:
+    """A plan's own cost: each template's first ``held`` instances at ``costs``, the rest at ``extra``."""
+    return sum(costs[t] * min(x[t], held[t]) + extra[t] * max(x[t] - held[t], 0) for t in range(len(costs)))
+
+
+def _beat(cost: float, gap: float) -> float:
+    """What a plan must cost to replace an incumbent of ``cost``."""
+    return cost - gap * cost - 1e-12 * cost if cost < math.inf else math.inf
+
+
+def _unmerge(item_counts: list[int], keys: list[Item], merged: dict[Item, list[tuple[int, int]]],
+             n: int) -> list[int]:
+    """Counts per template column from counts per item: a merged item's units go to its templates
+    in column order, so the answer does not depend on how the search grouped them."""
+    counts = [0] * n
+    for i, key in enumerate(keys):
+        left = item_counts[i]
+        for t, q in merged[key]:
+            take = min(q, left)
+            counts[t] += take
+            left -= take
+    return counts
+
+
+def cover(costs: list[float], extra: list[float], held: list[int], units: list[int],
+          widths: list[float], demand: float, *, gap: float, start: list[int] | None = None,
+          node_limit: int = NODE_LIMIT) -> Cover | None:
+    """The cheapest counts per template covering ``demand`` (module docstring).
+
+    ``costs[t]``: cost of one of the first ``held[t]`` instances of template ``t``; ``extra[t]``:
+    cost of each further one (up to ``units[t]`` in all); ``widths[t]``: its throughput. ``start``:
+    counts per template to keep unless something is better by more than ``gap``. None when the
+    search passes ``node_limit`` nodes.
+
+    The search stays one closure over local lists: it is the hot loop (a call per node), and
+    the setup and the answer's unmerging around it are the helpers above."""
+    n = len(costs)
+    _check_costs(costs, extra)
+    tol = 1e-9 * max(1.0, abs(demand))
+    merged = _merge_items(costs, extra, held, units, widths)
+    keys = sorted(merged, key=lambda cwn: (cwn[0] / cwn[1], -cwn[1], cwn[2]))
+    c = [k[0] for k in keys]
+    w = [k[1] for k in keys]
+    u = [sum(q for _, q in merged[k]) for k in keys]
+    m = len(keys)
+    cap_prefix, cost_prefix = _prefix_sums(c, w, u)
 
     best = math.inf
     best_counts: list[int] | None = None  # None with a finite best: the start stands
     if (start is not None and all(0 <= start[t] <= units[t] for t in range(n))
             and sum(widths[t] * start[t] for t in range(n)) >= demand - tol):
-        best = plan_cost(start)
-
-    def beat(cost: float) -> float:
-        """What a plan must cost to replace an incumbent of ``cost``."""
-        return cost - gap * cost - 1e-12 * cost if cost < math.inf else math.inf
-
-    limit = beat(best)
+        best = _plan_cost(costs, extra, held, start)
+    limit = _beat(best, gap)
     cut_bound = math.inf  # least bound of a cut node or cost of a leaf not taken
     nodes = 0
     chosen = [0] * m
@@ -104,7 +147,7 @@ def cover(costs: list[float], extra: list[float], held: list[int], units: list[i
             return False
         if need <= tol:
             if cost < limit:
-                best, best_counts, limit = cost, list(chosen), beat(cost)
+                best, best_counts, limit = cost, list(chosen), _beat(cost, gap)
             else:
                 cut_bound = min(cut_bound, cost)
             return True
@@ -134,14 +177,8 @@ def cover(costs: list[float], extra: list[float], held: list[int], units: list[i
         assert start is not None
         counts = list(start)
     else:
-        counts = [0] * n
-        for i, key in enumerate(keys):
-            left = best_counts[i]
-            for t, q in merged[key]:
-                take = min(q, left)
-                counts[t] += take
-                left -= take
+        counts = _unmerge(best_counts, keys, merged, n)
     # a merged item's units may land on a template's running instances the search priced as
     # new: the plan's own cost is then lower, never higher, and the bound still holds
-    objective = plan_cost(counts)
+    objective = _plan_cost(costs, extra, held, counts)
     return Cover(tuple(counts), objective, min(objective, best, cut_bound), nodes)
