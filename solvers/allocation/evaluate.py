@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from atoll.solvers.problem import (
     Allocation,
@@ -91,58 +91,86 @@ def _risk_violations(problem: AllocationProblem, counts: Mapping[str, float]) ->
     return out
 
 
-def evaluate_plan(problem: AllocationProblem,
-                  allocation: Allocation | Mapping[str, float]) -> PlanEvaluation:
-    counts: Mapping[str, float] = (allocation.as_dict() if isinstance(allocation, Allocation)
-                                   else dict(allocation))
-    running = (problem.running or Allocation()).as_dict()
-    violations: list[str] = []
-    usage: dict[tuple[str, str], float] = defaultdict(float)
-    capacity: dict[str, float] = defaultdict(float)
-    cost = startup = 0.0
-    types_by_model: dict[str, set[str]] = defaultdict(set)
-    configs_by_model: dict[str, set[str]] = defaultdict(set)
+@dataclass
+class _Tally:
+    """What a plan's counts add up to, template by template, before any whole-node rounding."""
+
+    violations: list[str] = field(default_factory=list)
+    usage: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))
+    capacity: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    cost: float = 0.0
+    startup: float = 0.0
+    types_by_model: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    configs_by_model: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+
+def _tally(problem: AllocationProblem, counts: Mapping[str, float], running: Mapping[str, int]) -> _Tally:
+    """Node use, capacity and cost of each template's count (a slice at its share of the node), and
+    the counts that are no plan at all (unknown keys, non-numbers, negatives, fractions): one pass,
+    so a 1e5-template plan is read once."""
+    out = _Tally()
     for key, n in counts.items():
         try:
             t = problem.template(key)
         except KeyError:
-            violations.append(f"unknown template key {key!r}")
+            out.violations.append(f"unknown template key {key!r}")
             continue
         if not (isinstance(n, int | float) and math.isfinite(n)):
-            violations.append(f"{key}: count {n!r} is not a number")
+            out.violations.append(f"{key}: count {n!r} is not a number")
             continue
         if n < 0:
-            violations.append(f"{key}: negative count {n}")
+            out.violations.append(f"{key}: negative count {n}")
         if n != round(n):
-            violations.append(f"{key}: count {n} is not an integer")
+            out.violations.append(f"{key}: count {n} is not an integer")
         price = 0.0
         for c, k in t.node_use:  # a slice at its share of the node
-            usage[(t.region, c)] += k * n
+            out.usage[(t.region, c)] += k * n
             price += k * problem.prices[(t.region, c)]
-        cost += n * price
-        startup += max(0.0, n - running.get(key, 0)) * price
+        out.cost += n * price
+        out.startup += max(0.0, n - running.get(key, 0)) * price
         for name, thr in t.covers:
-            capacity[name] += n * thr
+            out.capacity[name] += n * thr
         if n > 0:
-            types_by_model[t.service.model].update(gpu_type_of(c) for c, _ in t.nodes)
-            configs_by_model[t.service.model].update(c for c, _ in t.nodes)
+            out.types_by_model[t.service.model].update(gpu_type_of(c) for c, _ in t.nodes)
+            out.configs_by_model[t.service.model].update(c for c, _ in t.nodes)
+    return out
+
+
+def _node_violations(problem: AllocationProblem, usage: Mapping[tuple[str, str], float],
+                     cost: float) -> tuple[float, list[str]]:
+    """(the cost with sliced pools' nodes bought whole, the pools used past their availability).
+    Slices buy whole nodes: ceil(used) of them, all paid (exact for power-of-two slices,
+    atoll.solvers.packing); the rounding is added to ``cost`` pool by pool, in sorted order."""
+    violations: list[str] = []
     sliced = problem.index.sliced_rcs
     for rc, used in sorted(usage.items()):
         if rc in sliced:
-            # slices buy whole nodes: ceil(used) of them, all paid (exact for power-of-two
-            # slices, atoll.solvers.packing)
             nodes = math.ceil(used - 1e-9)
             cost += (nodes - used) * problem.prices[rc]
             used = nodes
         if used > problem.available(rc) + _TOL:
             violations.append(f"{rc[0]}/{rc[1]}: uses {used:g} nodes, {problem.available(rc):g} available")
-    served, shares, goodput = served_shares(problem.demand, capacity, problem.models)
-    if problem.mode == "cost":
-        for s in sorted(problem.demand):
-            d = problem.planning_demand(s)
-            if s.rpartition("/")[0] in problem.free_models and capacity.get(s, 0.0) < d * (1 - _TOL):
-                violations.append(f"{s}: capacity {capacity.get(s, 0.0):.6g} below demand {d:.6g} tokens/s")
-    violations += _risk_violations(problem, counts)
+    return cost, violations
+
+
+def _demand_violations(problem: AllocationProblem, capacity: Mapping[str, float]) -> list[str]:
+    """In cost mode every re-optimized service must be covered: the services whose capacity is
+    below their planning demand."""
+    if problem.mode != "cost":
+        return []
+    out: list[str] = []
+    for s in sorted(problem.demand):
+        d = problem.planning_demand(s)
+        if s.rpartition("/")[0] in problem.free_models and capacity.get(s, 0.0) < d * (1 - _TOL):
+            out.append(f"{s}: capacity {capacity.get(s, 0.0):.6g} below demand {d:.6g} tokens/s")
+    return out
+
+
+def _held_violations(problem: AllocationProblem, counts: Mapping[str, float],
+                     running: Mapping[str, int]) -> list[str]:
+    """Templates of models the problem holds fixed (outside ``reoptimize``) whose count moved, and
+    of models that may only grow whose count fell below the running one."""
+    out: list[str] = []
     if problem.reoptimize is not None:
         for key in sorted(set(counts) | set(running)):
             try:
@@ -150,29 +178,52 @@ def evaluate_plan(problem: AllocationProblem,
             except KeyError:
                 continue
             if model not in problem.reoptimize and counts.get(key, 0) != running.get(key, 0):
-                violations.append(f"{key}: model {model} is held fixed at {running.get(key, 0)} "
-                                  f"instances, plan has {counts.get(key, 0)}")
+                out.append(f"{key}: model {model} is held fixed at {running.get(key, 0)} "
+                           f"instances, plan has {counts.get(key, 0)}")
     for key in sorted(running):
         try:
             model = problem.template(key).service.model
         except KeyError:
             continue
         if model in problem.grow and counts.get(key, 0) < running[key]:
-            violations.append(f"{key}: model {model} may only grow from {running[key]} instances, "
-                              f"plan has {counts.get(key, 0)}")
+            out.append(f"{key}: model {model} may only grow from {running[key]} instances, "
+                       f"plan has {counts.get(key, 0)}")
+    return out
+
+
+def _one_per_model_violations(problem: AllocationProblem, tally: _Tally) -> list[str]:
+    """Models that use more than one GPU type or node config when the problem allows one."""
+    out: list[str] = []
     if problem.one_gpu_type_per_model:
-        for m, types in sorted(types_by_model.items()):
+        for m, types in sorted(tally.types_by_model.items()):
             if len(types) > 1:
-                violations.append(f"{m}: uses GPU types {sorted(types)}, one allowed")
+                out.append(f"{m}: uses GPU types {sorted(types)}, one allowed")
     if problem.one_config_per_model:
-        for m, configs in sorted(configs_by_model.items()):
+        for m, configs in sorted(tally.configs_by_model.items()):
             if len(configs) > 1:
-                violations.append(f"{m}: uses node configs {sorted(configs)}, one allowed")
+                out.append(f"{m}: uses node configs {sorted(configs)}, one allowed")
+    return out
+
+
+def evaluate_plan(problem: AllocationProblem,
+                  allocation: Allocation | Mapping[str, float]) -> PlanEvaluation:
+    """The plan's cost, capacity and served demand, and every rule of the problem it breaks (the
+    module docstring), recomputed from the templates and prices alone."""
+    counts: Mapping[str, float] = (allocation.as_dict() if isinstance(allocation, Allocation)
+                                   else dict(allocation))
+    running = (problem.running or Allocation()).as_dict()
+    tally = _tally(problem, counts, running)
+    cost, node_violations = _node_violations(problem, tally.usage, tally.cost)
+    served, shares, goodput = served_shares(problem.demand, tally.capacity, problem.models)
+    violations = [*tally.violations, *node_violations, *_demand_violations(problem, tally.capacity),
+                  *_risk_violations(problem, counts), *_held_violations(problem, counts, running),
+                  *_one_per_model_violations(problem, tally)]
+    whole = {k: int(round(v)) for k, v in counts.items() if isinstance(v, int | float) and math.isfinite(v)}
+    objective = (cost + problem.startup_weight * tally.startup
+                 + problem.removal_weight * problem.removed_cost(whole))
     return PlanEvaluation(
         feasible=not violations, violations=tuple(violations), cost_per_hour=cost,
-        startup_cost_per_hour=startup,
-        objective=cost + problem.startup_weight * startup + problem.removal_weight * problem.removed_cost(
-            {k: int(round(v)) for k, v in counts.items() if isinstance(v, int | float) and math.isfinite(v)}),
-        node_usage=dict(usage), capacity=dict(capacity), served=served, served_share=shares,
+        startup_cost_per_hour=tally.startup, objective=objective,
+        node_usage=dict(tally.usage), capacity=dict(tally.capacity), served=served, served_share=shares,
         goodput_fraction=goodput,
     )
