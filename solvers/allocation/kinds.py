@@ -194,24 +194,28 @@ class KindModel:
         return out
 
 
-def build_kind_model(inst: RoundInstance, stage: str, floor_share: float | None = None) -> KindModel:
-    """The round's ILP over kinds (module docstring); stages as in
-    :func:`~atoll.solvers.allocation.model.build_model`."""
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; valid stages: {', '.join(STAGES)}")
-    p = inst.problem
-    sense = pulp.LpMaximize if stage == "share" else pulp.LpMinimize
-    prob = pulp.LpProblem("allocation", sense)
-    groups, loose = group_templates(inst)
-    km = KindModel(prob, {})
+Term = tuple[pulp.LpVariable, float]
+
+
+@dataclass
+class _Terms:
+    """What the columns contribute to the rows and the objective, gathered column by column and
+    written once every column exists (a row names all its columns at once)."""
+
+    objective: list[Term] = field(default_factory=list)
+    by_rc: dict[tuple[str, str], list[Term]] = field(default_factory=lambda: defaultdict(list))
+    by_service: dict[str, list[Term]] = field(default_factory=lambda: defaultdict(list))
+    by_region: dict[str, list[tuple[str, pulp.LpVariable, float]]] = field(
+        default_factory=lambda: defaultdict(list))
+
+
+def _plain_columns(inst: RoundInstance, km: KindModel, loose: list[str], grouped_keys: set[str],
+                   terms: _Terms) -> None:
+    """The per-template columns: templates no group takes, and the running instances of grouped
+    ones (bounded by the running count: an added instance is a new one of its group), with the
+    plain model's start-up and removal columns and rows."""
+    p, prob, running = inst.problem, km.prob, inst.running
     K = p.startup_weight
-    pays = stage != "share"
-    objective: list[tuple[pulp.LpVariable, float]] = []
-    by_rc: dict[tuple[str, str], list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
-    by_service: dict[str, list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
-    by_region: dict[str, list[tuple[str, pulp.LpVariable, float]]] = defaultdict(list)
-    grouped_keys = {k for g in groups for k in g.members.values()}
-    running = inst.running
     plain = loose + sorted((k for k in grouped_keys if running[k] > 0), key=lambda k: p.index.position[k])
     for i, key in enumerate(plain):
         t = p.template(key)
@@ -221,24 +225,33 @@ def build_kind_model(inst: RoundInstance, stage: str, floor_share: float | None 
         var = km.count[key] = prob.add_variable(f"inst{i:06d}_{label(key)}", 0, bound, cat=pulp.LpInteger)
         cost = p.template_cost(key)
         if r == 0:
-            objective.append((var, cost * (1.0 + K)))
+            terms.objective.append((var, cost * (1.0 + K)))
         else:
-            objective.append((var, cost))
+            terms.objective.append((var, cost))
             if K > 0 and not capped:
                 add = km.added[key] = prob.add_variable(f"added{i:06d}_{label(key)}", 0, inst.bound[key])
-                objective.append((add, cost * K))
+                terms.objective.append((add, cost * K))
                 prob += (pulp.LpAffineExpression([(add, 1.0), (var, -1.0)]) >= -r,
                          f"startup{i:06d}_{label(key)}")
             if p.removal_weight > 0:
                 rem = km.removed[key] = prob.add_variable(f"removed{i:06d}_{label(key)}", 0, r)
-                objective.append((rem, cost * p.removal_weight))
+                terms.objective.append((rem, cost * p.removal_weight))
                 prob += (pulp.LpAffineExpression([(rem, 1.0), (var, 1.0)]) >= r,
                          f"removal{i:06d}_{label(key)}")
         for c, k in t.node_use:
-            by_rc[(t.region, c)].append((var, float(k)))
-        by_service[t.service.name].append((var, t.throughput))
-        by_region[t.service.name].append((t.region, var, t.throughput))
-    free_slices: dict[Kind, list[tuple[pulp.LpVariable, float]]] = defaultdict(list)
+            terms.by_rc[(t.region, c)].append((var, float(k)))
+        terms.by_service[t.service.name].append((var, t.throughput))
+        terms.by_region[t.service.name].append((t.region, var, t.throughput))
+
+
+def _group_columns(inst: RoundInstance, km: KindModel, groups: list[Group], terms: _Terms, pays: bool
+                   ) -> tuple[dict[Kind, list[Term]], dict[Kind, set[str]]]:
+    """Each group's columns of new instances (one, or one per shared worker config when n >= 3);
+    (the free slices each column asks of each kind, the configs those slices may sit on), for
+    :func:`_placement_rows`. A worker config fixed by the column is paid here, on its nodes."""
+    p, prob = inst.problem, km.prob
+    K = p.startup_weight
+    free_slices: dict[Kind, list[Term]] = defaultdict(list)
     kind_configs: dict[Kind, set[str]] = defaultdict(set)
     for j, g in enumerate(groups):
         # each member's bound is min(ceil(demand / throughput), its pools' room): the group's new
@@ -262,30 +275,58 @@ def build_kind_model(inst: RoundInstance, stage: str, floor_share: float | None 
             if w is not None:  # n - 1 workers on w, a new instance's
                 rc = (g.region, node_config_of(w))
                 share = (g.n - 1) * node_share(w)
-                by_rc[rc].append((var, share))
+                terms.by_rc[rc].append((var, share))
                 if pays:
-                    objective.append((var, (1.0 + K) * share * p.prices[rc]))
-            by_service[g.service].append((var, g.throughput))
-            by_region[g.service].append((g.region, var, g.throughput))
-    for j, (kind, terms) in enumerate(sorted(free_slices.items())):
+                    terms.objective.append((var, (1.0 + K) * share * p.prices[rc]))
+            terms.by_service[g.service].append((var, g.throughput))
+            terms.by_region[g.service].append((g.region, var, g.throughput))
+    return free_slices, kind_configs
+
+
+def _placement_rows(inst: RoundInstance, km: KindModel, free_slices: Mapping[Kind, list[Term]],
+                    kind_configs: Mapping[Kind, set[str]], terms: _Terms, pays: bool) -> None:
+    """Per kind, the placement variables z (its slices on each config, paid as new slices of that
+    config's nodes) and the row sum_c z = the slices the group columns ask of the kind."""
+    p, prob = inst.problem, km.prob
+    K = p.startup_weight
+    for j, (kind, column_terms) in enumerate(sorted(free_slices.items())):
         places = []
         for c in sorted(kind_configs[kind]):
             z = km.place[(kind, c)] = prob.add_variable(f"place{j:05d}_{label(kind[0])}_{label(c)}", 0,
                                                         cat=pulp.LpInteger)
             places.append((z, 1.0))
             rc = (kind[0], node_config_of(c))
-            by_rc[rc].append((z, node_share(c)))
+            terms.by_rc[rc].append((z, node_share(c)))
             if pays:
-                objective.append((z, (1.0 + K) * node_share(c) * p.prices[rc]))
+                terms.objective.append((z, (1.0 + K) * node_share(c) * p.prices[rc]))
         per_column: dict[pulp.LpVariable, float] = defaultdict(float)  # n = 2 of one kind: 2 slices
-        for v, mult in terms:
+        for v, mult in column_terms:
             per_column[v] += mult
         prob += (pulp.LpAffineExpression([*places, *((v, -mult) for v, mult in per_column.items())]) == 0,
                  f"kind{j:05d}_{label(kind[0])}_{kind[1]}x{kind[2]}")
-    objective += node_rows(inst, prob, by_rc, km.nodes, pays)
-    objective = service_rows(inst, prob, by_service, km.fraction, stage, floor_share) or objective
-    if p.risk:
-        risk_rows(inst, prob, by_region, km.fraction, stage)
+
+
+def build_kind_model(inst: RoundInstance, stage: str, floor_share: float | None = None) -> KindModel:
+    """The round's ILP over kinds (module docstring); stages as in
+    :func:`~atoll.solvers.allocation.model.build_model`. Columns are added in a fixed order
+    (plain, group, placement) since the solver's path, and so a tie's answer, follows it."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; valid stages: {', '.join(STAGES)}")
+    sense = pulp.LpMaximize if stage == "share" else pulp.LpMinimize
+    prob = pulp.LpProblem("allocation", sense)
+    groups, loose = group_templates(inst)
+    km = KindModel(prob, {})
+    pays = stage != "share"
+    terms = _Terms()
+    grouped_keys = {k for g in groups for k in g.members.values()}
+    _plain_columns(inst, km, loose, grouped_keys, terms)
+    free_slices, kind_configs = _group_columns(inst, km, groups, terms, pays)
+    _placement_rows(inst, km, free_slices, kind_configs, terms, pays)
+    objective = terms.objective
+    objective += node_rows(inst, prob, terms.by_rc, km.nodes, pays)
+    objective = service_rows(inst, prob, terms.by_service, km.fraction, stage, floor_share) or objective
+    if inst.problem.risk:
+        risk_rows(inst, prob, terms.by_region, km.fraction, stage)
     prob.setObjective(pulp.LpAffineExpression(objective))
     return km
 
