@@ -106,6 +106,83 @@ def _frozen_map(owner: str, name: str, value: Any) -> Mapping[Any, Any]:
     return MappingProxyType(dict(value))
 
 
+@dataclass
+class _Scan:
+    """The per-template lists and id tables one pass over a template tuple gathers (a 1e5-template
+    library is read once); :class:`TemplateIndex` turns them into arrays."""
+
+    keys: list[str] = field(default_factory=list)
+    by_key: dict[str, Template] = field(default_factory=dict)
+    service_id: dict[str, int] = field(default_factory=dict)
+    by_service: dict[str, list[Template]] = field(default_factory=lambda: defaultdict(list))
+    rc_id: dict[RegionConfig, int] = field(default_factory=dict)
+    kind_id: dict[str, int] = field(default_factory=dict)
+    svc: list[int] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    multi: list[bool] = field(default_factory=list)
+    config_id: dict[str, int] = field(default_factory=dict)
+    config_kind: list[int] = field(default_factory=list)
+    ptr: list[int] = field(default_factory=lambda: [0])
+    rc: list[int] = field(default_factory=list)
+    k: list[float] = field(default_factory=list)  # nodes per instance: a slice is a fraction of its node
+    models: dict[str, None] = field(default_factory=dict)
+    cover1: list[int] = field(default_factory=list)
+    cover2: list[int] = field(default_factory=list)
+    throughput2: list[float] = field(default_factory=list)
+    ratio: dict[str, float] = field(default_factory=dict)  # co-located service -> decode / prompt tokens
+
+
+def _check_ratio(ratio: dict[str, float], t: Template, r: float) -> None:
+    """One decode / prompt ratio per co-located service: dominance compares co-located templates
+    by prompt tokens/s, which only ranks them right when every one serves the same mix."""
+    name = t.service.name
+    if not math.isclose(ratio.setdefault(name, r), r, rel_tol=1e-9):
+        raise ValueError(f"AllocationProblem: co-located templates of {t.service.model!r} serve decode and "
+                         f"prompt tokens in different ratios ({ratio[name]:.6g} and {r:.6g}); "
+                         f"build them from one request shape per model")
+
+
+def _scan_templates(templates: tuple[Template, ...]) -> _Scan:
+    """Ids of services, kinds, configs and (region, config) pairs in order of first use, and each
+    template's row, kind and node entries; refuses what is no template library (a non-Template, a
+    key given twice, co-located templates in different ratios). One loop with the lists as locals:
+    it runs per template of a 1e5-template library."""
+    owner = "AllocationProblem"
+    s = _Scan()
+    by_key, service_id, rc_id, kind_id, config_id = s.by_key, s.service_id, s.rc_id, s.kind_id, s.config_id
+    rc, k = s.rc, s.k
+    for t in templates:
+        if not isinstance(t, Template):
+            raise TypeError(f"{owner}: field 'templates' must hold Template objects, got {t!r}")
+        key = t.key
+        if key in by_key:
+            raise ValueError(f"{owner}: field 'templates' has the key {key!r} twice")
+        by_key[key] = t
+        s.keys.append(key)
+        name = t.service.name
+        s.by_service[name].append(t)
+        s.svc.append(service_id.setdefault(name, len(service_id)))
+        rows = t.covers
+        s.cover1.append(service_id.setdefault(rows[0][0], len(service_id)))
+        if len(rows) > 1:
+            s.cover2.append(service_id.setdefault(rows[1][0], len(service_id)))
+            s.throughput2.append(rows[1][1])
+            _check_ratio(s.ratio, t, rows[1][1] / rows[0][1])
+        else:
+            s.cover2.append(-1)
+            s.throughput2.append(0.0)
+        s.models.setdefault(t.service.model)
+        types = {gpu_type_of(c) for c, _ in t.nodes}
+        s.kind.append(kind_id.setdefault(gpu_type_of(t.nodes[0][0]), len(kind_id)))
+        s.multi.append(len(types) > 1)
+        s.config_kind.append(config_id.setdefault(t.nodes[0][0], len(config_id)))
+        for c, n in t.node_use:  # slices as fractions of the node they are bought as
+            rc.append(rc_id.setdefault((t.region, c), len(rc_id)))
+            k.append(n)
+        s.ptr.append(len(rc))
+    return s
+
+
 class TemplateIndex:
     """Array view of a template tuple, shared by every problem over that same tuple.
 
@@ -116,96 +193,11 @@ class TemplateIndex:
     """
 
     def __init__(self, templates: tuple[Template, ...]) -> None:
-        owner = "AllocationProblem"
         self.templates = templates
-        keys: list[str] = []
-        by_key: dict[str, Template] = {}
-        service_id: dict[str, int] = {}
-        by_service: dict[str, list[Template]] = defaultdict(list)
-        self.rc_id: dict[RegionConfig, int] = {}
-        kind_id: dict[str, int] = {}
-        svc: list[int] = []
-        kind: list[int] = []
-        multi: list[bool] = []
-        config_id: dict[str, int] = {}
-        config_kind: list[int] = []
-        ptr = [0]
-        rc: list[int] = []
-        k: list[float] = []  # nodes per instance: a slice is a fraction of its node
-        models: dict[str, None] = {}
-        cover1: list[int] = []
-        cover2: list[int] = []
-        throughput2: list[float] = []
-        ratio: dict[str, float] = {}  # co-located service -> decode / prompt tokens
-        for t in templates:
-            if not isinstance(t, Template):
-                raise TypeError(f"{owner}: field 'templates' must hold Template objects, got {t!r}")
-            key = t.key
-            if key in by_key:
-                raise ValueError(f"{owner}: field 'templates' has the key {key!r} twice")
-            by_key[key] = t
-            keys.append(key)
-            name = t.service.name
-            by_service[name].append(t)
-            svc.append(service_id.setdefault(name, len(service_id)))
-            rows = t.covers
-            cover1.append(service_id.setdefault(rows[0][0], len(service_id)))
-            if len(rows) > 1:
-                cover2.append(service_id.setdefault(rows[1][0], len(service_id)))
-                throughput2.append(rows[1][1])
-                # one ratio per model: dominance compares co-located templates by prompt tokens/s
-                r = rows[1][1] / rows[0][1]
-                if not math.isclose(ratio.setdefault(name, r), r, rel_tol=1e-9):
-                    raise ValueError(f"{owner}: co-located templates of {t.service.model!r} serve decode and "
-                                     f"prompt tokens in different ratios ({ratio[name]:.6g} and {r:.6g}); "
-                                     f"build them from one request shape per model")
-            else:
-                cover2.append(-1)
-                throughput2.append(0.0)
-            models.setdefault(t.service.model)
-            types = {gpu_type_of(c) for c, _ in t.nodes}
-            kind.append(kind_id.setdefault(gpu_type_of(t.nodes[0][0]), len(kind_id)))
-            multi.append(len(types) > 1)
-            config_kind.append(config_id.setdefault(t.nodes[0][0], len(config_id)))
-            for c, n in t.node_use:  # slices as fractions of the node they are bought as
-                rc.append(self.rc_id.setdefault((t.region, c), len(self.rc_id)))
-                k.append(n)
-            ptr.append(len(rc))
-        self.keys = tuple(keys)
-        self.by_key = MappingProxyType(by_key)
-        self.position = {key: i for i, key in enumerate(keys)}
-        self.by_service = MappingProxyType({s: tuple(ts) for s, ts in by_service.items()})
-        self.services = list(service_id)  # service id -> name
-        self.models = list(models)
-        self.rcs = list(self.rc_id)  # rc id -> (region, config)
-        self.service = np.asarray(svc, dtype=np.int64)
-        self.kind = np.asarray(kind, dtype=np.int64)
-        self.n_kinds = max(len(kind_id), 1)
-        self.multi_type = np.asarray(multi, dtype=bool)
-        # the same for node configs (the one-config-per-model rule of the Homo rungs)
-        self.config_kind = np.asarray(config_kind, dtype=np.int64)
-        self.n_configs = max(len(config_id), 1)
-        self.multi_config = np.asarray([len(t.nodes) > 1 for t in templates], dtype=bool)
-        self.throughput = np.asarray([t.throughput for t in templates], dtype=np.float64)
-        # the demand rows each template serves (Template.covers): its own service's, or a
-        # co-located template's prefill row (cover1, throughput) and decode row (cover2,
-        # throughput2); cover2 is -1 and throughput2 0 for one-phase templates
-        self.cover1 = np.asarray(cover1, dtype=np.int64)
-        self.cover2 = np.asarray(cover2, dtype=np.int64)
-        self.throughput2 = np.asarray(throughput2, dtype=np.float64)
-        self.colocated = self.cover2 >= 0
-        self.any_colocated = bool(self.colocated.any())
-        self.ptr = np.asarray(ptr, dtype=np.int64)
-        self.rc = np.asarray(rc, dtype=np.int64)
-        self.rc_list, self.k_list = rc, k  # for per-template Python loops (numpy items are slow)
-        self.k = np.asarray(k, dtype=np.float64)
-        self.entry_template = np.repeat(np.arange(len(templates)), np.diff(self.ptr))
-        # (region, config) pairs some template uses a slice of: the ILP buys their nodes as
-        # integer variables and packs the slices (:mod:`atoll.solvers.packing`); none in
-        # whole-node libraries
-        self.sliced_rcs = frozenset((t.region, node_config_of(c)) for t in templates if t.has_slices
-                                    for c, _ in t.nodes if node_config_of(c) != c)
-        self.sliced = np.asarray([rc in self.sliced_rcs for rc in self.rcs], dtype=bool)
+        scan = _scan_templates(templates)
+        self._set_lookups(scan)
+        self._set_rows(scan)
+        self._set_entries(scan)
         # set on a rescaled index: the index it was scaled from, and its factors
         self._rescaled_from: TemplateIndex | None = None
         self._scale = np.ones(len(templates))
@@ -213,6 +205,55 @@ class TemplateIndex:
         # with the positions whose throughput differ there (weak: a chain of corrections must
         # not keep every earlier index alive)
         self.near: tuple[weakref.ReferenceType[TemplateIndex], np.ndarray] | None = None
+
+    def _set_lookups(self, scan: _Scan) -> None:
+        """Keys, services, models and pools by name and by id: the look-ups a problem answers
+        without formatting a key."""
+        self.rc_id: dict[RegionConfig, int] = scan.rc_id
+        self.keys = tuple(scan.keys)
+        self.by_key = MappingProxyType(scan.by_key)
+        self.position = {key: i for i, key in enumerate(scan.keys)}
+        self.by_service = MappingProxyType({s: tuple(ts) for s, ts in scan.by_service.items()})
+        self.services = list(scan.service_id)  # service id -> name
+        self.models = list(scan.models)
+        self.rcs = list(self.rc_id)  # rc id -> (region, config)
+
+    def _set_rows(self, scan: _Scan) -> None:
+        """Per template: its service, GPU kind and node config ids, and the demand rows it serves."""
+        templates = self.templates
+        self.service = np.asarray(scan.svc, dtype=np.int64)
+        self.kind = np.asarray(scan.kind, dtype=np.int64)
+        self.n_kinds = max(len(scan.kind_id), 1)
+        self.multi_type = np.asarray(scan.multi, dtype=bool)
+        # the same for node configs (the one-config-per-model rule of the Homo rungs)
+        self.config_kind = np.asarray(scan.config_kind, dtype=np.int64)
+        self.n_configs = max(len(scan.config_id), 1)
+        self.multi_config = np.asarray([len(t.nodes) > 1 for t in templates], dtype=bool)
+        self.throughput = np.asarray([t.throughput for t in templates], dtype=np.float64)
+        # the demand rows each template serves (Template.covers): its own service's, or a
+        # co-located template's prefill row (cover1, throughput) and decode row (cover2,
+        # throughput2); cover2 is -1 and throughput2 0 for one-phase templates
+        self.cover1 = np.asarray(scan.cover1, dtype=np.int64)
+        self.cover2 = np.asarray(scan.cover2, dtype=np.int64)
+        self.throughput2 = np.asarray(scan.throughput2, dtype=np.float64)
+        self.colocated = self.cover2 >= 0
+        self.any_colocated = bool(self.colocated.any())
+
+    def _set_entries(self, scan: _Scan) -> None:
+        """The (region, config) entries of every template (``ptr``, ``rc``, ``k``) and the pools
+        bought as sliced nodes."""
+        templates = self.templates
+        self.ptr = np.asarray(scan.ptr, dtype=np.int64)
+        self.rc = np.asarray(scan.rc, dtype=np.int64)
+        self.rc_list, self.k_list = scan.rc, scan.k  # for per-template Python loops (numpy items are slow)
+        self.k = np.asarray(scan.k, dtype=np.float64)
+        self.entry_template = np.repeat(np.arange(len(templates)), np.diff(self.ptr))
+        # (region, config) pairs some template uses a slice of: the ILP buys their nodes as
+        # integer variables and packs the slices (:mod:`atoll.solvers.packing`); none in
+        # whole-node libraries
+        self.sliced_rcs = frozenset((t.region, node_config_of(c)) for t in templates if t.has_slices
+                                    for c, _ in t.nodes if node_config_of(c) != c)
+        self.sliced = np.asarray([rc in self.sliced_rcs for rc in self.rcs], dtype=bool)
 
     def costs_at(self, price: np.ndarray) -> np.ndarray:
         """$/h per template at ``price`` per (region, config) id (read-only, shared by the
