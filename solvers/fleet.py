@@ -87,7 +87,7 @@ from typing import Any
 
 import yaml
 
-from atoll.solvers.catalog import load_catalog
+from atoll.solvers.catalog import Catalog, load_catalog
 from atoll.solvers.errors import InputError, UnknownNameError
 from atoll.solvers.models import get_model
 from atoll.solvers.runtime import DEPLOY_RUNTIME, RUNTIMES
@@ -411,6 +411,85 @@ def _market(path: Path, where: str, value: Any) -> str:
     return str(value)
 
 
+def _region_entry(path: Path, i: int, entry: Any, markets: Mapping[str, str]
+                  ) -> tuple[str, str, dict[str, Any]]:
+    """(name, where, the entry) of ``regions[i]``: a mapping of known fields whose name looks like
+    'cloud:region' and was not given before (``markets`` holds the regions read so far)."""
+    where = f"regions[{i}]"
+    region = _mapping(path, where, entry, "name, catalog/gpu_types or offers")
+    name = region.get("name")
+    if not isinstance(name, str) or ":" not in name:
+        raise _fail(path, where, f"field 'name' must look like 'cloud:region' (e.g. aws:us-east-2), "
+                                 f"got {_show(name)}")
+    where = f"regions[{i}] ({_show(name)})"
+    extra = _unknown(region, {"name", "catalog", "gpu_types", "offers", "market"})
+    if extra:
+        raise _fail(path, where, f"unknown field(s) {extra}; valid: catalog, gpu_types, market, name, "
+                                 f"offers")
+    if name in markets:
+        raise _fail(path, where, f"region {name!r} is listed twice; give each region once")
+    return name, where, region
+
+
+def _check_region_flags(path: Path, where: str, region: Mapping[str, Any]) -> None:
+    """'catalog' is true or false, and 'gpu_types' (which picks among the catalog's offers) comes
+    with 'catalog: true'."""
+    if not isinstance(region.get("catalog", False), bool):
+        raise _fail(path, where, f"field 'catalog' must be true or false, got {_show(region['catalog'])}")
+    if "gpu_types" in region and not region.get("catalog"):
+        raise _fail(path, where, "field 'gpu_types' picks the catalog's offers; it needs 'catalog: true'")
+
+
+def _catalog_offers(path: Path, where: str, name: str, wanted: Any, catalog: Catalog
+                    ) -> tuple[list[Offer], list[tuple[str, str]]]:
+    """(the catalog's offers in region ``name`` of the GPU types ``wanted`` (None: all it sells),
+    (region, GPU type) asked for but not sold there). A region the catalog lacks, an unknown GPU
+    type or nothing sold at all is an error; a type sold elsewhere but not here is reported."""
+    if name not in catalog.regions:
+        raise _fail(path, where, f"field 'name': the catalog has no region {name!r}; valid: "
+                                 f"{', '.join(catalog.regions)} (or give 'offers')")
+    if wanted is not None and not (isinstance(wanted, list) and all(isinstance(g, str) for g in wanted)):
+        raise _fail(path, where, f"field 'gpu_types' must be a list of GPU names, got {_show(wanted)}")
+    for g in wanted or ():
+        if g not in catalog.gpus:
+            raise _fail(path, where, f"field 'gpu_types': unknown GPU type {g!r}; valid: "
+                                     f"{', '.join(catalog.gpus)}")
+    sold = [o for c, o in sorted(catalog.offers_in(name).items())
+            if wanted is None or _CONFIG.fullmatch(c).group(2) in wanted]  # type: ignore[union-attr]
+    if not sold:
+        raise _fail(path, where, f"the catalog sells none of {wanted} in {name}")
+    have = {_CONFIG.fullmatch(o.config).group(2) for o in sold}  # type: ignore[union-attr]
+    return sold, [(name, g) for g in wanted or () if g not in have]
+
+
+def _own_offer(path: Path, w: str, name: str, entry: Any, gpus: Mapping[str, GpuType]) -> Offer:
+    """One of a region's own offers (``w`` names it): a '<count>x<GPU>' config of a known GPU type
+    and its on-demand and optional spot price ($/node-hour)."""
+    o = _mapping(path, w, entry, "config, on_demand, spot")
+    extra = _unknown(o, {"config", "on_demand", "spot"})
+    if extra:
+        raise _fail(path, w, f"unknown field(s) {extra}; valid: config, on_demand, spot")
+    cfg = o.get("config")
+    m = _CONFIG.fullmatch(cfg) if isinstance(cfg, str) else None
+    if not m or m.group(1) not in {str(n) for n in NODE_GPU_COUNTS}:
+        raise _fail(path, w, f"field 'config' must be '<count>x<GPU>' with count in "
+                             f"{NODE_GPU_COUNTS}, "
+                             f"got {_show(cfg)}")
+    if m.group(2) not in gpus:
+        raise _fail(path, w, f"field 'config': unknown GPU type {_show(m.group(2))}; add it under "
+                             f"'gpus' or use one of {', '.join(gpus)}")
+    if "on_demand" not in o:
+        raise _fail(path, w, "missing field 'on_demand' ($/node-hour)")
+    od = _number(path, w, "on_demand", o["on_demand"], strict=True)
+    spot = None if o.get("spot") is None else _number(path, w, "spot", o["spot"], strict=True)
+    if spot is not None and spot > od:
+        # a spot price above on-demand makes every spot plan look dear and hedging
+        # pointless; it is nearly always the two columns swapped or a typo
+        raise _fail(path, w, f"field 'spot' ({spot:g} $/node-hour) is above 'on_demand' ({od:g}); "
+                             f"spot capacity is sold below on-demand: are the two swapped?")
+    return Offer(name, str(cfg), od, spot, "fleet-file")
+
+
 def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]
             ) -> tuple[list[Offer], dict[str, str], list[tuple[str, str]]]:
     """(offers, each region's market, (region, GPU type) asked for but not sold there)."""
@@ -421,70 +500,15 @@ def _offers(path: Path, raw: Any, gpus: Mapping[str, GpuType]
     markets: dict[str, str] = {}
     unsold: list[tuple[str, str]] = []
     for i, entry in enumerate(raw):
-        where = f"regions[{i}]"
-        region = _mapping(path, where, entry, "name, catalog/gpu_types or offers")
-        name = region.get("name")
-        if not isinstance(name, str) or ":" not in name:
-            raise _fail(path, where, f"field 'name' must look like 'cloud:region' (e.g. aws:us-east-2), "
-                                     f"got {_show(name)}")
-        where = f"regions[{i}] ({_show(name)})"
-        extra = _unknown(region, {"name", "catalog", "gpu_types", "offers", "market"})
-        if extra:
-            raise _fail(path, where, f"unknown field(s) {extra}; valid: catalog, gpu_types, market, name, "
-                                     f"offers")
-        if name in markets:
-            raise _fail(path, where, f"region {name!r} is listed twice; give each region once")
+        name, where, region = _region_entry(path, i, entry, markets)
         markets[name] = _market(path, where, region.get("market", "on-demand"))
-        if not isinstance(region.get("catalog", False), bool):
-            raise _fail(path, where, f"field 'catalog' must be true or false, got {_show(region['catalog'])}")
-        if "gpu_types" in region and not region.get("catalog"):
-            raise _fail(path, where, "field 'gpu_types' picks the catalog's offers; it needs 'catalog: true'")
+        _check_region_flags(path, where, region)
         own = _list(path, f"{where} field 'offers'", region.get("offers"), "config, on_demand, spot")
         if region.get("catalog"):
-            if name not in catalog.regions:
-                raise _fail(path, where, f"field 'name': the catalog has no region {name!r}; valid: "
-                                         f"{', '.join(catalog.regions)} (or give 'offers')")
-            wanted = region.get("gpu_types")
-            if wanted is not None and not (isinstance(wanted, list)
-                                           and all(isinstance(g, str) for g in wanted)):
-                raise _fail(path, where, f"field 'gpu_types' must be a list of GPU names, "
-                                         f"got {_show(wanted)}")
-            for g in wanted or ():
-                if g not in catalog.gpus:
-                    raise _fail(path, where, f"field 'gpu_types': unknown GPU type {g!r}; valid: "
-                                             f"{', '.join(catalog.gpus)}")
-            sold = [o for c, o in sorted(catalog.offers_in(name).items())
-                    if wanted is None or _CONFIG.fullmatch(c).group(2) in wanted]  # type: ignore[union-attr]
-            if not sold:
-                raise _fail(path, where, f"the catalog sells none of {wanted} in {name}")
-            have = {_CONFIG.fullmatch(o.config).group(2) for o in sold}  # type: ignore[union-attr]
-            unsold += [(name, g) for g in wanted or () if g not in have]
+            sold, missing = _catalog_offers(path, where, name, region.get("gpu_types"), catalog)
+            unsold += missing
             out.extend(sold)
-        for j, o in enumerate(own):
-            w = f"{where} offers[{j}]"
-            o = _mapping(path, w, o, "config, on_demand, spot")
-            extra = _unknown(o, {"config", "on_demand", "spot"})
-            if extra:
-                raise _fail(path, w, f"unknown field(s) {extra}; valid: config, on_demand, spot")
-            cfg = o.get("config")
-            m = _CONFIG.fullmatch(cfg) if isinstance(cfg, str) else None
-            if not m or m.group(1) not in {str(n) for n in NODE_GPU_COUNTS}:
-                raise _fail(path, w, f"field 'config' must be '<count>x<GPU>' with count in "
-                                     f"{NODE_GPU_COUNTS}, "
-                                     f"got {_show(cfg)}")
-            if m.group(2) not in gpus:
-                raise _fail(path, w, f"field 'config': unknown GPU type {_show(m.group(2))}; add it under "
-                                     f"'gpus' or use one of {', '.join(gpus)}")
-            if "on_demand" not in o:
-                raise _fail(path, w, "missing field 'on_demand' ($/node-hour)")
-            od = _number(path, w, "on_demand", o["on_demand"], strict=True)
-            spot = None if o.get("spot") is None else _number(path, w, "spot", o["spot"], strict=True)
-            if spot is not None and spot > od:
-                # a spot price above on-demand makes every spot plan look dear and hedging
-                # pointless; it is nearly always the two columns swapped or a typo
-                raise _fail(path, w, f"field 'spot' ({spot:g} $/node-hour) is above 'on_demand' ({od:g}); "
-                                     f"spot capacity is sold below on-demand: are the two swapped?")
-            out.append(Offer(name, str(cfg), od, spot, "fleet-file"))
+        out.extend(_own_offer(path, f"{where} offers[{j}]", name, o, gpus) for j, o in enumerate(own))
         if not region.get("catalog") and not own:
             raise _fail(path, where, "needs 'catalog: true' or a list of 'offers'")
     cells = [(o.region, o.config) for o in out]
@@ -548,10 +572,9 @@ def resolve_fleet(path_or_name: Path | str) -> Path:
     return path
 
 
-def load_fleet(path: Path | str) -> FleetSpec:
-    """Parse and validate a fleet file (see the module docstring); a bare bundled name
-    (``core``, ``extended``) loads the shipped file."""
-    path = resolve_fleet(path)
+def _read_document(path: Path) -> dict[Any, Any]:
+    """The fleet file's top-level mapping, every key known. A missing, unreadable, non-UTF-8 or
+    non-YAML file, and a key given twice, is a :class:`FleetFileError` naming the file."""
     if path.is_dir():
         raise FleetFileError(f"{path}: is a folder; pass the path of a fleet YAML file")
     try:
@@ -575,6 +598,11 @@ def load_fleet(path: Path | str) -> FleetSpec:
     extra = _unknown(doc, set(TOP_KEYS))
     if extra:
         raise _fail(path, "top level", f"unknown key {_show(extra[0])}; valid keys: {', '.join(TOP_KEYS)}")
+    return doc
+
+
+def _identity(path: Path, doc: Mapping[Any, Any]) -> tuple[str, str, bool]:
+    """(name, runtime, slices): a DNS-style name, a known runtime, and slices only on vllm."""
     name = doc.get("name")
     if not isinstance(name, str) or len(name) > 40 or not _NAME.fullmatch(name):
         raise _fail(path, "name", f"must be lowercase letters, digits and '-' (<= 40), got {_show(name)}")
@@ -589,9 +617,15 @@ def load_fleet(path: Path | str) -> FleetSpec:
         # slices are vLLM pods on g of a node's GPUs; the research runtime keeps Coral's whole nodes
         raise _fail(path, "slices", f"field 'slices: true' needs 'runtime: vllm', got runtime {runtime!r}; "
                                     f"set runtime: vllm or drop slices")
+    return name, runtime, slices
+
+
+def _gpu_types(path: Path, raw: Any) -> tuple[dict[str, GpuType], list[GpuType]]:
+    """(every GPU type the fleet may name: the catalog's and its own, the fleet's own in file
+    order). An own type's name is given once; it may replace a catalog type of that name."""
     gpus = dict(load_catalog().gpus)
     user_gpus: list[GpuType] = []
-    for i, entry in enumerate(_list(path, "gpus", doc.get("gpus"), "GPU types the catalog lacks")):
+    for i, entry in enumerate(_list(path, "gpus", raw, "GPU types the catalog lacks")):
         where = f"gpus[{i}]"
         g = _build(GpuType, _mapping(path, where, entry, "fields of a GPU type"), path,
                    f"{where} ({_show(entry.get('name', '?'))})")
@@ -601,62 +635,114 @@ def load_fleet(path: Path | str) -> FleetSpec:
                                                        f"gpus[{first}]; give each GPU type its own name")
         user_gpus.append(g)
         gpus[g.name] = g
-    models, user_models = _models(path, doc.get("models"))
-    offers, region_markets, unsold = _offers(path, doc.get("regions"), gpus)
-    cells = {(o.region, o.config) for o in offers}
-    markets = {(o.region, o.config): region_markets[o.region] for o in offers}
-    availability: dict[tuple[str, str], int] | None = None
-    pool_traces: list[tuple[tuple[str, str], PoolTrace]] = []
-    quota: dict[tuple[str, str], int] = {}
-    if doc.get("availability") is not None:
-        av = _mapping(path, "availability", doc["availability"], "static, markets, ondemand_quota, traces")
-        extra = _unknown(av, set(AVAILABILITY_KEYS))
-        if extra:
-            raise _fail(path, "availability", f"unknown key {_show(extra[0])}; valid: "
-                                              f"{', '.join(AVAILABILITY_KEYS)}")
-        for key, value in _mapping(path, "availability.markets", av.get("markets") or {},
-                                   "region/config: market").items():
-            where = f"availability.markets[{_show(key)}]"
-            markets[_cell(path, where, key, cells)] = _market(path, where, value)
-        availability = {}
-        static = _mapping(path, "availability.static", av.get("static") or {}, "region/config: nodes")
-        for key, n in static.items():
-            where = f"availability.static[{_show(key)}]"
-            availability[_cell(path, where, key, cells)] = int(_number(path, where, "nodes", n, integer=True))
-        for key, n in _mapping(path, "availability.ondemand_quota", av.get("ondemand_quota") or {},
-                               "region/config: nodes").items():
-            where = f"availability.ondemand_quota[{_show(key)}]"
-            cell = _cell(path, where, key, cells)
-            if markets[cell] != "hedged":
-                raise _fail(path, where, f"an on-demand quota sits beside a spot pool: pool {key} is in the "
-                                         f"{markets[cell]} market; set its market to hedged or drop the "
-                                         f"quota")
-            quota[cell] = int(_number(path, where, "nodes", n, integer=True))
-        traces = _mapping(path, "availability.traces", av.get("traces") or {}, "region/config: CSV file")
-        for key, file in traces.items():
-            where = f"availability.traces[{_show(key)}]"
-            cell = _cell(path, where, key, cells)
-            if cell in availability:
-                raise _fail(path, where, "this pool also has a static count; give one or the other")
-            if markets[cell] == "on-demand":
-                raise _fail(path, where, f"a trace moves a spot pool (a drop preempts its spot instances) "
-                                         f"and pool {key} is in the on-demand market; set 'market: spot' "
-                                         f"or 'market: hedged' on region {cell[0]} (or under "
-                                         f"availability.markets), or give the pool a static count")
-            if not isinstance(file, str) or not file.strip() or "\x00" in file:
-                raise _fail(path, where, f"must be the path of a CSV file (time_s,nodes or "
-                                         f"time_s,event,nodes), got {_show(file)}")
-            pool_traces.append((cell, _pool_trace(path, where, path.parent / file)))
+    return gpus, user_gpus
+
+
+@dataclass
+class _Availability:
+    """The availability section read: static caps (None: ample), each pool's market after the
+    section's overrides, hedged pools' on-demand quotas and the pools on a trace."""
+
+    caps: dict[tuple[str, str], int] | None
+    markets: dict[tuple[str, str], str]
+    quota: dict[tuple[str, str], int]
+    traces: list[tuple[tuple[str, str], PoolTrace]]
+
+
+def _availability(path: Path, raw: Any, cells: set[tuple[str, str]],
+                  markets: Mapping[tuple[str, str], str]) -> _Availability:
+    """``availability``: markets first (a quota or a trace is judged by its pool's market), then
+    static caps, on-demand quotas and traces, each naming an offered pool."""
+    out = _Availability(None, dict(markets), {}, [])
+    if raw is None:
+        return out
+    av = _mapping(path, "availability", raw, "static, markets, ondemand_quota, traces")
+    extra = _unknown(av, set(AVAILABILITY_KEYS))
+    if extra:
+        raise _fail(path, "availability", f"unknown key {_show(extra[0])}; valid: "
+                                          f"{', '.join(AVAILABILITY_KEYS)}")
+    for key, value in _mapping(path, "availability.markets", av.get("markets") or {},
+                               "region/config: market").items():
+        where = f"availability.markets[{_show(key)}]"
+        out.markets[_cell(path, where, key, cells)] = _market(path, where, value)
+    out.caps = {}
+    static = _mapping(path, "availability.static", av.get("static") or {}, "region/config: nodes")
+    for key, n in static.items():
+        where = f"availability.static[{_show(key)}]"
+        out.caps[_cell(path, where, key, cells)] = int(_number(path, where, "nodes", n, integer=True))
+    for key, n in _mapping(path, "availability.ondemand_quota", av.get("ondemand_quota") or {},
+                           "region/config: nodes").items():
+        where = f"availability.ondemand_quota[{_show(key)}]"
+        cell = _cell(path, where, key, cells)
+        if out.markets[cell] != "hedged":
+            raise _fail(path, where, f"an on-demand quota sits beside a spot pool: pool {key} is in the "
+                                     f"{out.markets[cell]} market; set its market to hedged or drop the "
+                                     f"quota")
+        out.quota[cell] = int(_number(path, where, "nodes", n, integer=True))
+    traces = _mapping(path, "availability.traces", av.get("traces") or {}, "region/config: CSV file")
+    for key, file in traces.items():
+        where = f"availability.traces[{_show(key)}]"
+        cell = _cell(path, where, key, cells)
+        _check_trace(path, where, key, file, cell, out)
+        out.traces.append((cell, _pool_trace(path, where, path.parent / file)))
+    return out
+
+
+def _check_trace(path: Path, where: str, key: Any, file: Any, cell: tuple[str, str],
+                 read: _Availability) -> None:
+    """A trace moves a spot pool without a static count, and names a CSV file."""
+    if read.caps is not None and cell in read.caps:
+        raise _fail(path, where, "this pool also has a static count; give one or the other")
+    if read.markets[cell] == "on-demand":
+        raise _fail(path, where, f"a trace moves a spot pool (a drop preempts its spot instances) "
+                                 f"and pool {key} is in the on-demand market; set 'market: spot' "
+                                 f"or 'market: hedged' on region {cell[0]} (or under "
+                                 f"availability.markets), or give the pool a static count")
+    if not isinstance(file, str) or not file.strip() or "\x00" in file:
+        raise _fail(path, where, f"must be the path of a CSV file (time_s,nodes or "
+                                 f"time_s,event,nodes), got {_show(file)}")
+
+
+def _check_spot_prices(path: Path, offers: list[Offer], markets: Mapping[tuple[str, str], str]) -> None:
+    """A pool in a spot or hedged market bills its spot tier: its offer needs a spot price."""
     no_spot = sorted(f"{o.region}/{o.config}" for o in offers
                      if markets[(o.region, o.config)] != "on-demand" and o.spot_per_hour is None)
     if no_spot:
         raise _fail(path, "regions", f"pool(s) {', '.join(no_spot[:4])} are in a spot or hedged market but "
                                      f"have no spot price; give the offer a 'spot' price or set the market "
                                      f"to on-demand")
+
+
+def _workload(path: Path, where: str, model: str, entry: Any) -> WorkloadSpec:
+    """One model's workload entry: a source (a csv: path made absolute, relative to the fleet
+    file), at most one of scale and mean_rate, and how a log's gaps count."""
+    entry = _mapping(path, where, entry, "source and optional scale or mean_rate")
+    extra = _unknown(entry, {"source", "scale", "mean_rate", "gaps"})
+    if extra:
+        raise _fail(path, where, f"unknown field(s) {extra}; valid: gaps, mean_rate, scale, source")
+    gaps = entry.get("gaps", "exclude")
+    if gaps not in GAP_MODES:
+        raise _fail(path, where, f"field 'gaps' must be 'exclude' (hours without rows left out of the "
+                                 f"mean rate) or 'zero' (counted as no demand), got {_show(gaps)}")
+    source = entry.get("source")
+    if not isinstance(source, str) or ":" not in source or "\x00" in source:
+        raise _fail(path, where, f"field 'source' must be a workload such as 'csv:requests.csv#model', "
+                                 f"'servegen:m-large' or 'azure:code', got {_show(source)}")
+    if source.startswith("csv:"):
+        file, sep, sub = source[4:].partition("#")
+        source = f"csv:{(path.parent / file).resolve()}{sep}{sub}"
+    if "scale" in entry and "mean_rate" in entry:
+        raise _fail(path, where, "give at most one of 'scale' and 'mean_rate'")
+    scale = None if "scale" not in entry else _number(path, where, "scale", entry["scale"], strict=True)
+    rate = None if "mean_rate" not in entry else _number(path, where, "mean_rate", entry["mean_rate"],
+                                                         strict=True)
+    return WorkloadSpec(model, source, scale, rate, gaps)
+
+
+def _workloads(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]) -> list[WorkloadSpec]:
+    """``workloads``: one per model, keyed by its name or an alias (any case)."""
     workloads = []
-    raw_w = _mapping(path, "workloads", doc.get("workloads"), "model name: {source, scale | mean_rate}")
-    names = [m.name for m in models]
-    by_name = {n.lower(): m.name for m in models for n in (m.name, *m.aliases)}  # unique: see _models
+    raw_w = _mapping(path, "workloads", raw, "model name: {source, scale | mean_rate}")
     keys: dict[str, Any] = {}  # model -> the workloads key naming it
     for key, entry in raw_w.items():
         where = f"workloads[{_show(key)}]"
@@ -667,30 +753,30 @@ def load_fleet(path: Path | str) -> FleetSpec:
             raise _fail(path, where, f"model {model!r} already has a workload (under {_show(keys[model])}); "
                                      f"give one per model")
         keys[model] = key
-        entry = _mapping(path, where, entry, "source and optional scale or mean_rate")
-        extra = _unknown(entry, {"source", "scale", "mean_rate", "gaps"})
-        if extra:
-            raise _fail(path, where, f"unknown field(s) {extra}; valid: gaps, mean_rate, scale, source")
-        gaps = entry.get("gaps", "exclude")
-        if gaps not in GAP_MODES:
-            raise _fail(path, where, f"field 'gaps' must be 'exclude' (hours without rows left out of the "
-                                     f"mean rate) or 'zero' (counted as no demand), got {_show(gaps)}")
-        source = entry.get("source")
-        if not isinstance(source, str) or ":" not in source or "\x00" in source:
-            raise _fail(path, where, f"field 'source' must be a workload such as 'csv:requests.csv#model', "
-                                     f"'servegen:m-large' or 'azure:code', got {_show(source)}")
-        if source.startswith("csv:"):
-            file, sep, sub = source[4:].partition("#")
-            source = f"csv:{(path.parent / file).resolve()}{sep}{sub}"
-        if "scale" in entry and "mean_rate" in entry:
-            raise _fail(path, where, "give at most one of 'scale' and 'mean_rate'")
-        scale = None if "scale" not in entry else _number(path, where, "scale", entry["scale"], strict=True)
-        rate = None if "mean_rate" not in entry else _number(path, where, "mean_rate", entry["mean_rate"],
-                                                             strict=True)
-        workloads.append(WorkloadSpec(model, source, scale, rate, gaps))
+        workloads.append(_workload(path, where, model, entry))
     missing = [n for n in names if n not in {w.model for w in workloads}]
     if missing:
         raise _fail(path, "workloads", f"no workload for model {missing[0]!r}; give one per model")
+    return workloads
+
+
+def load_fleet(path: Path | str) -> FleetSpec:
+    """Parse and validate a fleet file (see the module docstring); a bare bundled name
+    (``core``, ``extended``) loads the shipped file. Sections are read in a fixed order, so the
+    first error a broken file reports does not depend on how its keys are ordered."""
+    path = resolve_fleet(path)
+    doc = _read_document(path)
+    name, runtime, slices = _identity(path, doc)
+    gpus, user_gpus = _gpu_types(path, doc.get("gpus"))
+    models, user_models = _models(path, doc.get("models"))
+    offers, region_markets, unsold = _offers(path, doc.get("regions"), gpus)
+    cells = {(o.region, o.config) for o in offers}
+    av = _availability(path, doc.get("availability"), cells,
+                       {(o.region, o.config): region_markets[o.region] for o in offers})
+    _check_spot_prices(path, offers, av.markets)
+    names = [m.name for m in models]
+    by_name = {n.lower(): m.name for m in models for n in (m.name, *m.aliases)}  # unique: see _models
+    workloads = _workloads(path, doc.get("workloads"), names, by_name)
     kube = _mapping(path, "kubernetes", doc.get("kubernetes") or {}, "K8sOptions fields")
     n_max = int(_number(path, "n_max", "n_max", doc.get("n_max", 6), integer=True, minimum=1))
     rho = _number(path, "rho", "rho", doc.get("rho", 12.0), strict=True)
@@ -699,8 +785,8 @@ def load_fleet(path: Path | str) -> FleetSpec:
     removal_weight = None if removal is None else _number(path, "removal_weight", "removal_weight", removal)
     pd, model_pd = _pd_modes(path, doc.get("pd", "disaggregated"), names, by_name)
     return FleetSpec(path, name, runtime, tuple(models), tuple(user_models), tuple(user_gpus), tuple(offers),
-                     availability, tuple(workloads), dict(kube), n_max, rho, tuple(pool_traces), floors,
-                     slices, markets, quota, tuple(unsold), removal_weight, pd, model_pd)
+                     av.caps, tuple(workloads), dict(kube), n_max, rho, tuple(av.traces), floors,
+                     slices, av.markets, av.quota, tuple(unsold), removal_weight, pd, model_pd)
 
 
 def _pd_modes(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]
