@@ -24,18 +24,12 @@ from atoll.envs.availability import (
 )
 from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.correction import CapacityCorrection
-from atoll.envs.demand import (
-    DemandBook,
-    DemandError,
-    build_book,
-    sampled_quantiles,
-    underlying_rates,
-    workload_series,
-)
+from atoll.envs.demand import DemandBook, build_book, workload_series
 from atoll.envs.fleet import WARM_S, FleetState
 from atoll.envs.fleet_model import FleetModel
 from atoll.envs.observation import RISK_WINDOW, SINCE_CAP, build_observation, observation_space
 from atoll.envs.planner import PlanOutcome
+from atoll.envs.planning_demand import INITIAL_PLANS, PLANNING, PlanningDemand, reset_options
 from atoll.envs.servers import ServerReport, learn, server_report, service_latencies
 from atoll.envs.signals import (
     UNSERVED_WINDOW,
@@ -54,8 +48,6 @@ from atoll.solvers.tiers import split_tier, tiered_region
 __all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
 
 Availability = StaticAvailability | SpotAvailability | HedgedAvailability | MarketAvailability
-INITIAL_PLANS = ("forecast", "peak")
-PLANNING = ("forecast", "oracle", "oracle-rate", "oracle-quantile")
 
 
 class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -317,6 +309,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             raise ValueError(f"FleetConfig: demand step {self.book.step_s:g} s differs from "
                              f"step_s {c.step_s:g} s")
         self.book.check_days(*c.days)
+        self.planning_demand = PlanningDemand(c, fleet, self.book, self.codec)
         m = len(self.models)
         self.action_space: spaces.Space[np.ndarray] = (
             spaces.MultiBinary(m) if c.action == "binary" else self.codec.space(m))
@@ -356,51 +349,15 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._last_waiting = np.zeros(m)
 
     # ----- helpers ------------------------------------------------------------------------
-    def _planning_demand(self, g: int, how: str, levels: list[float] | None = None) -> np.ndarray:
-        """[M, 2] tokens/s to plan for at step g: the forecast's maximum over the look-ahead at
-        each model's level (None: the configured one), the true demand (``oracle``) or the
-        previous day's peak (``peak``)."""
-        h = self.book.horizon
-        if how == "oracle":
-            rates = self.book.rates[:, g: g + h].max(axis=1)
-        elif how == "oracle-rate":
-            rates = self.underlying_rates[:, g: g + h].max(axis=1)
-        elif how == "oracle-quantile":
-            qs, at = self.rate_quantiles, levels or [self.config.planning_quantile] * len(self.models)
-            rates = np.array([qs[q][i, g: g + h].max() for i, q in enumerate(at)])
-        elif how == "peak":
-            rates = self.book.day_peak[:, g // self.book.steps_per_day]
-        elif levels is None:
-            rates = self.book.upper[:, g, :].max(axis=1)
-        else:
-            rates = np.array([self.book.uppers[q][i, g, :].max() for i, q in enumerate(levels)])
-        return self.fleet.tokens(np.nan_to_num(rates, nan=0.0))
-
     @property
     def underlying_rates(self) -> np.ndarray:
         """[M, steps] the rate the demand is drawn from (computed on first use)."""
-        if getattr(self, "_underlying", None) is None:
-            c = self.config
-            self._underlying = underlying_rates(
-                c.workload, self.models, c.scenario_spec.req_per_s, c.step_s, resample=c.resample,
-                steps=self.book.rates.shape[1], demand=c.demand)
-        return self._underlying
+        return self.planning_demand.underlying_rates
 
     @property
     def rate_quantiles(self) -> dict[float, np.ndarray]:
-        """{level: [M, steps]} the demand's own per-step quantiles at the action's levels and the
-        configured one (``oracle-quantile``; sampled on first use, each draw cached on disk)."""
-        if getattr(self, "_quantiles", None) is None:
-            c = self.config
-            if c.demand is not None or c.resample != "sampled":
-                raise DemandError(f"oracle-quantile needs demand sampled from a ServeGen workload "
-                                  f"(resample='sampled', no demand series given); this env has "
-                                  f"resample={c.resample!r}{' and its own demand series' if c.demand else ''}"
-                                  f" — use oracle-rate or hindsight")
-            self._quantiles = sampled_quantiles(
-                c.workload, self.models, c.scenario_spec.req_per_s, c.step_s,
-                levels=sorted({*self.codec.levels, c.planning_quantile}), steps=self.book.rates.shape[1])
-        return self._quantiles
+        """{level: [M, steps]} the demand's own per-step quantiles (``oracle-quantile``)."""
+        return self.planning_demand.rate_quantiles
 
     def decode(self, action: Any) -> list[Reoptimization]:
         """The re-optimization each model gets from ``action`` (either version's encoding)."""
@@ -511,19 +468,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        options = dict(options or {})
-        first, last = self.config.days
-        day = options.pop("day", None)
-        if day is None:
-            day = int(self.np_random.integers(first, last + 1))
-        self.book.check_days(int(day), int(day))
-        initial = options.pop("initial_plan", "forecast")
-        self._planning = options.pop("planning", "forecast")
-        if initial not in INITIAL_PLANS or self._planning not in PLANNING or options:
-            raise ValueError(f"reset options: initial_plan in {INITIAL_PLANS}, planning in {PLANNING}, "
-                             f"day in {first}-{last}; got initial_plan={initial!r}, "
-                             f"planning={self._planning!r}, unknown keys {sorted(options)}")
-        self.day = int(day)
+        days = self.config.days
+        self.day, initial, self._planning = reset_options(options, self.book, days, self.np_random)
         self._g0 = self._g = (self.day - 1) * self.book.steps_per_day
         self._t = 0
         self._availability.reset(self.np_random)
@@ -546,7 +492,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         # drawn after the worlds' seeds, so a world without sampled start-ups meets the same draws
         self._startup_rng = (np.random.default_rng(int(self.np_random.integers(0, 2**63 - 1)))
                              if self.config.startup == "sampled" else None)
-        demand = self._planning_demand(self._g, "peak" if initial == "peak" else self._planning)
+        demand = self.planning_demand(self._g, "peak" if initial == "peak" else self._planning)
         # the episode starts from a fleet that holds what the market had
         outcome = self._replan(frozenset(self.models), demand, caps=self._cap)
         if outcome.allocation is not None:
@@ -583,7 +529,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         retry_s = 0.0
         if chosen:
             levels = [r.level if r.level is not None else self.codec.levels[0] for r in reopts]
-            planning = self._planning_demand(g, self._planning, levels)
+            planning = self.planning_demand(g, self._planning, levels)
             # the risk presets the action chose (Fleet-v4); the others take the configured risk
             risk = {self.models[i]: r.risk for i, r in enumerate(reopts) if r.risk is not None} or None
             outcome = self._replan(chosen, planning, grow, risk=risk)

@@ -45,11 +45,12 @@ def test_a_replan_takes_the_quantile_of_its_own_level_over_the_look_ahead() -> N
     env = FleetEnv(tiny_config(demand=(series(rates),)))
     q = env.config.planning_quantile
     low, high = rates[None, :] * 1.1, rates[None, :] * 1.5
-    env._quantiles = {q: low, 0.99: high}  # what sampled_quantiles would give, without the sampling
+    # what sampled_quantiles would give, without the sampling
+    env.planning_demand.quantiles = {q: low, 0.99: high}
     g, h = 4 * 288 + 10, env.book.horizon
-    np.testing.assert_allclose(env._planning_demand(g, "oracle-quantile"),
+    np.testing.assert_allclose(env.planning_demand(g, "oracle-quantile"),
                                env.fleet.tokens(low[:, g: g + h].max(axis=1)))
-    np.testing.assert_allclose(env._planning_demand(g, "oracle-quantile", [0.99]),
+    np.testing.assert_allclose(env.planning_demand(g, "oracle-quantile", [0.99]),
                                env.fleet.tokens(high[:, g: g + h].max(axis=1)))
     policy = make_policy(parse_policy("oracle-quantile"), 1)
     env.reset(seed=0, options={"day": 5, **policy.reset_options()})

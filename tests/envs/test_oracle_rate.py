@@ -43,8 +43,8 @@ def test_oracle_rate_plans_the_smoothed_rate_not_the_counts() -> None:
     env = FleetEnv(tiny_config(demand=(series(rates),)))
     g = 4 * 288 + 10
     truth = smoothed_rates(rates[None, :])[:, g: g + env.book.horizon].max(axis=1)
-    np.testing.assert_allclose(env._planning_demand(g, "oracle-rate"), env.fleet.tokens(truth))
-    assert not np.allclose(env._planning_demand(g, "oracle-rate"), env._planning_demand(g, "oracle"))
+    np.testing.assert_allclose(env.planning_demand(g, "oracle-rate"), env.fleet.tokens(truth))
+    assert not np.allclose(env.planning_demand(g, "oracle-rate"), env.planning_demand(g, "oracle"))
     policy = make_policy(parse_policy("oracle-rate"), 1)
     assert policy.reset_options() == {"planning": "oracle-rate"}
     env.reset(seed=0, options={"day": 5, **policy.reset_options()})
