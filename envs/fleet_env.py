@@ -10,24 +10,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from atoll.envs.acquisition import Availability, MarketView, build_availability
 from atoll.envs.actions import ActionCodec
-from atoll.envs.availability import (
-    ACQUIRE_BACKOFF_MAX_S,
-    ACQUIRE_BACKOFF_S,
-    ACQUIRE_RETRIES,
-    HedgedAvailability,
-    MarketAvailability,
-    SpotAvailability,
-    StaticAvailability,
-    load_spot_trace,
-    market_availability,
-)
-from atoll.envs.config import MARKET_KINDS, FleetConfig
+from atoll.envs.availability import ACQUIRE_RETRIES
+from atoll.envs.config import FleetConfig
 from atoll.envs.correction import CapacityCorrection
 from atoll.envs.demand import DemandBook, build_book, workload_series
 from atoll.envs.fleet import WARM_S, FleetState
 from atoll.envs.fleet_model import FleetModel
-from atoll.envs.observation import RISK_WINDOW, SINCE_CAP, build_observation, observation_space
+from atoll.envs.observation import SINCE_CAP, build_observation, observation_space
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.planning_demand import INITIAL_PLANS, PLANNING, PlanningDemand, reset_options
 from atoll.envs.servers import ServerReport, learn, server_report, service_latencies
@@ -35,19 +26,13 @@ from atoll.envs.signals import (
     UNSERVED_WINDOW,
     fleet_signals,
     push_window,
-    risk_shares,
     served_shares,
     unserved_shares,
 )
 from atoll.envs.vocabulary import Pool, Reoptimization
-from atoll.solvers.paths import shared_data_dir
-from atoll.solvers.problem import Risk, SolveStatus, gpu_type_of
-from atoll.solvers.scenarios import ample_availability, fleet_markets, scarce_availability
-from atoll.solvers.tiers import split_tier, tiered_region
+from atoll.solvers.problem import Risk, SolveStatus
 
 __all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
-
-Availability = StaticAvailability | SpotAvailability | HedgedAvailability | MarketAvailability
 
 
 class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -275,29 +260,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         if c.look_ahead_s < fleet.median_startup:
             raise ValueError(f"FleetConfig: field 'look_ahead_s' ({c.look_ahead_s:g} s) must cover the "
                              f"median start-up time ({fleet.median_startup:.0f} s)")
-        templates = fleet.base.templates
-        if spec.markets and c.availability in MARKET_KINDS:  # a fleet file's pools in their markets
-            self._availability: Availability = market_availability(spec, fleet_markets(spec, c.availability),
-                                                                   correlation=c.preemption)
-        elif c.availability == "ample":
-            self._availability = StaticAvailability(ample_availability(spec))
-        elif c.availability == "scarce":
-            self._availability = StaticAvailability(scarce_availability(spec, templates))
-        elif c.availability == "hedged":
-            plain = [t for t in templates if split_tier(t.region)[1] == "on-demand"]
-            ample = ample_availability(spec)
-            quota = ample if c.ondemand_quota == "ample" else scarce_availability(spec, plain)
-            data = shared_data_dir()
-            spot_pools = {(tiered_region(r, "spot"), cfg): n for (r, cfg), n in ample.items()}
-            self._availability = HedgedAvailability(
-                StaticAvailability(quota),
-                SpotAvailability(spot_pools, {tiered_region(r, "spot"): load_spot_trace(data, r)
-                                              for r in spec.regions}, correlation=c.preemption))
-        else:
-            data = shared_data_dir()
-            self._availability = SpotAvailability(ample_availability(spec),
-                                                  {r: load_spot_trace(data, r) for r in spec.regions},
-                                                  correlation=c.preemption)
+        self._availability: Availability = build_availability(c, fleet)
         self.gpu_types: tuple[str, ...] = fleet.gpu_types
         series = c.demand if c.demand is not None else workload_series(
             c.workload, self.models, spec.req_per_s, c.step_s, resample=c.resample, seed=c.demand_seed)
@@ -328,22 +291,16 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._waiting_share = np.zeros(m)
         self.last_report: ServerReport | None = None
         self._exposed: list[str] = []
-        # what a cluster charges: the spot pools' offer, pools believed full until a time, the
-        # start-up generator, and the risk the policy observes
-        self._offered = self._availability.offered() if c.spot_acquisition == "trace" else {}
-        self._full_until: dict[Pool, float] = {}
-        self._fail_streak: dict[Pool, int] = {}
+        # what a cluster charges: the spot pools' offer and the pools believed full (with the
+        # risk windows the policy observes), the start-up generator
+        self.market = MarketView(fleet, self._availability.offered() if c.spot_acquisition == "trace" else {})
         self._startup_rng: np.random.Generator | None = None
-        self._gpu_index = {g: j for j, g in enumerate(self.gpu_types)}
         self._request_s = np.array([spec.slo.ttft_ms / 1e3 + fleet.shape[i, 1] * spec.slo.tpot_ms / 1e3
                                     for i, spec in enumerate(fleet.specs)])
         self._reset_risk()
 
     def _reset_risk(self) -> None:
-        m, g = len(self.models), len(self.gpu_types)
-        self._preempted_nodes = np.zeros((RISK_WINDOW, g))
-        self._requested_nodes = np.zeros((RISK_WINDOW, g))
-        self._failed_nodes = np.zeros((RISK_WINDOW, g))
+        m = len(self.models)
         self._queue_growth = np.zeros(m)
         self._latency_miss = np.zeros(m)
         self._last_waiting = np.zeros(m)
@@ -377,56 +334,12 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def _apply(self, outcome: PlanOutcome) -> dict[str, int]:
         """Apply a plan; the instances whose spot nodes the market did not have (per key)."""
-        if outcome.allocation is None:
-            return {}
-        self.fleet.apply(self.state, outcome.allocation, self._startup_rng)
-        requested = self._nodes_by_type(self.state.fresh)
-        failed: dict[str, int] = {}
-        if self.config.spot_acquisition == "trace":
-            failed = self.state.fail_acquisitions(self._cap, self.fleet.templates, self.np_random)
-            refused = self._cells_of(failed)
-            for cell in self._cells_of(self.state.fresh) - refused:
-                self._fail_streak.pop(cell, None)  # an acquisition there succeeded
-            for cell in refused:
-                self._block(cell)
-        self._requested_nodes[0] += requested
-        self._failed_nodes[0] += self._nodes_by_type(failed)
-        return failed
-
-    def _block(self, cell: Pool) -> None:
-        """Believe ``cell`` full for the back-off of its failures in a row (see
-        :data:`atoll.envs.availability.ACQUIRE_BACKOFF_S`)."""
-        if cell not in self._offered:
-            return
-        streak = self._fail_streak[cell] = self._fail_streak.get(cell, 0) + 1
-        backoff = min(ACQUIRE_BACKOFF_S * 2 ** (streak - 1), ACQUIRE_BACKOFF_MAX_S)
-        self._full_until[cell] = self._g * self.config.step_s + backoff
-
-    def _nodes_by_type(self, instances: dict[str, int]) -> np.ndarray:
-        """[G] nodes (a slice: its share) the given instances per template key use, per GPU type."""
-        out = np.zeros(len(self.gpu_types))
-        for key, n in instances.items():
-            for config, k in self.fleet.templates[key].node_use:
-                out[self._gpu_index[gpu_type_of(config)]] += n * k
-        return out
-
-    def _cells_of(self, instances: dict[str, int]) -> set[Pool]:
-        return {(self.fleet.templates[k].region, config) for k, n in instances.items() if n
-                for config, _ in self.fleet.templates[k].node_use}
+        rng = self.np_random if self.config.spot_acquisition == "trace" else None
+        return self.market.apply(self.state, outcome, self._cap, self._g * self.config.step_s,
+                                 self._startup_rng, rng)
 
     def _planning_caps(self) -> dict[Pool, int]:
-        """What the planner (and the policy) sees of availability: the market's current caps; under
-        ``spot_acquisition="trace"`` each spot pool at what it offers, or at the nodes it holds
-        while it is believed full after a failed acquisition or a preemption."""
-        if not self._offered:
-            return self._cap
-        now = self._g * self.config.step_s
-        held = self.fleet.nodes_held(self.state)
-        caps = dict(self._cap)
-        for cell, offered in self._offered.items():
-            full = self._full_until.get(cell, -math.inf) >= now  # a back-off ending now still holds
-            caps[cell] = held.get(cell, 0) if full else offered
-        return caps
+        return self.market.planning_caps(self._cap, self.state, self._g * self.config.step_s)
 
     def _factors(self) -> dict[str, float] | None:
         """The capacity factors the planner has learned (None: it plans on the model's)."""
@@ -457,9 +370,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             waiting_share=self._waiting_share if self._obs_closed else None)
         if self._obs_risk:
             spread, ondemand = self.fleet.risk_exposure(self.state)
-            held = self.fleet.held_by_gpu_type(self.state)
-            pre, fail = risk_shares(self._preempted_nodes.sum(axis=0), held, self._failed_nodes.sum(axis=0),
-                                    self._requested_nodes.sum(axis=0))
+            pre, fail = self.market.risk_shares(self.state)
             signals = replace(signals, queue_growth=self._queue_growth, latency_miss=self._latency_miss,
                               spread=spread, ondemand_share=ondemand, preempted_share=pre, failed_share=fail)
         return build_observation(signals, closed_loop=self._obs_closed, risk=self._obs_risk)
@@ -475,7 +386,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._availability.reset(self.np_random)
         self._cap = self._availability.capacity(self._g * self.config.step_s)
         self.state = FleetState(warm_s=WARM_S if self.config.startup == "sampled" else 0.0)
-        self._full_until, self._fail_streak = {}, {}
+        self.market.reset()
         self._reset_risk()
         m = len(self.models)
         self.correction = CapacityCorrection()
@@ -522,9 +433,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         chosen = frozenset(self.models[i] for i, r in enumerate(reopts) if r.kind != "hold")
         grow = frozenset(self.models[i] for i, r in enumerate(reopts) if r.kind == "grow")
         outcome = None
-        for window in (self._preempted_nodes, self._requested_nodes, self._failed_nodes):
-            window[:] = np.roll(window, 1, axis=0)
-            window[0] = 0.0
+        self.market.roll()  # a new step in the risk windows
         failed: dict[str, int] = {}
         retry_s = 0.0
         if chosen:
@@ -593,13 +502,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         held_keys = (set(self.state.running) | set(self.state.starting) | set(self.state.draining)
                      | set(self.state.replaced))
         lost = self.state.preempt(self._cap, {k: self.fleet.templates[k] for k in held_keys}, self.np_random)
-        lost_by_model = np.zeros(m, dtype=int)
-        for key, n in lost.items():
-            lost_by_model[self.fleet.info(key)[0]] += n
-        self._preempted_nodes[0] += self._nodes_by_type(lost)
-        if self._offered:  # a preempted spot pool is believed full for a while
-            for cell in self._cells_of(lost):
-                self._block(cell)
+        lost_by_model = self.market.preempted(lost, self._g * dt)
         self._preempted = lost_by_model > 0
         self._since_preempt = np.where(self._preempted, 0, np.minimum(self._since_preempt + 1, SINCE_CAP))
         if share is fluid:

@@ -174,7 +174,7 @@ def _acquire(acquisition: str) -> list[dict[str, object]]:
     env = FleetEnv(tiny(demand=(series(rates),), spot_acquisition=acquisition, availability="spot",
                         prices="spot", observation="v3"))
     env._availability = _Scarce()  # type: ignore[assignment]
-    env._offered = env._availability.offered() if acquisition == "trace" else {}
+    env.market.offered = env._availability.offered() if acquisition == "trace" else {}
     env.reset(seed=0, options={"day": 5, "planning": "oracle"})
     infos = []
     for _ in range(4):
@@ -222,7 +222,7 @@ def _refused_then(retries: int, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[s
     env = FleetEnv(tiny(demand=(series(rates),), templates=(PREFILL, ALT, DECODE), spot_acquisition="trace",
                         availability="spot", prices="spot"))
     env._availability = _ScarceHere()  # type: ignore[assignment]
-    env._offered = env._availability.offered()
+    env.market.offered = env._availability.offered()
     env.reset(seed=0, options={"day": 5, "planning": "oracle"})
     env.step(np.array([0]))
     _, _, _, _, info = env.step(np.array([1]))
