@@ -13,6 +13,7 @@ from gymnasium import spaces
 from atoll.envs.acquisition import Availability, MarketView, build_availability
 from atoll.envs.actions import ActionCodec
 from atoll.envs.availability import ACQUIRE_RETRIES
+from atoll.envs.closed_loop import ServerLoop
 from atoll.envs.config import FleetConfig
 from atoll.envs.correction import CapacityCorrection
 from atoll.envs.demand import DemandBook, build_book, workload_series
@@ -21,7 +22,7 @@ from atoll.envs.fleet_model import FleetModel
 from atoll.envs.observation import SINCE_CAP, build_observation, observation_space
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.planning_demand import INITIAL_PLANS, PLANNING, PlanningDemand, reset_options
-from atoll.envs.servers import ServerReport, learn, server_report, service_latencies
+from atoll.envs.servers import ServerReport
 from atoll.envs.signals import (
     UNSERVED_WINDOW,
     fleet_signals,
@@ -283,27 +284,29 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._obs_space_low = box.low
         self._model_index = fleet.model_index
         self.state = FleetState()
-        self._latency = service_latencies(fleet.specs, fleet.shape) if c.closed_loop else None
-        self.correction = CapacityCorrection()
-        self.truth: dict[str, float] = {}
-        self._server_rng = np.random.default_rng(0)
-        self._latency_ratio = np.zeros(m)
-        self._waiting_share = np.zeros(m)
-        self.last_report: ServerReport | None = None
-        self._exposed: list[str] = []
+        self.servers = ServerLoop(c, fleet)  # the true world, the servers' reports, the correction
+        self._latency = self.servers.latency
         # what a cluster charges: the spot pools' offer and the pools believed full (with the
         # risk windows the policy observes), the start-up generator
         self.market = MarketView(fleet, self._availability.offered() if c.spot_acquisition == "trace" else {})
         self._startup_rng: np.random.Generator | None = None
         self._request_s = np.array([spec.slo.ttft_ms / 1e3 + fleet.shape[i, 1] * spec.slo.tpot_ms / 1e3
                                     for i, spec in enumerate(fleet.specs)])
-        self._reset_risk()
 
-    def _reset_risk(self) -> None:
-        m = len(self.models)
-        self._queue_growth = np.zeros(m)
-        self._latency_miss = np.zeros(m)
-        self._last_waiting = np.zeros(m)
+    @property
+    def correction(self) -> CapacityCorrection:
+        """The planner's online capacity correction (``correction``; fresh at each reset)."""
+        return self.servers.correction
+
+    @property
+    def truth(self) -> dict[str, float]:
+        """The world's true capacity factors per family, drawn at reset (empty: the exact world)."""
+        return self.servers.truth
+
+    @property
+    def last_report(self) -> ServerReport | None:
+        """What the servers reported over the last step (None outside the closed loop)."""
+        return self.servers.last_report
 
     # ----- helpers ------------------------------------------------------------------------
     @property
@@ -366,12 +369,13 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             last_cost=self._last_cost,
             last_seconds=self.config.step_s, cost_scale_usd_h=self._cost_scale, preempted=self._preempted,
             seconds_of_day=(g % self.book.steps_per_day) * self.config.step_s, factors=self._factors(),
-            latency_ratio=self._latency_ratio if self._obs_closed else None,
-            waiting_share=self._waiting_share if self._obs_closed else None)
+            latency_ratio=self.servers.latency_ratio if self._obs_closed else None,
+            waiting_share=self.servers.waiting_share if self._obs_closed else None)
         if self._obs_risk:
             spread, ondemand = self.fleet.risk_exposure(self.state)
             pre, fail = self.market.risk_shares(self.state)
-            signals = replace(signals, queue_growth=self._queue_growth, latency_miss=self._latency_miss,
+            signals = replace(signals, queue_growth=self.servers.queue_growth,
+                              latency_miss=self.servers.latency_miss,
                               spread=spread, ondemand_share=ondemand, preempted_share=pre, failed_share=fail)
         return build_observation(signals, closed_loop=self._obs_closed, risk=self._obs_risk)
 
@@ -387,19 +391,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._cap = self._availability.capacity(self._g * self.config.step_s)
         self.state = FleetState(warm_s=WARM_S if self.config.startup == "sampled" else 0.0)
         self.market.reset()
-        self._reset_risk()
+        self.servers.reset(self.np_random)
         m = len(self.models)
-        self.correction = CapacityCorrection()
-        self._latency_ratio, self._waiting_share = np.zeros(m), np.zeros(m)
-        self.last_report = None
-        if self.config.closed_loop:
-            # two child seeds whatever the spec, so the exact and the mis-modelled worlds meet the
-            # same availability, preemption and server-noise draws for one seed
-            world_seed, server_seed = (int(v) for v in self.np_random.integers(0, 2**63 - 1, size=2))
-            spec = self.config.capacity_error_spec
-            self.truth = ({} if spec.exact else
-                          spec.draw(self.fleet.families(), np.random.default_rng(world_seed)))
-            self._server_rng = np.random.default_rng(server_seed)
         # drawn after the worlds' seeds, so a world without sampled start-ups meets the same draws
         self._startup_rng = (np.random.default_rng(int(self.np_random.integers(0, 2**63 - 1)))
                              if self.config.startup == "sampled" else None)
@@ -457,23 +450,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             self._since[self._model_index[name]] = 0
         self._since += 1  # observed at the next step: one step has passed since
         # serve
-        ready, _ = self.fleet.capacity(self.state, dt)
         rates = self.book.rates[:, g]
         demand = self.fleet.tokens(rates)
-        report = None
-        if self._latency is not None:  # the servers' view: true capacity, latency, queues
-            if self.truth:
-                ready = self.fleet.capacity(self.state, dt, self.truth)[0]
-            instances = self.fleet.instances_ready(self.state, dt)
-            report = server_report(*self._latency, demand, ready, instances, dt, self._server_rng)
-            if c.correction:
-                exposure = self.fleet.ready_by_family(self.state, dt)
-                self._exposed = sorted({f for fams in exposure.values() for f in fams})
-                learn(self.correction, self.models, *self._latency, exposure,
-                      np.minimum(demand, ready), report.mean_latency(), report.phase_waiting(), instances, dt,
-                      self.fleet.changing(self.state, dt))
-            self._latency_ratio, self._waiting_share = report.latency_ratio, report.waiting_share
-        self.last_report = report
+        ready, report = self.servers.serve(self.state, demand, rates, dt)
         fluid = served_shares(demand, ready)
         share = report.slo_share if report is not None and c.slo_model == "latency" else fluid
         lost_requests = np.zeros(m)
@@ -482,14 +461,6 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             with np.errstate(divide="ignore", invalid="ignore"):
                 lost_share = np.where(rates > 0, lost_requests / np.where(rates > 0, rates * dt, 1.0), 0.0)
             share = np.clip(share - lost_share, 0.0, 1.0)
-        if report is not None:
-            total = report.waiting + report.running
-            with np.errstate(divide="ignore", invalid="ignore"):
-                change = report.waiting - self._last_waiting
-                growth = np.where(total > 0, change / np.where(total > 0, total, 1.0), 0.0)
-            self._queue_growth = np.clip(growth, -1.0, 1.0)
-            self._last_waiting = np.asarray(report.waiting, dtype=float)
-            self._latency_miss = np.where(rates > 0, 1.0 - np.asarray(report.slo_share, dtype=float), 0.0)
         demand_tok = demand.sum(axis=1) * dt
         goodput_tok = share * demand_tok
         unserved_tok = demand_tok - goodput_tok
@@ -528,7 +499,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                     "running": float(report.running[i]), "kv_usage": float(report.kv_usage[i])})
         if c.correction:
             info["correction"] = self.correction.planning_factors()
-            info["exposed_families"] = self._exposed
+            info["exposed_families"] = self.servers.exposed
         info["total"]["grows"] = len(grow)
         # a solve stopped by the time limit: its incumbent was applied, or (none found) the fleet held
         info["total"]["time_limited"] = int(outcome is not None and (
