@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
@@ -19,17 +18,12 @@ from atoll.envs.correction import CapacityCorrection
 from atoll.envs.demand import DemandBook, build_book, workload_series
 from atoll.envs.fleet import WARM_S, FleetState
 from atoll.envs.fleet_model import FleetModel
-from atoll.envs.observation import SINCE_CAP, build_observation, observation_space
+from atoll.envs.memory import Memory, observe
+from atoll.envs.observation import observation_space
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.planning_demand import INITIAL_PLANS, PLANNING, PlanningDemand, reset_options
 from atoll.envs.servers import ServerReport
-from atoll.envs.signals import (
-    UNSERVED_WINDOW,
-    fleet_signals,
-    push_window,
-    served_shares,
-    unserved_shares,
-)
+from atoll.envs.signals import UNSERVED_WINDOW, served_shares, unserved_shares
 from atoll.envs.vocabulary import Pool, Reoptimization
 from atoll.solvers.problem import Risk, SolveStatus
 
@@ -358,26 +352,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                                  risk=risk, diagnose=False)
 
     def _observe(self) -> np.ndarray:
-        g = self._g
-        signals = fleet_signals(
-            self.fleet, self.state, self._planning_caps(),
-            demand=self.fleet.tokens(self.book.rates[:, g - 1]),
-            forecast_mean=self.book.mean[:, g, :].max(axis=1),
-            forecast_upper=self.book.upper[:, g, :].max(axis=1),
-            forecast_first=self.book.mean[:, g, 0], forecast_last=self.book.mean[:, g, -1],
-            since=self._since, since_preempt=self._since_preempt, unserved_window=self._unserved,
-            last_cost=self._last_cost,
-            last_seconds=self.config.step_s, cost_scale_usd_h=self._cost_scale, preempted=self._preempted,
-            seconds_of_day=(g % self.book.steps_per_day) * self.config.step_s, factors=self._factors(),
-            latency_ratio=self.servers.latency_ratio if self._obs_closed else None,
-            waiting_share=self.servers.waiting_share if self._obs_closed else None)
-        if self._obs_risk:
-            spread, ondemand = self.fleet.risk_exposure(self.state)
-            pre, fail = self.market.risk_shares(self.state)
-            signals = replace(signals, queue_growth=self.servers.queue_growth,
-                              latency_miss=self.servers.latency_miss,
-                              spread=spread, ondemand_share=ondemand, preempted_share=pre, failed_share=fail)
-        return build_observation(signals, closed_loop=self._obs_closed, risk=self._obs_risk)
+        return observe(self.fleet, self.state, self._planning_caps(), self.book, self._g, self.memory,
+                       self.servers, self.market, step_s=self.config.step_s, factors=self._factors(),
+                       closed_loop=self._obs_closed, risk=self._obs_risk)
 
     # ----- gymnasium API ------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -401,12 +378,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         outcome = self._replan(frozenset(self.models), demand, caps=self._cap)
         if outcome.allocation is not None:
             self.state.running = {k: n for k, n in outcome.allocation.counts if n}
-        self._since = np.zeros(m, dtype=int)
-        self._unserved = np.zeros((UNSERVED_WINDOW, m))
-        self._preempted = np.zeros(m, dtype=bool)
-        self._since_preempt = np.full(m, SINCE_CAP, dtype=int)
-        self._last_cost = self.fleet.cost(self.state, self.config.step_s)
-        self._cost_scale = max(self._last_cost.sum() * 3600.0 / self.config.step_s, 1e-9)
+        self.memory = Memory.start(m, self.fleet.cost(self.state, self.config.step_s), self.config.step_s)
         obs = self._observe()
         info = {"step": 0, "day": self.day, "seconds": self._g * self.config.step_s,
                 "initial_plan": {"status": outcome.status.value, "mode": outcome.mode,
@@ -446,9 +418,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                 more = self._apply(outcome)
                 failed = {k: failed.get(k, 0) + more.get(k, 0) for k in set(failed) | set(more)}
         stopped, self.state.stopped = self.state.stopped, {}
-        for name in chosen:
-            self._since[self._model_index[name]] = 0
-        self._since += 1  # observed at the next step: one step has passed since
+        self.memory.reoptimized([self._model_index[name] for name in chosen])
         # serve
         rates = self.book.rates[:, g]
         demand = self.fleet.tokens(rates)
@@ -474,13 +444,9 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                      | set(self.state.replaced))
         lost = self.state.preempt(self._cap, {k: self.fleet.templates[k] for k in held_keys}, self.np_random)
         lost_by_model = self.market.preempted(lost, self._g * dt)
-        self._preempted = lost_by_model > 0
-        self._since_preempt = np.where(self._preempted, 0, np.minimum(self._since_preempt + 1, SINCE_CAP))
-        if share is fluid:
-            self._unserved = push_window(self._unserved, unserved_shares(demand, ready))
-        else:
-            self._unserved = push_window(self._unserved, np.where(demand.sum(axis=1) > 0, 1.0 - share, 0.0))
-        self._last_cost = cost
+        unserved = (unserved_shares(demand, ready) if share is fluid
+                    else np.where(demand.sum(axis=1) > 0, 1.0 - share, 0.0))
+        self.memory.boundary(lost_by_model, unserved, cost)
         w = c.reward
         reward = -w.scale * (cost.sum() + w.unserved_usd_per_mtok * unserved_tok.sum() / 1e6
                              + w.reopt_usd * len(chosen))
