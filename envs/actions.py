@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -149,3 +150,22 @@ class ActionCodec:
     def names(self) -> list[str]:
         """Every code's label, in code order (``hold``, ``full@0.9``, ``grow@0.9``, ...)."""
         return [self.decode(c).label() for c in range(self.n)]
+
+
+def decode_action(codec: ActionCodec, action: Any, models: Sequence[str], binary: bool = False
+                  ) -> list[Reoptimization]:
+    """The re-optimization each of ``models`` gets from ``action``: ``codec``'s codes, or with
+    ``binary`` the ``atoll/Fleet-v0`` bits (1: code 1); ValueError naming the encoding."""
+    a = np.asarray(action)
+    m = len(models)
+    names = ", ".join(models)
+    if binary:
+        if a.shape != (m,) or not np.all((a == 0) | (a == 1)):
+            raise ValueError(f"action must be MultiBinary({m}): {m} values of 0 or 1, one per model "
+                             f"({names}); got {action!r}")
+    elif a.shape != (m,) or not np.all(np.isfinite(a.astype(float))) or not np.all(a == np.round(a)) \
+            or not np.all((a >= 0) & (a < codec.n)):
+        codes = ", ".join(f"{i}={n}" for i, n in enumerate(codec.names()))
+        raise ValueError(f"action must be MultiDiscrete([{codec.n}] * {m}): one code per model "
+                         f"({names}) among {codes}; got {action!r}")
+    return [codec.decode(int(v)) for v in a]

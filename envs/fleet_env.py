@@ -1,16 +1,23 @@
-"""FleetEnv: the heterogeneous multi-LLM fleet as a gymnasium environment."""
+"""FleetEnv: the heterogeneous multi-LLM fleet as a gymnasium environment.
+
+The env class holds the MDP (its docstring is the whole specification) and the order of a step;
+the parts live beside it: the market and its acquisitions and preemptions
+(:mod:`atoll.envs.acquisition`), the closed loop's servers (:mod:`atoll.envs.closed_loop`), what a
+re-plan plans for (:mod:`atoll.envs.planning_demand`), the observation and its memory
+(:mod:`atoll.envs.memory`) and a step's accounting (:mod:`atoll.envs.accounting`).
+"""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from atoll.envs.accounting import Decision, serve, step_info, step_reward
 from atoll.envs.acquisition import Availability, MarketView, build_availability
-from atoll.envs.actions import ActionCodec
+from atoll.envs.actions import ActionCodec, decode_action
 from atoll.envs.availability import ACQUIRE_RETRIES
 from atoll.envs.closed_loop import ServerLoop
 from atoll.envs.config import FleetConfig
@@ -23,12 +30,11 @@ from atoll.envs.observation import observation_space
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.planning_demand import INITIAL_PLANS, PLANNING, PlanningDemand, reset_options
 from atoll.envs.servers import ServerReport
-from atoll.envs.signals import UNSERVED_WINDOW, served_shares, unserved_shares
+from atoll.envs.signals import UNSERVED_WINDOW
 from atoll.envs.vocabulary import Pool, Reoptimization
-from atoll.solvers.problem import Risk, SolveStatus
+from atoll.solvers.problem import Risk
 
 __all__ = ["INITIAL_PLANS", "PLANNING", "UNSERVED_WINDOW", "FleetEnv"]
-
 
 class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     """A fleet serving M models (each a prefill and a decode service) on heterogeneous GPU nodes.
@@ -249,7 +255,6 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         if overrides:
             config = FleetConfig(**{**config.__dict__, **overrides})
         self.config = c = config
-        spec = c.scenario_spec
         self.fleet = fleet = FleetModel.from_config(c)
         self.models: tuple[str, ...] = fleet.models
         if c.look_ahead_s < fleet.median_startup:
@@ -258,7 +263,8 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._availability: Availability = build_availability(c, fleet)
         self.gpu_types: tuple[str, ...] = fleet.gpu_types
         series = c.demand if c.demand is not None else workload_series(
-            c.workload, self.models, spec.req_per_s, c.step_s, resample=c.resample, seed=c.demand_seed)
+            c.workload, self.models, c.scenario_spec.req_per_s, c.step_s, resample=c.resample,
+            seed=c.demand_seed)
         self.codec: ActionCodec = c.action_codec
         self.book: DemandBook = build_book(self.models, series, forecaster=c.forecaster,
                                            horizon=c.look_ahead_steps, quantile=c.planning_quantile,
@@ -267,26 +273,22 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
             raise ValueError(f"FleetConfig: demand step {self.book.step_s:g} s differs from "
                              f"step_s {c.step_s:g} s")
         self.book.check_days(*c.days)
-        self.planning_demand = PlanningDemand(c, fleet, self.book, self.codec)
         m = len(self.models)
         self.action_space: spaces.Space[np.ndarray] = (
             spaces.MultiBinary(m) if c.action == "binary" else self.codec.space(m))
-        self._obs_closed = c.observation in ("v2", "v3")
-        self._obs_risk = c.observation == "v3"
+        self._obs_closed, self._obs_risk = c.observation in ("v2", "v3"), c.observation == "v3"
         self.observation_space = box = observation_space(m, len(self.gpu_types), closed_loop=self._obs_closed,
                                                          risk=self._obs_risk)
         self._obs_space_low = box.low
-        self._model_index = fleet.model_index
         self.state = FleetState()
+        self.planning_demand = PlanningDemand(c, fleet, self.book, self.codec)
         self.servers = ServerLoop(c, fleet)  # the true world, the servers' reports, the correction
         self._latency = self.servers.latency
-        # what a cluster charges: the spot pools' offer and the pools believed full (with the
-        # risk windows the policy observes), the start-up generator
+        # what a cluster charges: the spot pools' offer, the pools believed full, the start-up generator
         self.market = MarketView(fleet, self._availability.offered() if c.spot_acquisition == "trace" else {})
         self._startup_rng: np.random.Generator | None = None
-        self._request_s = np.array([spec.slo.ttft_ms / 1e3 + fleet.shape[i, 1] * spec.slo.tpot_ms / 1e3
-                                    for i, spec in enumerate(fleet.specs)])
 
+    # ----- helpers ------------------------------------------------------------------------
     @property
     def correction(self) -> CapacityCorrection:
         """The planner's online capacity correction (``correction``; fresh at each reset)."""
@@ -302,7 +304,6 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         """What the servers reported over the last step (None outside the closed loop)."""
         return self.servers.last_report
 
-    # ----- helpers ------------------------------------------------------------------------
     @property
     def underlying_rates(self) -> np.ndarray:
         """[M, steps] the rate the demand is drawn from (computed on first use)."""
@@ -315,25 +316,7 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def decode(self, action: Any) -> list[Reoptimization]:
         """The re-optimization each model gets from ``action`` (either version's encoding)."""
-        a = np.asarray(action)
-        m = len(self.models)
-        names = ", ".join(self.models)
-        if self.config.action == "binary":
-            if a.shape != (m,) or not np.all((a == 0) | (a == 1)):
-                raise ValueError(f"action must be MultiBinary({m}): {m} values of 0 or 1, one per model "
-                                 f"({names}); got {action!r}")
-        elif a.shape != (m,) or not np.all(np.isfinite(a.astype(float))) or not np.all(a == np.round(a)) \
-                or not np.all((a >= 0) & (a < self.codec.n)):
-            codes = ", ".join(f"{i}={n}" for i, n in enumerate(self.codec.names()))
-            raise ValueError(f"action must be MultiDiscrete([{self.codec.n}] * {m}): one code per model "
-                             f"({names}) among {codes}; got {action!r}")
-        return [self.codec.decode(int(v)) for v in a]
-
-    def _apply(self, outcome: PlanOutcome) -> dict[str, int]:
-        """Apply a plan; the instances whose spot nodes the market did not have (per key)."""
-        rng = self.np_random if self.config.spot_acquisition == "trace" else None
-        return self.market.apply(self.state, outcome, self._cap, self._g * self.config.step_s,
-                                 self._startup_rng, rng)
+        return decode_action(self.codec, action, self.models, binary=self.config.action == "binary")
 
     def _planning_caps(self) -> dict[Pool, int]:
         return self.market.planning_caps(self._cap, self.state, self._g * self.config.step_s)
@@ -351,6 +334,35 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         return self.fleet.replan(self.state, models, demand, caps, grow=grow, factors=self._factors(),
                                  risk=risk, diagnose=False)
 
+    def _apply(self, outcome: PlanOutcome) -> dict[str, int]:
+        """Apply a plan; the instances whose spot nodes the market did not have (per key)."""
+        rng = self.np_random if self.config.spot_acquisition == "trace" else None
+        return self.market.apply(self.state, outcome, self._cap, self._g * self.config.step_s,
+                                 self._startup_rng, rng)
+
+    def _reoptimize(self, reopts: list[Reoptimization]) -> Decision:
+        """Re-plan the models not on hold together; a refused request comes back within seconds
+        (the cloud's insufficient-capacity error): the planner re-plans at once without the pools
+        that refused, a few times."""
+        chosen = frozenset(self.models[i] for i, r in enumerate(reopts) if r.kind != "hold")
+        grow = frozenset(self.models[i] for i, r in enumerate(reopts) if r.kind == "grow")
+        if not chosen:
+            return Decision(reopts, chosen, grow, failed={})
+        levels = [r.level if r.level is not None else self.codec.levels[0] for r in reopts]
+        planning = self.planning_demand(self._g, self._planning, levels)
+        # the risk presets the action chose (Fleet-v4); the others take the configured risk
+        risk = {self.models[i]: r.risk for i, r in enumerate(reopts) if r.risk is not None} or None
+        outcome = self._replan(chosen, planning, grow, risk=risk)
+        failed, retry_s = self._apply(outcome), 0.0
+        for _ in range(ACQUIRE_RETRIES):
+            if not failed:
+                break
+            retry_s += outcome.solver_seconds
+            outcome = self._replan(chosen, planning, grow, risk=risk)
+            more = self._apply(outcome)
+            failed = {k: failed.get(k, 0) + more.get(k, 0) for k in set(failed) | set(more)}
+        return Decision(reopts, chosen, grow, outcome, outcome.solver_seconds + retry_s, failed)
+
     def _observe(self) -> np.ndarray:
         return observe(self.fleet, self.state, self._planning_caps(), self.book, self._g, self.memory,
                        self.servers, self.market, step_s=self.config.step_s, factors=self._factors(),
@@ -360,82 +372,47 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        days = self.config.days
-        self.day, initial, self._planning = reset_options(options, self.book, days, self.np_random)
+        c = self.config
+        self.day, initial, self._planning = reset_options(options, self.book, c.days, self.np_random)
         self._g0 = self._g = (self.day - 1) * self.book.steps_per_day
         self._t = 0
         self._availability.reset(self.np_random)
-        self._cap = self._availability.capacity(self._g * self.config.step_s)
-        self.state = FleetState(warm_s=WARM_S if self.config.startup == "sampled" else 0.0)
+        self._cap = self._availability.capacity(self._g * c.step_s)
+        self.state = FleetState(warm_s=WARM_S if c.startup == "sampled" else 0.0)
         self.market.reset()
         self.servers.reset(self.np_random)
-        m = len(self.models)
         # drawn after the worlds' seeds, so a world without sampled start-ups meets the same draws
         self._startup_rng = (np.random.default_rng(int(self.np_random.integers(0, 2**63 - 1)))
-                             if self.config.startup == "sampled" else None)
+                             if c.startup == "sampled" else None)
         demand = self.planning_demand(self._g, "peak" if initial == "peak" else self._planning)
         # the episode starts from a fleet that holds what the market had
         outcome = self._replan(frozenset(self.models), demand, caps=self._cap)
         if outcome.allocation is not None:
             self.state.running = {k: n for k, n in outcome.allocation.counts if n}
-        self.memory = Memory.start(m, self.fleet.cost(self.state, self.config.step_s), self.config.step_s)
-        obs = self._observe()
-        info = {"step": 0, "day": self.day, "seconds": self._g * self.config.step_s,
+        self.memory = Memory.start(len(self.models), self.fleet.cost(self.state, c.step_s), c.step_s)
+        info = {"step": 0, "day": self.day, "seconds": self._g * c.step_s,
                 "initial_plan": {"status": outcome.status.value, "mode": outcome.mode,
                                  "instances": outcome.allocation.total_instances if outcome.allocation else 0,
                                  "solver_seconds": outcome.solver_seconds}}
         if self.truth:
-            info["capacity_error"] = {"spec": self.config.capacity_error_spec.label,
-                                      "truth": dict(self.truth)}
-        return obs, info
+            info["capacity_error"] = {"spec": c.capacity_error_spec.label, "truth": dict(self.truth)}
+        return self._observe(), info
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if not hasattr(self, "_g"):
             raise RuntimeError("FleetEnv.step called before reset()")
-        reopts = self.decode(action)
-        m = len(self.models)
         c, g, dt = self.config, self._g, self.config.step_s
-        chosen = frozenset(self.models[i] for i, r in enumerate(reopts) if r.kind != "hold")
-        grow = frozenset(self.models[i] for i, r in enumerate(reopts) if r.kind == "grow")
-        outcome = None
+        reopts = self.decode(action)
         self.market.roll()  # a new step in the risk windows
-        failed: dict[str, int] = {}
-        retry_s = 0.0
-        if chosen:
-            levels = [r.level if r.level is not None else self.codec.levels[0] for r in reopts]
-            planning = self.planning_demand(g, self._planning, levels)
-            # the risk presets the action chose (Fleet-v4); the others take the configured risk
-            risk = {self.models[i]: r.risk for i, r in enumerate(reopts) if r.risk is not None} or None
-            outcome = self._replan(chosen, planning, grow, risk=risk)
-            failed = self._apply(outcome)
-            # a refused request comes back within seconds (the cloud's insufficient-capacity
-            # error): the planner re-plans at once without the pools that refused, a few times
-            for _ in range(ACQUIRE_RETRIES):
-                if not failed:
-                    break
-                retry_s += outcome.solver_seconds
-                outcome = self._replan(chosen, planning, grow, risk=risk)
-                more = self._apply(outcome)
-                failed = {k: failed.get(k, 0) + more.get(k, 0) for k in set(failed) | set(more)}
+        decision = self._reoptimize(reopts)
         stopped, self.state.stopped = self.state.stopped, {}
-        self.memory.reoptimized([self._model_index[name] for name in chosen])
-        # serve
+        self.memory.reoptimized([self.fleet.model_index[name] for name in decision.chosen])
+        # serve the step's true demand
         rates = self.book.rates[:, g]
         demand = self.fleet.tokens(rates)
         ready, report = self.servers.serve(self.state, demand, rates, dt)
-        fluid = served_shares(demand, ready)
-        share = report.slo_share if report is not None and c.slo_model == "latency" else fluid
-        lost_requests = np.zeros(m)
-        if c.scale_down == "lose" and stopped:
-            lost_requests = self._lost_in_flight(stopped, ready, rates)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                lost_share = np.where(rates > 0, lost_requests / np.where(rates > 0, rates * dt, 1.0), 0.0)
-            share = np.clip(share - lost_share, 0.0, 1.0)
-        demand_tok = demand.sum(axis=1) * dt
-        goodput_tok = share * demand_tok
-        unserved_tok = demand_tok - goodput_tok
-        cost = self.fleet.cost(self.state, dt)
-        node_hours = self.fleet.node_hours(self.state, dt)
+        served = serve(c, self.fleet, rates, demand, ready, report, stopped)
+        cost, node_hours = self.fleet.cost(self.state, dt), self.fleet.node_hours(self.state, dt)
         # time passes; availability moves; preemption at the boundary
         self.state.advance(dt, self.fleet.templates)
         self._g, self._t = g + 1, self._t + 1
@@ -444,92 +421,11 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
                      | set(self.state.replaced))
         lost = self.state.preempt(self._cap, {k: self.fleet.templates[k] for k in held_keys}, self.np_random)
         lost_by_model = self.market.preempted(lost, self._g * dt)
-        unserved = (unserved_shares(demand, ready) if share is fluid
-                    else np.where(demand.sum(axis=1) > 0, 1.0 - share, 0.0))
-        self.memory.boundary(lost_by_model, unserved, cost)
-        w = c.reward
-        reward = -w.scale * (cost.sum() + w.unserved_usd_per_mtok * unserved_tok.sum() / 1e6
-                             + w.reopt_usd * len(chosen))
-        solver_s = outcome.solver_seconds + retry_s if outcome is not None else 0.0
+        self.memory.boundary(lost_by_model, served.unserved_share, cost)
+        reward = step_reward(c.reward, cost, served.unserved_tok, len(decision.chosen))
         at_end = self._g >= self.book.rates.shape[1]  # the trace ran out: no forecast to observe
         truncated = self._t >= c.episode_steps or at_end
         obs = self._obs_space_low.copy() if at_end else self._observe()
-        info = self._step_info(rates, demand, ready, demand_tok, goodput_tok, unserved_tok, share, cost,
-                               chosen, outcome, solver_s, lost_by_model)
-        info["total"]["served_requests"] = float((fluid * rates * dt).sum())
-        if report is not None:
-            for i, name in enumerate(self.models):
-                info["models"][name].update({
-                    "served_share": float(fluid[i]), "ttft_mean_s": float(report.ttft_mean_s[i]),
-                    "itl_mean_s": float(report.itl_mean_s[i]), "waiting": float(report.waiting[i]),
-                    "running": float(report.running[i]), "kv_usage": float(report.kv_usage[i])})
-        if c.correction:
-            info["correction"] = self.correction.planning_factors()
-            info["exposed_families"] = self.servers.exposed
-        info["total"]["grows"] = len(grow)
-        # a solve stopped by the time limit: its incumbent was applied, or (none found) the fleet held
-        info["total"]["time_limited"] = int(outcome is not None and (
-            outcome.status is SolveStatus.FEASIBLE_TIME_LIMIT or "time limit" in outcome.message))
-        for name, r in zip(self.models, reopts, strict=True):
-            info["models"][name]["action"] = r.label()
-        info["total"]["node_hours"], info["total"]["ondemand_node_hours"] = node_hours
-        failed_by_model = np.zeros(m, dtype=int)
-        for key, n in failed.items():
-            failed_by_model[self.fleet.info(key)[0]] += n
-        for i, name in enumerate(self.models):
-            info["models"][name]["failed_acquisitions"] = int(failed_by_model[i])
-            info["models"][name]["lost_in_flight"] = float(lost_requests[i])
-        info["total"]["failed_acquisitions"] = int(failed_by_model.sum())
-        info["total"]["lost_in_flight"] = float(lost_requests.sum())
-        info["total"]["free_nodes"] = int(sum(self.state.warm_nodes().values()))
-        return obs, float(reward), False, bool(truncated), info
-
-    def _lost_in_flight(self, stopped: dict[str, int], ready: np.ndarray, rates: np.ndarray) -> np.ndarray:
-        """[M] requests lost by instances stopped without a drain: by Little's law, the stopped
-        capacity's share of the model's serving (max over phases) x its request rate x a
-        request's duration at the SLO budgets (TTFT + output tokens x inter-token budget), at most
-        the step's requests."""
-        gone = np.zeros((len(self.models), 2))
-        for key, n in stopped.items():
-            for mi, ph, thr in self.fleet.rows(key):
-                gone[mi, ph] += n * thr
-        total = ready + gone
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = np.where(total > 0, gone / np.where(total > 0, total, 1.0), 0.0).max(axis=1)
-        return np.minimum(frac * rates * self._request_s, rates * self.config.step_s)
-
-    def _step_info(self, rates: np.ndarray, demand: np.ndarray, ready: np.ndarray, demand_tok: np.ndarray,
-                   goodput_tok: np.ndarray, unserved_tok: np.ndarray, share: np.ndarray, cost: np.ndarray,
-                   chosen: frozenset[str], outcome: PlanOutcome | None, solver_s: float,
-                   lost: np.ndarray) -> dict[str, Any]:
-        dt = self.config.step_s
-        per_model: dict[str, dict[str, float]] = {}
-        for i, name in enumerate(self.models):
-            per_model[name] = {
-                "cost_usd": float(cost[i]), "demand_tokens": float(demand_tok[i]),
-                "goodput_tokens": float(goodput_tok[i]), "unserved_tokens": float(unserved_tok[i]),
-                "requests": float(rates[i] * dt), "slo_attainment": float(share[i]),
-                "reoptimizations": int(name in chosen),
-                "solver_seconds": solver_s if name in chosen else 0.0,
-                "preemptions": int(lost[i]),
-                "demand_prefill": float(demand[i, 0]), "demand_decode": float(demand[i, 1]),
-                "ready_prefill": float(ready[i, 0]), "ready_decode": float(ready[i, 1]),
-            }
-        requests = float((rates * dt).sum())
-        total = {
-            "cost_usd": float(cost.sum()), "demand_tokens": float(demand_tok.sum()),
-            "goodput_tokens": float(goodput_tok.sum()), "unserved_tokens": float(unserved_tok.sum()),
-            "requests": requests,
-            "slo_attainment": float((share * rates * dt).sum() / requests) if requests > 0 else 1.0,
-            "reoptimizations": len(chosen), "solves": int(outcome is not None),
-            "solver_seconds": solver_s, "preemptions": int(lost.sum()),
-            "guard_resolves": outcome.guard_resolves if outcome is not None else 0,
-        }
-        info: dict[str, Any] = {"step": self._t, "day": self.day, "seconds": self._g * dt,
-                                "total": total, "models": per_model}
-        if outcome is not None:
-            # whether the memo answered is left out: info must not depend on what ran before
-            info["solve"] = {"status": outcome.status.value, "mode": outcome.mode, "message": outcome.message,
-                             "gap": None if math.isnan(outcome.gap) else outcome.gap,
-                             "guard_resolves": outcome.guard_resolves}
-        return info
+        info = step_info(c, self.fleet, self.state, served, decision, cost, node_hours, lost_by_model,
+                         self.servers, step=self._t, day=self.day, seconds=self._g * dt)
+        return obs, reward, False, bool(truncated), info
