@@ -23,6 +23,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from atoll.envs import billing
 from atoll.envs.capacity_error import family_of
 from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.fleet import FleetState, StartupTimes, draw_startup
@@ -187,45 +188,9 @@ class FleetModel:
         return tuple(sorted({self.family(k) for k in self.templates}))
 
     def node_hours(self, state: FleetState, seconds: float) -> tuple[float, float]:
-        """(node-hours, of which on-demand) held over the next ``seconds``, billed as :meth:`cost`."""
-        total = on_demand = 0.0
-        # without the hedged market's tiers every node is bought at the config's price kind
-        all_spot = self.config.availability != "hedged" and self.config.price_kind == "spot"
-        for key, n, span in self._billed(state, seconds):
-            t = self.templates[key]
-            hours = n * sum(k for _, k in t.node_use) * span / 3600.0  # a slice: its node share
-            total += hours
-            if not all_spot and split_tier(t.region)[1] == "on-demand":
-                on_demand += hours
-        for (region, _config, _), n, span in self._warm_billed(state, seconds):
-            hours = n * span / 3600.0
-            total += hours
-            if not all_spot and split_tier(region)[1] == "on-demand":
-                on_demand += hours
-        return total, on_demand
-
-    @staticmethod
-    def _warm_billed(state: FleetState, seconds: float) -> list[tuple[tuple[str, str, str], float, float]]:
-        """((region, config, model), free nodes, seconds billed) of the warm pool's entries."""
-        return [(wkey, c, min(left, seconds)) for wkey, es in state.warm.items() for c, left in es]
-
-    def _billed(self, state: FleetState, seconds: float) -> list[tuple[str, float, float]]:
-        """(key, instances, seconds billed) of every entry held over the next ``seconds``; with a
-        warm pool a whole node that stops within them stays billed to their end (as a free node),
-        and a node released without a drain for all of them."""
-        warm = state.warm_s
-        out: list[tuple[str, float, float]] = [(k, float(n), seconds) for k, n in state.running.items() if n]
-        out += [(k, c, seconds) for k, es in state.starting.items() for c, _ in es]
-        for k, es in state.draining.items():
-            after = warm if warm and not self.templates[k].has_slices else 0.0
-            out += [(k, c, min(left + after, seconds)) for c, left in es]
-        for k, es in state.replaced.items():
-            after = warm if warm and not self.templates[k].has_slices else 0.0
-            out += [(k, c, min(left + drain + after, seconds)) for c, left, drain in es]
-        if warm:
-            out += [(k, float(n), seconds) for k, n in state.released.items()
-                    if n and not self.templates[k].has_slices]
-        return out
+        """(node-hours, of which on-demand) held over the next ``seconds``, billed as :meth:`cost`
+        (:func:`atoll.envs.billing.node_hours`)."""
+        return billing.node_hours(self, state, seconds)
 
     def tokens(self, rates: np.ndarray) -> np.ndarray:
         """[M, 2] tokens/s per (prefill, decode) of request rates [M] (req/s)."""
@@ -297,38 +262,8 @@ class FleetModel:
     def cost(self, state: FleetState, seconds: float) -> np.ndarray:
         """$ per model for holding the fleet ``seconds`` from now: running and starting nodes for
         the whole interval, draining nodes until their drain ends, replaced ones (make-before-
-        break) until their replacement is ready plus their drain."""
-        cost = np.zeros(len(self.models))
-        for key, n, span in self._billed(state, seconds):
-            mi, _, _, per_h = self.info(key)
-            cost[mi] += n * per_h * span / 3600.0
-        for (region, config, model), n, span in self._warm_billed(state, seconds):
-            if model in self.model_index:  # a free node is billed to the model it last served
-                price = self.base.prices.get((region, config), 0.0)
-                cost[self.model_index[model]] += n * price * span / 3600.0
-        if self.base.index.sliced_rcs:
-            cost += self._idle_cost(state, seconds)
-        return cost
-
-    def _idle_cost(self, state: FleetState, seconds: float) -> np.ndarray:
-        """$ per model of the idle GPUs on nodes bought for slices (a sliced cell holds
-        ceil(use) whole nodes; template costs count a slice's share only), split over the models
-        by their share of the cell, at what is held now for the whole interval."""
-        shares: dict[Pool, np.ndarray] = defaultdict(lambda: np.zeros(len(self.models)))
-        for key in set(state.running) | set(state.starting) | set(state.draining) | set(state.replaced):
-            t = self.templates[key]
-            n = state.held(key)
-            if n and t.has_slices:
-                mi = self.model_index[t.service.model]
-                for c, k in t.node_use:
-                    shares[(t.region, c)][mi] += n * k
-        out = np.zeros(len(self.models))
-        for cell, by_model in shares.items():
-            use = float(by_model.sum())
-            idle = math.ceil(use - 1e-9) - use
-            if idle > 0 and use > 0:
-                out += by_model / use * idle * self.base.prices[cell] * seconds / 3600.0
-        return out
+        break) until their replacement is ready plus their drain (:func:`atoll.envs.billing.cost`)."""
+        return billing.cost(self, state, seconds)
 
     def nodes_held(self, state: FleetState) -> dict[Pool, int]:
         return state.nodes_held(self.templates)
