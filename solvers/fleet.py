@@ -80,10 +80,10 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -93,6 +93,7 @@ from atoll.solvers.models import get_model
 from atoll.solvers.runtime import DEPLOY_RUNTIME, RUNTIMES
 from atoll.solvers.types import NODE_GPU_COUNTS, PD_MODES, GpuType, ModelSpec, Offer, Slo
 
+_T = TypeVar("_T")
 MARKETS: tuple[str, ...] = ("on-demand", "spot", "hedged")
 TOP_KEYS = ("name", "runtime", "slices", "models", "gpus", "regions", "availability", "workloads",
             "kubernetes", "n_max", "rho", "min_instances", "removal_weight", "pd")
@@ -800,21 +801,29 @@ def _pd_modes(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]
                                      f"between a replica per phase and one serving both), got {_show(value)}")
         return str(value)
 
+    default, out = _per_model(path, "pd", raw, "disaggregated", mode, names, by_name)
+    return default, tuple((n, out[n]) for n in names if out[n] != default)
+
+
+def _per_model(path: Path, field_: str, raw: Any, fallback: Any, parse: Callable[[str, Any], _T],
+               names: list[str], by_name: Mapping[str, str]) -> tuple[_T, dict[str, _T]]:
+    """A setting given once for every model, or as a mapping of model names (any case, aliases
+    too) and ``default`` (else ``fallback``) to values, each read by ``parse(where, value)``:
+    (the default, the value of every model)."""
     if not isinstance(raw, dict):
-        return mode("pd", raw), ()
-    default = mode("pd[default]", raw.get("default", "disaggregated"))
-    out: dict[str, str] = {}
+        value = parse(field_, raw)
+        return value, dict.fromkeys(names, value)
+    default = parse(f"{field_}[default]", raw.get("default", fallback))
+    out = dict.fromkeys(names, default)
     for key, value in raw.items():
         if key == "default":
             continue
         model = by_name.get(str(key).lower())
         if model is None:
-            raise _fail(path, f"pd[{_show(key)}]",
+            raise _fail(path, f"{field_}[{_show(key)}]",
                         f"names no model of this fleet; models: {', '.join(names)} (or 'default')")
-        m = mode(f"pd[{_show(key)}]", value)
-        if m != default:
-            out[model] = m
-    return default, tuple((n, out[n]) for n in names if n in out)
+        out[model] = parse(f"{field_}[{_show(key)}]", value)
+    return default, out
 
 
 def _min_instances(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]
@@ -833,16 +842,4 @@ def _min_instances(path: Path, raw: Any, names: list[str], by_name: Mapping[str,
         n = int(_number(path, where, "min_instances", value, integer=True))
         return n, n
 
-    if not isinstance(raw, dict):
-        return dict.fromkeys(names, count("min_instances", raw))
-    default = count("min_instances[default]", raw.get("default", 1))
-    out = dict.fromkeys(names, default)
-    for key, value in raw.items():
-        if key == "default":
-            continue
-        model = by_name.get(str(key).lower())
-        if model is None:
-            raise _fail(path, f"min_instances[{_show(key)}]",
-                        f"names no model of this fleet; models: {', '.join(names)} (or 'default')")
-        out[model] = count(f"min_instances[{_show(key)}]", value)
-    return out
+    return _per_model(path, "min_instances", raw, 1, count, names, by_name)[1]

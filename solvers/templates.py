@@ -96,6 +96,17 @@ def _region(catalog: Catalog, name: str) -> str:
     return name
 
 
+def _shape_value(field_: str, model: str, value: Any) -> None:
+    if not isinstance(value, RequestShape):
+        raise TypeError(f"LibrarySpec: field '{field_}' needs RequestShape values, got {value!r}")
+
+
+def _pd_value(field_: str, model: str, value: Any) -> None:
+    if value not in PD_MODES:
+        raise ValueError(f"LibrarySpec: field '{field_}' of {model!r} must be one of {', '.join(PD_MODES)}, "
+                         f"got {value!r}")
+
+
 @dataclass(frozen=True)
 class LibrarySpec:
     """What a template library covers. Names are canonicalized (model aliases, GPU name case).
@@ -151,33 +162,28 @@ class LibrarySpec:
             raise ValueError(f"{owner}: field 'rho' must be a finite number > 0, got {self.rho!r}")
         if not isinstance(self.shape, RequestShape):
             raise TypeError(f"{owner}: field 'shape' must be a RequestShape, got {self.shape!r}")
-        shapes = dict(self.model_shapes)
-        pairs = []
-        for name, shape in shapes.items():
+        shapes = self._per_model("model_shapes", self.model_shapes, models, _shape_value)
+        object.__setattr__(self, "model_shapes", shapes)
+        # a mode equal to the library's own is no override: left out, so equal specs compare equal
+        modes = self._per_model("model_pd", self.model_pd, models, _pd_value)
+        object.__setattr__(self, "model_pd", tuple((m, v) for m, v in modes if v != self.pd))
+
+    def _per_model(self, field_: str, pairs: Iterable[tuple[str, Any]], models: tuple[str, ...],
+                   check: Callable[[str, str, Any], None]) -> tuple[tuple[str, Any], ...]:
+        """(model name, value) pairs with canonical names, in ``models`` order; a name that is not
+        a model of the library, or a value ``check`` refuses, is a ValueError naming the field."""
+        owner = "LibrarySpec"
+        out = []
+        for name, value in dict(pairs).items():
             try:
                 canon = self.model(name).name
             except UnknownNameError as exc:
-                raise ValueError(f"{owner}: field 'model_shapes': {exc}") from exc
+                raise ValueError(f"{owner}: field '{field_}': {exc}") from exc
             if canon not in models:
-                raise ValueError(f"{owner}: field 'model_shapes' names {canon!r}, which is not in 'models'")
-            if not isinstance(shape, RequestShape):
-                raise TypeError(f"{owner}: field 'model_shapes' needs RequestShape values, got {shape!r}")
-            pairs.append((canon, shape))
-        object.__setattr__(self, "model_shapes", tuple(sorted(pairs, key=lambda p: models.index(p[0]))))
-        modes = []
-        for name, pd in dict(self.model_pd).items():
-            try:
-                canon = self.model(name).name
-            except UnknownNameError as exc:
-                raise ValueError(f"{owner}: field 'model_pd': {exc}") from exc
-            if canon not in models:
-                raise ValueError(f"{owner}: field 'model_pd' names {canon!r}, which is not in 'models'")
-            if pd not in PD_MODES:
-                raise ValueError(f"{owner}: field 'model_pd' of {canon!r} must be one of "
-                                 f"{', '.join(PD_MODES)}, got {pd!r}")
-            if pd != self.pd:
-                modes.append((canon, pd))
-        object.__setattr__(self, "model_pd", tuple(sorted(modes, key=lambda p: models.index(p[0]))))
+                raise ValueError(f"{owner}: field '{field_}' names {canon!r}, which is not in 'models'")
+            check(field_, canon, value)
+            out.append((canon, value))
+        return tuple(sorted(out, key=lambda p: models.index(p[0])))
 
     def shape_of(self, model: str) -> RequestShape:
         return dict(self.model_shapes).get(model, self.shape)
