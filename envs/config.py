@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 from atoll.envs.actions import ACTION_KINDS, DEFAULT_ACTION_LEVELS, ActionCodec, risk_menu
@@ -16,6 +17,7 @@ from atoll.solvers.problem import Risk
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
 from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec
 from atoll.solvers.types import PD_MODES, Template
+from atoll.solvers.validation import check_choice, check_fraction, check_integer, check_number
 
 AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot", "hedged", "market")
 # the kinds a fleet file's pools take as markets (``market``: each pool's own from the file;
@@ -33,6 +35,18 @@ STARTUPS: tuple[str, ...] = ("fixed", "sampled")
 PREEMPTIONS: tuple[str, ...] = ("independent", "zone")
 ACQUISITIONS: tuple[str, ...] = ("seen", "trace")
 SCALE_DOWNS: tuple[str, ...] = ("drain", "lose")
+
+_OWNER = "FleetConfig"
+# FleetConfig's fields that take one of a few values (the optional ones may also be None); the
+# registries themselves, not copies: a forecaster registered later (peak:learned) is valid
+_CHOICES: tuple[tuple[str, Collection[object]], ...] = (
+    ("startup", STARTUPS), ("preemption", PREEMPTIONS), ("spot_acquisition", ACQUISITIONS),
+    ("scale_down", SCALE_DOWNS), ("forecaster", FORECASTERS), ("planning_quantile", QUANTILES),
+    ("availability", AVAILABILITY_KINDS), ("prices", PRICE_KINDS), ("ondemand_quota", QUOTA_LEVELS),
+    ("resample", RESAMPLES), ("transition", TRANSITIONS), ("pd", PD_MODES), ("action", ACTION_KINDS),
+    ("slo_model", SLO_MODELS), ("observation", OBSERVATIONS),
+)
+_OPTIONAL = ("prices", "pd")
 
 
 @dataclass(frozen=True)
@@ -177,117 +191,96 @@ class FleetConfig:
     pd: str | None = None
 
     def __post_init__(self) -> None:
-        owner = "FleetConfig"
+        self._check_fleet()
+        for name, valid in _CHOICES:
+            check_choice(_OWNER, name, getattr(self, name), valid, allow_none=name in _OPTIONAL)
+        self._check_numbers()
+        self._check_days()
+        self._check_risk()
+        self._check_market()
+        self._check_request_shapes()
+        self._check_action_levels()
+        self._check_world()
+
+    def _check_fleet(self) -> None:
+        """``fleet`` is a fleet file's scenario that ``scenario`` names, or ``scenario`` a bundled one."""
         if self.fleet is not None and not isinstance(self.fleet, ScenarioSpec):
-            raise InputError(f"{owner}: field 'fleet' must be a fleet file's ScenarioSpec (Fleet.scenario) "
+            raise InputError(f"{_OWNER}: field 'fleet' must be a fleet file's ScenarioSpec (Fleet.scenario) "
                              f"or None, got {type(self.fleet).__name__}")
         if self.fleet is not None and self.fleet.name != self.scenario:
-            raise InputError(f"{owner}: field 'scenario' {self.scenario!r} must name the fleet given as "
+            raise InputError(f"{_OWNER}: field 'scenario' {self.scenario!r} must name the fleet given as "
                              f"'fleet' ({self.fleet.name!r})")
         if self.fleet is None and self.scenario not in SCENARIOS:
-            raise InputError(f"{owner}: field 'scenario' must be one of {', '.join(SCENARIOS)} (or a fleet "
+            raise InputError(f"{_OWNER}: field 'scenario' must be one of {', '.join(SCENARIOS)} (or a fleet "
                              f"file's, given as 'fleet'), got {self.scenario!r}")
-        for name, valid in (("startup", STARTUPS), ("preemption", PREEMPTIONS),
-                            ("spot_acquisition", ACQUISITIONS), ("scale_down", SCALE_DOWNS)):
-            if getattr(self, name) not in valid:
-                raise InputError(f"{owner}: field {name!r} must be one of {', '.join(valid)}, "
-                                 f"got {getattr(self, name)!r}")
-        if not (isinstance(self.removal_weight, int | float) and math.isfinite(self.removal_weight)
-                and self.removal_weight >= 0):
-            raise InputError(f"{owner}: field 'removal_weight' must be finite and >= 0, "
-                             f"got {self.removal_weight!r}")
+
+    def _check_numbers(self) -> None:
+        """Durations, counts, weights and fractions in their ranges."""
+        for name in ("step_s", "look_ahead_s", "solver_time_limit"):
+            check_number(_OWNER, name, getattr(self, name))
+        check_number(_OWNER, "drain_s", self.drain_s, allow_zero=True)
+        check_number(_OWNER, "removal_weight", self.removal_weight, allow_zero=True)
+        if self.startup_weight is not None:
+            check_number(_OWNER, "startup_weight", self.startup_weight, allow_zero=True)
+        check_integer(_OWNER, "episode_steps", self.episode_steps, minimum=1)
+        check_integer(_OWNER, "demand_seed", self.demand_seed, minimum=0)
+        check_fraction(_OWNER, "solver_gap", self.solver_gap, high_open=True)
+        check_fraction(_OWNER, "demand_round", self.demand_round, high_open=True)
+
+    def _check_days(self) -> None:
+        if len(self.days) != 2 or not (isinstance(self.days[0], int) and isinstance(self.days[1], int)) \
+                or not 1 <= self.days[0] <= self.days[1]:
+            raise InputError(f"{_OWNER}: field 'days' must be (first, last) with 1 <= first <= last, "
+                             f"got {self.days!r}")
+
+    def _check_risk(self) -> None:
+        """``risk`` is a Risk, ``risk_menu`` a tuple of distinct ones."""
         if not isinstance(self.risk, Risk):
-            raise InputError(f"{owner}: field 'risk' must be a Risk (e.g. Risk.parse('h0.85,s0.5')), "
+            raise InputError(f"{_OWNER}: field 'risk' must be a Risk (e.g. Risk.parse('h0.85,s0.5')), "
                              f"got {self.risk!r}")
         if not isinstance(self.risk_menu, tuple) or not all(isinstance(r, Risk) for r in self.risk_menu) \
                 or len(set(self.risk_menu)) != len(self.risk_menu):
-            raise InputError(f"{owner}: field 'risk_menu' must be a tuple of distinct Risk presets "
+            raise InputError(f"{_OWNER}: field 'risk_menu' must be a tuple of distinct Risk presets "
                              f"(empty: the market's menu), got {self.risk_menu!r}")
-        if len(self.days) != 2 or not (isinstance(self.days[0], int) and isinstance(self.days[1], int)) \
-                or not 1 <= self.days[0] <= self.days[1]:
-            raise InputError(f"{owner}: field 'days' must be (first, last) with 1 <= first <= last, "
-                             f"got {self.days!r}")
-        for name in ("step_s", "look_ahead_s", "solver_time_limit"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise InputError(f"{owner}: field {name!r} must be > 0 seconds, got {v!r}")
-        if not (math.isfinite(self.drain_s) and self.drain_s >= 0):
-            raise InputError(f"{owner}: field 'drain_s' must be >= 0 seconds, got {self.drain_s!r}")
-        if not (isinstance(self.episode_steps, int) and self.episode_steps >= 1):
-            raise InputError(f"{owner}: field 'episode_steps' must be an int >= 1, "
-                             f"got {self.episode_steps!r}")
-        if self.forecaster not in FORECASTERS:
-            raise InputError(f"{owner}: field 'forecaster' must be one of {', '.join(FORECASTERS)}, "
-                             f"got {self.forecaster!r}")
-        if self.planning_quantile not in QUANTILES:
-            raise InputError(f"{owner}: field 'planning_quantile' must be one of {list(QUANTILES)}, "
-                             f"got {self.planning_quantile!r}")
-        if self.availability not in AVAILABILITY_KINDS:
-            raise InputError(f"{owner}: field 'availability' must be one of {', '.join(AVAILABILITY_KINDS)}, "
-                             f"got {self.availability!r}")
-        if self.availability == "market":
-            if not self.scenario_spec.markets:
-                raise InputError(f"{owner}: field 'availability' 'market' is a fleet file's own market per "
-                                 f"pool and scenario {self.scenario!r} has none; use one of ample, scarce, "
-                                 f"spot, hedged")
-        if self.availability == "market" and self.prices is not None:
-            raise InputError(f"{owner}: field 'prices' must be None with availability 'market' (each pool "
+
+    def _check_market(self) -> None:
+        """``availability="market"`` needs a fleet file's markets, and bills each pool at its tier."""
+        if self.availability != "market":
+            return
+        if not self.scenario_spec.markets:
+            raise InputError(f"{_OWNER}: field 'availability' 'market' is a fleet file's own market per "
+                             f"pool and scenario {self.scenario!r} has none; use one of ample, scarce, "
+                             f"spot, hedged")
+        if self.prices is not None:
+            raise InputError(f"{_OWNER}: field 'prices' must be None with availability 'market' (each pool "
                              f"bills at its market's tier), got {self.prices!r}")
-        if self.prices is not None and self.prices not in PRICE_KINDS:
-            raise InputError(f"{owner}: field 'prices' must be one of {', '.join(PRICE_KINDS)} or None, "
-                             f"got {self.prices!r}")
-        if self.startup_weight is not None and not (math.isfinite(self.startup_weight)
-                                                    and self.startup_weight >= 0):
-            raise InputError(f"{owner}: field 'startup_weight' must be >= 0 or None, "
-                             f"got {self.startup_weight!r}")
-        if not 0 <= self.solver_gap < 1:
-            raise InputError(f"{owner}: field 'solver_gap' must be in [0, 1), got {self.solver_gap!r}")
+
+    def _check_request_shapes(self) -> None:
         if self.request_shapes is not None and not all(
                 len(pair) == 2 and all(isinstance(v, int | float) and math.isfinite(v) and v > 0
                                        for v in pair) for pair in self.request_shapes):
-            raise InputError(f"{owner}: field 'request_shapes' must hold (input, output) token pairs > 0, "
+            raise InputError(f"{_OWNER}: field 'request_shapes' must hold (input, output) token pairs > 0, "
                              f"got {self.request_shapes!r}")
-        if self.ondemand_quota not in QUOTA_LEVELS:
-            raise InputError(f"{owner}: field 'ondemand_quota' must be one of {', '.join(QUOTA_LEVELS)}, "
-                             f"got {self.ondemand_quota!r}")
-        if self.resample not in RESAMPLES:
-            raise InputError(f"{owner}: field 'resample' must be one of {', '.join(RESAMPLES)}, "
-                             f"got {self.resample!r}")
-        seed = self.demand_seed
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise InputError(f"{owner}: field 'demand_seed' must be an integer >= 0, got {seed!r}")
-        if self.transition not in TRANSITIONS:
-            raise InputError(f"{owner}: field 'transition' must be one of {', '.join(TRANSITIONS)}, "
-                             f"got {self.transition!r}")
-        try:
-            check_runtime(self.runtime)
-        except (KeyError, ValueError) as exc:
-            raise InputError(f"{owner}: field 'runtime': {exc}") from exc
-        if self.pd is not None and self.pd not in PD_MODES:
-            raise InputError(f"{owner}: field 'pd' must be one of {', '.join(PD_MODES)} or None, "
-                             f"got {self.pd!r}")
-        if self.action not in ACTION_KINDS:
-            raise InputError(f"{owner}: field 'action' must be one of {', '.join(ACTION_KINDS)}, "
-                             f"got {self.action!r}")
+
+    def _check_action_levels(self) -> None:
         levels = tuple(self.action_levels)
         distinct = len(set(levels)) == len(levels)
         if not levels or any(q not in QUANTILES or q < 0.5 for q in levels) or not distinct:
-            raise InputError(f"{owner}: field 'action_levels' must be distinct planning levels from "
+            raise InputError(f"{_OWNER}: field 'action_levels' must be distinct planning levels from "
                              f"{[q for q in QUANTILES if q >= 0.5]}, got {self.action_levels!r}")
+
+    def _check_world(self) -> None:
+        """The runtime's library exists, the capacity-error spec parses, ``correction`` is a bool."""
+        try:
+            check_runtime(self.runtime)
+        except (KeyError, ValueError) as exc:
+            raise InputError(f"{_OWNER}: field 'runtime': {exc}") from exc
         try:
             CapacityError.parse(self.capacity_error)
         except InputError as exc:
-            raise InputError(f"{owner}: field 'capacity_error': {exc}") from exc
+            raise InputError(f"{_OWNER}: field 'capacity_error': {exc}") from exc
         if not isinstance(self.correction, bool):
-            raise InputError(f"{owner}: field 'correction' must be True or False, got {self.correction!r}")
-        if self.slo_model not in SLO_MODELS:
-            raise InputError(f"{owner}: field 'slo_model' must be one of {', '.join(SLO_MODELS)}, "
-                             f"got {self.slo_model!r}")
-        if self.observation not in OBSERVATIONS:
-            raise InputError(f"{owner}: field 'observation' must be one of {', '.join(OBSERVATIONS)}, "
-                             f"got {self.observation!r}")
-        if not 0 <= self.demand_round < 1:
-            raise InputError(f"{owner}: field 'demand_round' must be in [0, 1), got {self.demand_round!r}")
+            raise InputError(f"{_OWNER}: field 'correction' must be True or False, got {self.correction!r}")
 
     @property
     def scenario_spec(self) -> ScenarioSpec:

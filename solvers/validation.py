@@ -11,8 +11,12 @@ Booleans are not numbers here: ``True`` as a price or a count is a mistake, not 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
+from typing import TypeVar
 
 from atoll.solvers.errors import AtollError, InputError
+
+T = TypeVar("T")
 
 
 def _is_number(value: object) -> bool:
@@ -57,3 +61,11 @@ def check_fraction(owner: str, name: str, value: object, *, low_open: bool = Fal
         raise error(f"{owner}: field '{name}' must be in {interval}, got {value!r}")
     return value  # type: ignore[return-value]
 
+
+def check_choice(owner: str, name: str, value: T, choices: Collection[T], *, allow_none: bool = False,
+                 error: type[AtollError] = InputError) -> T:
+    """``value`` when it is one of ``choices`` (or None with ``allow_none``); the error lists them."""
+    if (allow_none and value is None) or value in choices:
+        return value
+    shown = ", ".join(str(c) for c in choices) + (" or None" if allow_none else "")
+    raise error(f"{owner}: field '{name}' must be one of {shown}, got {value!r}")
