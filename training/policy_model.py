@@ -37,6 +37,7 @@ import pandas as pd
 from gymnasium import spaces
 from mlflow.exceptions import MlflowException
 from mlflow.models import Model, ModelSignature
+from mlflow.models.model import ModelInfo
 from mlflow.pyfunc import PyFuncModel, PythonModel
 from mlflow.types import Schema, TensorSpec
 from stable_baselines3 import PPO
@@ -216,6 +217,29 @@ def log_policy(
         ValueError: sizes that do not match the policy's spaces, reserved or non-JSON metadata.
     """
     _check_spaces(model, vec_normalize, observation_size, n_models)
+    full_metadata = _policy_metadata(metadata, vec_normalize, observation_size, n_models)
+    signature = ModelSignature(inputs=None, outputs=Schema([TensorSpec(np.dtype(np.int64), (-1, n_models))]))
+    client = mlflow.MlflowClient()
+    run = client.get_run(run_id)
+    with tempfile.TemporaryDirectory(prefix="atoll-policy-") as tmp:
+        artifacts = _save_artifacts(model, vec_normalize, Path(tmp))
+        # Created up front with the run's experiment: Model.log(run_id=...) alone files the model under
+        # the *active/default* experiment (mlflow 3.17 _create_logged_model), not the run's.
+        logged = mlflow.initialize_logged_model(
+            name=name,
+            source_run_id=run_id,
+            experiment_id=run.info.experiment_id,
+            params={key: str(value) for key, value in run.data.params.items()},
+        )
+        info = _log_pyfunc(name, run_id, logged.model_id, PolicyPyfuncModel(observation_size, n_models),
+                           artifacts, signature, full_metadata)
+    return str(info.model_uri)
+
+
+def _policy_metadata(metadata: Mapping[str, Any], vec_normalize: VecNormalize | None, observation_size: int,
+                     n_models: int) -> dict[str, Any]:
+    """``metadata`` with the facts :func:`log_policy` sets itself; ValueError for a reserved key or
+    a value that is not JSON."""
     clashes = sorted(set(metadata) & set(_RESERVED_METADATA))
     if clashes:
         raise ValueError(f"metadata keys {clashes} are set by log_policy itself")
@@ -231,49 +255,45 @@ def log_policy(
         json.dumps(full_metadata)
     except TypeError as error:
         raise ValueError(f"metadata must be JSON-serializable: {error}") from error
+    return full_metadata
 
-    signature = ModelSignature(inputs=None, outputs=Schema([TensorSpec(np.dtype(np.int64), (-1, n_models))]))
-    client = mlflow.MlflowClient()
-    run = client.get_run(run_id)
-    with tempfile.TemporaryDirectory(prefix="atoll-policy-") as tmp:
-        artifacts = {_MODEL_ARTIFACT: str(Path(tmp) / "ppo.zip")}
-        model.save(artifacts[_MODEL_ARTIFACT])
-        if vec_normalize is not None:
-            artifacts[_VEC_NORMALIZE_ARTIFACT] = str(Path(tmp) / "vec_normalize.pkl")
-            vec_normalize.save(artifacts[_VEC_NORMALIZE_ARTIFACT])
-        # Created up front with the run's experiment: Model.log(run_id=...) alone files the model under
-        # the *active/default* experiment (mlflow 3.17 _create_logged_model), not the run's.
-        logged = mlflow.initialize_logged_model(
-            name=name,
-            source_run_id=run_id,
-            experiment_id=run.info.experiment_id,
-            params={key: str(value) for key, value in run.data.params.items()},
-        )
-        # Pickle the wrapper class by value so the logged model loads where atoll is not installed.
-        module = sys.modules[__name__]
-        cloudpickle.register_pickle_by_value(module)
-        try:
-            with warnings.catch_warnings():
-                # An input example would make MLflow infer (and then enforce) a tensor input schema,
-                # which the output-only signature avoids; its advice to add one is noise here.
-                warnings.filterwarnings(
-                    "ignore", message=r".*An input example was not provided", category=UserWarning
-                )
-                info = Model.log(
-                    artifact_path=None,
-                    name=name,
-                    flavor=mlflow.pyfunc,
-                    run_id=run_id,
-                    model_id=logged.model_id,
-                    python_model=PolicyPyfuncModel(observation_size, n_models),
-                    artifacts=artifacts,
-                    signature=signature,
-                    pip_requirements=pip_requirements(),
-                    metadata=full_metadata,
-                )
-        finally:
-            cloudpickle.unregister_pickle_by_value(module)
-    return str(info.model_uri)
+
+def _save_artifacts(model: PPO, vec_normalize: VecNormalize | None, folder: Path) -> dict[str, str]:
+    """The policy (and its observation normalization) saved in ``folder``: artifact name -> path."""
+    artifacts = {_MODEL_ARTIFACT: str(folder / "ppo.zip")}
+    model.save(artifacts[_MODEL_ARTIFACT])
+    if vec_normalize is not None:
+        artifacts[_VEC_NORMALIZE_ARTIFACT] = str(folder / "vec_normalize.pkl")
+        vec_normalize.save(artifacts[_VEC_NORMALIZE_ARTIFACT])
+    return artifacts
+
+
+def _log_pyfunc(name: str, run_id: str, model_id: str, python_model: PolicyPyfuncModel,
+                artifacts: dict[str, str], signature: ModelSignature, metadata: dict[str, Any]) -> ModelInfo:
+    """Log the pyfunc model (the wrapper pickled by value, so it loads where atoll is not installed)."""
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        with warnings.catch_warnings():
+            # An input example would make MLflow infer (and then enforce) a tensor input schema,
+            # which the output-only signature avoids; its advice to add one is noise here.
+            warnings.filterwarnings(
+                "ignore", message=r".*An input example was not provided", category=UserWarning
+            )
+            return Model.log(
+                artifact_path=None,
+                name=name,
+                flavor=mlflow.pyfunc,
+                run_id=run_id,
+                model_id=model_id,
+                python_model=python_model,
+                artifacts=artifacts,
+                signature=signature,
+                pip_requirements=pip_requirements(),
+                metadata=metadata,
+            )
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
 
 
 class LoadedPolicy:
