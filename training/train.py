@@ -60,6 +60,7 @@ from atoll.training import checkpoint as ckpt
 from atoll.training.checkpoint import CheckpointSpec, ReplayableResets
 from atoll.training.cloning import (
     CloneRecord,
+    Teacher,
     TeacherAgreement,
     bootstrap_teacher,
     clone_rule,
@@ -337,80 +338,25 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
     torch.set_num_threads(1)
     resumed = ckpt.load(checkpoint) if checkpoint is not None else None
     done = resumed.steps if resumed is not None else 0
-    # a resumed run's envs start afresh: seeded past the steps done, they do not replay its first episodes
-    vec = make_vec_env(config, settings.n_envs, settings.seed + done, settings.gamma, settings.demand_seeds,
-                       normalize_observations=settings.normalize_observations)
-    if resumed is not None:
-        model = PPO.load(resumed.model_path, env=vec, device="cpu")
-        vec.ret_rms = resumed.ret_rms
-        if resumed.obs_rms is not None:
-            vec.obs_rms = resumed.obs_rms
-        if resumed.exact:
-            # every env begins the episode it was at the start of, with the stopped run's random
-            # states: the rest of the run is the one that was never stopped
-            assert resumed.random is not None and resumed.episodes is not None
-            ckpt.set_random_states(resumed.random)
-            first = [vec.env_method("replay_reset", began, indices=[i])[0]
-                     for i, began in enumerate(resumed.episodes)]
-            model._last_obs = vec.normalize_obs(np.stack(first))
-            model._last_episode_starts = np.ones((settings.n_envs,), dtype=bool)
-        else:
-            # the envs reset afresh, seeded past the steps done (make_vec_env)
-            model.set_random_seed(settings.seed + done)
-            model._last_obs = None
-    else:
-        model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
-                    batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
-                    gae_lambda=settings.gae_lambda, ent_coef=settings.ent_coef, device="cpu",
-                    seed=settings.seed, verbose=0,
-                    policy_kwargs={"net_arch": list(settings.net_arch)})
+    model, vec = _ppo(config, settings, resumed, done)
     if logger is not None:
         model.set_logger(logger)
     stats: dict[str, float] = dict(resumed.stats) if resumed is not None else {}
     record: CloneRecord | None = resumed.record if resumed is not None else None
     teacher = None
     if settings.bootstrap_steps and resumed is None:
-        local = FleetEnv(env_config(config, 0, settings.demand_seeds))
-        local.reset(seed=settings.seed)
-        teacher = bootstrap_teacher(settings.bootstrap_rule, local)
-        loss, agreement, record = clone_rule(model, vec, local, rule=settings.bootstrap_rule,
-                                             steps=settings.bootstrap_steps, epochs=settings.bootstrap_epochs,
-                                             min_updates=settings.bootstrap_min_updates,
-                                             smoothing=settings.bootstrap_smoothing, tick=tick)
-        stats["bootstrap_loss"], stats["bootstrap_agreement"] = loss, agreement
-        vec.reset()
+        teacher, record = _bootstrap(model, vec, config, settings, stats, tick)
     elif resumed is not None and tick is not None:
         tick(settings.bootstrap_steps + done)  # the work the checkpoint holds
     callbacks: list[BaseCallback] = [_Progress(tick)] if tick is not None else []
     stop = None
     if validate is not None and settings.eval_every:
-        stop = ValidationStop(validate, vec, settings.eval_every, settings.patience, note)
-        stop.init_callback(model)  # learn() sets it again; a run with nothing left to learn needs it too
+        stop = _validation_stop(model, vec, settings, validate, note, resumed, teacher, stats)
         callbacks.append(stop)
-        if resumed is not None and resumed.stop is not None:
-            stop.restore(resumed.stop)
-        elif teacher is not None:  # the cloned policy is a candidate too
-            vec.training = False
-            clone = TeacherAgreement(TrainingPolicy(model, vec), teacher)
-            stop.best = float(validate(clone))
-            stats["clone_validation_agreement"] = clone.agreement
-            stop.best_state = (copy.deepcopy(model.policy.state_dict()), copy.deepcopy(ckpt.obs_stats(vec)))
-            stop.scores.append((0, stop.best))
-            vec.training = True
-            if note is not None:
-                note(f"validation score {stop.best:.4f} after bootstrapping; the clone agrees with its "
-                     f"teacher on {clone.agreement:.1%} of (step, model) pairs there")
-    saved = [done]
+    saver = None
     if checkpoint is not None:
-        spec, kept = checkpoint, dict(stats)
-
-        def save_now() -> None:
-            where = ckpt.save(spec, model, vec, stats=kept, stop=stop.state() if stop is not None else None,
-                              record=record)
-            saved[0] = int(model.num_timesteps)
-            if note is not None:
-                note(f"checkpoint at {model.num_timesteps} PPO steps: {where}")
-        callbacks.append(ckpt.Checkpointing(save_now, checkpoint.every, done))
+        saver = _Saver(checkpoint, model, vec, dict(stats), stop, record, done, note)
+        callbacks.append(ckpt.Checkpointing(saver.save, checkpoint.every, done))
         if resumed is not None:
             stats["resumed_at"] = float(done)
             stats["resumed_exact"] = float(resumed.exact)
@@ -424,8 +370,108 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
     if settings.timesteps > done and not stopped_before:
         model.learn(total_timesteps=settings.timesteps - done, callback=callbacks or None, progress_bar=False,
                     reset_num_timesteps=resumed is None)
-    if checkpoint is not None and model.num_timesteps > saved[0]:
-        save_now()  # the last state, before the best parameters are restored: a larger budget goes on from it
+    if saver is not None and model.num_timesteps > saver.saved:
+        # the last state, before the best parameters are restored: a larger budget goes on from it
+        saver.save()
+    _final_stats(stats, model, vec, config, settings, stop, record)
+    return model, vec, stats
+
+
+def _ppo(config: FleetConfig, settings: TrainSettings, resumed: ckpt.Resumed | None, done: int
+         ) -> tuple[PPO, VecNormalize]:
+    """The training envs and a new PPO, or the checkpoint's (``resumed``, ``done`` PPO steps in)."""
+    # a resumed run's envs start afresh: seeded past the steps done, they do not replay its first episodes
+    vec = make_vec_env(config, settings.n_envs, settings.seed + done, settings.gamma, settings.demand_seeds,
+                       normalize_observations=settings.normalize_observations)
+    if resumed is None:
+        model = PPO("MlpPolicy", vec, learning_rate=settings.learning_rate, n_steps=settings.n_steps,
+                    batch_size=settings.batch_size, n_epochs=settings.n_epochs, gamma=settings.gamma,
+                    gae_lambda=settings.gae_lambda, ent_coef=settings.ent_coef, device="cpu",
+                    seed=settings.seed, verbose=0,
+                    policy_kwargs={"net_arch": list(settings.net_arch)})
+        return model, vec
+    model = PPO.load(resumed.model_path, env=vec, device="cpu")
+    vec.ret_rms = resumed.ret_rms
+    if resumed.obs_rms is not None:
+        vec.obs_rms = resumed.obs_rms
+    if resumed.exact:
+        # every env begins the episode it was at the start of, with the stopped run's random
+        # states: the rest of the run is the one that was never stopped
+        assert resumed.random is not None and resumed.episodes is not None
+        ckpt.set_random_states(resumed.random)
+        first = [vec.env_method("replay_reset", began, indices=[i])[0]
+                 for i, began in enumerate(resumed.episodes)]
+        model._last_obs = vec.normalize_obs(np.stack(first))
+        model._last_episode_starts = np.ones((settings.n_envs,), dtype=bool)
+    else:
+        # the envs reset afresh, seeded past the steps done (make_vec_env)
+        model.set_random_seed(settings.seed + done)
+        model._last_obs = None
+    return model, vec
+
+
+def _bootstrap(model: PPO, vec: VecNormalize, config: FleetConfig, settings: TrainSettings,
+               stats: dict[str, float], tick: Callable[[int], None] | None) -> tuple[Teacher, CloneRecord]:
+    """Clone the bootstrap rule into ``model`` (its loss and agreement into ``stats``); the rule as
+    a teacher, and the clone's record."""
+    local = FleetEnv(env_config(config, 0, settings.demand_seeds))
+    local.reset(seed=settings.seed)
+    teacher = bootstrap_teacher(settings.bootstrap_rule, local)
+    loss, agreement, record = clone_rule(model, vec, local, rule=settings.bootstrap_rule,
+                                         steps=settings.bootstrap_steps, epochs=settings.bootstrap_epochs,
+                                         min_updates=settings.bootstrap_min_updates,
+                                         smoothing=settings.bootstrap_smoothing, tick=tick)
+    stats["bootstrap_loss"], stats["bootstrap_agreement"] = loss, agreement
+    vec.reset()
+    return teacher, record
+
+
+def _validation_stop(model: PPO, vec: VecNormalize, settings: TrainSettings,
+                     validate: Callable[[Policy], float], note: Callable[[str], None] | None,
+                     resumed: ckpt.Resumed | None, teacher: Teacher | None,
+                     stats: dict[str, float]) -> ValidationStop:
+    """The early stop: the checkpoint's, or new with the cloned policy scored as its first candidate."""
+    stop = ValidationStop(validate, vec, settings.eval_every, settings.patience, note)
+    stop.init_callback(model)  # learn() sets it again; a run with nothing left to learn needs it too
+    if resumed is not None and resumed.stop is not None:
+        stop.restore(resumed.stop)
+    elif teacher is not None:  # the cloned policy is a candidate too
+        vec.training = False
+        clone = TeacherAgreement(TrainingPolicy(model, vec), teacher)
+        stop.best = float(validate(clone))
+        stats["clone_validation_agreement"] = clone.agreement
+        stop.best_state = (copy.deepcopy(model.policy.state_dict()), copy.deepcopy(ckpt.obs_stats(vec)))
+        stop.scores.append((0, stop.best))
+        vec.training = True
+        if note is not None:
+            note(f"validation score {stop.best:.4f} after bootstrapping; the clone agrees with its "
+                 f"teacher on {clone.agreement:.1%} of (step, model) pairs there")
+    return stop
+
+
+class _Saver:
+    """Saves the run's checkpoint (with the stats it began with, the early stop and the clone's
+    record); ``saved``: the PPO steps of the last one."""
+
+    def __init__(self, spec: CheckpointSpec, model: PPO, vec: VecNormalize, stats: dict[str, float],
+                 stop: ValidationStop | None, record: CloneRecord | None, done: int,
+                 note: Callable[[str], None] | None) -> None:
+        self.spec, self.model, self.vec, self.stats = spec, model, vec, stats
+        self.stop, self.record, self.saved, self.note = stop, record, done, note
+
+    def save(self) -> None:
+        model = self.model
+        where = ckpt.save(self.spec, model, self.vec, stats=self.stats,
+                          stop=self.stop.state() if self.stop is not None else None, record=self.record)
+        self.saved = int(model.num_timesteps)
+        if self.note is not None:
+            self.note(f"checkpoint at {model.num_timesteps} PPO steps: {where}")
+
+
+def _final_stats(stats: dict[str, float], model: PPO, vec: VecNormalize, config: FleetConfig,
+                 settings: TrainSettings, stop: ValidationStop | None, record: CloneRecord | None) -> None:
+    """Freeze the statistics, count the episodes, restore the best parameters; the run's figures
+    into ``stats``."""
     if stop is not None:
         stats["stopped_early"] = float(stop.stopped)
     vec.training = False  # frozen statistics from here on (evaluation, logging)
@@ -443,4 +489,3 @@ def train_policy(config: FleetConfig, settings: TrainSettings, *, logger: Logger
         stats["validation_evaluations"] = float(len(stop.scores))
     if record is not None:
         stats.update(moved_from_clone(model, vec, record))
-    return model, vec, stats
