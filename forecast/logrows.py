@@ -314,12 +314,27 @@ def _interval(t: np.ndarray) -> float | None:
     return float(d.min()) if len(d) else None
 
 
-def build(rows: Rows, step_s: float, models: Collection[str] | None,
-          spread: object = None) -> tuple[tuple[tuple[str, np.ndarray], ...], FileCheck]:
-    """Per-step sums (requests, input tokens, output tokens) per model on the bulk's axis, all
-    padded to one length, and the :class:`FileCheck`. ``models`` None: every model of the file.
-    ``spread`` (counts only) spreads a model's sums over its interval:
-    ``spread(model, sums, interval) -> sums``."""
+@dataclass(frozen=True)
+class _Selection:
+    """The rows :func:`build` bins: the models asked for (``wanted``, their ``codes``), the copied
+    rows (``copied``, each row's previous identical row ``prev``, ``lone`` duplicates kept), the
+    kept rows of the bulk and the isolated ones outside it (indices), and the bulk's first and
+    last times ``t0``, ``t1``."""
+
+    wanted: list[str]
+    codes: np.ndarray
+    copied: np.ndarray
+    prev: np.ndarray
+    lone: int
+    kept: np.ndarray
+    isolated: np.ndarray
+    t0: float
+    t1: float
+
+
+def _select(rows: Rows, step_s: float, models: Collection[str] | None) -> _Selection:
+    """Steps 1 and 2 of the module docstring: copies out, then the bulk of the wanted models'
+    rows; refuses a file with no row of them or a bulk too long for the step."""
     p = rows.path
     wanted = list(rows.names) if models is None else [m for m in rows.names if m in set(models)]
     codes = np.array([rows.names.index(m) for m in wanted], dtype=np.int64)
@@ -342,12 +357,32 @@ def build(rows: Rows, step_s: float, models: Collection[str] | None,
     if (t1 - t0) / step_s > MAX_STEPS:
         raise WorkloadError(f"{p}: requests span {(t1 - t0) / DAY_S:,.0f} days ({t0:g} to {t1:g} s), more "
                        f"than {MAX_STEPS:,} steps of {step_s:g} s; are seconds mixed with other units?")
-    step_idx = np.floor((rows.t[kept] - t0) / step_s).astype(np.int64)
-    warnings: list[str] = []
+    return _Selection(wanted, codes, copied, prev, lone, kept, isolated, t0, t1)
+
+
+def _grown(cov: np.ndarray, n: int, length: int) -> np.ndarray:
+    """Coverage of a series spread to ``length`` steps: each covered step of the first ``n``
+    covers the steps its interval was spread over."""
+    width = length - n + 1
+    if width <= 1:
+        return cov
+    grown = np.zeros(length, dtype=bool)
+    for k in range(width):
+        grown[k: k + n] |= cov
+    return grown
+
+
+def _model_sums(rows: Rows, sel: _Selection, step_s: float, spread: object
+                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per wanted model with kept rows: (its per-step sums of requests, input and output tokens,
+    the steps its rows cover), binned on the bulk's axis from ``t0`` (spread over its interval
+    when ``spread`` is given). A request log's step is covered when it holds a request."""
+    kept = sel.kept
+    step_idx = np.floor((rows.t[kept] - sel.t0) / step_s).astype(np.int64)
     sums: dict[str, np.ndarray] = {}
     covered: dict[str, np.ndarray] = {}
     file_interval = _interval(rows.t[kept]) if rows.kind == "counts" else None
-    for c, name in zip(codes, wanted, strict=True):
+    for c, name in zip(sel.codes, sel.wanted, strict=True):
         mine = rows.model[kept] == c
         if not mine.any():
             continue
@@ -362,64 +397,93 @@ def build(rows: Rows, step_s: float, models: Collection[str] | None,
             interval = _interval(rows.t[kept][mine])
             interval = file_interval if interval is None else interval
             arr = spread(name, arr, interval)  # type: ignore[operator]
-            width = arr.shape[1] - n + 1
-            if width > 1:  # an interval covers the steps it is spread over
-                grown = np.zeros(arr.shape[1], dtype=bool)
-                for k in range(width):
-                    grown[k: k + n] |= cov
-                cov = grown
+            cov = _grown(cov, n, arr.shape[1])  # an interval covers the steps it is spread over
         sums[name] = arr
         covered[name] = cov
-    n = max(a.shape[1] for a in sums.values())
-    checks = []
-    out = []
-    for c, name in zip(codes, wanted, strict=True):
-        if name not in sums:
-            lines = rows.line[isolated][rows.model[isolated] == c]
-            raise WorkloadError(f"{p}: every row of model {name!r} lies outside the bulk of the file's "
-                           f"rows (lines {_lines(lines)}); its requests are of another period")
-        a = sums[name]
-        padded = np.zeros((3, n))
-        padded[:, : a.shape[1]] = a
-        cov = np.zeros(n, dtype=bool)
-        cov[: len(covered[name])] = covered[name]
-        hit = np.flatnonzero(cov)
-        first, last = int(hit[0]), int(hit[-1])
-        requests = float(padded[0].sum())
-        gaps = tuple(Gap(g.first, g.last, iso(t0 + g.first * step_s), g.hours)
-                     for g in _gaps(cov, first, last, requests, step_s))
-        mine = rows.model == c
-        m_kept = rows.t[kept][rows.model[kept] == c]
-        iso_lines = tuple(int(x) for x in np.sort(rows.line[isolated][rows.model[isolated] == c]))
-        mc = ModelCheck(name, int((rows.model[kept] == c).sum()), requests, iso(float(m_kept.min())),
-                        iso(float(m_kept.max())), first, last, n, step_s, gaps, iso_lines,
-                        int((copied & mine).sum()), int(((prev >= 0) & ~copied & mine).sum()))
-        checks.append(mc)
-        if gaps:
-            total = sum(g.hours for g in gaps)
-            warnings.append(f"{p}: model {name!r} has {len(gaps)} gap(s) with no rows, {total:.1f} h in "
-                            f"all (the longest from {max(gaps, key=lambda g: g.hours).start}, "
-                            f"{max(g.hours for g in gaps):.1f} h); read as no data: a mean_rate scaling "
-                            f"leaves them out unless the workload says gaps: zero")
-        out.append((name, padded))
+    return sums, covered
+
+
+def _model_check(rows: Rows, sel: _Selection, c: int, name: str, sums: np.ndarray, covered: np.ndarray,
+                 n: int, step_s: float) -> tuple[ModelCheck, np.ndarray]:
+    """(what was read of one model, its sums padded to the axis' ``n`` steps); its gaps (step 3
+    of the module docstring) are found on the padded coverage."""
+    kept, isolated = sel.kept, sel.isolated
+    padded = np.zeros((3, n))
+    padded[:, : sums.shape[1]] = sums
+    cov = np.zeros(n, dtype=bool)
+    cov[: len(covered)] = covered
+    hit = np.flatnonzero(cov)
+    first, last = int(hit[0]), int(hit[-1])
+    requests = float(padded[0].sum())
+    gaps = tuple(Gap(g.first, g.last, iso(sel.t0 + g.first * step_s), g.hours)
+                 for g in _gaps(cov, first, last, requests, step_s))
+    mine = rows.model == c
+    m_kept = rows.t[kept][rows.model[kept] == c]
+    iso_lines = tuple(int(x) for x in np.sort(rows.line[isolated][rows.model[isolated] == c]))
+    mc = ModelCheck(name, int((rows.model[kept] == c).sum()), requests, iso(float(m_kept.min())),
+                    iso(float(m_kept.max())), first, last, n, step_s, gaps, iso_lines,
+                    int((sel.copied & mine).sum()), int(((sel.prev >= 0) & ~sel.copied & mine).sum()))
+    return mc, padded
+
+
+def _gap_warning(p: Path, name: str, gaps: tuple[Gap, ...]) -> str:
+    """The warning for a model's gaps: how many, how long in all, the longest."""
+    total = sum(g.hours for g in gaps)
+    return (f"{p}: model {name!r} has {len(gaps)} gap(s) with no rows, {total:.1f} h in "
+            f"all (the longest from {max(gaps, key=lambda g: g.hours).start}, "
+            f"{max(g.hours for g in gaps):.1f} h); read as no data: a mean_rate scaling "
+            f"leaves them out unless the workload says gaps: zero")
+
+
+def _file_warnings(rows: Rows, sel: _Selection, warnings: list[str]) -> tuple[int, tuple[int, int] | None]:
+    """Put the file's own corrections before the models' warnings (copies first, then isolated
+    rows); (the copied rows dropped, the first copy's line and the line it copies)."""
+    p, isolated, copied = rows.path, sel.isolated, sel.copied
     if len(isolated):
         lines = np.sort(rows.line[isolated])
         warnings.insert(0, f"{p}: {len(isolated)} row(s) far outside the bulk of the file "
-                           f"({iso(t0)} to {iso(t1)}) dropped: line(s) {_lines(lines)}")
+                           f"({iso(sel.t0)} to {iso(sel.t1)}) dropped: line(s) {_lines(lines)}")
     n_copied = int(copied.sum())
     copy_lines = None
     if n_copied:
         i = int(np.flatnonzero(copied)[0])
-        copy_lines = (int(rows.line[i]), int(rows.line[prev[i]]))
+        copy_lines = (int(rows.line[i]), int(rows.line[sel.prev[i]]))
         warnings.insert(0, f"{p}: {n_copied} row(s) repeat earlier rows field for field, in blocks (a "
                            f"log concatenated twice?) and were dropped: the first at line "
                            f"{copy_lines[0]} copies line {copy_lines[1]}")
-    other = tuple(m for m in rows.names if m not in wanted)
-    check = FileCheck(str(p), rows.kind, step_s, len(rows), iso(t0), tuple(checks), other, n_copied,
-                      copy_lines, tuple(int(x) for x in np.sort(rows.line[isolated])), tuple(warnings))
+    return n_copied, copy_lines
+
+
+def build(rows: Rows, step_s: float, models: Collection[str] | None,
+          spread: object = None) -> tuple[tuple[tuple[str, np.ndarray], ...], FileCheck]:
+    """Per-step sums (requests, input tokens, output tokens) per model on the bulk's axis, all
+    padded to one length, and the :class:`FileCheck`. ``models`` None: every model of the file.
+    ``spread`` (counts only) spreads a model's sums over its interval:
+    ``spread(model, sums, interval) -> sums``."""
+    p = rows.path
+    sel = _select(rows, step_s, models)
+    sums, covered = _model_sums(rows, sel, step_s, spread)
+    n = max(a.shape[1] for a in sums.values())
+    warnings: list[str] = []
+    checks = []
+    out = []
+    for c, name in zip(sel.codes, sel.wanted, strict=True):
+        if name not in sums:
+            lines = rows.line[sel.isolated][rows.model[sel.isolated] == c]
+            raise WorkloadError(f"{p}: every row of model {name!r} lies outside the bulk of the file's "
+                           f"rows (lines {_lines(lines)}); its requests are of another period")
+        mc, padded = _model_check(rows, sel, c, name, sums[name], covered[name], n, step_s)
+        checks.append(mc)
+        if mc.gaps:
+            warnings.append(_gap_warning(p, name, mc.gaps))
+        out.append((name, padded))
+    n_copied, copy_lines = _file_warnings(rows, sel, warnings)
+    other = tuple(m for m in rows.names if m not in sel.wanted)
+    check = FileCheck(str(p), rows.kind, step_s, len(rows), iso(sel.t0), tuple(checks), other, n_copied,
+                      copy_lines, tuple(int(x) for x in np.sort(rows.line[sel.isolated])), tuple(warnings))
     for w in warnings:
         log.warning("%s", w)
-    if lone:
+    if sel.lone:
         log.info("%s: %d exact duplicate row(s) kept (lone duplicates: two requests alike in the same "
-                 "second happen)", p, lone)
+                 "second happen)", p, sel.lone)
     return tuple(out), check
