@@ -61,15 +61,16 @@ from typing import Any
 import numpy as np
 
 from atoll.control import churn, decide, deliver, guard_rails, observe
-from atoll.control.arrivals import LiveArrivals
+from atoll.control.arrivals import LiveArrivals, PhaseDemand
 from atoll.control.clock import iso, state_clock_offset
 from atoll.control.decide import Decision
 from atoll.control.live_demand import SHAPE_TOLERANCE, LiveForecast, ModelForecast, compact_history
 from atoll.control.live_fleet import STEP_S, LiveFleet
-from atoll.control.metrics import MetricsSource, MetricsUnavailable, read_with_retry
+from atoll.control.metrics import MetricsSnapshot, MetricsSource, MetricsUnavailable, read_with_retry
 from atoll.control.plan_view import plan_view
 from atoll.control.plans import PlanRecord
-from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateTracker
+from atoll.control.plausibility import Verdict
+from atoll.control.rates import FLAT_HOLD_S, RESET_FRACTION, RateReport, RateTracker
 from atoll.control.risk_signals import PoolEventLog, QueueGrowth
 from atoll.control.sinks import PlanSink
 from atoll.control.state import (
@@ -85,7 +86,7 @@ from atoll.control.state import (
 from atoll.envs.actions import ActionCodec
 from atoll.envs.correction import CapacityCorrection, CorrectionSettings
 from atoll.envs.fleet import FleetState
-from atoll.envs.observation import build_observation
+from atoll.envs.observation import Signals, build_observation
 from atoll.envs.policies import Policy
 from atoll.envs.servers import service_latencies
 from atoll.envs.vocabulary import DEFAULT_LEVEL
@@ -340,6 +341,8 @@ class Controller:
 
     # ----- the tick ------------------------------------------------------------------------
     def tick(self) -> TickReport:
+        """One pass of the loop: read, observe, decide, solve, deliver, persist (each step's
+        seconds in the report). Metrics that cannot be read hold every model as it is."""
         t_start = time.perf_counter()
         seconds: dict[str, float] = {}
         now = self.now()
@@ -352,19 +355,60 @@ class Controller:
             seconds["read"] = time.perf_counter() - t
             self.state, earlier = self.delivery.pending(self.state, self.now())
             return self._hold_stale(now, tick_no, str(exc), earlier, seconds, t_start)
+        rates, implausible = self._rates(snapshot, now)
+        seconds["read"] = time.perf_counter() - t
+        t = time.perf_counter()
+        fresh, demand = self._record_demand(now, rates)
+        last_cost, last_seconds = self._account(now, fresh, rates)
+        self.state, earlier = self.delivery.pending(self.state, self.now())
+        forecasts = self.forecaster.forecast(self.state.history, now, self.fleet.models)
+        drift = {m: f.shape.message() for m, f in forecasts.items()
+                 if f.shape is not None and f.shape.drifted}
+        signals, risk_report = self._signals(now, fresh, rates, forecasts, last_cost, last_seconds)
+        obs = build_observation(signals, closed_loop=self._closed_obs, risk=self._risk_obs)
+        action = np.asarray(self.policy.act(obs, {"step": tick_no, "seconds": now}))
+        decision = decide.decide(action, codec=self.codec, policy=self.policy.name, fleet=self.fleet,
+                                 state=self.state, fresh=fresh, rates=rates, s=signals)
+        seconds["decide"] = time.perf_counter() - t
+        t = time.perf_counter()
+        solve, record = self._solve(decision, forecasts, now, fresh)
+        seconds["solve"] = time.perf_counter() - t
+        t = time.perf_counter()
+        sink_result = self._deliver(record, now)
+        seconds["sink"] = time.perf_counter() - t
+        self._advance(tick_no, now, decision)
+        t = time.perf_counter()
+        save_state(self.state_dir, self.state)
+        seconds["persist"] = time.perf_counter() - t
+        seconds["total"] = time.perf_counter() - t_start
+        self.last_observation = obs
+        self._publish(forecasts)
+        metrics = self._metrics_report(snapshot, rates, demand, implausible, risk_report)
+        return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
+                          solve, record is not None, deliver.diff_rows(record), sink_result, earlier,
+                          self.state.plan_sequence, self.state.pending is not None, seconds, drift,
+                          self._correction_report(), self._clock_report(), self._churn_report(now),
+                          self.view)
+
+    # ----- the tick's steps ----------------------------------------------------------------
+    def _rates(self, snapshot: MetricsSnapshot, now: float) -> tuple[RateReport, dict[str, Verdict]]:
+        """The read's rates per trace second behind the guard rails: above what the fleet could
+        serve is an outlier held once, and an implausible signal is held until a second one
+        confirms it (the verdicts of those held or confirmed)."""
         st = self.settings
         limits = observe.rate_limits(self.fleet, self.state, self.guards, now, interval_s=st.interval_s,
                                      outlier_factor=st.outlier_factor, time_scale=st.time_scale)
         rates = observe.scaled(self.tracker.update(snapshot, limits), st.time_scale)
-        rates, implausible = self.arrivals.gate_rates(rates, self.settings.time_scale, self._planned)
-        seconds["read"] = time.perf_counter() - t
-        t = time.perf_counter()
+        return self.arrivals.gate_rates(rates, st.time_scale, self._planned)
+
+    def _record_demand(self, now: float, rates: RateReport) -> tuple[list[str], dict[str, PhaseDemand]]:
+        """(the models with a fresh rate, what each phase of them is planned from), appended to the
+        history. A saturated phase is planned from its estimated arrivals, not from what it served."""
         state = self.state
         fresh = [m for m in self.fleet.models if m in rates.models and rates.models[m].ok]
         last_tick = state.last_tick_s
         since = last_tick if last_tick is not None and now > last_tick else now
         ready = self.fleet.model.instances_ready(self.fleet_state(since, deployed=True), now - since)
-        # a saturated phase is planned from its estimated arrivals, not from what it served
         demand = self.arrivals.demand(rates, fresh, ready, self.settings.time_scale)
         for m in fresh:
             r, d = rates.models[m], demand[m]
@@ -374,37 +418,43 @@ class Controller:
         # bounded in time, not ticks: a week in per-bin points past the last hour
         history = {m: compact_history(points, now, STEP_S) for m, points in state.history.items()}
         self.state = replace(state, history=history)
-        # the interval since the last tick, as the env's step: served against the capacity that
-        # was ready over it, billed for the nodes held over it (before this tick changes either)
+        return fresh, demand
+
+    def _account(self, now: float, fresh: list[str], rates: RateReport) -> tuple[float, float]:
+        """The interval since the last tick, as the env's step: served against the capacity that
+        was ready over it, billed for the nodes held over it (before this tick changes either);
+        the servers' view, and what the capacity correction learns from the interval.
+        (the interval's cost, its seconds)."""
         last_cost, last_seconds, unserved = observe.account(self.fleet, self.state, now, fresh)
         self.state = replace(self.state, unserved=unserved)
         self._view = observe.server_view(self.fleet.models, self._latency, fresh, rates)
         learned = observe.learn_interval(self.correction, self.fleet, self.state, now, fresh, rates) \
-            if st.correction else None
+            if self.settings.correction else None
         if learned is not None:
             self.state = replace(self.state, correction=self.correction.as_dict())
         self.learned = learned or {}
-        self.state, earlier = self.delivery.pending(self.state, self.now())
-        forecasts = self.forecaster.forecast(self.state.history, now, self.fleet.models)
-        drift = {m: f.shape.message() for m, f in forecasts.items()
-                 if f.shape is not None and f.shape.drifted}
+        return last_cost, last_seconds
+
+    def _signals(self, now: float, fresh: list[str], rates: RateReport,
+                 forecasts: Mapping[str, ModelForecast], last_cost: float, last_seconds: float
+                 ) -> tuple[Signals, dict[str, Any] | None]:
+        """The env's signals of the delivered plan now (with the servers' view for a closed-loop
+        policy), and the risk signals and their report for a policy that reads them."""
         fs = self.fleet_state(now)
         signals = observe.signals(self.fleet, self.state, fs, forecasts, now=now,
                                   interval_s=self.settings.interval_s, last_cost=last_cost,
                                   last_seconds=last_seconds, factors=self._factors(),
                                   view=self._view if self._closed_obs else None)
-        risk_report = None
-        if self._risk_obs:
-            assert self.events is not None  # the constructor refuses a risk policy without a log
-            signals, risk_report = observe.risk_signals(self.fleet, fs, signals, rates, fresh, now=now,
-                                                        latency=self._latency, queue=self._queue,
-                                                        events=self.events, requested=self.state.requested)
-        obs = build_observation(signals, closed_loop=self._closed_obs, risk=self._risk_obs)
-        action = np.asarray(self.policy.act(obs, {"step": tick_no, "seconds": now}))
-        decision = decide.decide(action, codec=self.codec, policy=self.policy.name, fleet=self.fleet,
-                                 state=self.state, fresh=fresh, rates=rates, s=signals)
-        seconds["decide"] = time.perf_counter() - t
-        t = time.perf_counter()
+        if not self._risk_obs:
+            return signals, None
+        assert self.events is not None  # the constructor refuses a risk policy without a log
+        return observe.risk_signals(self.fleet, fs, signals, rates, fresh, now=now, latency=self._latency,
+                                    queue=self._queue, events=self.events, requested=self.state.requested)
+
+    def _solve(self, decision: Decision, forecasts: Mapping[str, ModelForecast], now: float,
+               fresh: list[str]) -> tuple[dict[str, Any] | None, PlanRecord | None]:
+        """The decision's re-plan (:func:`atoll.control.decide.solve`), or, with nothing to add,
+        the plan that lets the retiring instances leave; (the solve report, the record to deliver)."""
         st = self.settings
         solve, record, desired = decide.solve(
             decision, forecasts, fleet=self.fleet, state=self.state, fs=self.fleet_state(now), now=now,
@@ -415,24 +465,30 @@ class Controller:
         if record is None and leaving and self.state.final is None:
             # nothing to add: the retiring instances just leave
             record = deliver.retire_record(self.fleet, self.state, now, self._factors())
-        seconds["solve"] = time.perf_counter() - t
-        t = time.perf_counter()
-        sink_result = None
-        if record is not None:
-            self.state, sink_result = self.delivery.apply(self.state, record, now)
-        if record is not None:
-            self._planned.update(planned_demand(record))
-        seconds["sink"] = time.perf_counter() - t
+        return solve, record
+
+    def _deliver(self, record: PlanRecord | None, now: float) -> dict[str, Any] | None:
+        """``record`` to the sink (None: nothing to deliver); the demand it was solved for becomes
+        the second signal the plausibility gates read."""
+        if record is None:
+            return None
+        self.state, sink_result = self.delivery.apply(self.state, record, now)
+        self._planned.update(planned_demand(record))
+        return sink_result
+
+    def _advance(self, tick_no: int, now: float, decision: Decision) -> None:
+        """The state after this tick: its number, its time, the models it re-optimized and the
+        rate tracker's baseline."""
         last = dict(self.state.last_reoptimized)
         last.update({m: tick_no for m in decision.chosen})
         self.state = replace(self.state, tick=tick_no + 1, last_tick_s=now, last_reoptimized=last,
                              last_metrics=self.tracker.baseline)
-        t = time.perf_counter()
-        save_state(self.state_dir, self.state)
-        seconds["persist"] = time.perf_counter() - t
-        seconds["total"] = time.perf_counter() - t_start
-        self.last_observation = obs
-        self._publish(forecasts)
+
+    def _metrics_report(self, snapshot: MetricsSnapshot, rates: RateReport, demand: Mapping[str, PhaseDemand],
+                        implausible: Mapping[str, Verdict], risk_report: dict[str, Any] | None
+                        ) -> dict[str, Any]:
+        """The report's ``metrics``: the read, the fleet's rates, the demand planned from and the
+        signals held as implausible."""
         ignored = sorted(set(snapshot.models) - set(self.fleet.models))
         metrics = {"ok": True, "source": snapshot.source, "stale_s": 0.0,
                    "rates": {m: r.as_dict() for m, r in rates.models.items() if m in self.fleet.models},
@@ -443,11 +499,7 @@ class Controller:
                    "implausible": {m: v.as_dict() for m, v in implausible.items()}}
         if risk_report is not None:
             metrics["risk"] = risk_report
-        return TickReport(tick_no, now, metrics, {m: f.as_dict() for m, f in forecasts.items()}, decision,
-                          solve, record is not None, deliver.diff_rows(record), sink_result, earlier,
-                          self.state.plan_sequence, self.state.pending is not None, seconds, drift,
-                          self._correction_report(), self._clock_report(), self._churn_report(now),
-                          self.view)
+        return metrics
 
     # ----- the fleet state -----------------------------------------------------------------
     def _factors(self) -> dict[str, float] | None:

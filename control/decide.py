@@ -117,6 +117,104 @@ def decide(action: np.ndarray, *, codec: ActionCodec, policy: str, fleet: LiveFl
     return Decision(policy, chosen, held, tuple(unchanged), reopt)
 
 
+@dataclass
+class _Wanted:
+    """What the chosen models ask the solver for: each model's (prefill, decode) tokens/s row in
+    fleet order (zeros for the others), the models solved, those that only grow, the models
+    skipped and why, their forecasts' shapes and the risk presets their re-optimizations name."""
+
+    tokens: np.ndarray
+    solved: set[str] = field(default_factory=set)
+    grow: set[str] = field(default_factory=set)
+    skipped: dict[str, str] = field(default_factory=dict)
+    shapes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    risks: dict[str, Risk] = field(default_factory=dict)
+
+
+def _wanted(decision: Decision, forecasts: Mapping[str, ModelForecast], fleet: LiveFleet,
+            fresh: Sequence[str] | None) -> _Wanted:
+    """Each chosen model's demand, its forecast at the level its re-optimization names. A model
+    without fresh demand or with a non-finite forecast is skipped (its floor is still planned):
+    the solver is never handed a demand nobody measured."""
+    fresh_set = set(fleet.models if fresh is None else fresh)
+    out = _Wanted(np.zeros((len(fleet.models), 2)))
+    for i, name in enumerate(fleet.models):
+        if name not in decision.chosen:
+            continue
+        f = forecasts.get(name)
+        if name not in fresh_set or f is None:
+            out.skipped[name] = "no fresh demand: only its floor is planned"
+            continue
+        reopt = Reoptimization.parse(decision.reopt.get(name, "full"))
+        if reopt.risk is not None:
+            out.risks[name] = reopt.risk
+        want = np.asarray(f.upper if reopt.level is None else f.upper_at(reopt.level), dtype=float)
+        if not np.all(np.isfinite(want)):  # never hand the solver a non-finite demand
+            out.skipped[name] = f"its forecast is not finite ({want.tolist()}): held"
+            continue
+        out.tokens[i] = want
+        out.solved.add(name)
+        if f.shape is not None:
+            out.shapes[name] = f.shape.as_dict()
+        if reopt.kind == "grow":
+            out.grow.add(name)
+    return out
+
+
+def _service_demand(fleet: LiveFleet, wanted: _Wanted) -> dict[str, float]:
+    """The solved models' demand per service ("model/phase", tokens/s), for the report and the
+    plan record."""
+    demand: dict[str, float] = {}
+    for i, name in enumerate(fleet.models):
+        if name in wanted.solved:
+            demand[f"{name}/prefill"] = float(wanted.tokens[i, 0])
+            demand[f"{name}/decode"] = float(wanted.tokens[i, 1])
+    return demand
+
+
+def _replan(wanted: _Wanted, demand: dict[str, float], before: dict[str, int], *, fleet: LiveFleet,
+            fs: FleetState, risk: Risk | None, factors: Mapping[str, float] | None
+            ) -> tuple[dict[str, Any], Allocation | None]:
+    """(the solve report, the solver's allocation: None when it found none). Without a model to
+    solve the delivered plan stands, so the guard rails still add what a floor asks."""
+    if not wanted.solved:
+        report = {"status": "not solved", "mode": None, "solver_seconds": 0.0, "cached": False,
+                  "message": "no model with fresh demand chosen", "demand_tokens_per_s": demand}
+        return report, Allocation.of(before)
+    model = fleet.model
+    solved = wanted.solved
+    # tests swap fleet.replanner; with learned factors the corrected library replaces it
+    replanner = model.corrected_replanner(factors) if factors else fleet.replanner
+    if replanner is model.replanner:
+        replanner = fleet.replanner
+    # a rule's +RISK, or the preset a per-model rule chose: the same ILP rows as in the
+    # simulator (a larger demand for a headroom, the spread and on-demand floor rows)
+    risk_of = {m: r for m in solved if (r := wanted.risks.get(m) or risk) is not None}
+    out = model.replan(fs, frozenset(solved), wanted.tokens, fleet.availability,
+                       replanner=replanner, grow=frozenset(wanted.grow), risk=risk_of or None)
+    configured = fleet.model.config.risk
+    report = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
+              "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand,
+              "risk": {m: risk_of.get(m, configured).label() for m in sorted(solved)}}
+    return report, out.allocation
+
+
+def _guarded(allocation: Allocation, before: dict[str, int], desired: Desired, *, fleet: LiveFleet,
+             fs: FleetState, now: float, solved: set[str], limits: SolveLimits,
+             guards: guard_rails.GuardTables) -> tuple[Allocation, Desired, dict[str, Any]]:
+    """(the allocation held to the guard rails, the scale-down window's new log, what each rail
+    did): growth capped, scale-downs held over the window, floors added, in that order."""
+    plan, capped = guard_rails.cap_growth(fleet, allocation.as_dict(), before,
+                                          growth_factor=limits.growth_factor,
+                                          growth_add=limits.growth_add)
+    plan, held, desired = guard_rails.hold_scale_down(
+        fleet, plan, before, fs, now=now, solved=solved, window_s=limits.scale_down_window_s,
+        desired=desired)
+    plan, floors = guard_rails.add_floors(fleet, plan, fs, guards)
+    report = {"growth_capped": capped, "floor_added": floors, **({"scale_down_held": held} if held else {})}
+    return Allocation.of(plan), desired, report
+
+
 def solve(decision: Decision, forecasts: Mapping[str, ModelForecast], *, fleet: LiveFleet,
           state: ControllerState, fs: FleetState, now: float, fresh: Sequence[str] | None,
           risk: Risk | None, factors: Mapping[str, float] | None, limits: SolveLimits,
@@ -127,73 +225,18 @@ def solve(decision: Decision, forecasts: Mapping[str, ModelForecast], *, fleet: 
     policy's configured risk (None: the fleet's); ``factors``: the capacity correction's."""
     if not decision.chosen:
         return None, None, state.desired
-    model = fleet.model
-    fresh_set = set(fleet.models if fresh is None else fresh)
     # each phase planned on its own forecast at the decision's level (tokens/s)
-    tokens = np.zeros((len(fleet.models), 2))
-    grow: set[str] = set()
-    solved: set[str] = set()
-    skipped: dict[str, str] = {}
-    shapes: dict[str, dict[str, Any]] = {}
-    risks: dict[str, Risk] = {}  # a risk preset the policy chose for the model
-    for i, name in enumerate(fleet.models):
-        if name in decision.chosen:
-            f = forecasts.get(name)
-            if name not in fresh_set or f is None:
-                skipped[name] = "no fresh demand: only its floor is planned"
-                continue
-            reopt = Reoptimization.parse(decision.reopt.get(name, "full"))
-            if reopt.risk is not None:
-                risks[name] = reopt.risk
-            want = np.asarray(f.upper if reopt.level is None else f.upper_at(reopt.level), dtype=float)
-            if not np.all(np.isfinite(want)):  # never hand the solver a non-finite demand
-                skipped[name] = f"its forecast is not finite ({want.tolist()}): held"
-                continue
-            tokens[i] = want
-            solved.add(name)
-            if f.shape is not None:
-                shapes[name] = f.shape.as_dict()
-            if reopt.kind == "grow":
-                grow.add(name)
-    demand: dict[str, float] = {}
-    for i, name in enumerate(fleet.models):
-        if name in solved:
-            demand[f"{name}/prefill"], demand[f"{name}/decode"] = float(tokens[i, 0]), float(tokens[i, 1])
+    wanted = _wanted(decision, forecasts, fleet, fresh)
+    demand = _service_demand(fleet, wanted)
     before = fs.planned().as_dict()
     desired = state.desired
-    report: dict[str, Any]
-    if solved:
-        # tests swap fleet.replanner; with learned factors the corrected library replaces it
-        replanner = model.corrected_replanner(factors) if factors else fleet.replanner
-        if replanner is model.replanner:
-            replanner = fleet.replanner
-        # a rule's +RISK, or the preset a per-model rule chose: the same ILP rows as in the
-        # simulator (a larger demand for a headroom, the spread and on-demand floor rows)
-        risk_of = {m: r for m in solved if (r := risks.get(m) or risk) is not None}
-        out = model.replan(fs, frozenset(solved), tokens, fleet.availability,
-                           replanner=replanner, grow=frozenset(grow), risk=risk_of or None)
-        configured = fleet.model.config.risk
-        report = {"status": out.status.value, "mode": out.mode, "solver_seconds": out.solver_seconds,
-                 "cached": out.cached, "message": out.message, "demand_tokens_per_s": demand,
-                 "risk": {m: risk_of.get(m, configured).label() for m in sorted(solved)}}
-        allocation = out.allocation
-    else:
-        report = {"status": "not solved", "mode": None, "solver_seconds": 0.0, "cached": False,
-                 "message": "no model with fresh demand chosen", "demand_tokens_per_s": demand}
-        allocation = Allocation.of(before)
-    if skipped:
-        report["not_solved"] = skipped
+    report, allocation = _replan(wanted, demand, before, fleet=fleet, fs=fs, risk=risk, factors=factors)
+    if wanted.skipped:
+        report["not_solved"] = wanted.skipped
     if allocation is not None:
-        plan, capped = guard_rails.cap_growth(fleet, allocation.as_dict(), before,
-                                              growth_factor=limits.growth_factor,
-                                              growth_add=limits.growth_add)
-        plan, held, desired = guard_rails.hold_scale_down(
-            fleet, plan, before, fs, now=now, solved=solved, window_s=limits.scale_down_window_s,
-            desired=desired)
-        plan, floors = guard_rails.add_floors(fleet, plan, fs, guards)
-        report["guard_rails"] = {"growth_capped": capped, "floor_added": floors,
-                                **({"scale_down_held": held} if held else {})}
-        allocation = Allocation.of(plan)
+        allocation, desired, report["guard_rails"] = _guarded(
+            allocation, before, desired, fleet=fleet, fs=fs, now=now, solved=wanted.solved, limits=limits,
+            guards=guards)
     if allocation is None or allocation.as_dict() == before:
         report["result"] = "held: no plan" if allocation is None else "unchanged"
         return report, None, desired
@@ -201,6 +244,6 @@ def solve(decision: Decision, forecasts: Mapping[str, ModelForecast], *, fleet: 
     seq = state.plan_sequence + 1
     reason = "; ".join(f"{m}: {why}" for m, why in decision.chosen.items())
     record = PlanRecord.from_allocation(seq, now, allocation, state.running,
-                                        fleet.templates, demand, reason, shapes,
+                                        fleet.templates, demand, reason, shapes=wanted.shapes,
                                         owner=state.controller_id, correction=factors)
     return report, deliver.priced(fleet, record), desired
