@@ -263,41 +263,58 @@ def train_run(config: FleetConfig, settings: TrainSettings, *, tags: dict[str, s
         best_score = stats.get("validation_best")
         best_card = card(steps=int(stats.get("validation_best_at", steps)), selected="best",
                          validation_score=best_score)
-        fleet = best_card.fleet
-        # the registry's metadata names what the card names (one source for both)
-        uri = log_policy(model, vec, run_id=run_id, observation_size=size,
-                         n_models=best_card.n_models,
-                         metadata={"scenario": config.scenario, "fleet": fleet,
-                                   "models": list(best_card.models), "train_days": list(config.days),
-                                   "availability": config.availability,
-                                   "env_id": best_card.env_id,
-                                   "world": {"capacity_error": str(config.capacity_error),
-                                             "correction": config.correction, "slo_model": config.slo_model,
-                                             "observation": config.observation},
-                                   "demand_seeds": settings.demand_seeds,
-                                   "action_codes": list(best_card.action_codes)})
-        mlflow.set_tag("atoll.model_uri", uri)
-        registered = register_policy(uri, {"scenario": config.scenario, "availability": config.availability,
-                                           "run_id": run_id}, fleet)
-        mlflow.set_tag("atoll.registered", registered.removeprefix("models:/"))
+        uri, registered = _log_and_register(model, vec, run_id, size, best_card, config, settings)
         with tempfile.TemporaryDirectory(prefix="atoll-policy-file-") as tmp:
             best = folder.best if folder is not None else Path(tmp) / "policy"
             write_policy_file(best, best_card, model=model, obs_rms=ckpt.obs_stats(vec))
             mlflow.log_artifacts(str(best), artifact_path="policy_file")
-        result = {"run_id": run_id, "model_uri": uri, "registered": registered, "fleet": fleet, **stats}
+        result = {"run_id": run_id, "model_uri": uri, "registered": registered, "fleet": best_card.fleet,
+                  **stats}
         if folder is not None and checkpoint is not None:
-            last = ckpt.load(checkpoint)
-            if last is not None:
-                write_policy_file(folder.last, card(steps=last.steps, selected="last",
-                                                    validation_score=best_score),
-                                  model_zip=last.model_path, obs_rms=last.obs_rms)
-            scores = [[t, v] for t, v in (last.stop or {}).get("scores", [])] if last is not None else []
-            folder.write_status({"state": "stopped-early" if stats.get("stopped_early") else "finished",
-                                 "timesteps": settings.timesteps, "steps": steps,
-                                 "validation_scores": scores, "validation_best": best_score,
-                                 "mlflow_runs": [*earlier, run_id], "updated": now()})
-            result.update({"run_dir": str(folder.path), "policy_file": str(folder.best)})
+            result.update(_finish_folder(folder, checkpoint, card, stats, settings, steps, [*earlier, run_id],
+                                         now))
     return result
+
+
+def _log_and_register(model: Any, vec: Any, run_id: str, size: int, card: PolicyCard, config: FleetConfig,
+                      settings: TrainSettings) -> tuple[str, str]:
+    """Log the trained policy as the run's pyfunc model and register it under its fleet's name;
+    (model URI, registered version)."""
+    fleet = card.fleet
+    # the registry's metadata names what the card names (one source for both)
+    uri = log_policy(model, vec, run_id=run_id, observation_size=size,
+                     n_models=card.n_models,
+                     metadata={"scenario": config.scenario, "fleet": fleet,
+                               "models": list(card.models), "train_days": list(config.days),
+                               "availability": config.availability,
+                               "env_id": card.env_id,
+                               "world": {"capacity_error": str(config.capacity_error),
+                                         "correction": config.correction, "slo_model": config.slo_model,
+                                         "observation": config.observation},
+                               "demand_seeds": settings.demand_seeds,
+                               "action_codes": list(card.action_codes)})
+    mlflow.set_tag("atoll.model_uri", uri)
+    registered = register_policy(uri, {"scenario": config.scenario, "availability": config.availability,
+                                       "run_id": run_id}, fleet)
+    mlflow.set_tag("atoll.registered", registered.removeprefix("models:/"))
+    return uri, registered
+
+
+def _finish_folder(folder: RunFolder, checkpoint: ckpt.CheckpointSpec, card: Callable[..., PolicyCard],
+                   stats: Mapping[str, float], settings: TrainSettings, steps: int, runs: list[str],
+                   now: Callable[[], str]) -> dict[str, str]:
+    """The run folder at the end of a command: the last checkpoint's policy file and the status."""
+    best_score = stats.get("validation_best")
+    last = ckpt.load(checkpoint)
+    if last is not None:
+        write_policy_file(folder.last, card(steps=last.steps, selected="last", validation_score=best_score),
+                          model_zip=last.model_path, obs_rms=last.obs_rms)
+    scores = [[t, v] for t, v in (last.stop or {}).get("scores", [])] if last is not None else []
+    folder.write_status({"state": "stopped-early" if stats.get("stopped_early") else "finished",
+                         "timesteps": settings.timesteps, "steps": steps,
+                         "validation_scores": scores, "validation_best": best_score,
+                         "mlflow_runs": runs, "updated": now()})
+    return {"run_dir": str(folder.path), "policy_file": str(folder.best)}
 
 
 def train_or_reuse(config: FleetConfig, settings: TrainSettings, *, retrain: bool = False,
@@ -410,8 +427,7 @@ def contest_run(config: FleetConfig, learned: Sequence[PolicySpec], settings: An
     metrics, the settings as parameters and the workload as input dataset; one nested run per
     grid rule on the validation days and per policy on the test days; the frontier plot, the
     comparison tables and the per-policy plot as artifacts."""
-    from atoll.envs.plot import plot_frontier
-    from atoll.training.contest import ContestSettings, frontier_note, run_contest
+    from atoll.training.contest import ContestSettings, run_contest
 
     st: ContestSettings = settings or ContestSettings()
     experiment = configure()
@@ -419,127 +435,173 @@ def contest_run(config: FleetConfig, learned: Sequence[PolicySpec], settings: An
     result = run_contest(config, learned, st, tick=tick, validation=validation, references=references)
     cfg = result.config
     tdays = list(range(st.test_days[0], st.test_days[1] + 1))
-    vpoints = {p.name: p for p in result.validation_points()}
     with mlflow.start_run(experiment_id=experiment, run_name=run_name,
                           tags={"atoll.kind": "contest", "atoll.world": world_of(cfg),
                                 **(tags or {})}) as parent:
-        mlflow.log_params({
-            **config_params(cfg), "scenario": cfg.scenario, "workload": cfg.workload,
-            "availability": cfg.availability,
-            "validation_days": f"{st.validation_days[0]}-{st.validation_days[1]}",
-            "test_days": f"{st.test_days[0]}-{st.test_days[1]}", "seeds": str(st.seeds),
-            "validation_seeds": str(st.validation_seeds or st.seeds), "git_commit": git_commit(),
-            "grid.levels": ",".join(f"{q:g}" for q in st.levels),
-            "grid.intervals": ",".join(map(str, st.intervals)),
-            "grid.bands": ",".join(f"{lo:g}:{hi:g}" for lo, hi in st.bands), "grid.size": str(len(st.grid)),
-            "lost_usd_per_mtok": f"{st.lost_price(cfg):g}", "frontier": ",".join(result.frontier),
-            "best_rule": result.best_rule, "learned": ",".join(result.learned), "workers": str(st.workers),
-            "ray_address": str(st.ray_address), "hindsight": str(st.hindsight),
-            "per_model_targets": str(st.per_model_targets), "per_model_passes": str(st.per_model_passes),
-            "per_model_best": str(result.per_model_best)})
+        mlflow.log_params(_contest_params(result, st))
         if result.per_model_frontier:
             mlflow.log_text("\n".join(result.per_model_frontier) + "\n", "contest/per_model_frontier.txt")
         _log_workload(FleetEnv(cfg), tdays)
-        metrics = {"grid_seconds": result.grid_seconds, "test_seconds": result.test_seconds,
-                   "frontier_size": float(len(result.frontier))}
-        for name, fig in result.headlines.items():
-            prefix = "" if len(learned) == 1 else metric_key(short_name(result.specs[name])) + "."
-            for key, v in fig.items():
-                if isinstance(v, dict):
-                    metrics[f"{prefix}{key}_mean"], metrics[f"{prefix}{key}_std"] = v["mean"], v["std"]
-            note = frontier_note(fig)
-            if note:
-                mlflow.set_tag(f"atoll.frontier_note.{metric_key(short_name(result.specs[name]))}", note)
-        mlflow.log_metrics(metrics)
-        for name, rows in result.validation.items():
-            with mlflow.start_run(experiment_id=experiment, run_name=f"val {name}", nested=True,
-                                  tags={"atoll.phase": "validation"}):
-                mlflow.log_params({**policy_params(result.specs[name]),
-                                   "days": f"{st.validation_days[0]}-{st.validation_days[1]}",
-                                   "on_frontier": str(name in result.frontier)})
-                for key in ("cost_usd", "slo_attainment", "usd_per_mtok", "reoptimizations",
-                            "solver_seconds"):
-                    values = np.array([r[key] for r in rows], dtype=float)
-                    mlflow.log_metrics({f"{key}_mean": float(values.mean()),
-                                        f"{key}_std": float(values.std())})
-        for r in result.test:
-            policy = result.specs[r.name]
-            with mlflow.start_run(experiment_id=experiment, run_name=short_name(policy), nested=True,
-                                  tags={"atoll.phase": "test"}) as child:
-                params = policy_params(policy)
-                params.update({"days": f"{st.test_days[0]}-{st.test_days[1]}",
-                               "on_frontier": str(r.name in result.frontier),
-                               "on_per_model_frontier": str(r.name in result.per_model_frontier),
-                               "best_rule": str(r.name == result.best_rule)})
-                mlflow.log_params(params)
-                summary = r.summary()
-                mlflow.log_metrics({f"{k}_mean": v["mean"] for k, v in summary.items()}
-                                   | {f"{k}_std": v["std"] for k, v in summary.items()})
-                if r.name in result.headlines:
-                    fig = result.headlines[r.name]
-                    mlflow.log_metrics({f"{k}_{s}": fig[k][s] for k in (
-                        "frontier_cost_ratio", "effective_cost_ratio", "per_model_frontier_cost_ratio",
-                        "per_model_effective_cost_ratio") if k in fig for s in ("mean", "std")})
-                steps = _step_metrics(r)
-                for i in range(0, len(steps), 1000):
-                    client.log_batch(child.info.run_id, metrics=steps[i:i + 1000])
+        _log_headlines(result, len(learned))
+        _log_validation_runs(experiment, result, st)
+        _log_test_runs(experiment, client, result, st)
         table = contest_table(result)
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            (folder / "comparison.md").write_text(table)
-            comp = comparison_rows(result.test)
-            buf = io.StringIO()
-            writer = csv.DictWriter(buf, fieldnames=list(comp[0]))
-            writer.writeheader()
-            writer.writerows(comp)
-            (folder / "comparison.csv").write_text(buf.getvalue())
-            grid_rows: list[dict[str, object]] = [
-                {"rule": p.name, "cost_usd": p.cost_usd, "slo_attainment": p.slo_attainment,
-                 "unserved_tokens": p.unserved_tokens, "on_frontier": p.name in result.frontier}
-                for p in vpoints.values()]
-            buf = io.StringIO()
-            writer = csv.DictWriter(buf, fieldnames=list(grid_rows[0]))
-            writer.writeheader()
-            writer.writerows(grid_rows)
-            (folder / "validation_grid.csv").write_text(buf.getvalue())
-            doc = contest_document(result)
-            (folder / "contest.json").write_text(json.dumps(doc, indent=1))
-            def mark(r: PolicyResult) -> tuple[str, float, float]:
-                s = r.summary()
-                return short_name(result.specs[r.name]), s["cost_usd"]["mean"], s["slo_attainment"]["mean"]
-
-            marks = [mark(r) for r in result.test if r.name == "hindsight" or r.name in result.headlines]
-            test_rules = [mark(r) for r in result.test
-                          if r.name != "hindsight" and r.name not in result.headlines]
-            plot_frontier(test_rules, [m for m in test_rules if m[0] in result.frontier],
-                          folder / "frontier.png", marked=marks,
-                          validation=[(p.name, p.cost_usd, p.slo_attainment) for p in vpoints.values()],
-                          validation_frontier=[(n, vpoints[n].cost_usd, vpoints[n].slo_attainment)
-                                               for n in result.frontier],
-                          title=f"{cfg.scenario}, {cfg.availability}: rules chosen on days "
-                                f"{st.validation_days[0]}-{st.validation_days[1]}, tested on "
-                                f"{st.test_days[0]}-{st.test_days[1]} ({st.seeds} seed(s), means)")
-            shown = [r for r in result.test
-                     if r.name in result.headlines or r.name in (result.best_rule, "hindsight")]
-            for e in (r.episodes[0] for r in shown):
-                e.policy = short_name(result.specs[e.policy])
-            plot_episodes([r.episodes[0] for r in shown], FleetEnv(cfg).models, folder / "policies.png",
-                          title=f"{cfg.scenario}, {cfg.availability}, days {tdays[0]}-{tdays[-1]}, seed 0")
-            for r in shown:
-                r.episodes[0].policy = r.name
+            _write_contest_tables(folder, result, table)
+            _draw_contest(folder, result, st, tdays)
             mlflow.log_artifacts(str(folder), artifact_path="contest")
-        champions = {}
-        for name, val in result.learned_validation.items():
-            key = metric_key(short_name(result.specs[name]))
-            mlflow.log_metrics({f"validation.{key}.{k}": float(v) for k, v in val.items()})
-            version = crown(result.specs[name], val)  # only validation days decide
-            if version is not None:
-                champions[name] = version
-                mlflow.set_tag(f"atoll.champion.{key}", version)
+        champions = _crown_learned(result)
         parent_id = parent.info.run_id
     doc = contest_document(result)
     return {"parent_run_id": parent_id, "table": table, "champion": champions,
             "learned_validation": result.learned_validation, **doc}
+
+
+def _contest_params(result: Any, st: Any) -> dict[str, Any]:
+    """The contest's parameters: its world, days, seeds, rule grid and what it chose."""
+    cfg = result.config
+    return {
+        **config_params(cfg), "scenario": cfg.scenario, "workload": cfg.workload,
+        "availability": cfg.availability,
+        "validation_days": f"{st.validation_days[0]}-{st.validation_days[1]}",
+        "test_days": f"{st.test_days[0]}-{st.test_days[1]}", "seeds": str(st.seeds),
+        "validation_seeds": str(st.validation_seeds or st.seeds), "git_commit": git_commit(),
+        "grid.levels": ",".join(f"{q:g}" for q in st.levels),
+        "grid.intervals": ",".join(map(str, st.intervals)),
+        "grid.bands": ",".join(f"{lo:g}:{hi:g}" for lo, hi in st.bands), "grid.size": str(len(st.grid)),
+        "lost_usd_per_mtok": f"{st.lost_price(cfg):g}", "frontier": ",".join(result.frontier),
+        "best_rule": result.best_rule, "learned": ",".join(result.learned), "workers": str(st.workers),
+        "ray_address": str(st.ray_address), "hindsight": str(st.hindsight),
+        "per_model_targets": str(st.per_model_targets), "per_model_passes": str(st.per_model_passes),
+        "per_model_best": str(result.per_model_best)}
+
+
+def _log_headlines(result: Any, n_learned: int) -> None:
+    """The parent run's metrics: the timings and each learned policy's headline (mean and std; a
+    prefix per policy when there are several), with a tag for a frontier note."""
+    from atoll.training.contest import frontier_note
+
+    metrics = {"grid_seconds": result.grid_seconds, "test_seconds": result.test_seconds,
+               "frontier_size": float(len(result.frontier))}
+    for name, fig in result.headlines.items():
+        prefix = "" if n_learned == 1 else metric_key(short_name(result.specs[name])) + "."
+        for key, v in fig.items():
+            if isinstance(v, dict):
+                metrics[f"{prefix}{key}_mean"], metrics[f"{prefix}{key}_std"] = v["mean"], v["std"]
+        note = frontier_note(fig)
+        if note:
+            mlflow.set_tag(f"atoll.frontier_note.{metric_key(short_name(result.specs[name]))}", note)
+    mlflow.log_metrics(metrics)
+
+
+def _log_validation_runs(experiment: str, result: Any, st: Any) -> None:
+    """One nested run per grid rule: its validation-day means and stds."""
+    for name, rows in result.validation.items():
+        with mlflow.start_run(experiment_id=experiment, run_name=f"val {name}", nested=True,
+                              tags={"atoll.phase": "validation"}):
+            mlflow.log_params({**policy_params(result.specs[name]),
+                               "days": f"{st.validation_days[0]}-{st.validation_days[1]}",
+                               "on_frontier": str(name in result.frontier)})
+            for key in ("cost_usd", "slo_attainment", "usd_per_mtok", "reoptimizations",
+                        "solver_seconds"):
+                values = np.array([r[key] for r in rows], dtype=float)
+                mlflow.log_metrics({f"{key}_mean": float(values.mean()),
+                                    f"{key}_std": float(values.std())})
+
+
+def _log_test_runs(experiment: str, client: MlflowClient, result: Any, st: Any) -> None:
+    """One nested run per tested policy: its test-day summary, its headline ratios (a learned
+    policy) and the first seed's per-step metrics."""
+    for r in result.test:
+        policy = result.specs[r.name]
+        with mlflow.start_run(experiment_id=experiment, run_name=short_name(policy), nested=True,
+                              tags={"atoll.phase": "test"}) as child:
+            params = policy_params(policy)
+            params.update({"days": f"{st.test_days[0]}-{st.test_days[1]}",
+                           "on_frontier": str(r.name in result.frontier),
+                           "on_per_model_frontier": str(r.name in result.per_model_frontier),
+                           "best_rule": str(r.name == result.best_rule)})
+            mlflow.log_params(params)
+            summary = r.summary()
+            mlflow.log_metrics({f"{k}_mean": v["mean"] for k, v in summary.items()}
+                               | {f"{k}_std": v["std"] for k, v in summary.items()})
+            if r.name in result.headlines:
+                fig = result.headlines[r.name]
+                mlflow.log_metrics({f"{k}_{s}": fig[k][s] for k in (
+                    "frontier_cost_ratio", "effective_cost_ratio", "per_model_frontier_cost_ratio",
+                    "per_model_effective_cost_ratio") if k in fig for s in ("mean", "std")})
+            steps = _step_metrics(r)
+            for i in range(0, len(steps), 1000):
+                client.log_batch(child.info.run_id, metrics=steps[i:i + 1000])
+
+
+def _csv_text(rows: Sequence[Mapping[str, object]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _write_contest_tables(folder: Path, result: Any, table: str) -> None:
+    """comparison.md (``table``), comparison.csv, validation_grid.csv and contest.json in ``folder``."""
+    (folder / "comparison.md").write_text(table)
+    (folder / "comparison.csv").write_text(_csv_text(comparison_rows(result.test)))
+    grid_rows: list[dict[str, object]] = [
+        {"rule": p.name, "cost_usd": p.cost_usd, "slo_attainment": p.slo_attainment,
+         "unserved_tokens": p.unserved_tokens, "on_frontier": p.name in result.frontier}
+        for p in result.validation_points()]
+    (folder / "validation_grid.csv").write_text(_csv_text(grid_rows))
+    doc = contest_document(result)
+    (folder / "contest.json").write_text(json.dumps(doc, indent=1))
+
+
+def _draw_contest(folder: Path, result: Any, st: Any, tdays: list[int]) -> None:
+    """frontier.png (the rules tested, the learned policies and hindsight marked, over the
+    validation frontier) and policies.png (the headline policies' first episode) in ``folder``."""
+    from atoll.envs.plot import plot_frontier
+
+    cfg = result.config
+    vpoints = {p.name: p for p in result.validation_points()}
+
+    def mark(r: PolicyResult) -> tuple[str, float, float]:
+        s = r.summary()
+        return short_name(result.specs[r.name]), s["cost_usd"]["mean"], s["slo_attainment"]["mean"]
+
+    marks = [mark(r) for r in result.test if r.name == "hindsight" or r.name in result.headlines]
+    test_rules = [mark(r) for r in result.test
+                  if r.name != "hindsight" and r.name not in result.headlines]
+    plot_frontier(test_rules, [m for m in test_rules if m[0] in result.frontier],
+                  folder / "frontier.png", marked=marks,
+                  validation=[(p.name, p.cost_usd, p.slo_attainment) for p in vpoints.values()],
+                  validation_frontier=[(n, vpoints[n].cost_usd, vpoints[n].slo_attainment)
+                                       for n in result.frontier],
+                  title=f"{cfg.scenario}, {cfg.availability}: rules chosen on days "
+                        f"{st.validation_days[0]}-{st.validation_days[1]}, tested on "
+                        f"{st.test_days[0]}-{st.test_days[1]} ({st.seeds} seed(s), means)")
+    shown = [r for r in result.test
+             if r.name in result.headlines or r.name in (result.best_rule, "hindsight")]
+    for e in (r.episodes[0] for r in shown):
+        e.policy = short_name(result.specs[e.policy])
+    plot_episodes([r.episodes[0] for r in shown], FleetEnv(cfg).models, folder / "policies.png",
+                  title=f"{cfg.scenario}, {cfg.availability}, days {tdays[0]}-{tdays[-1]}, seed 0")
+    for r in shown:
+        r.episodes[0].policy = r.name
+
+
+def _crown_learned(result: Any) -> dict[str, str]:
+    """Log each learned policy's validation figures and crown it champion of its fleet when its
+    validation score beats the rule frontier (:func:`crown`); policy -> version crowned."""
+    champions = {}
+    for name, val in result.learned_validation.items():
+        key = metric_key(short_name(result.specs[name]))
+        mlflow.log_metrics({f"validation.{key}.{k}": float(v) for k, v in val.items()})
+        version = crown(result.specs[name], val)  # only validation days decide
+        if version is not None:
+            champions[name] = version
+            mlflow.set_tag(f"atoll.champion.{key}", version)
+    return champions
 
 
 def contest_document(result: Any) -> dict[str, Any]:
