@@ -370,102 +370,143 @@ class RateTracker:
                     f"the model's recent range); held until a second interval confirms it")
 
     def _rate(self, model: str, mm: ModelMetrics) -> ModelRate:
+        """The model's rate from its replicas' samples (the module docstring's rules); the new
+        baselines are kept unless the model is held flat (then the flat replicas' stay)."""
         previous = self._series.get(model, {})
-        current: dict[str, _Last] = {}
-        prompt = generation = 0.0
-        resets = 0
-        span: float | None = None
-        warming: list[str] = []
-        backwards: list[str] = []
-        flat: dict[str, _Last] = {}  # replicas with a new sample and no increase -> their baseline
-        moved = False
-        hists: list[tuple[Mapping[str, Histogram], float]] = []  # per replica: increases, seconds
-        aborts: list[float] = []  # per replica with the counter: aborted requests/s
+        read = _Read()
         for s in mm.series:
-            last = previous.get(s.series)
-            if last is None or s.time_s < last.time_s:
-                current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens,
-                                          start_s=s.start_time_s, hist=s.histograms, aborted=s.aborted)
-                warming.append(s.series)
-                continue
-            if s.time_s == last.time_s:
-                # no scrape since the last read: the replica's last rate still stands
-                current[s.series] = last
-                if last.prompt_rate is None or last.generation_rate is None:
-                    warming.append(s.series)
-                    continue
-                p, g = last.prompt_rate, last.generation_rate
-                if last.hist_dt:
-                    hists.append((last.hist_delta, last.hist_dt))
-                if last.aborted_rate is not None:
-                    aborts.append(last.aborted_rate)
-            else:
-                dt = s.time_s - last.time_s
-                restarted = _restarted(last, s, self.reset_fraction)
-                if restarted is False and dt < self.flat_hold_s:
-                    current[s.series] = last  # held: the next read above the baseline rates the gap
-                    backwards.append(f"replica {s.series!r}: {_went_back(last, s)}")
-                    continue
-                if restarted is False:  # went back and stayed back: the lower value is the baseline
-                    current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens,
-                                              start_s=s.start_time_s, hist=s.histograms, aborted=s.aborted)
-                    warming.append(s.series)
-                    continue
-                if restarted:
-                    dp, dg = s.prompt_tokens, s.generation_tokens
-                    went_back = (s.prompt_tokens < last.prompt) + (s.generation_tokens < last.generation)
-                    resets += went_back or 1  # a new start time with both counters above: one reset
-                else:
-                    dp, dg = s.prompt_tokens - last.prompt, s.generation_tokens - last.generation
-                p, g = dp / dt, dg / dt
-                deltas: dict[str, Histogram] = {}
-                bases: dict[str, Histogram] = {}
-                for kind, h in s.histograms.items():
-                    d, bases[kind] = _hist_delta(last.hist.get(kind), h, bool(restarted), self.reset_fraction)
-                    if d is not None:
-                        deltas[kind] = d
-                aborted_rate = None
-                if s.aborted is not None and last.aborted is not None:
-                    gone = s.aborted if restarted else s.aborted - last.aborted
-                    aborted_rate = gone / dt if gone >= 0 else None  # went back: left out
-                    if aborted_rate is not None:
-                        aborts.append(aborted_rate)
-                current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens, p, g,
-                                          s.start_time_s, bases, deltas, dt, s.aborted, aborted_rate)
-                hists.append((deltas, dt))
-                if dp == 0 and dg == 0 and not restarted:
-                    flat[s.series] = last
-                else:
-                    moved = True
-                span = dt if span is None else max(span, dt)
-            prompt += p
-            generation += g
+            _read_replica(read, previous.get(s.series), s, self.reset_fraction, self.flat_hold_s)
         waiting, running, kv = _gauge(mm.waiting), _gauge(mm.running), _gauge(mm.kv_usage)
         gauges: dict[str, Any] = {"waiting": waiting, "running": running, "kv_usage": kv}
-        if flat and not moved and not backwards:
-            since = min(last.time_s for last in flat.values())
-            newest = max(s.time_s for s in mm.series if s.series in flat)
+        if read.flat and not read.moved and not read.backwards:
+            since = min(last.time_s for last in read.flat.values())
+            newest = max(s.time_s for s in mm.series if s.series in read.flat)
             if newest - since < self.flat_hold_s:
-                current.update(flat)  # keep the baselines: a move rates the whole flat stretch
-                self._series[model] = current
-                return ModelRate(model, RateStatus.STALE_FLAT, **gauges, resets=resets,
+                read.current.update(read.flat)  # keep the baselines: a move rates the whole flat stretch
+                self._series[model] = read.current
+                return ModelRate(model, RateStatus.STALE_FLAT, **gauges, resets=read.resets,
                                  reason=f"counters flat for {newest - since:.0f} s while the server answers "
                                         f"(a frozen exporter, or no traffic); held until they move or "
                                         f"{self.flat_hold_s:.0f} s pass")
-        self._series[model] = current
-        if backwards:
-            return ModelRate(model, RateStatus.COUNTER_BACKWARDS, **gauges, resets=resets,
-                             reason="; ".join(backwards) + f" — not below {self.reset_fraction:.0%} of it "
-                                    f"and "
-                                    f"no restart, so not a reset; sample held")
-        if warming:
-            return ModelRate(model, RateStatus.WARMING_UP, **gauges, resets=resets,
-                             reason=f"first sample of replica(s) {', '.join(map(repr, warming))}; "
-                                    f"a rate needs the next read")
-        if not (math.isfinite(prompt) and math.isfinite(generation)):
-            raise ArithmeticError(f"{prompt:.4g} prompt / {generation:.4g} generation tokens/s is not finite")
-        return ModelRate(model, RateStatus.OK, prompt, generation, waiting, running, kv, span, resets,
-                         **_histogram_fields(hists), aborted_per_s=math.fsum(aborts) if aborts else None)
+        self._series[model] = read.current
+        return _verdict(model, read, gauges, self.reset_fraction)
+
+
+@dataclass
+class _Read:
+    """One model's replicas read so far: the next baselines (``current``), the summed token
+    rates, resets counted, the longest interval, the replicas warming up or gone back, those with
+    a new sample and no increase (-> their old baseline), whether any counter moved, and per
+    replica the histogram increases (with their seconds) and aborted requests/s."""
+
+    current: dict[str, _Last] = field(default_factory=dict)
+    prompt: float = 0.0
+    generation: float = 0.0
+    resets: int = 0
+    span: float | None = None
+    warming: list[str] = field(default_factory=list)
+    backwards: list[str] = field(default_factory=list)
+    flat: dict[str, _Last] = field(default_factory=dict)
+    moved: bool = False
+    hists: list[tuple[Mapping[str, Histogram], float]] = field(default_factory=list)
+    aborts: list[float] = field(default_factory=list)
+
+
+def _first(s: SeriesSample) -> _Last:
+    """A replica's sample as a baseline with no rate yet."""
+    return _Last(s.time_s, s.prompt_tokens, s.generation_tokens, start_s=s.start_time_s, hist=s.histograms,
+                 aborted=s.aborted)
+
+
+def _read_replica(read: _Read, last: _Last | None, s: SeriesSample, reset_fraction: float,
+                  flat_hold_s: float) -> None:
+    """Add one replica's sample to ``read``: a first sample (or one whose time went back) warms
+    up, an unchanged one keeps its last rate, a counter gone back without a restart is held
+    (until ``flat_hold_s``, then it is the new baseline), anything else is rated."""
+    if last is None or s.time_s < last.time_s:
+        read.current[s.series] = _first(s)
+        read.warming.append(s.series)
+        return
+    if s.time_s == last.time_s:
+        # no scrape since the last read: the replica's last rate still stands
+        read.current[s.series] = last
+        if last.prompt_rate is None or last.generation_rate is None:
+            read.warming.append(s.series)
+            return
+        p, g = last.prompt_rate, last.generation_rate
+        if last.hist_dt:
+            read.hists.append((last.hist_delta, last.hist_dt))
+        if last.aborted_rate is not None:
+            read.aborts.append(last.aborted_rate)
+    else:
+        dt = s.time_s - last.time_s
+        restarted = _restarted(last, s, reset_fraction)
+        if restarted is False and dt < flat_hold_s:
+            read.current[s.series] = last  # held: the next read above the baseline rates the gap
+            read.backwards.append(f"replica {s.series!r}: {_went_back(last, s)}")
+            return
+        if restarted is False:  # went back and stayed back: the lower value is the baseline
+            read.current[s.series] = _first(s)
+            read.warming.append(s.series)
+            return
+        p, g = _rate_interval(read, last, s, dt, bool(restarted), reset_fraction)
+    read.prompt += p
+    read.generation += g
+
+
+def _rate_interval(read: _Read, last: _Last, s: SeriesSample, dt: float, restarted: bool,
+                   reset_fraction: float) -> tuple[float, float]:
+    """One replica's (prompt, generation) tokens/s over the ``dt`` seconds since ``last`` (after a
+    restart the new values are the increase); its histogram increases, aborted requests/s and
+    new baseline go into ``read``."""
+    if restarted:
+        dp, dg = s.prompt_tokens, s.generation_tokens
+        went_back = (s.prompt_tokens < last.prompt) + (s.generation_tokens < last.generation)
+        read.resets += went_back or 1  # a new start time with both counters above: one reset
+    else:
+        dp, dg = s.prompt_tokens - last.prompt, s.generation_tokens - last.generation
+    p, g = dp / dt, dg / dt
+    deltas: dict[str, Histogram] = {}
+    bases: dict[str, Histogram] = {}
+    for kind, h in s.histograms.items():
+        d, bases[kind] = _hist_delta(last.hist.get(kind), h, restarted, reset_fraction)
+        if d is not None:
+            deltas[kind] = d
+    aborted_rate = None
+    if s.aborted is not None and last.aborted is not None:
+        gone = s.aborted if restarted else s.aborted - last.aborted
+        aborted_rate = gone / dt if gone >= 0 else None  # went back: left out
+        if aborted_rate is not None:
+            read.aborts.append(aborted_rate)
+    read.current[s.series] = _Last(s.time_s, s.prompt_tokens, s.generation_tokens, p, g,
+                                   s.start_time_s, bases, deltas, dt, s.aborted, aborted_rate)
+    read.hists.append((deltas, dt))
+    if dp == 0 and dg == 0 and not restarted:
+        read.flat[s.series] = last
+    else:
+        read.moved = True
+    read.span = dt if read.span is None else max(read.span, dt)
+    return p, g
+
+
+def _verdict(model: str, read: _Read, gauges: dict[str, Any], reset_fraction: float) -> ModelRate:
+    """The model's rate once its replicas are read (and it is not held flat): held while a
+    counter is back or a replica warms up, else the summed rates (an error when not finite)."""
+    if read.backwards:
+        return ModelRate(model, RateStatus.COUNTER_BACKWARDS, **gauges, resets=read.resets,
+                         reason="; ".join(read.backwards) + f" — not below {reset_fraction:.0%} of it "
+                                f"and "
+                                f"no restart, so not a reset; sample held")
+    if read.warming:
+        return ModelRate(model, RateStatus.WARMING_UP, **gauges, resets=read.resets,
+                         reason=f"first sample of replica(s) {', '.join(map(repr, read.warming))}; "
+                                f"a rate needs the next read")
+    prompt, generation = read.prompt, read.generation
+    if not (math.isfinite(prompt) and math.isfinite(generation)):
+        raise ArithmeticError(f"{prompt:.4g} prompt / {generation:.4g} generation tokens/s is not finite")
+    return ModelRate(model, RateStatus.OK, prompt, generation, gauges["waiting"], gauges["running"],
+                     gauges["kv_usage"], read.span, read.resets, **_histogram_fields(read.hists),
+                     aborted_per_s=math.fsum(read.aborts) if read.aborts else None)
 
 
 def _went_back(last: _Last, s: SeriesSample) -> str:
