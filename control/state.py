@@ -37,6 +37,7 @@ from atoll.control.plans import PlanRecord
 from atoll.solvers.errors import AtollError
 from atoll.solvers.files import atomic_write_text
 from atoll.solvers.packing import Packing, PackingError
+from atoll.solvers.validation import check_fraction, check_integer, check_number
 
 STATE_VERSION = 1
 STATE_FILE = "controller-state.json"
@@ -175,9 +176,96 @@ class HistoryPoint:
         return row
 
 
-def _count(owner: str, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{owner}: field '{name}' must be an integer >= 0, got {value!r}")
+def _requested(owner: str, entries: Any) -> tuple[tuple[float, str, float], ...]:
+    """``requested`` as (time, GPU type, nodes): finite times, nodes >= 0."""
+    requested = tuple((float(t), str(g), float(n)) for t, g, n in entries)
+    if any(not math.isfinite(t) or not math.isfinite(n) or n < 0 for t, _, n in requested):
+        raise ValueError(f"{owner}: field 'requested' must hold (finite time, GPU type, nodes >= 0), "
+                         f"got {entries!r:.120}")
+    return requested
+
+
+def _desired(owner: str, entries: Any) -> tuple[tuple[float, str, int], ...]:
+    """``desired`` as (time, service, instances): finite times, instances >= 0."""
+    desired = tuple((float(t), str(s), int(n)) for t, s, n in entries)
+    if any(not math.isfinite(t) or n < 0 for t, _, n in desired):
+        raise ValueError(f"{owner}: field 'desired' must hold (finite time, service, instances >= 0), "
+                         f"got {entries!r:.120}")
+    return desired
+
+
+def _churn(owner: str, entries: Any) -> tuple[tuple[float, int, int], ...]:
+    """``churn`` as (time, added, removed): finite times, counts >= 0."""
+    churn = tuple((float(t), int(a), int(r)) for t, a, r in entries)
+    if any(not math.isfinite(t) or a < 0 or r < 0 for t, a, r in churn):
+        raise ValueError(f"{owner}: field 'churn' must hold (finite time, added >= 0, removed >= 0), "
+                         f"got {entries!r:.120}")
+    return churn
+
+
+def _templates(owner: str, templates: Any) -> dict[str, dict[str, Any]]:
+    """``templates`` as plain dicts by key, sorted (a saved state reads the same every time)."""
+    if not isinstance(templates, Mapping) or not all(isinstance(v, Mapping) for v in templates.values()):
+        raise ValueError(f"{owner}: field 'templates' must map template keys to their descriptions")
+    return {str(k): dict(v) for k, v in sorted(templates.items())}
+
+
+def _packing(owner: str, packing: Any) -> dict[str, Any]:
+    """``packing`` as a plain dict, once its nodes read as a plan's packing."""
+    nodes = packing.get("nodes") if isinstance(packing, Mapping) else None
+    try:
+        Packing.from_json(nodes)
+    except PackingError as exc:
+        raise ValueError(f"{owner}: field 'packing' must be a plan's packing "
+                         f"(atoll.solvers.packing.describe_packing): {exc}") from exc
+    return dict(packing)
+
+
+def _check_identity(owner: str, controller_id: Any, version: Any) -> None:
+    """The owner label its objects carry ('' or a label value) and the schema version."""
+    if not isinstance(controller_id, str) or (controller_id and not _ID.fullmatch(controller_id)):
+        raise ValueError(f"{owner}: field 'controller_id' must be '' or a label value (<= 40 of a-z 0-9 "
+                         f"-), got {controller_id!r}")
+    if version != STATE_VERSION:
+        raise ValueError(f"{owner}: field 'version' must be {STATE_VERSION}, got {version!r}")
+
+
+def _counts(owner: str, name: str, counts: Any) -> dict[str, int]:
+    """A mapping of names to counts >= 0 (instances per template, the tick a model was last
+    re-optimized), keys as text; each count's error names its key."""
+    out = {str(k): v for k, v in dict(counts).items()}
+    for key, n in out.items():
+        check_integer(owner, f"{name}[{key!r}]", n, minimum=0)
+    return out
+
+
+def _history(owner: str, history: Any, limit: int) -> dict[str, tuple[HistoryPoint, ...]]:
+    """Each model's last ``limit`` history points (HistoryPoint values only)."""
+    out = {str(m): tuple(points)[-limit:] for m, points in dict(history).items()}
+    for model, points in out.items():
+        if not all(isinstance(p, HistoryPoint) for p in points):
+            raise ValueError(f"{owner}: field 'history' of {model!r} must hold HistoryPoint values")
+    return out
+
+
+def _until(owner: str, name: str, what: str, entries: Any) -> tuple[tuple[str, int, float], ...]:
+    """(template key, instances >= 0, finite time) entries: instances starting until they are
+    ready, or draining (replaced) until they stop; ``what`` names the time in an error."""
+    out = tuple((str(k), n, float(at)) for k, n, at in entries)
+    for key, n, at in out:
+        check_integer(owner, f"{name}[{key!r}]", n, minimum=0)
+        if not math.isfinite(at):
+            raise ValueError(f"{owner}: field '{name}' {what} of {key!r} must be finite, got {at!r}")
+    return out
+
+
+def _unserved(owner: str, unserved: Any) -> dict[str, tuple[float, ...]]:
+    """Each model's unserved shares of the last steps, each in [0, 1]."""
+    out = {str(m): tuple(float(v) for v in shares) for m, shares in dict(unserved).items()}
+    for model, shares in out.items():
+        for v in shares:
+            check_fraction(owner, f"unserved[{model!r}]", v)
+    return out
 
 
 @dataclass(frozen=True)
@@ -236,81 +324,30 @@ class ControllerState:
 
     def __post_init__(self) -> None:
         owner = "ControllerState"
-        requested = tuple((float(t), str(g), float(n)) for t, g, n in self.requested)
-        if any(not math.isfinite(t) or not math.isfinite(n) or n < 0 for t, _, n in requested):
-            raise ValueError(f"{owner}: field 'requested' must hold (finite time, GPU type, nodes >= 0), "
-                             f"got {self.requested!r:.120}")
-        object.__setattr__(self, "requested", requested)
-        desired = tuple((float(t), str(s), int(n)) for t, s, n in self.desired)
-        if any(not math.isfinite(t) or n < 0 for t, _, n in desired):
-            raise ValueError(f"{owner}: field 'desired' must hold (finite time, service, instances >= 0), "
-                             f"got {self.desired!r:.120}")
-        object.__setattr__(self, "desired", desired)
-        churn = tuple((float(t), int(a), int(r)) for t, a, r in self.churn)
-        if any(not math.isfinite(t) or a < 0 or r < 0 for t, a, r in churn):
-            raise ValueError(f"{owner}: field 'churn' must hold (finite time, added >= 0, removed >= 0), "
-                             f"got {self.churn!r:.120}")
-        object.__setattr__(self, "churn", churn)
-        if not isinstance(self.templates, Mapping) or not all(isinstance(v, Mapping)
-                                                              for v in self.templates.values()):
-            raise ValueError(f"{owner}: field 'templates' must map template keys to their descriptions")
-        object.__setattr__(self, "templates", {str(k): dict(v) for k, v in sorted(self.templates.items())})
+        object.__setattr__(self, "requested", _requested(owner, self.requested))
+        object.__setattr__(self, "desired", _desired(owner, self.desired))
+        object.__setattr__(self, "churn", _churn(owner, self.churn))
+        object.__setattr__(self, "templates", _templates(owner, self.templates))
         if self.packing is not None:
-            nodes = self.packing.get("nodes") if isinstance(self.packing, Mapping) else None
-            try:
-                Packing.from_json(nodes)
-            except PackingError as exc:
-                raise ValueError(f"{owner}: field 'packing' must be a plan's packing "
-                                 f"(atoll.solvers.packing.describe_packing): {exc}") from exc
-            object.__setattr__(self, "packing", dict(self.packing))
-        if self.time_scale is not None and (isinstance(self.time_scale, bool)
-                                            or not isinstance(self.time_scale, int | float)
-                                            or not math.isfinite(self.time_scale) or self.time_scale <= 0):
-            raise ValueError(f"{owner}: field 'time_scale' must be None or finite and > 0, "
-                             f"got {self.time_scale!r}")
-        if not isinstance(self.controller_id, str) or (self.controller_id
-                                                       and not _ID.fullmatch(self.controller_id)):
-            raise ValueError(f"{owner}: field 'controller_id' must be '' or a label value (<= 40 of a-z 0-9 "
-                             f"-), got {self.controller_id!r}")
-        if self.version != STATE_VERSION:
-            raise ValueError(f"{owner}: field 'version' must be {STATE_VERSION}, got {self.version!r}")
+            object.__setattr__(self, "packing", _packing(owner, self.packing))
+        if self.time_scale is not None:
+            check_number(owner, "time_scale", self.time_scale)
+        _check_identity(owner, self.controller_id, self.version)
         for name in ("tick", "plan_sequence"):
-            _count(owner, name, getattr(self, name))
-        _count(owner, "history_limit", self.history_limit)
-        if self.history_limit < 1:
-            raise ValueError(f"{owner}: field 'history_limit' must be >= 1, got {self.history_limit}")
+            check_integer(owner, name, getattr(self, name), minimum=0)
+        check_integer(owner, "history_limit", self.history_limit, minimum=1)
         if self.last_tick_s is not None and not math.isfinite(self.last_tick_s):
             raise ValueError(f"{owner}: field 'last_tick_s' must be finite or None, got {self.last_tick_s!r}")
-        running = {str(k): v for k, v in dict(self.running).items()}
-        for key, n in running.items():
-            _count(owner, f"running[{key!r}]", n)
-        last = {str(k): v for k, v in dict(self.last_reoptimized).items()}
-        for model, t in last.items():
-            _count(owner, f"last_reoptimized[{model!r}]", t)
-        history = {str(m): tuple(points)[-self.history_limit:] for m, points in dict(self.history).items()}
-        for model, points in history.items():
-            if not all(isinstance(p, HistoryPoint) for p in points):
-                raise ValueError(f"{owner}: field 'history' of {model!r} must hold HistoryPoint values")
-        starting = tuple((str(k), n, float(at)) for k, n, at in self.starting)
-        for key, n, at in starting:
-            _count(owner, f"starting[{key!r}]", n)
-            if not math.isfinite(at):
-                raise ValueError(f"{owner}: field 'starting' ready time of {key!r} must be finite, "
-                                 f"got {at!r}")
-        _opt_float(owner, "cost_scale_usd_h", self.cost_scale_usd_h)
-        draining = tuple((str(k), n, float(until)) for k, n, until in self.draining)
-        replacing = tuple((str(k), n, float(until)) for k, n, until in self.replacing)
-        object.__setattr__(self, "replacing", replacing)
-        for key, n, until in (*draining, *replacing):
-            _count(owner, f"draining[{key!r}]", n)
-            if not math.isfinite(until):
-                raise ValueError(f"{owner}: field 'draining' end time of {key!r} must be finite, "
-                                 f"got {until!r}")
-        unserved = {str(m): tuple(float(v) for v in shares) for m, shares in dict(self.unserved).items()}
-        for model, shares in unserved.items():
-            if not all(0.0 <= v <= 1.0 for v in shares):
-                raise ValueError(f"{owner}: field 'unserved' of {model!r} must hold shares in [0, 1], "
-                                 f"got {shares!r}")
+        running = _counts(owner, "running", self.running)
+        last = _counts(owner, "last_reoptimized", self.last_reoptimized)
+        history = _history(owner, self.history, self.history_limit)
+        starting = _until(owner, "starting", "ready time", self.starting)
+        if self.cost_scale_usd_h is not None:
+            check_number(owner, "cost_scale_usd_h", self.cost_scale_usd_h, allow_zero=True)
+        # both checked as 'draining' (replacing instances drain once their replacements serve)
+        draining = _until(owner, "draining", "end time", self.draining)
+        object.__setattr__(self, "replacing", _until(owner, "draining", "end time", self.replacing))
+        unserved = _unserved(owner, self.unserved)
         object.__setattr__(self, "draining", draining)
         object.__setattr__(self, "unserved", unserved)
         object.__setattr__(self, "starting", starting)

@@ -115,7 +115,7 @@ def test_corrupt_and_foreign_files_name_the_file_and_the_fix(tmp_path: Path) -> 
     with pytest.raises(StateError, match=r"malformed \(KeyError: 'tick'\).*restore it from a backup"):
         load_state(tmp_path)
     path.write_text('{"version": 1, "tick": -3}')
-    with pytest.raises(StateError, match="field 'tick' must be an integer >= 0"):
+    with pytest.raises(StateError, match="field 'tick' must be >= 0, got -3"):
         load_state(tmp_path)
     path.write_text("[1, 2]")
     with pytest.raises(StateError, match="holds a list"):
