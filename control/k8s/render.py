@@ -452,83 +452,99 @@ def node_pools(record: PlanRecord) -> dict[str, int]:
     return {pool: len(first_fit_decreasing(items, g)) for pool, (g, items) in sorted(sizes.items())}
 
 
-def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> list[dict[str, Any]]:
-    """Deployments, LeaderWorkerSets and Services of a plan, sorted by (kind, name)."""
-    options = options or K8sOptions()
-    out: list[dict[str, Any]] = []
-    services: dict[tuple[str, str], None] = {}
-    pools = node_pools(record)
-    for key, instances in sorted(record.plan.items()):
-        t = record.templates[key]
-        model, phase, region = str(t["model"]), str(t["phase"]), str(t["region"])
-        tier = str(t.get("tier") or options.capacity_type)
-        if tier not in CAPACITY_TYPES:
-            raise SinkError(f"template {key!r}: field 'tier' must be one of {', '.join(CAPACITY_TYPES)}, "
-                            f"got {tier!r}")
-        stages = vllm_stages(key, t)
-        tp = _parse_config(key, stages[0][1])[0]
-        layers = [j for j, _ in stages]
-        owner = record.owner
-        name = workload_name(model, phase, key, owner)
-        services[(model, phase)] = None
-        labels = {MANAGED_BY[0]: MANAGED_BY[1], "app.kubernetes.io/name": "vllm",
-                  MODEL_LABEL: model_label(model), PHASE_LABEL: _label_value(phase),
-                  TEMPLATE_LABEL: _digest(_owned(owner, key)), **({CONTROLLER_LABEL: owner} if owner else {}),
-                  # a co-located pod serves whole requests: the model's entry Service selects it
-                  **({ENTRY_POD_LABEL: "true"} if phase == "colocated" else {})}
-        annotations = {"atoll.io/template-key": key, MODEL_NAME_ANNOTATION: model,
-                       "atoll.io/stages": json.dumps(t["stages"], separators=(",", ":")),
-                       "atoll.io/instances": str(instances), "atoll.io/plan-sequence": str(record.sequence),
-                       # the nodes the plan pays for in each pool this workload uses (several
-                       # workloads and their slices share a pool): what a cluster autoscaler's
-                       # limit for the pool should allow
-                       POOL_NODES_ANNOTATION: json.dumps(
-                           {p: pools[p] for p in sorted({_pool(t, c) for _, cs in t["stages"] for c in cs})
-                            if p in pools}, separators=(",", ":"))}
-        colocated = phase == "colocated"
-        if options.pd == "disaggregated" and not colocated and kv_role(phase, len(stages)) == "kv_both":
-            annotations["atoll.io/vllm-caveat"] = (
-                "decode with pipeline parallelism: vLLM 0.33.0's NixlConnector refuses kv_consumer with "
-                "PP > 1, so this engine runs the deprecated kv_both role")
-        meta = {"name": name, "namespace": options.namespace, "labels": labels, "annotations": annotations}
-        serve = serve_command(options, model, tp, layers, phase)
-        nixl = options.pd == "disaggregated" and not colocated
-        if len(stages) == 1:
-            pod = _pod(options, _node_selector(options, stages[0][1], key, region, tier),
-                       _container(options, "vllm", tp, f"exec {serve}", {}, True, nixl))
-            out.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
-                        "spec": {"replicas": instances, "selector": {"matchLabels": {
-                            MANAGED_BY[0]: MANAGED_BY[1], TEMPLATE_LABEL: labels[TEMPLATE_LABEL]}},
-                                 "template": {"metadata": {"labels": {**labels, SERVING_LABEL: "true"}},
-                                              "spec": pod}}})
-            continue
-        env = {"VLLM_PP_LAYER_PARTITION": ",".join(str(j) for j in layers)}
-        leader_cmd = (f"bash {MULTI_NODE_SCRIPT} leader --ray_cluster_size=$(LWS_GROUP_SIZE) && exec {serve}")
-        worker_cmd = f"bash {MULTI_NODE_SCRIPT} worker --ray_address=$(LWS_LEADER_ADDRESS)"
-        leader = _pod(options, _node_selector(options, stages[0][1], key, region, tier),
-                      _container(options, "vllm-leader", tp, leader_cmd, env, True, nixl))
-        worker = _pod(options, _node_selector(options, stages[1][1], key, region, tier),
-                      _container(options, "vllm-worker", tp, worker_cmd, env, False, nixl))
-        out.append({"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": meta, "spec": {
-            "replicas": instances, "startupPolicy": "LeaderCreated",
-            "leaderWorkerTemplate": {
-                "size": len(stages), "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": {"metadata": {"labels": {**labels, SERVING_LABEL: "true"}},
-                                   "spec": leader},
-                "workerTemplate": {"metadata": {"labels": {**labels, SERVING_LABEL: "false"}},
-                                   "spec": worker},
-            }}})
+def _workload_metadata(options: K8sOptions, record: PlanRecord, key: str, instances: int,
+                       pools: Mapping[str, int], stages: int) -> dict[str, Any]:
+    """The metadata of one template's workload: its name, the labels its Services and the
+    controller select it by, and annotations saying what the plan asked (its template, stages,
+    instances, the nodes its pools are paid for, and a caveat where vLLM forces a role)."""
+    t = record.templates[key]
+    model, phase, owner = str(t["model"]), str(t["phase"]), record.owner
+    labels = {MANAGED_BY[0]: MANAGED_BY[1], "app.kubernetes.io/name": "vllm",
+              MODEL_LABEL: model_label(model), PHASE_LABEL: _label_value(phase),
+              TEMPLATE_LABEL: _digest(_owned(owner, key)), **({CONTROLLER_LABEL: owner} if owner else {}),
+              # a co-located pod serves whole requests: the model's entry Service selects it
+              **({ENTRY_POD_LABEL: "true"} if phase == "colocated" else {})}
+    annotations = {"atoll.io/template-key": key, MODEL_NAME_ANNOTATION: model,
+                   "atoll.io/stages": json.dumps(t["stages"], separators=(",", ":")),
+                   "atoll.io/instances": str(instances), "atoll.io/plan-sequence": str(record.sequence),
+                   # the nodes the plan pays for in each pool this workload uses (several
+                   # workloads and their slices share a pool): what a cluster autoscaler's
+                   # limit for the pool should allow
+                   POOL_NODES_ANNOTATION: json.dumps(
+                       {p: pools[p] for p in sorted({_pool(t, c) for _, cs in t["stages"] for c in cs})
+                        if p in pools}, separators=(",", ":"))}
+    if options.pd == "disaggregated" and phase != "colocated" and kv_role(phase, stages) == "kv_both":
+        annotations["atoll.io/vllm-caveat"] = (
+            "decode with pipeline parallelism: vLLM 0.33.0's NixlConnector refuses kv_consumer with "
+            "PP > 1, so this engine runs the deprecated kv_both role")
+    return {"name": workload_name(model, phase, key, owner), "namespace": options.namespace, "labels": labels,
+            "annotations": annotations}
+
+
+def _workload(options: K8sOptions, record: PlanRecord, key: str, instances: int,
+              pools: Mapping[str, int]) -> dict[str, Any]:
+    """One template's workload: a Deployment of one-node engines, or a LeaderWorkerSet whose
+    leader starts the Ray cluster and serves and whose workers join it (pipeline stages)."""
+    t = record.templates[key]
+    model, phase, region = str(t["model"]), str(t["phase"]), str(t["region"])
+    tier = str(t.get("tier") or options.capacity_type)
+    if tier not in CAPACITY_TYPES:
+        raise SinkError(f"template {key!r}: field 'tier' must be one of {', '.join(CAPACITY_TYPES)}, "
+                        f"got {tier!r}")
+    stages = vllm_stages(key, t)
+    tp = _parse_config(key, stages[0][1])[0]
+    layers = [j for j, _ in stages]
+    meta = _workload_metadata(options, record, key, instances, pools, len(stages))
+    labels = meta["labels"]
+    serve = serve_command(options, model, tp, layers, phase)
+    nixl = options.pd == "disaggregated" and phase != "colocated"
+    if len(stages) == 1:
+        pod = _pod(options, _node_selector(options, stages[0][1], key, region, tier),
+                   _container(options, "vllm", tp, f"exec {serve}", {}, True, nixl))
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                "spec": {"replicas": instances, "selector": {"matchLabels": {
+                    MANAGED_BY[0]: MANAGED_BY[1], TEMPLATE_LABEL: labels[TEMPLATE_LABEL]}},
+                         "template": {"metadata": {"labels": {**labels, SERVING_LABEL: "true"}},
+                                      "spec": pod}}}
+    env = {"VLLM_PP_LAYER_PARTITION": ",".join(str(j) for j in layers)}
+    leader_cmd = (f"bash {MULTI_NODE_SCRIPT} leader --ray_cluster_size=$(LWS_GROUP_SIZE) && exec {serve}")
+    worker_cmd = f"bash {MULTI_NODE_SCRIPT} worker --ray_address=$(LWS_LEADER_ADDRESS)"
+    leader = _pod(options, _node_selector(options, stages[0][1], key, region, tier),
+                  _container(options, "vllm-leader", tp, leader_cmd, env, True, nixl))
+    worker = _pod(options, _node_selector(options, stages[1][1], key, region, tier),
+                  _container(options, "vllm-worker", tp, worker_cmd, env, False, nixl))
+    return {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "metadata": meta, "spec": {
+        "replicas": instances, "startupPolicy": "LeaderCreated",
+        "leaderWorkerTemplate": {
+            "size": len(stages), "restartPolicy": "RecreateGroupOnPodRestart",
+            "leaderTemplate": {"metadata": {"labels": {**labels, SERVING_LABEL: "true"}},
+                               "spec": leader},
+            "workerTemplate": {"metadata": {"labels": {**labels, SERVING_LABEL: "false"}},
+                               "spec": worker},
+        }}}
+
+
+def _aggregated_services(options: K8sOptions, record: PlanRecord, models: list[str]) -> list[dict[str, Any]]:
+    """Every pod serves whole requests: one Service per model selects all its serving pods."""
+    owned = {CONTROLLER_LABEL: record.owner} if record.owner else {}
+    out = []
+    for model in models:
+        selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), SERVING_LABEL: "true",
+                    **owned}
+        path = {REQUEST_PATH_ANNOTATION: "client -> this Service -> any vLLM pod of the model"}
+        out.append(_service(options, entry_service_name(model, record.owner), model, None, selector,
+                            owned, {ENTRY_LABEL: "true"}, path))
+    return out
+
+
+def _disaggregated_services(options: K8sOptions, record: PlanRecord,
+                            services: Mapping[tuple[str, str], None]) -> list[dict[str, Any]]:
+    """A Service per (model, phase) of the separate phases; an entry Service per model served
+    only co-located; the routers of the models with both phases planned (a model with only one
+    phase planned gets no router: it could not serve a request whole)."""
     owned = {CONTROLLER_LABEL: record.owner} if record.owner else {}
     models = dict.fromkeys(m for m, _ in services)
-    if options.pd == "aggregated":
-        # every pod serves whole requests: one Service per model selects all its serving pods
-        for model in models:
-            selector = {MANAGED_BY[0]: MANAGED_BY[1], MODEL_LABEL: model_label(model), SERVING_LABEL: "true",
-                        **owned}
-            path = {REQUEST_PATH_ANNOTATION: "client -> this Service -> any vLLM pod of the model"}
-            out.append(_service(options, entry_service_name(model, record.owner), model, None, selector,
-                                owned, {ENTRY_LABEL: "true"}, path))
-        return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
+    out = []
     for model, phase in services:
         if phase == "colocated":  # reached through the model's entry Service, below
             continue
@@ -547,12 +563,20 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
         out.append(_service(options, entry_service_name(model, record.owner), model, None, selector, owned,
                             {ENTRY_LABEL: "true"}, path))
     if routed and options.router == "builtin":
-        # a model with only one phase planned gets no router: it could not serve a request whole
         out.append(_router_script(options, record.owner))
+    out.extend(_routers(options, record, routed, served_colocated))
+    return out
+
+
+def _routers(options: K8sOptions, record: PlanRecord, routed: list[str],
+             served_colocated: list[str]) -> list[dict[str, Any]]:
+    """Each routed model's router (atoll's builtin one, or vllm-router told each phase's planned
+    pods); a model also served co-located is mixed (its entry Service selects both kinds)."""
     pods: dict[tuple[str, str], int] = {}  # instances planned per (model, phase)
     for key, n in record.plan.items():
         mp = (str(record.templates[key]["model"]), str(record.templates[key]["phase"]))
         pods[mp] = pods.get(mp, 0) + n
+    out: list[dict[str, Any]] = []
     for model in routed:
         mixed = model in served_colocated
         if options.router == "builtin":
@@ -560,6 +584,23 @@ def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> l
         else:
             out.extend(_vllm_router(options, model, record.owner, record.sequence,
                                     pods[(model, "prefill")], pods[(model, "decode")], mixed))
+    return out
+
+
+def render_manifests(record: PlanRecord, options: K8sOptions | None = None) -> list[dict[str, Any]]:
+    """Deployments, LeaderWorkerSets and Services of a plan, sorted by (kind, name)."""
+    options = options or K8sOptions()
+    pools = node_pools(record)
+    out: list[dict[str, Any]] = []
+    services: dict[tuple[str, str], None] = {}
+    for key, instances in sorted(record.plan.items()):
+        out.append(_workload(options, record, key, instances, pools))
+        t = record.templates[key]
+        services[(str(t["model"]), str(t["phase"]))] = None
+    if options.pd == "aggregated":
+        out += _aggregated_services(options, record, list(dict.fromkeys(m for m, _ in services)))
+    else:
+        out += _disaggregated_services(options, record, services)
     return sorted(out, key=lambda d: (d["kind"], d["metadata"]["name"]))
 
 
