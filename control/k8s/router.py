@@ -546,83 +546,118 @@ class Handler(BaseHTTPRequestHandler):
         self.connection.settimeout(self.server.limits["BODY_TIMEOUT_S"])  # per write to a slow reader
         ctype = resp.getheader("Content-Type", "application/json")
         if resp.length is not None and resp.length <= self.server.limits["MAX_BODY_BYTES"]:
-            try:
-                data = resp.read()
-            except (OSError, http.client.HTTPException) as exc:
-                conn.close()
-                raise RequestError(502, f"{side.name} side broke off its answer: {exc!r}"[:500],
-                                   f"{side.name}_broken") from None
-            side.give_back(conn, resp)
-            self.server.metrics.observe("decode_first_byte", time.monotonic() - self.t0)
-            self._reply(resp.status, None, content_type=ctype, data=data)
-            self.server.metrics.observe("total", time.monotonic() - self.t0)
-            return
+            self._relay_whole(side, conn, resp, ctype)
+        else:
+            self._relay_stream(side, conn, resp, stream, ctype)
+
+    def _relay_whole(self, side: Upstream, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
+                     ctype: str) -> None:
+        """An answer of known length, read whole before the client gets a byte: one broken off
+        is still a clean 502, and the connection goes back to the pool before the write."""
+        try:
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise RequestError(502, f"{side.name} side broke off its answer: {exc!r}"[:500],
+                               f"{side.name}_broken") from None
+        side.give_back(conn, resp)
+        self.server.metrics.observe("decode_first_byte", time.monotonic() - self.t0)
+        self._reply(resp.status, None, content_type=ctype, data=data)
+        self.server.metrics.observe("total", time.monotonic() - self.t0)
+
+    def _relay_stream(self, side: Upstream, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
+                      stream: bool, ctype: str) -> None:
+        """An answer relayed as it arrives, in chunked encoding; the headers go with its first
+        bytes in one write. A chunked answer goes through as it came, framing and all (its
+        connection pooled once read whole); another is framed here."""
         self.sent = True
         self.send_response(resp.status)
         self.send_header("Content-Type", ctype)
         self.send_header("Transfer-Encoding", "chunked")
         first = True
-        # a chunked answer goes through as it came, framing and all; another is framed here
         framing = ChunkedFraming() if resp.chunked else None
         try:
             while True:
-                if framing is not None:
-                    chunk = resp.fp.read1(65536)
-                    if not chunk:
-                        raise http.client.IncompleteRead(b"")
-                    end = framing.feed(chunk)
-                    out = chunk if end is None else chunk[:end]
-                    if framing.done:  # read whole: free for the next hop before the client has it all
-                        resp._close_conn()  # type: ignore[attr-defined]  # as http.client marks it
-                        side.give_back(conn, resp)
-                else:
-                    chunk = resp.read1(65536)
-                    if not chunk and resp.length:  # the upstream closed before its Content-Length
-                        raise http.client.IncompleteRead(b"", resp.length)
-                    out = b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunk else b"0\r\n\r\n"
+                chunk, out = self._next_piece(side, conn, resp, framing)
                 if first:  # the headers and the first bytes in one write
                     self.server.metrics.observe("decode_first_byte", time.monotonic() - self.t0)
                     self._headers_buffer.append(b"\r\n" + out)  # type: ignore[attr-defined]
                     out, first = b"", False
-                try:
-                    if out:
-                        self.wfile.write(out)
-                    else:
-                        self.flush_headers()
-                except OSError:  # the client went away: nothing to tell it
-                    if framing is None or not framing.done:  # (a whole answer's connection is pooled)
-                        conn.close()
-                    self.server.metrics.error("client_gone")
-                    self.close_connection = True
+                if not self._write_piece(out, conn, framing):
                     return
                 if not chunk or (framing is not None and framing.done):
                     break
         except (OSError, http.client.HTTPException, ValueError) as exc:
-            conn.close()
-            self.server.metrics.error(f"{side.name}_broken")
-            self.server.metrics.request(self.path, 502)
-            self.log_error("%s side broke off its answer: %r", side.name, exc)
-            data = b""
-            # a stream's reader learns why before the connection ends (when a chunk may begin)
-            if stream and (framing is None or framing.at_boundary):
-                event = json.dumps({"error": {"message": f"{side.name} side broke off: {exc!r}"[:500],
-                                              "type": "upstream_error", "code": 502}})
-                data = f"event: error\ndata: {event}\n\n".encode()
-                data = b"%x\r\n%s\r\n" % (len(data), data)
-            try:
-                if first:
-                    self._headers_buffer.append(b"\r\n" + data)  # type: ignore[attr-defined]
-                    self.flush_headers()
-                elif data:
-                    self.wfile.write(data)
-            except OSError:
-                pass
-            self.close_connection = True  # no terminating chunk: the client sees an incomplete body
+            self._broken_stream(side, conn, exc, stream, framing, first)
             return
         if framing is None:
             side.give_back(conn, resp)
         self.server.metrics.request(self.path, resp.status)
         self.server.metrics.observe("total", time.monotonic() - self.t0)
+
+    @staticmethod
+    def _next_piece(side: Upstream, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
+                    framing: ChunkedFraming | None) -> tuple[bytes, bytes]:
+        """(what the upstream sent next, the bytes to write for it). An upstream that closes early
+        raises IncompleteRead; a chunked answer read whole frees its connection at once, before
+        the client has it all."""
+        if framing is not None:
+            chunk = resp.fp.read1(65536)
+            if not chunk:
+                raise http.client.IncompleteRead(b"")
+            end = framing.feed(chunk)
+            out = chunk if end is None else chunk[:end]
+            if framing.done:  # read whole: free for the next hop before the client has it all
+                resp._close_conn()  # type: ignore[attr-defined]  # as http.client marks it
+                side.give_back(conn, resp)
+            return chunk, out
+        chunk = resp.read1(65536)
+        if not chunk and resp.length:  # the upstream closed before its Content-Length
+            raise http.client.IncompleteRead(b"", resp.length)
+        return chunk, (b"%x\r\n%s\r\n" % (len(chunk), chunk) if chunk else b"0\r\n\r\n")
+
+    def _write_piece(self, out: bytes, conn: http.client.HTTPConnection,
+                     framing: ChunkedFraming | None) -> bool:
+        """Write ``out`` (nothing: flush the buffered headers); False when the client went away,
+        with the upstream connection closed unless it was already pooled."""
+        try:
+            if out:
+                self.wfile.write(out)
+            else:
+                self.flush_headers()
+        except OSError:  # the client went away: nothing to tell it
+            if framing is None or not framing.done:  # (a whole answer's connection is pooled)
+                conn.close()
+            self.server.metrics.error("client_gone")
+            self.close_connection = True
+            return False
+        return True
+
+    def _broken_stream(self, side: Upstream, conn: http.client.HTTPConnection, exc: BaseException,
+                       stream: bool, framing: ChunkedFraming | None, first: bool) -> None:
+        """The upstream broke off a relayed answer: counted and logged as a 502, a stream's reader
+        told why in an error event (where a chunk may begin), and the connection ended without
+        the terminating chunk, so the client sees an incomplete body."""
+        conn.close()
+        self.server.metrics.error(f"{side.name}_broken")
+        self.server.metrics.request(self.path, 502)
+        self.log_error("%s side broke off its answer: %r", side.name, exc)
+        data = b""
+        # a stream's reader learns why before the connection ends (when a chunk may begin)
+        if stream and (framing is None or framing.at_boundary):
+            event = json.dumps({"error": {"message": f"{side.name} side broke off: {exc!r}"[:500],
+                                          "type": "upstream_error", "code": 502}})
+            data = f"event: error\ndata: {event}\n\n".encode()
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        try:
+            if first:
+                self._headers_buffer.append(b"\r\n" + data)  # type: ignore[attr-defined]
+                self.flush_headers()
+            elif data:
+                self.wfile.write(data)
+        except OSError:
+            pass
+        self.close_connection = True  # no terminating chunk: the client sees an incomplete body
 
     def do_GET(self) -> None:
         if self.path == "/live":
