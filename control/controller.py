@@ -420,11 +420,11 @@ class Controller:
         self.state = replace(state, history=history)
         return fresh, demand
 
-    def _account(self, now: float, fresh: list[str], rates: RateReport) -> tuple[float, float]:
+    def _account(self, now: float, fresh: list[str], rates: RateReport) -> tuple[np.ndarray, float]:
         """The interval since the last tick, as the env's step: served against the capacity that
         was ready over it, billed for the nodes held over it (before this tick changes either);
         the servers' view, and what the capacity correction learns from the interval.
-        (the interval's cost, its seconds)."""
+        (the interval's cost per model, its seconds)."""
         last_cost, last_seconds, unserved = observe.account(self.fleet, self.state, now, fresh)
         self.state = replace(self.state, unserved=unserved)
         self._view = observe.server_view(self.fleet.models, self._latency, fresh, rates)
@@ -436,7 +436,7 @@ class Controller:
         return last_cost, last_seconds
 
     def _signals(self, now: float, fresh: list[str], rates: RateReport,
-                 forecasts: Mapping[str, ModelForecast], last_cost: float, last_seconds: float
+                 forecasts: Mapping[str, ModelForecast], last_cost: np.ndarray, last_seconds: float
                  ) -> tuple[Signals, dict[str, Any] | None]:
         """The env's signals of the delivered plan now (with the servers' view for a closed-loop
         policy), and the risk signals and their report for a policy that reads them."""

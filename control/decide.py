@@ -177,6 +177,7 @@ def _replan(wanted: _Wanted, demand: dict[str, float], before: dict[str, int], *
             ) -> tuple[dict[str, Any], Allocation | None]:
     """(the solve report, the solver's allocation: None when it found none). Without a model to
     solve the delivered plan stands, so the guard rails still add what a floor asks."""
+    report: dict[str, Any]
     if not wanted.solved:
         report = {"status": "not solved", "mode": None, "solver_seconds": 0.0, "cached": False,
                   "message": "no model with fresh demand chosen", "demand_tokens_per_s": demand}
