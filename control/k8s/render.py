@@ -107,6 +107,7 @@ from atoll.control.plans import PlanRecord, SinkError
 from atoll.solvers.packing import first_fit_decreasing
 from atoll.solvers.tiers import tiered_region
 from atoll.solvers.types import ModelSpec, node_config_of, parse_config_name
+from atoll.solvers.validation import check_choice, check_integer, check_number
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -213,14 +214,9 @@ class K8sOptions:
             _dns_label(owner, "model_cache_claim", self.model_cache_claim)
         if not isinstance(self.image, str) or not self.image.strip():
             raise SinkError(f"{owner}: field 'image' must name a container image")
-        if self.pd not in PD_MODES:
-            raise SinkError(f"{owner}: field 'pd' must be one of {', '.join(PD_MODES)}, got {self.pd!r}")
-        if self.capacity_type not in CAPACITY_TYPES:
-            raise SinkError(f"{owner}: field 'capacity_type' must be one of {', '.join(CAPACITY_TYPES)}, "
-                            f"got {self.capacity_type!r}")
-        if self.router not in ROUTERS:
-            raise SinkError(f"{owner}: field 'router' must be one of {', '.join(ROUTERS)}, "
-                            f"got {self.router!r}")
+        check_choice(owner, "pd", self.pd, PD_MODES, error=SinkError)
+        check_choice(owner, "capacity_type", self.capacity_type, CAPACITY_TYPES, error=SinkError)
+        check_choice(owner, "router", self.router, ROUTERS, error=SinkError)
         if self.router_image is None:
             object.__setattr__(self, "router_image",
                                VLLM_ROUTER_IMAGE if self.router == "vllm-router" else BUILTIN_ROUTER_IMAGE)
@@ -235,9 +231,7 @@ class K8sOptions:
             raise SinkError(f"{owner}: field 'port' must be an integer 1..65535, got {self.port!r}")
         for name in ("shm_gi", "memory_gi_per_gpu", "startup_timeout_s", "router_replicas",
                      "router_max_tokens", "router_max_body_mb"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise SinkError(f"{owner}: field '{name}' must be an integer >= 1, got {v!r}")
+            check_integer(owner, name, getattr(self, name), error=SinkError)
         object.__setattr__(self, "node_labels", parse_node_labels(self.node_labels, "node_labels"))
         if self.kube_version is not None:
             object.__setattr__(self, "kube_version",
@@ -246,8 +240,7 @@ class K8sOptions:
             if not isinstance(self.capacity_label, str) or not self.capacity_label:
                 raise SinkError(f"{owner}: field 'capacity_label' must be a label key, "
                                 f"got {self.capacity_label!r}")
-        if not (isinstance(self.cpu_per_gpu, int | float) and self.cpu_per_gpu > 0):
-            raise SinkError(f"{owner}: field 'cpu_per_gpu' must be > 0, got {self.cpu_per_gpu!r}")
+        check_number(owner, "cpu_per_gpu", self.cpu_per_gpu, error=SinkError)
 
 
 def _slug(text: str) -> str:
