@@ -245,6 +245,7 @@ def _independent(base: AllocationProblem, single: Allocation | None) -> Rung:
     """Models one at a time: model k against the availability left by models 1..k-1 (their
     independent plans) and by models k+1..n (their single-type plans)."""
     t0 = time.perf_counter()
+    per_phase = restricted(base, "joint")  # the joint rung's problem: a replica per phase
     reserved: dict[str, dict[str, int]] = defaultdict(dict)  # model -> its single-type counts
     for key, n in (single.counts if single is not None else ()):
         reserved[base.template(key).service.model][key] = n
@@ -261,7 +262,7 @@ def _independent(base: AllocationProblem, single: Allocation | None) -> Rung:
         use = _usage(base, held)
         avail = None if base.availability is None else {
             rc: max(v - use.get(rc, 0), 0.0) for rc, v in base.availability.items()}
-        templates = tuple(t for t in base.templates if t.service.model == m and not t.colocated)
+        templates = tuple(t for t in per_phase.templates if t.service.model == m)
         demand = {s: d for s, d in base.demand.items() if model_of(s) == m}
         if not templates or not any(d > 0 for d in demand.values()):
             statuses.append(SolveStatus.OPTIMAL.value)
@@ -279,7 +280,6 @@ def _independent(base: AllocationProblem, single: Allocation | None) -> Rung:
         taken.update(part.as_dict())
     worst = next((s for s in ("error", "infeasible", "feasible_time_limit", "feasible") if s in statuses),
                  SolveStatus.OPTIMAL.value)
-    sub_all = restricted(base, "joint")
     allocation = Allocation.of(taken)
     status = worst
     if base.mode == "cost" and messages:
@@ -287,7 +287,7 @@ def _independent(base: AllocationProblem, single: Allocation | None) -> Rung:
     plan: Allocation | None = allocation
     if base.mode == "cost" and messages:
         plan = None  # some model's demand cannot be met: no plan, as for the ILP rungs
-    plan = _keep_better(base, sub_all, plan, single)
+    plan = _keep_better(base, per_phase, plan, single)
     ev = evaluate_plan(base, plan) if plan is not None else None
     worst_gap = max(gaps) if gaps and all(math.isfinite(g) for g in gaps) else math.nan
     return Rung("independent", status, plan, ev, time.perf_counter() - t0, len(base.templates),

@@ -24,7 +24,7 @@ import numpy as np
 
 from atoll.solvers.template_store import paused_gc
 from atoll.solvers.tiers import split_tier
-from atoll.solvers.types import Template, node_config_of
+from atoll.solvers.types import Phase, Service, Template, node_config_of
 
 MODES = ("cost", "goodput")
 RegionConfig = tuple[str, str]
@@ -584,7 +584,7 @@ class AllocationProblem:
         out = [(t, t.throughput) for t in self.templates_of(service)]
         if self._index.any_colocated:
             m = model_of(service)
-            out += [(t, thr) for t in self.templates_of(f"{m}/colocated")
+            out += [(t, thr) for t in self.templates_of(Service(m, Phase.COLOCATED).name)
                     for s, thr in t.covers if s == service]
         return out
 

@@ -64,12 +64,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         out.note(f"interrupted: partial totals of {len(episodes)} policy run(s), the last one cut after "
                  f"{len(cut.steps) if cut is not None else 0} step(s)")
     results = {ep.policy: ep.totals() for ep in episodes}
+    spec = env.config.scenario_spec
     doc: dict[str, Any] = {
         "partial": partial,
         "scenario": args.scenario, "fleet": args.fleet, "workload": workloads_used(args), "days": day_list,
         "availability": env.config.availability, "prices": env.config.price_kind, "seed": args.seed,
-        "world": world_of(env.config), "pd": env.config.scenario_spec.pd,
-        **({"model_pd": dict(spec.model_pd)} if (spec := env.config.scenario_spec).model_pd else {}),
+        "world": world_of(env.config), "pd": spec.pd,
+        **({"model_pd": dict(spec.model_pd)} if spec.model_pd else {}),
         **({"market": args.loaded_fleet.spec.market_summary} if getattr(args, "loaded_fleet", None) else {}),
         "closed_loop": {"capacity_error": env.config.capacity_error_spec.label,
                         "correction": env.config.correction, "slo_model": env.config.slo_model},

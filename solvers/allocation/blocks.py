@@ -41,10 +41,12 @@ def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
 
     owner: dict[tuple[str, str], str] = {}  # built row -> a service with a term in it
     service_of: dict[str, str] = {}
+    served: set[str] = set()  # the services some free template serves
     for key in inst.free:
         t = p.template(key)
         # the demand rows it serves join: a co-located template ties its model's two services
         rows = [name for name, _ in t.covers if name in parent] or [t.service.name]
+        served.update(rows)
         s = service_of[key] = rows[0]
         for other in rows[1:]:
             a, b = find(s), find(other)
@@ -56,8 +58,6 @@ def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
                 a, b = find(owner.setdefault(rc, s)), find(s)
                 if a != b:
                     parent[b] = a
-    served = {name for key in inst.free for name, _ in p.template(key).covers} if p.index.any_colocated \
-        else set(service_of.values())
     if len(served & set(inst.services)) < len(inst.services):
         return [inst]
     groups: dict[str, list[str]] = defaultdict(list)

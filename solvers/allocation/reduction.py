@@ -203,8 +203,7 @@ def _needed(ix: TemplateIndex, demand: np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         need = d1 / thr
     if ix.any_colocated:
-        c2 = ix.cover2[sel]
-        co = c2 >= 0
+        c2, co = ix.cover2[sel], ix.colocated[sel]
         d2 = np.where(co, demand[np.maximum(c2, 0)], 0.0)
         need = np.maximum(need, np.where(co, d2 / np.where(co, ix.throughput2[sel], 1.0), 0.0))
         free = free | (d2 > 0)
