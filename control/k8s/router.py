@@ -458,8 +458,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
             self.close_connection = True
         self._headers_buffer.append(b"\r\n" + data)  # type: ignore[attr-defined]  # one write
-        self.flush_headers()
+        # counted before the write that answers: a client holding its answer finds it in /metrics
         self.server.metrics.request(getattr(self, "path", "other"), status)
+        self.flush_headers()
 
     def handle_expect_100(self) -> bool:
         # a body over the limit is refused before the client sends it
@@ -562,8 +563,9 @@ class Handler(BaseHTTPRequestHandler):
                                f"{side.name}_broken") from None
         side.give_back(conn, resp)
         self.server.metrics.observe("decode_first_byte", time.monotonic() - self.t0)
-        self._reply(resp.status, None, content_type=ctype, data=data)
+        # the whole answer is in hand: its time is observed before the one write that sends it
         self.server.metrics.observe("total", time.monotonic() - self.t0)
+        self._reply(resp.status, None, content_type=ctype, data=data)
 
     def _relay_stream(self, side: Upstream, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
                       stream: bool, ctype: str) -> None:
