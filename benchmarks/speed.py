@@ -18,6 +18,9 @@ Parts (``--parts``, comma-separated; default all):
 - ``help``: wall of ``atoll --help`` (best of 3 fresh interpreters);
 - ``ppo``: PPO on extended with two SubprocVecEnv workers: env steps/s of ``learn`` after the
   workers are up (warm caches), and the steps that rate gives in 30 minutes;
+- ``fleet20_library_cold``: ``atoll templates build --scenario fleet20 --workers 2`` in a fresh
+  process and an empty cache folder (wall, peak RSS, templates, jobs run against jobs listed: a
+  fine-tune shares its base's job);
 - ``sliced_ilp``: the sliced ILP (extended's models, even mix, ample, vllm with slices) on the
   AWS-only fleet and the extended scenario, over slice kinds and with a column per placement:
   the seconds of each and whether the optima agree.
@@ -46,7 +49,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
 ATOLL = str(Path(sys.executable).with_name("atoll"))
 PARTS = ("extended_day", "core_2_days", "fleet20_day", "fleet20_contest_world_day", "env_steps", "setup",
-         "help", "ppo", "sliced_ilp")
+         "help", "ppo", "sliced_ilp", "fleet20_library_cold")
 EXTENDED_DAY = ["simulate", "--scenario", "extended", "--days", "11", "--policy", "fixed:1",
                 "--availability", "spot", "--capacity-error", "calibration", "--json"]
 CORE_2_DAYS = ["simulate", "--scenario", "core", "--days", "11-12", "--policy", "fixed:1", "--json"]
@@ -251,6 +254,22 @@ def part_setup() -> dict[str, Any]:
                 os.environ["ATOLL_CACHE_DIR"] = old
     out["load_after"] = load()
     return out
+
+
+def part_fleet20_library_cold() -> dict[str, Any]:
+    from atoll.solvers.scenarios import SCENARIOS, library_spec
+
+    jobs = library_spec(SCENARIOS["fleet20"]).jobs()
+    before = load()
+    with tempfile.TemporaryDirectory() as tmp:
+        r = run_process([ATOLL, "templates", "build", "--scenario", "fleet20", "--workers", "2", "--json"],
+                        env={**os.environ, "ATOLL_CACHE_DIR": tmp})
+        entries = len(list(Path(tmp).glob("*.json")))
+    doc = r.pop("result") or {}
+    log(f"  cold: {r['wall_s']} s, {r['peak_rss_mb']} MB")
+    return {**r, "templates": doc.get("total_templates"), "build_s": doc.get("build_seconds"),
+            "jobs": len(jobs), "jobs_run": len({j.entry_key for j in jobs}), "cache_entries": entries,
+            "load_before": before, "load_after": load()}
 
 
 def part_help() -> dict[str, Any]:

@@ -283,8 +283,20 @@ class TemplateJob:
 
     @property
     def key(self) -> str:
-        return digest({
-            "code_version": CODE_VERSION, "model": asdict(self.model), "phase": self.phase.value,
+        """This job's identity: what it computes and for which model (the library key hashes these)."""
+        return digest(self._key_fields(asdict(self.model)))
+
+    @property
+    def entry_key(self) -> str:
+        """The key of what this job computes, the cache entry's: :attr:`key` without the model's
+        name, role and aliases, so jobs of one architecture, SLO and request shape (a fine-tune and
+        its base) share one entry and one run; a loaded entry is relabelled with the job's model."""
+        model = {k: v for k, v in asdict(self.model).items() if k not in ("name", "role", "aliases")}
+        return digest(self._key_fields(model))
+
+    def _key_fields(self, model: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "code_version": CODE_VERSION, "model": model, "phase": self.phase.value,
             "region": self.region,
             # Prices do not change templates, so they stay out of the key.
             "configs": [{"name": c.name, "gpu": asdict(c.gpu)} for c in self.configs],
@@ -293,7 +305,7 @@ class TemplateJob:
             # whole-node libraries keep their keys (and caches); slice configs are in "configs" too
             **({"slices": SLICES_VERSION} if any(c.node_gpus for c in self.configs) else {}),
             **({"colocated": COLOCATED_VERSION} if self.phase is Phase.COLOCATED else {}),
-        })
+        }
 
 
 def enumerate_multisets(model: ModelSpec, configs: Sequence[NodeConfig], n_max: int, rho: float,
@@ -365,15 +377,27 @@ class JobResult:
                 for t in self.templates]
         return {"evaluated": self.evaluated, "seconds": self.seconds, "services": services, "rows": rows}
 
+    def relabelled(self, model: str) -> JobResult:
+        """The same templates for ``model`` (a job that shares this one's entry, see
+        :attr:`TemplateJob.entry_key`); the stages are shared, not copied."""
+        if not self.templates or self.templates[0].service.model == model:
+            return self
+        service = Service(model, self.templates[0].service.phase)
+        return JobResult(tuple(Template.trusted(service, t.region, t.nodes, t.stages, t.throughput,
+                                                t.decode_throughput) for t in self.templates),
+                         self.evaluated, self.seconds)
+
     @staticmethod
-    def from_json(data: dict[str, Any]) -> JobResult:
+    def from_json(data: dict[str, Any], model: str | None = None) -> JobResult:
+        """A job result from :meth:`to_json`; ``model`` names the templates' model (default the
+        one the entry was computed for)."""
         rows, services = data["rows"], data["services"]
         if rows and len(services) != 1:
             raise ValueError("job result JSON: field 'services' must hold one (model, phase, region)")
         templates: tuple[Template, ...] = ()
         if rows:
-            model, phase, region = services[0]
-            service = Service(str(model), Phase(phase))
+            computed_for, phase, region = services[0]
+            service = Service(str(model or computed_for), Phase(phase))
             region = str(region)
             # Rows come from a checksummed cache entry written by to_json from validated
             # templates, so skip re-validation (it was most of a 1e5-template load); the tuple
@@ -522,12 +546,12 @@ def _load_jobs(store: TemplateStore, keys: list[str], by_key: dict[str, Template
                results: dict[str, JobResult]) -> None:
     """Read every trustworthy cached job of ``keys`` into ``results``."""
     for key in keys:
-        payload = store.load(key)
+        job = by_key[key]
+        payload = store.load(job.entry_key)
         if payload is None:
             continue
         try:
-            result = JobResult.from_json(payload)
-            job = by_key[key]
+            result = JobResult.from_json(payload, job.model.name)
             check_templates(result.templates, [c.name for c in job.configs], job.model.layers)
             if result.evaluated == 0 and enumerate_multisets(
                     job.model, job.configs, job.n_max, job.rho, job.shape, job.runtime):
@@ -537,7 +561,7 @@ def _load_jobs(store: TemplateStore, keys: list[str], by_key: dict[str, Template
             results[key] = result
         except (KeyError, TypeError, ValueError) as exc:  # checksummed, yet not a job result
             logging.getLogger(__name__).warning("template cache entry %s: %s; rebuilding it",
-                                                store.path(key), exc)
+                                                store.path(job.entry_key), exc)
 
 
 def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: int | None = None,
@@ -571,7 +595,12 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
     if store is not None:
         with paused_gc():
             _load_jobs(store, keys, by_key, results)
-    todo = [job for job, key in zip(jobs, keys, strict=True) if key not in results]
+    # Jobs of one entry key (a fine-tune and its base) run once; the others take its templates.
+    sharing: dict[str, list[TemplateJob]] = {}
+    for job, key in zip(jobs, keys, strict=True):
+        if key not in results:
+            sharing.setdefault(job.entry_key, []).append(job)
+    todo = [group[0] for group in sharing.values()]
     # Largest first keeps the workers busy to the end.
     weight = {job.key: len(enumerate_multisets(job.model, job.configs, job.n_max, job.rho, job.shape,
                                                job.runtime))
@@ -589,9 +618,10 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
             total = sum(weight.values())
             task = bar.add_task("build", total=total)
             for job, result in running:
-                results[job.key] = result
+                for sharer in sharing[job.entry_key]:
+                    results[sharer.key] = result.relabelled(sharer.model.name)
                 if store is not None:
-                    store.save(job.key, result.to_json())
+                    store.save(job.entry_key, result.to_json())
                 bar.advance(task, weight[job.key])
                 if callable(progress):
                     progress(weight[job.key], total)

@@ -11,32 +11,28 @@ from rich.table import Table
 from atoll.control.cli.common import add_fleet_option, add_json, add_pd_option, read_fleet_arg
 from atoll.control.cli.output import UserError, as_user_error, console, output_for, progress
 from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS
-from atoll.solvers.errors import UnknownNameError
 from atoll.solvers.models import DEFAULT_MODELS
 from atoll.solvers.perf import RequestShape
 from atoll.solvers.runtime import DEFAULT_RUNTIME, RUNTIMES, slices_default
-from atoll.solvers.scenarios import library_spec
-from atoll.solvers.templates import SCENARIO_LIBRARIES, LibrarySpec, TemplateLibrary, build_library
+from atoll.solvers.scenarios import SCENARIOS, library_spec
+from atoll.solvers.templates import LibrarySpec, TemplateLibrary, build_library
 
 
 def _split(value: str | None) -> tuple[str, ...] | None:
     return tuple(v.strip() for v in value.split(",") if v.strip()) if value else None
 
 
-def _scenario_shapes(name: str) -> tuple[tuple[str, RequestShape], ...]:
-    """Per-model request shapes of a scenario of :mod:`atoll.solvers.scenarios` (Azure trace means), so
-    that this command warms the same cache entries the allocation will read."""
+def _scenario_library(name: str) -> LibrarySpec:
+    """A bundled scenario's library spec with its per-model request shapes (Azure trace means), so
+    that this command warms the same cache entries the allocation will read; without the traces,
+    the default request shape (said on stderr)."""
+    scenario = SCENARIOS[name]  # an unknown name lists the valid ones
     try:
-        from atoll.solvers.scenarios import SCENARIOS, request_shapes
-    except ImportError:
-        return ()
-    if name not in SCENARIOS:
-        return ()
-    try:
-        return tuple(request_shapes(SCENARIOS[name]).items())
+        return library_spec(scenario)
     except FileNotFoundError as exc:
         console.print(f"[yellow]note:[/] {exc}; using the default request shape")
-        return ()
+        return LibrarySpec(models=scenario.models, regions=scenario.regions, gpu_types=scenario.gpu_types,
+                           n_max=scenario.n_max, rho=scenario.rho)
 
 
 def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
@@ -51,21 +47,14 @@ def spec_from_args(args: argparse.Namespace) -> tuple[str | None, LibrarySpec]:
             raise as_user_error(exc) from exc
     active = read_fleet_arg(args)
     own: tuple[str | None, bool] = (None, False)  # the fleet's runtime and slices
-    if active is not None:
-        base = library_spec(active.scenario)
-        own = (base.runtime, base.slices)
+    if active is not None or args.scenario is not None:
+        base = library_spec(active.scenario) if active is not None else _scenario_library(args.scenario)
+        if active is not None:
+            own = (base.runtime, base.slices)
         fields: dict[str, Any] = {"models": base.models, "regions": base.regions, "gpu_types": base.gpu_types,
                                   "n_max": base.n_max, "rho": base.rho, "shape": base.shape,
                                   "model_shapes": () if shape else base.model_shapes, "runtime": base.runtime,
                                   "fleet": base.fleet, "pd": base.pd, "model_pd": base.model_pd}
-    elif args.scenario is not None:
-        if args.scenario not in SCENARIO_LIBRARIES:
-            raise UnknownNameError(f"unknown scenario {args.scenario!r}; valid scenarios: "
-                            f"{', '.join(sorted(SCENARIO_LIBRARIES))}")
-        base = SCENARIO_LIBRARIES[args.scenario]
-        fields = {"models": base.models, "regions": base.regions, "gpu_types": base.gpu_types,
-                  "n_max": base.n_max, "rho": base.rho, "shape": base.shape,
-                  "model_shapes": () if shape else _scenario_shapes(args.scenario)}
     else:
         fields = {"models": DEFAULT_MODELS, "regions": DEFAULT_REGIONS, "gpu_types": DEFAULT_GPU_TYPES}
     for arg, name in (("models", "models"), ("regions", "regions"), ("gpus", "gpu_types")):
@@ -131,7 +120,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("templates", help="serving-template library (offline stage)")
     psub = p.add_subparsers(dest="templates_command", required=True, metavar="SUBCOMMAND")
     b = psub.add_parser("build", help="enumerate, place exactly and prune templates; cached on disk")
-    b.add_argument("--scenario", help=f"library of a scenario: {', '.join(sorted(SCENARIO_LIBRARIES))} "
+    b.add_argument("--scenario", help=f"library of a scenario: {', '.join(SCENARIOS)} "
                                       "(options below override its fields)")
     add_fleet_option(b)
     b.add_argument("--runtime", default=None, choices=RUNTIMES,

@@ -362,3 +362,25 @@ def test_an_edited_entry_with_a_recomputed_checksum_is_validated_and_rebuilt(
         again = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
     assert not again.from_cache and again.templates == cold.templates
     assert reason in caplog.text and "rebuilding" in caplog.text
+
+
+def test_a_fine_tune_shares_its_base_entry_and_run(tmp_path: Path) -> None:
+    # a fine-tune has its base's architecture, SLO and (here) request shape: one run, one entry
+    spec = dataclasses.replace(SMALL, models=("Qwen3-32B", "Qwen3-32B-ft1"), gpu_types=("L4",))
+    built = build_library(spec, cache_dir=tmp_path, workers=1, progress=False)
+    jobs = spec.jobs()
+    assert len({j.key for j in jobs}) == 4 and len({j.entry_key for j in jobs}) == 2
+    assert len(list(tmp_path.glob("*.json"))) == 2
+    base, tuned = built.for_model("Qwen3-32B"), built.for_model("Qwen3-32B-ft1")
+    assert base and len(base) == len(tuned)
+    assert all(t.service.model == "Qwen3-32B-ft1" and t.service.phase == b.service.phase for b, t in zip(
+        base, tuned, strict=True))
+    assert [(t.nodes, t.stages, t.throughput) for t in tuned] == [
+        (b.nodes, b.stages, b.throughput) for b in base]
+    # the fine-tune alone, from that cache: no job runs, and its templates name it
+    alone = build_library(dataclasses.replace(spec, models=("Qwen3-32B-ft1",)), cache_dir=tmp_path, workers=1,
+                          progress=False)
+    assert alone.from_cache and alone.templates == tuple(tuned)
+    # a different request shape is a different entry
+    other = dataclasses.replace(spec, model_shapes=(("Qwen3-32B-ft1", RequestShape(512, 512)),))
+    assert len({j.entry_key for j in other.jobs()}) == 4

@@ -42,8 +42,24 @@ def test_scenario_with_overrides(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert not any(tmp_path.iterdir())
 
 
+def test_every_bundled_scenario_builds_its_library_and_a_fine_tune_takes_its_base_entry(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    small = ("--gpus", "L40S", "--regions", "aws:us-east-2", "--n-max", "2", "--workers", "1",
+             "--cache-dir", str(tmp_path), "--json")
+    code, out, _ = run(capsys, "templates", "build", "--scenario", "fleet20", "--models", "Phi-4-14B", *small)
+    base = json.loads(out)
+    assert code == 0 and base["scenario"] == "fleet20" and not base["from_cache"]
+    assert base["spec"]["model_shapes"]["Phi-4-14B"]  # the scenario's own request shape
+    code, out, _ = run(capsys, "templates", "build", "--scenario", "fleet20", "--models", "Phi-4-14B-ft1",
+                       *small)
+    tuned = json.loads(out)
+    assert code == 0 and tuned["from_cache"]  # no job ran: the base's entries answered
+    assert tuned["total_templates"] == base["total_templates"] > 0
+    assert set(tuned["templates_per_service"]) == {"Phi-4-14B-ft1/prefill", "Phi-4-14B-ft1/decode"}
+
+
 @pytest.mark.parametrize(("argv", "message"), [
-    (("--scenario", "huge"), "valid scenarios: core, extended"),
+    (("--scenario", "huge"), "valid scenarios: core, extended, fleet20"),
     (("--models", "gpt-9"), "unknown model 'gpt-9'"),
     (("--regions", "mars:1"), "valid regions"),
     (("--n-max", "0"), "field 'n_max'"),
