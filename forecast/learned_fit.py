@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from atoll.forecast.forecasters import DAY, ForecastError
-from atoll.forecast.learned import HIDDEN, LAGS, N_FEATURES, RATIO_CAP, DemandNet, training_rows
+from atoll.forecast.learned import HIDDEN, LAGS, RATIO_CAP, DemandNet, training_rows
 from atoll.forecast.planning import DEFAULT_HORIZON, pinball
 
 SCENARIOS = ("core", "extended", "fleet20")
@@ -134,12 +134,35 @@ def fit_net(st: FitSettings, *, note: Callable[[str], None] = lambda _: None,
     xv, yv = rows(series, VALIDATION_DAYS, st.horizon)
     note(f"{len(series)} series: {len(xf)} fit rows (days {FIT_DAYS[0]}-{FIT_DAYS[1]}), {len(xv)} validation "
          f"rows (days {VALIDATION_DAYS[0]}-{VALIDATION_DAYS[1]})")
+    layers, history = fit_arrays(xf, yf, xv, yv, st, note=note)
+    settings = {k: v for k, v in asdict(st).items() if k != "extra"}
+    settings["extra"] = [name for name, _ in st.extra]
+    card: dict[str, object] = {
+        "settings": settings, "data_hash": data_hash(series), "series": len(series),
+        "fit_rows": int(len(xf)), "validation_rows": int(len(xv)), "fit_days": list(FIT_DAYS),
+        "validation_days": list(VALIDATION_DAYS), "validation_pinball_0.9": min(history),
+        "epochs_run": len(history), "best_epoch": int(np.argmin(history)) + 1, "torch": torch.__version__}
+    report = {**card, "validation_history": history, "seconds": round(time.perf_counter() - t0, 1)}
+    return DemandNet(layers, st.horizon, card, digest="unsaved"), report
+
+
+Layers = tuple[tuple[np.ndarray, np.ndarray], ...]
+
+
+def fit_arrays(xf: np.ndarray, yf: np.ndarray, xv: np.ndarray, yv: np.ndarray, st: FitSettings, *,
+               note: Callable[[str], None] = lambda _: None) -> tuple[Layers, list[float]]:
+    """The network's layers (numpy, ``x @ w + b``) fitted to inputs ``xf`` [N, F] and peak targets
+    ``yf`` [N, horizon] (/ level), stopped early on the 0.9 pinball loss of ``xv``, ``yv`` at the
+    look-ahead H; and that loss per epoch. Any input width F: the shipped network's features, or
+    a variant's (benchmarks/demand_model.py measures which inputs help)."""
+    import torch
+
     torch.manual_seed(st.seed)
     torch.use_deterministic_algorithms(True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        net = torch.nn.Sequential(torch.nn.Linear(N_FEATURES, st.hidden), torch.nn.ReLU(),
+        net = torch.nn.Sequential(torch.nn.Linear(xf.shape[1], st.hidden), torch.nn.ReLU(),
                                   torch.nn.Linear(st.hidden, st.hidden), torch.nn.ReLU(),
                                   torch.nn.Linear(st.hidden, 2 * st.horizon)).double()
         opt = torch.optim.Adam(net.parameters(), lr=st.learning_rate)
@@ -185,12 +208,4 @@ def fit_net(st: FitSettings, *, note: Callable[[str], None] = lambda _: None,
         layers = tuple((m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy()) for m in linears)
     finally:
         torch.set_num_threads(threads)
-    settings = {k: v for k, v in asdict(st).items() if k != "extra"}
-    settings["extra"] = [name for name, _ in st.extra]
-    card: dict[str, object] = {
-        "settings": settings, "data_hash": data_hash(series), "series": len(series),
-        "fit_rows": int(len(xf)), "validation_rows": int(len(xv)), "fit_days": list(FIT_DAYS),
-        "validation_days": list(VALIDATION_DAYS), "validation_pinball_0.9": round(best, 6),
-        "epochs_run": len(history), "best_epoch": int(np.argmin(history)) + 1, "torch": torch.__version__}
-    report = {**card, "validation_history": history, "seconds": round(time.perf_counter() - t0, 1)}
-    return DemandNet(layers, st.horizon, card, digest="unsaved"), report
+    return layers, history
