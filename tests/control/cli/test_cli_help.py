@@ -1,6 +1,6 @@
-"""Finding one's way in the CLI: help for every option of every command, ``--version``, the
-command list ``atoll --help`` gives without importing the commands, ``atoll models``, and
-``--fleet`` on ``catalog`` and ``perf table``."""
+"""Finding one's way in the CLI: help for every option of every command, the command list
+``atoll --help`` gives without importing the commands, ``atoll models``, and ``--fleet`` on
+``catalog`` and ``perf table`` (``--version``: test_cli_version.py)."""
 
 from __future__ import annotations
 
@@ -50,19 +50,6 @@ def test_help_and_version_load_no_command() -> None:
             "print('HEAVY', heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out and all(name in out for name in COMMANDS)
-
-
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    import tomllib
-    from pathlib import Path
-
-    with pytest.raises(SystemExit) as info:
-        main(["--version"])
-    project = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())["project"]
-    # the installed version is the project's, and the changelog has its section
-    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"atoll {project['version']}"
-    changelog = (Path(__file__).resolve().parents[3] / "docs" / "changelog.md").read_text()
-    assert f"\n## {project['version']} " in changelog
 
 
 def test_models_lists_the_catalog_and_a_fleets_own(capsys: pytest.CaptureFixture[str]) -> None:
