@@ -307,6 +307,8 @@ def library_spec(spec: ScenarioSpec, runtime: str | None = None, slices: bool | 
                            slices=slices, fleet=spec if spec.own_catalog else None, **modes)
 
 
+# Here, not in atoll.solvers.templates: the library is library_spec's (this module's request shapes)
+# and build_problem below builds it, so in templates.py it would import this module, which imports it.
 def scenario_templates(spec: ScenarioSpec, *, cache_dir: Path | None = None, workers: int | None = None,
                        progress: bool | Callable[[int, int], None] = False, runtime: str | None = None,
                        catalog: Catalog | None = None, slices: bool | None = None,
