@@ -18,6 +18,9 @@ Parts (``--parts``, comma-separated; default all):
 - ``help``: wall of ``atoll --help`` (best of 3 fresh interpreters);
 - ``ppo``: PPO on extended with two SubprocVecEnv workers: env steps/s of ``learn`` after the
   workers are up (warm caches), and the steps that rate gives in 30 minutes;
+- ``extended_charged_day``, ``fleet20_charged_day``: ``fixed:1@0.9`` on day 11, spot, in the
+  charged world (``--world charged``), the same way;
+- ``ppo_charged``: the ``ppo`` part in the charged world (``atoll/Fleet-v3``'s world);
 - ``fleet20_library_cold``: ``atoll templates build --scenario fleet20 --workers 2`` in a fresh
   process and an empty cache folder (wall, peak RSS, templates, jobs run against jobs listed: a
   fine-tune shares its base's job);
@@ -49,7 +52,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
 ATOLL = str(Path(sys.executable).with_name("atoll"))
 PARTS = ("extended_day", "core_2_days", "fleet20_day", "fleet20_contest_world_day", "env_steps", "setup",
-         "help", "ppo", "sliced_ilp", "fleet20_library_cold")
+         "help", "ppo", "sliced_ilp", "fleet20_library_cold", "extended_charged_day", "fleet20_charged_day",
+         "ppo_charged")
 EXTENDED_DAY = ["simulate", "--scenario", "extended", "--days", "11", "--policy", "fixed:1",
                 "--availability", "spot", "--capacity-error", "calibration", "--json"]
 CORE_2_DAYS = ["simulate", "--scenario", "core", "--days", "11-12", "--policy", "fixed:1", "--json"]
@@ -59,6 +63,12 @@ FLEET20_DAY = ["simulate", "--scenario", "fleet20", "--days", "11", "--policy", 
 FLEET20_CONTEST_DAY = ["simulate", "--scenario", "fleet20", "--days", "11", "--policy", "fixed:1@0.9",
                        "--availability", "spot", "--capacity-error", "calibration", "--correction",
                        "--slo-model", "latency", "--json"]
+# the charged world (atoll/Fleet-v3: sampled start-up, zone-correlated preemptions, spot acquisition
+# that fails), where the risk contest and the room run
+EXTENDED_CHARGED_DAY = ["simulate", "--scenario", "extended", "--days", "11", "--policy", "fixed:1@0.9",
+                        "--availability", "spot", "--world", "charged", "--json"]
+FLEET20_CHARGED_DAY = ["simulate", "--scenario", "fleet20", "--days", "11", "--policy", "fixed:1@0.9",
+                       "--availability", "spot", "--world", "charged", "--json"]
 NOT_MEASURED = {
     "one_fleet20_contest_cell": "grid + training + test days x 3 seeds is hours of 2-core compute",
     "ppo_steps_in_30_min_measured": "projected from the ppo part's measured rate instead of a 30-minute run",
@@ -119,6 +129,14 @@ def part_fleet20_day() -> dict[str, Any]:
 
 def part_fleet20_contest_world_day() -> dict[str, Any]:
     return simulate_twice(FLEET20_CONTEST_DAY)
+
+
+def part_extended_charged_day() -> dict[str, Any]:
+    return simulate_twice(EXTENDED_CHARGED_DAY)
+
+
+def part_fleet20_charged_day() -> dict[str, Any]:
+    return simulate_twice(FLEET20_CHARGED_DAY)
 
 
 def _sliced_problem(fleet: str) -> Any:
@@ -278,7 +296,7 @@ def part_help() -> dict[str, Any]:
     return {"best_s": min(walls), "runs_s": walls, "load_before": before, "load_after": load()}
 
 
-def part_ppo(timesteps: int) -> dict[str, Any]:
+def part_ppo(timesteps: int, charged: bool = False) -> dict[str, Any]:
     import torch
     from stable_baselines3 import PPO
 
@@ -288,7 +306,10 @@ def part_ppo(timesteps: int) -> dict[str, Any]:
     st = TrainSettings()
     before = load()
     t0 = time.perf_counter()
-    vec = make_vec_env(dataclasses.replace(extended_config(), days=(4, 7)), st.n_envs, 0, st.gamma)
+    from atoll.envs import WORLDS
+
+    config = dataclasses.replace(extended_config(), days=(4, 7), **(WORLDS["charged"] if charged else {}))
+    vec = make_vec_env(config, st.n_envs, 0, st.gamma)
     setup = time.perf_counter() - t0
     try:
         n_steps = max(timesteps // st.n_envs, 8)
@@ -300,7 +321,8 @@ def part_ppo(timesteps: int) -> dict[str, Any]:
     finally:
         vec.close()
     steps = n_steps * st.n_envs
-    return {"n_envs": st.n_envs, "vec_env_setup_s": round(setup, 2), "steps": steps,
+    world = "charged" if charged else "calibration capacities"
+    return {"world": world, "n_envs": st.n_envs, "vec_env_setup_s": round(setup, 2), "steps": steps,
             "learn_s": round(seconds, 2), "steps_per_s": round(steps / seconds, 2),
             "projected_steps_in_30_min": int(steps / seconds * 1800), "load_before": before,
             "load_after": load()}
@@ -325,7 +347,10 @@ def main() -> None:
     for part in parts:
         log(f"{part} ...")
         t0 = time.perf_counter()
-        doc["parts"][part] = part_ppo(args.ppo_steps) if part == "ppo" else globals()[f"part_{part}"]()
+        if part in ("ppo", "ppo_charged"):
+            doc["parts"][part] = part_ppo(args.ppo_steps, charged=part == "ppo_charged")
+        else:
+            doc["parts"][part] = globals()[f"part_{part}"]()
         doc["parts"][part]["part_wall_s"] = round(time.perf_counter() - t0, 2)
     doc["not_measured"] = NOT_MEASURED
     doc["machine"]["load_at_end"] = load()
