@@ -60,14 +60,14 @@ from atoll.training.contest import (  # noqa: E402
     per_model_best,
     validation_choices,  # noqa: E402
 )
-from atoll.training.evaluate import env_at_level, resolve_policy, seed_value  # noqa: E402
+from atoll.training.evaluate import resolve_policy  # noqa: E402
 from atoll.training.lever_oracle import (  # noqa: E402
     ScheduledRule,
     clock_schedule,
     compose,
+    measured,
     paired_ratio,
     preset_of,
-    step_costs,
 )
 
 DEMAND_ORACLES = ("oracle-rate", "oracle-quantile")
@@ -77,12 +77,7 @@ def _run(env: FleetEnv, spec_or_policy: Any, days: list[int], seed: int, lost: f
          ) -> tuple[np.ndarray, dict[str, float]]:
     policy = spec_or_policy if not isinstance(spec_or_policy, str) \
         else resolve_policy(parse_policy(spec_or_policy), len(env.models))
-    costs, episode = step_costs(env_at_level(env, policy, {}), policy, days=days, seed=seed_value(seed),
-                                lost_usd_per_mtok=lost)
-    t = episode.totals()
-    return costs, {"effective_usd": float(costs.sum()), "cost_usd": t["cost_usd"],
-                   "slo_attainment": t["slo_attainment"], "time_limited_solves": t["time_limited_solves"],
-                   "reoptimizations": t["reoptimizations"]}
+    return measured(env, policy, days=days, seed=seed, lost_usd_per_mtok=lost)
 
 
 def preset_costs(config: FleetConfig, presets: list[str], days: list[int], seed: int, lost: float

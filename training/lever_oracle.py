@@ -41,6 +41,7 @@ from atoll.envs.rollout import Episode, run_policy
 from atoll.envs.vocabulary import PolicySpec
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import NEUTRAL_RISK, Risk
+from atoll.training.evaluate import env_at_level, seed_value
 from atoll.training.per_model import Option
 
 
@@ -73,6 +74,20 @@ def step_costs(env: FleetEnv, policy: Any, *, days: Sequence[int], seed: int, lo
 
     episode = run_policy(env, policy, days=days, seed=seed, on_step=record)
     return np.asarray(rows, dtype=float), episode
+
+
+def measured(env: FleetEnv, policy: Any, *, days: Sequence[int], seed: int, lost_usd_per_mtok: float
+             ) -> tuple[np.ndarray, dict[str, float]]:
+    """Run ``policy`` on the env at its level (:func:`~atoll.training.evaluate.env_at_level`) over
+    ``days``, contest seed ``seed`` (:func:`~atoll.training.evaluate.seed_value`): its step costs
+    per model (:func:`step_costs`) and totals (effective $, node $, SLO attainment, time-limited
+    solves, re-optimizations)."""
+    costs, episode = step_costs(env_at_level(env, policy, {}), policy, days=days, seed=seed_value(seed),
+                                lost_usd_per_mtok=lost_usd_per_mtok)
+    t = episode.totals()
+    return costs, {"effective_usd": float(costs.sum()), "cost_usd": t["cost_usd"],
+                   "slo_attainment": t["slo_attainment"], "time_limited_solves": t["time_limited_solves"],
+                   "reoptimizations": t["reoptimizations"]}
 
 
 def compose(costs: np.ndarray, block_steps: int) -> tuple[np.ndarray, float]:
