@@ -9,11 +9,12 @@ test-day seeds: the per-model rule's figures are paired from there):
    room's ``fixed:1@0.9`` family, each ordered pair, on the signal "one of the model's instances
    was preempted within the last W steps", W in ``--windows``), beside the per-model rule and
    the uniform presets on the same seeds. The rule of least effective cost (node $ + the lost
-   tokens' price) is chosen.
+   tokens' price) is chosen. Every switched rule makes its first plan at the per-model rule's
+   level and risk, so the two start from the same plan.
 2. **Report on test days 11-14**: the chosen rule on ``--seeds`` seeds, each paired with the
    per-model rule of the room's run folder on the same seed (same demand, availability and
-   preemption draws; the first plans differ, each made at its rule's configured risk). Seed 0's
-   per-model rule is run again first, as a check that the stored figure reproduces.
+   preemption draws, and first plan). Seed 0's per-model rule is run again first, as a check
+   that the stored figure reproduces.
 
     .venv/bin/python benchmarks/switched.py --cells core/hedged/charged,core/hedged/charged/bursty \\
         --run-dir benchmarks/runs/switched --out benchmarks/results/switched.json
@@ -63,13 +64,16 @@ def cell_config(key: str) -> FleetConfig:
                        days=(VALIDATION_DAYS[0], TEST_DAYS[-1]), **WORLDS[world])
 
 
-def grid(windows: list[int], n_models: int) -> dict[str, SwitchedRule]:
+def grid(windows: list[int], n_models: int, per_model: str) -> dict[str, SwitchedRule]:
+    """Every switched rule of the grid, each starting from the per-model rule's first plan."""
+    reference = resolve_policy(parse_policy(per_model), n_models)
+    first = (reference.planning_quantile, reference.risk)
     out = {}
     for (calm, alert), w in itertools.product(itertools.permutations(PRESETS, 2), windows):
         signal = Signal("since_preempt", w / 288)
         name = describe([calm], [alert], signal)
         out[name] = uniform(preset_of(parse_policy(calm)), preset_of(parse_policy(alert)), signal, n_models,
-                            name=name)
+                            name=name, first=first)
     return out
 
 
@@ -77,7 +81,7 @@ def job(config: FleetConfig, name: str, windows: list[int], per_model: str, days
         lost: float) -> tuple[str, int, dict[str, float]]:
     """One policy (a switched rule of the grid, the per-model rule or a preset) on one seed."""
     env = FleetEnv(config)
-    rules = grid(windows, len(env.models))
+    rules = grid(windows, len(env.models), per_model)
     policy = rules[name] if name in rules else resolve_policy(parse_policy(name), len(env.models))
     return name, seed, measured(env, policy, days=days, seed=seed, lost_usd_per_mtok=lost)[1]
 
@@ -91,8 +95,8 @@ def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
     lost = ContestSettings(validation_days=(8, 10), test_days=(11, 14)).lost_price(config)
     env = FleetEnv(config)  # the demand and forecast caches, once, before the workers read them
     windows = [int(w) for w in args.windows.split(",")]
-    rules = grid(windows, len(env.models))
     per_model = json.loads((args.room_out).read_text())[key]["per_model_rule"]
+    rules = grid(windows, len(env.models), per_model)
     t0 = time.perf_counter()
     vfile = folder / "validation.json"
     validation: dict[str, dict[str, Any]] = json.loads(vfile.read_text()) if vfile.exists() else {}

@@ -12,8 +12,10 @@ fleet's state instead, with the rules' own levers (the same presets) and nothing
 - each step, a model whose signal is on re-plans fully with its alert preset, the others with
   their calm one (every K steps of the preset, step 0 holding, as ``fixed:K`` does).
 
-The env is configured at the calm presets' most common level and risk (the first plan's), with
-every level and risk the rule uses in its action, as a per-model rule is. Which presets, signal
+The env is configured at the calm presets' most common level and risk, or at ``first`` (the
+level and risk of the first plan, which a contest sets to its reference rule's so that both
+start from the same plan), with every level and risk the rule uses in its action, as a per-model
+rule is. Which presets, signal
 and threshold: chosen on validation days (``benchmarks/switched.py``), never on the test days.
 """
 
@@ -72,6 +74,7 @@ class SwitchedRule:
     alert: tuple[Option, ...]
     signal: Signal
     name: str = "switched"
+    first: tuple[float, Risk] | None = None
     planning_quantile: float | None = field(init=False, default=None)
     risk: Risk | None = field(init=False, default=None)
 
@@ -79,10 +82,13 @@ class SwitchedRule:
         if not self.calm or len(self.calm) != len(self.alert):
             raise InputError(f"SwitchedRule: fields 'calm' and 'alert' must give one option per model, got "
                              f"{len(self.calm)} and {len(self.alert)}")
-        levels = Counter(float(o[1]) for o in self.calm)
-        risks = Counter(_risk(o) for o in self.calm)
-        self.planning_quantile = max(levels, key=lambda q: (levels[q], q))
-        self.risk = max(risks, key=lambda r: (risks[r], r))
+        if self.first is not None:
+            self.planning_quantile, self.risk = float(self.first[0]), self.first[1]
+        else:
+            levels = Counter(float(o[1]) for o in self.calm)
+            risks = Counter(_risk(o) for o in self.calm)
+            self.planning_quantile = max(levels, key=lambda q: (levels[q], q))
+            self.risk = max(risks, key=lambda r: (risks[r], r))
         codec = ActionCodec.for_config(self.planning_quantile, self.action_levels, self.risk,
                                        self.risk_presets)
         self._codes = np.array([[codec.encode("full", o[1], _risk(o)) for o in pair]
@@ -96,7 +102,8 @@ class SwitchedRule:
 
     @property
     def action_levels(self) -> tuple[float, ...]:
-        return tuple(sorted({float(o[1]) for o in self.options}))
+        assert self.planning_quantile is not None
+        return tuple(sorted({float(o[1]) for o in self.options} | {self.planning_quantile}))
 
     @property
     def risk_presets(self) -> tuple[Risk, ...]:
@@ -120,9 +127,10 @@ class SwitchedRule:
         return {}
 
 
-def uniform(calm: Option, alert: Option, signal: Signal, n_models: int, name: str = "") -> SwitchedRule:
+def uniform(calm: Option, alert: Option, signal: Signal, n_models: int, name: str = "",
+            first: tuple[float, Risk] | None = None) -> SwitchedRule:
     """The same calm and alert presets for every model."""
-    return SwitchedRule((calm,) * n_models, (alert,) * n_models, signal, name=name or "switched")
+    return SwitchedRule((calm,) * n_models, (alert,) * n_models, signal, name=name or "switched", first=first)
 
 
 def describe(calm: Sequence[str], alert: Sequence[str], signal: Signal) -> str:

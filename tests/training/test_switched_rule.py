@@ -35,8 +35,10 @@ def test_a_signal_that_never_fires_is_the_calm_rule_and_one_that_always_fires_ac
     calm, alert = preset_of(parse_policy(CALM)), preset_of(parse_policy(ALERT))
     never = uniform(calm, alert, Signal("since_preempt", -1.0), 2)
     assert np.array_equal(_costs(env, never), _costs(env, make_policy(parse_policy(CALM), 2)))  # to the cent
-    # always: every re-plan takes the alert preset (the first plan is the calm one's, as configured)
-    always = uniform(calm, alert, Signal("since_preempt", -1.0, above=True), 2)
+    # always, starting from the alert rule's first plan: the alert rule, to the cent
+    on = Signal("since_preempt", -1.0, above=True)
+    always = uniform(calm, alert, on, 2, first=(0.9, Risk(headroom=0.7)))
+    assert np.array_equal(_costs(env, always), _costs(env, make_policy(parse_policy(ALERT), 2)))
     at = env_at_level(env, always, {})
     obs, _ = at.reset(seed=0, options={"day": 4})
     assert always.alerts(obs).tolist() == [True, True]
