@@ -105,18 +105,11 @@ def test_kill_9_while_saving_leaves_a_readable_state(tmp_path: Path) -> None:
 
 def test_corrupt_and_foreign_files_name_the_file_and_the_fix(tmp_path: Path) -> None:
     path = tmp_path / STATE_FILE
-    path.write_text("{not json")
-    with pytest.raises(StateError, match=rf"{path}.*not valid JSON.*delete it"):
-        load_state(tmp_path)
-    path.write_text('{"version": 99, "tick": 1}')
-    with pytest.raises(StateError, match="schema version 99; this atoll reads version 1"):
-        load_state(tmp_path)
-    path.write_text('{"version": 1}')
-    with pytest.raises(StateError, match=r"malformed \(KeyError: 'tick'\).*restore it from a backup"):
-        load_state(tmp_path)
-    path.write_text('{"version": 1, "tick": -3}')
-    with pytest.raises(StateError, match="field 'tick' must be >= 0, got -3"):
-        load_state(tmp_path)
-    path.write_text("[1, 2]")
-    with pytest.raises(StateError, match="holds a list"):
-        load_state(tmp_path)
+    for text, match in (("{not json", rf"{path}.*not valid JSON.*delete it"),
+                        ('{"version": 99, "tick": 1}', "schema version 99; this atoll reads version 1"),
+                        ('{"version": 1}', r"malformed \(KeyError: 'tick'\).*restore it from a backup"),
+                        ('{"version": 1, "tick": -3}', "field 'tick' must be >= 0, got -3"),
+                        ("[1, 2]", "holds a list")):
+        path.write_text(text)
+        with pytest.raises(StateError, match=match):
+            load_state(tmp_path)
