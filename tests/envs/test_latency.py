@@ -135,18 +135,17 @@ PREFILL_CAPACITY = PREFILL_MAX_BATCH / (PREFILL_B / 2) * PREFILL_TOKENS
 DECODE_CAPACITY = DECODE_MAX_BATCH / DECODE_B
 
 
-@pytest.mark.parametrize("rho", [0.3, 0.7, 0.9, 1.2])
-def test_prefill_matches_the_simulation(rho: float) -> None:
-    des_mean, des_on = simulate_prefill(rho, seed=int(rho * 10))
-    mean, on = one(prefill_service(), rho, PREFILL_CAPACITY)
-    assert abs(mean - des_mean) / des_mean <= MEAN_TOL, (mean, des_mean)
-    assert abs(on - des_on) <= ON_TIME_TOL, (on, des_on)
+# phase -> (its discrete-event simulation, its service, one instance's capacity)
+PHASES = {"prefill": (simulate_prefill, prefill_service, PREFILL_CAPACITY),
+          "decode": (simulate_decode, decode_service, DECODE_CAPACITY)}
 
 
+@pytest.mark.parametrize("phase", sorted(PHASES))
 @pytest.mark.parametrize("rho", [0.3, 0.7, 0.9, 1.2])
-def test_decode_matches_the_simulation(rho: float) -> None:
-    des_mean, des_on = simulate_decode(rho, seed=int(rho * 10))
-    mean, on = one(decode_service(), rho, DECODE_CAPACITY)
+def test_the_approximation_matches_the_simulation(phase: str, rho: float) -> None:
+    simulate, service, capacity = PHASES[phase]
+    des_mean, des_on = simulate(rho, seed=int(rho * 10))
+    mean, on = one(service(), rho, capacity)
     assert abs(mean - des_mean) / des_mean <= MEAN_TOL, (mean, des_mean)
     assert abs(on - des_on) <= ON_TIME_TOL, (on, des_on)
 
