@@ -4,7 +4,7 @@ import highspy
 import numpy as np
 import pulp
 import pytest
-from alloc_instances import brute_force, random_problem, template
+from alloc_instances import brute_force, matches_brute_force, random_problem, template
 
 from atoll.solvers.allocation import Allocation, AllocationProblem, SolveStatus, solve_allocation
 from atoll.solvers.allocation.evaluate import evaluate_plan
@@ -62,12 +62,8 @@ def test_running_plan_startup_and_reoptimize_subset_exact(seed):
     mode = "cost" if seed % 2 else "goodput"
     problem = random_problem(200 + seed, with_running=True, mode=mode, max_templates=5)
     res = solve_allocation(problem)
-    best = brute_force(problem)
-    if best is None:
-        assert res.status is SolveStatus.INFEASIBLE
+    if matches_brute_force(problem, res) is None:
         return
-    assert res.status is SolveStatus.OPTIMAL, res.message
-    assert res.objective == pytest.approx(best[1], abs=1e-6)
     ev = evaluate_plan(problem, res.allocation)
     assert ev.feasible, ev.violations  # models outside the subset kept their running counts
 
