@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from library_oracle import kept_multisets, non_dominated
 
 from atoll.solvers.errors import UnknownNameError
 from atoll.solvers.models import get_model
@@ -77,15 +78,8 @@ def test_vllm_library_is_exactly_the_non_dominated_runnable_pipelines(vllm_libra
             runnable = len(gpus) == 1 and tp_problem(job.model, gpus.pop()) is None
             everything[tuple(sorted(c.name for c in configs))] = (
                 _chain_brute(table, list(ms), lws=True) if runnable else 0.0)
-
-        def within(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-            return all(a.count(c) <= b.count(c) for c in set(a))
-
-        expected = {ms for ms, thr in everything.items() if thr > 0 and not any(
-            other != ms and within(other, ms) and everything[other] >= thr for other in everything)}
-        got = {tuple(sorted(c for c, k in t.nodes for _ in range(k))): t.throughput
-               for t in vllm_library.for_service(job.service) if t.region == job.region}
-        assert set(got) == expected, job.service
+        got = kept_multisets(vllm_library, job)
+        assert set(got) == non_dominated(everything), job.service
         for ms, thr in got.items():
             assert thr == pytest.approx(everything[ms], rel=1e-12)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from library_oracle import kept_multisets, non_dominated
 
 from atoll.solvers.catalog import load_catalog
 from atoll.solvers.models import get_model
@@ -150,15 +151,8 @@ def test_library_is_exactly_the_non_dominated_multisets(small_library: TemplateL
             thr, _ = best_placement(job.model, configs, job.phase, job.budget_ms, shape=job.shape,
                                     factors=factors)
             everything[tuple(sorted(c.name for c in configs))] = thr
-
-        def within(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
-            return all(a.count(c) <= b.count(c) for c in set(a))
-
-        expected = {ms for ms, thr in everything.items() if thr > 0 and not any(
-            other != ms and within(other, ms) and everything[other] >= thr for other in everything)}
-        got = {tuple(sorted(c for c, k in t.nodes for _ in range(k))): t.throughput
-               for t in small_library.for_service(job.service) if t.region == job.region}
-        assert set(got) == expected
+        got = kept_multisets(small_library, job)
+        assert set(got) == non_dominated(everything)
         for ms, thr in got.items():
             assert thr == everything[ms]
     assert 0 < len(small_library.templates) < sum(
