@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
 import subprocess
 import threading
+import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -75,6 +78,31 @@ class ScriptedHttp:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@contextmanager
+def raw_exchange(port: int, data: bytes, *, pause: float = 0.0,
+                 timeout: float = 10.0) -> Iterator[http.client.HTTPResponse]:
+    """Send ``data`` as is to the loopback ``port`` (``pause`` s between bytes when > 0) and
+    yield the answer with its status line and headers read; the connection closes on exit. A
+    server that answers and closes before the rest is sent is fine; a dropped connection fails
+    here (RemoteDisconnected), never passes."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        try:
+            if pause:
+                for b in data:
+                    sock.sendall(bytes([b]))
+                    time.sleep(pause)
+            else:
+                sock.sendall(data)
+        except OSError:
+            pass  # the server may answer and close before the rest is sent
+        resp = http.client.HTTPResponse(sock)
+        resp.begin()
+        yield resp
+    finally:
+        sock.close()
 
 
 def closed_port() -> int:

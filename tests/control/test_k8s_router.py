@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import kubernetes_validate
 import pytest
 import yaml
+from control_helpers import raw_exchange
 from fake_vllm import PREFILL_ANSWER_KV, FakeVllm
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -235,20 +236,8 @@ def call(router: Router, method: str, path: str, body: Any = None,
 def raw(router: Router, data: bytes, pause: float = 0.0) -> http.client.HTTPResponse:
     """Send ``data`` as is (``pause`` s between bytes when > 0) and read the answer: a dropped
     connection fails the test here (RemoteDisconnected), never passes it."""
-    sock = socket.create_connection(("127.0.0.1", router.server_address[1]), timeout=10)
-    try:
-        if pause:
-            for b in data:
-                sock.sendall(bytes([b]))
-                time.sleep(pause)
-        else:
-            sock.sendall(data)
-    except OSError:
-        pass  # the router may answer and close before the rest is sent
-    resp = http.client.HTTPResponse(sock)
-    resp.begin()
-    resp.body = resp.read()  # type: ignore[attr-defined]
-    sock.close()
+    with raw_exchange(router.server_address[1], data, pause=pause) as resp:
+        resp.body = resp.read()  # type: ignore[attr-defined]
     return resp
 
 
@@ -349,12 +338,9 @@ def test_slow_headers_and_bodies_time_out_with_408(pair: tuple[FakeVllm, FakeVll
                pause=0.05)
     assert resp.status == 408
     # a body that stops arriving
-    sock = socket.create_connection(("127.0.0.1", router.server_address[1]), timeout=10)
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
-    resp = http.client.HTTPResponse(sock)
-    resp.begin()
-    assert resp.status == 408
-    sock.close()
+    with raw_exchange(router.server_address[1],
+                      b"POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"prompt\":") as resp:
+        assert resp.status == 408
     assert not prefill.bodies
 
 

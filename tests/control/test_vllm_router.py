@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from control_helpers import closed_port, raw_exchange
 from fake_vllm import PREFILL_ANSWER_KV, FakeVllm
 
 from atoll.control.k8s.render import K8sOptions, render_manifests
@@ -103,13 +103,6 @@ def test_the_installed_router_is_the_pinned_one_and_knows_every_rendered_flag() 
     assert unknown_router_args(["--port"]) and unknown_router_args(["--port", "1", "2"])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def static_args(args: list[str], prefill: list[str], decode: list[str], port: int, metrics_port: int,
                 env: dict[str, str]) -> list[str]:
     """The rendered arguments with discovery replaced by static URLs (one per planned pod), the
@@ -168,14 +161,8 @@ class RunningRouter:
         return conn.getresponse()
 
     def raw(self, data: bytes) -> tuple[int, bytes]:
-        sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
-        try:
-            sock.sendall(data)
-            resp = http.client.HTTPResponse(sock)
-            resp.begin()  # a dropped connection fails here
+        with raw_exchange(self.port, data) as resp:
             return resp.status, resp.read()
-        finally:
-            sock.close()
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -223,7 +210,7 @@ def running(tmp_path: Path) -> Iterator[tuple[Pool, Pool, RunningRouter]]:
     env = {e["name"]: "sk-test" for e in rendered_container(options).get("env", [])
            if e["valueFrom"]["secretKeyRef"]["name"] == "vllm-key"}
     args = static_args(rendered_container(options)["args"], [s.url for s in prefill.servers],
-                       [s.url for s in decode.servers], free_port(), free_port(), env)
+                       [s.url for s in decode.servers], closed_port(), closed_port(), env)
     router = RunningRouter(args, tmp_path / "router.log", env)
     yield prefill, decode, router
     router.stop()
@@ -278,18 +265,9 @@ def test_a_body_over_the_rendered_limit_is_refused(running: tuple[Pool, Pool, Ru
     limit = int(args[args.index("--max-payload-size") + 1])
     assert limit == 16 * 2**20
     body = json.dumps({"model": "m", "prompt": "x" * limit}).encode()
-    sock = socket.create_connection(("127.0.0.1", router.port), timeout=30)
-    try:
-        sock.sendall(HEAD + b"Content-Length: %d\r\n\r\n" % len(body))
-        try:
-            sock.sendall(body)
-        except OSError:
-            pass  # it may answer and close before the whole body is sent
-        resp = http.client.HTTPResponse(sock)
-        resp.begin()
+    request = HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    with raw_exchange(router.port, request, timeout=30) as resp:
         assert resp.status == 413
-    finally:
-        sock.close()
     assert not prefill.bodies
 
 
