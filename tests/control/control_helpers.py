@@ -44,7 +44,32 @@ class FakeClock:
         self.now += seconds
 
 
-class ScriptedHttp:
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that does not log every request to stderr."""
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+class LoopbackHttp:
+    """A threading HTTP server on a free loopback port (``url``) answering with ``handler``:
+    ``start()`` serves it from a daemon thread, ``close()`` stops it (only once started)."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ScriptedHttp(LoopbackHttp):
     """A loopback HTTP server whose answers a test sets: ``answer(path, query) -> (status, body)``.
     ``hang=True`` accepts connections and never answers (for time-out tests)."""
 
@@ -53,7 +78,7 @@ class ScriptedHttp:
         self.requests: list[str] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802
                 parsed = urllib.parse.urlparse(self.path)
                 outer.requests.append(self.path)
@@ -63,21 +88,14 @@ class ScriptedHttp:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        super().__init__(Handler)
 
     def __enter__(self) -> ScriptedHttp:
-        self.thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.close()
 
 
 @contextmanager

@@ -7,11 +7,10 @@ import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from control_helpers import FakeClock, ScriptedHttp
+from control_helpers import FakeClock, LoopbackHttp, QuietHandler, ScriptedHttp
 
 from atoll.control.metrics import (
     GENERATION,
@@ -165,14 +164,14 @@ def test_flat_counters_are_held_until_they_move_or_the_hold_passes() -> None:
 
 # ----- bounded requests ---------------------------------------------------------------------------
 
-class Trickle:
+class Trickle(LoopbackHttp):
     """A loopback server that answers 200 with a Content-Length and then one byte every ``gap_s``."""
 
     def __init__(self, size: int, gap_s: float) -> None:
         outer = self
         self.stop = threading.Event()
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:  # noqa: N802
                 self.send_response(200)
                 self.send_header("Content-Length", str(size))
@@ -187,18 +186,12 @@ class Trickle:
                         return
                     outer.stop.wait(gap_s)
 
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        super().__init__(Handler)
+        self.start()
 
     def close(self) -> None:
         self.stop.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 def test_a_trickling_server_is_cut_at_the_total_deadline() -> None:
