@@ -39,9 +39,9 @@ from typing import Any
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import yaml  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from atoll.control.k8s.render import ENTRY_LABEL, POOL_NODES_ANNOTATION, K8sOptions, render_manifests  # noqa: E402
+from atoll.control.k8s.scale import read_desired  # noqa: E402
 from atoll.control.k8s.validate import api_problems, kube_version  # noqa: E402
 from atoll.control.k8s.vllm import (  # noqa: E402
     VLLM_ENV,
@@ -208,8 +208,7 @@ def scrape_metrics(work: Path, port: int, version: str) -> dict[str, Any]:
             with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
                 text, ctype, status = r.read().decode(), r.headers["Content-Type"], r.status
             scrape_ms = (time.perf_counter() - t) * 1000
-            if any(s.name == "atoll_plan_sequence" for f in text_string_to_metric_families(text)
-                   for s in f.samples):
+            if read_desired(text).sequence is not None:
                 break
             before += 1
             time.sleep(0.5)
@@ -224,16 +223,7 @@ def scrape_metrics(work: Path, port: int, version: str) -> dict[str, Any]:
     docs = [json.loads(line) for line in out.splitlines() if line.strip()]
     final = docs[-1] if len(docs) == 1 else {
         "summary": docs[-1].get("summary"), "last": next((d for d in reversed(docs) if "tick" in d), None)}
-    desired: dict[str, float] = {}
-    sequence = None
-    labels: dict[str, dict[str, str]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "atoll_desired_replicas":
-                desired[s.labels["template"]] = s.value
-                labels[s.labels["template"]] = s.labels
-            elif s.name == "atoll_plan_sequence":
-                sequence = s.value
+    desired, sequence, labels = read_desired(text)
     nonzero = {k: v for k, v in desired.items() if v}
     queries = {o["spec"]["triggers"][0]["metadata"]["query"] for o in scaled}
     workloads = {lb["workload"] for k, lb in labels.items() if desired[k]}

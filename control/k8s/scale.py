@@ -21,7 +21,9 @@ additions are ready, so the metric never asks to remove before the replacement s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from atoll.control.k8s.render import (
     CONTROLLER_LABEL,
@@ -38,6 +40,31 @@ KEDA_API = "keda.sh/v1alpha1"
 DESIRED = "atoll_desired_replicas"
 SEQUENCE = "atoll_plan_sequence"
 NODES = "atoll_desired_nodes"
+
+
+class DesiredPage(NamedTuple):
+    """What a scrape of the metrics sink's page reads: template -> desired replicas, the plan
+    sequence (None before the first plan) and template -> the labels of its series."""
+
+    replicas: dict[str, float]
+    sequence: float | None
+    labels: dict[str, dict[str, str]]
+
+
+def read_desired(text: str) -> DesiredPage:
+    """The desired replicas and the plan sequence of an exposition the metrics sink serves (the
+    text format, parsed with prometheus_client's parser, as Prometheus or KEDA reads it)."""
+    replicas: dict[str, float] = {}
+    labels: dict[str, dict[str, str]] = {}
+    sequence = None
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == DESIRED:
+                replicas[s.labels["template"]] = s.value
+                labels[s.labels["template"]] = s.labels
+            elif s.name == SEQUENCE:
+                sequence = s.value
+    return DesiredPage(replicas, sequence, labels)
 
 
 def desired_rows(record: PlanRecord, options: K8sOptions, seen: dict[str, dict[str, str]] | None = None

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from atoll.control.controller import Controller, ControllerSettings
 from atoll.control.k8s.render import K8sOptions, workload_name
-from atoll.control.k8s.scale import scaled_object
+from atoll.control.k8s.scale import read_desired, scaled_object
 from atoll.control.k8s.validate import api_problems, kube_version
 from atoll.control.live_fleet import LiveFleet
 from atoll.control.plans import PlanRecord, SinkError
@@ -44,19 +44,6 @@ def scrape(sink: MetricsSink, path: str = "/metrics") -> str:
         return r.read().decode()
 
 
-def desired(text: str) -> tuple[dict[str, float], float | None, dict[str, dict[str, str]]]:
-    """(template -> desired replicas, plan sequence, template -> labels) of an exposition."""
-    values, labels, sequence = {}, {}, None
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == "atoll_desired_replicas":
-                values[s.labels["template"]] = s.value
-                labels[s.labels["template"]] = s.labels
-            elif s.name == "atoll_plan_sequence":
-                sequence = s.value
-    return values, sequence, labels
-
-
 @pytest.fixture()
 def sink() -> Iterator[MetricsSink]:
     s = MetricsSink(0, "127.0.0.1")
@@ -65,11 +52,11 @@ def sink() -> Iterator[MetricsSink]:
 
 
 def test_the_exposition_parses_and_says_the_plan(sink: MetricsSink) -> None:
-    values, sequence, _ = desired(scrape(sink))
+    values, sequence, _ = read_desired(scrape(sink))
     assert values == {} and sequence is None  # nothing delivered yet: no guess
     result = sink.write(record(4, {SMALL.key: 2, PIPE.key: 3}))
     assert result.ok
-    values, sequence, labels = desired(scrape(sink))
+    values, sequence, labels = read_desired(scrape(sink))
     assert values == {SMALL.key: 2.0, PIPE.key: 3.0} and sequence == 4.0
     assert labels[PIPE.key] == {"model": "Llama-3-70B", "phase": "decode", "template": PIPE.key,
                                 "region": "aws:us-east-2", "tier": "spot",
@@ -80,7 +67,7 @@ def test_the_exposition_parses_and_says_the_plan(sink: MetricsSink) -> None:
     assert nodes == {"aws:us-east-2/1xL4": 2.0, "aws:us-east-2~spot/4xL40S": 6.0}
     # a template the plan drops stays exported at 0 (a ScaledObject reading it scales to zero)
     sink.write(record(5, {PIPE.key: 3}, {SMALL.key: 2, PIPE.key: 3}))
-    values, sequence, _ = desired(scrape(sink))
+    values, sequence, _ = read_desired(scrape(sink))
     assert values == {SMALL.key: 0.0, PIPE.key: 3.0} and sequence == 5.0
 
 
@@ -109,7 +96,7 @@ def test_keda_scaled_objects_read_the_desired_replicas(sink: MetricsSink) -> Non
     name = lws["spec"]["scaleTargetRef"]["name"]
     assert trigger["metadata"]["query"] == f'max(atoll_desired_replicas{{workload="{name}"}})'
     # the query's series exists in the exposition, with the desired count
-    _, _, labels = desired(scrape(sink))
+    _, _, labels = read_desired(scrape(sink))
     assert labels[PIPE.key]["workload"] == name
     assert scaled_object(r, SMALL.key, K8sOptions(namespace="llm"), "http://p:9090")["metadata"][
         "namespace"] == "llm"
@@ -130,7 +117,7 @@ def test_make_before_break_through_a_real_controller(tmp_path: Path) -> None:
         for _ in range(14):
             clock.now = T0 + controller.state.tick * STEP
             controller.tick()
-            values, sequence, _ = desired(scrape(sink))
+            values, sequence, _ = read_desired(scrape(sink))
             seen.append((values.get(SMALL.key, 0.0), values.get(BIG.key, 0.0), sequence))
             if controller.state.final is None and values.get(BIG.key) and not values.get(SMALL.key):
                 break
