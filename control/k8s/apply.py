@@ -64,6 +64,13 @@ _APPLY_ORDER = {"ConfigMap": 0, "ServiceAccount": 0, "Role": 0, "RoleBinding": 0
 # kinds pruned, in this order: what uses an identity before the identity
 _PRUNE_ORDER = ("Deployment", "LeaderWorkerSet", "Service", "ConfigMap", "RoleBinding", "Role",
                 "ServiceAccount")
+# kinds without pods: the fields that must be non-empty, and the error when one is not
+_NON_EMPTY: dict[str, tuple[tuple[str, ...], str]] = {
+    "Service": (("spec.selector", "spec.ports"), "spec.selector and spec.ports must be non-empty"),
+    "ConfigMap": (("data",), "data must be non-empty"),
+    "ServiceAccount": ((), ""),
+    "Role": (("rules",), "rules must be non-empty"),
+}
 _DNS = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
@@ -159,19 +166,10 @@ def validate_object(doc: Any, where: str = "object") -> None:
         if not isinstance(name, str) or len(name) > 63 or not _DNS.fullmatch(name):
             raise SinkError(f"metadata.name {name!r} is not a DNS-1123 label")
         _labels_ok("metadata.labels", _get(doc, "metadata.labels"))
-        if kind == "Service":
-            if not _get(doc, "spec.selector") or not _get(doc, "spec.ports"):
-                raise SinkError("spec.selector and spec.ports must be non-empty")
-            return
-        if kind == "ConfigMap":
-            if not _get(doc, "data"):
-                raise SinkError("data must be non-empty")
-            return
-        if kind == "ServiceAccount":
-            return
-        if kind == "Role":
-            if not _get(doc, "rules"):
-                raise SinkError("rules must be non-empty")
+        if kind in _NON_EMPTY:
+            fields, error = _NON_EMPTY[kind]
+            if not all(_get(doc, f) for f in fields):
+                raise SinkError(error)
             return
         if kind == "RoleBinding":
             if _get(doc, "roleRef.kind") != "Role" or not _get(doc, "subjects"):
