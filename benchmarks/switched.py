@@ -12,9 +12,11 @@ test-day seeds: the per-model rule's figures are paired from there):
    tokens' price) is chosen. Every switched rule makes its first plan at the per-model rule's
    level and risk, so the two start from the same plan.
 2. **Report on test days 11-14**: the chosen rule on ``--seeds`` seeds, each paired with the
-   per-model rule of the room's run folder on the same seed (same demand, availability and
-   preemption draws, and first plan). Seed 0's per-model rule is run again first, as a check
-   that the stored figure reproduces.
+   per-model rule on the same seed (same demand, availability and preemption draws, and first
+   plan): the room's run folder's figure for its seeds, a run of it here for seeds past them.
+   Seed 0's per-model rule is run again first, as a check that the stored figure reproduces.
+   The comparisons with the room's references (the test days' best preset, the lever oracle)
+   are over the room's seeds.
 
     .venv/bin/python benchmarks/switched.py --cells core/hedged/charged,core/hedged/charged/bursty \\
         --run-dir benchmarks/runs/switched --out benchmarks/results/switched.json
@@ -88,7 +90,12 @@ def job(config: FleetConfig, name: str, windows: list[int], per_model: str, days
 
 def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
     room_dir = args.room_dir / key.replace("/", "-")
-    room_rows = [json.loads((room_dir / f"seed-{k}.json").read_text()) for k in range(args.seeds)]
+    # the room's own seeds pair with its per-model rule; seeds past them run that rule here
+    room_rows = [json.loads(p.read_text()) for k in range(args.seeds)
+                 if (p := room_dir / f"seed-{k}.json").exists()]
+    if not room_rows:
+        raise SystemExit(f"{room_dir} holds no seed-0.json; run benchmarks/room.py on {key} with --run-dir "
+                         f"first")
     folder = args.run_dir / key.replace("/", "-")
     folder.mkdir(parents=True, exist_ok=True)
     config = cell_config(key)
@@ -121,21 +128,26 @@ def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit(f"{tfile} holds test runs of {test['chosen']!r}, not {chosen!r}; move it away")
         test["chosen"] = chosen
         runs = test.setdefault("runs", {})
+        reference = test.setdefault("reference", {})
         todo_t = [(chosen, s) for s in range(args.seeds) if str(s) not in runs]
+        todo_t += [(per_model, s) for s in range(len(room_rows), args.seeds) if str(s) not in reference]
         if "check" not in test:
             todo_t.insert(0, (per_model, 0))
         futures = [pool.submit(job, config, n, windows, per_model, TEST_DAYS, s, lost) for n, s in todo_t]
         for f in futures:
             name, seed, totals = f.result()
-            if name == per_model:
+            if name == per_model and seed == 0:
                 test["check"] = {"per_model_rule_seed_0": totals,
                                  "stored": room_rows[0]["per_model_rule"]}
+            elif name == per_model:
+                reference[str(seed)] = totals
             else:
                 runs[str(seed)] = totals
             atomic_write_text(tfile, json.dumps(test, indent=1) + "\n")
             log(f"{key}: test {name} seed {seed}: ${totals['effective_usd']:.0f}")
     rows = [runs[str(k)] for k in range(args.seeds)]
-    ref = [r["per_model_rule"] for r in room_rows]
+    n_room = len(room_rows)
+    ref = [room_rows[k]["per_model_rule"] if k < n_room else reference[str(k)] for k in range(args.seeds)]
     best_preset = min(PRESETS, key=lambda p: np.mean([r[p]["effective_usd"] for r in room_rows]))
     return {
         "cell": key, "validation_days": VALIDATION_DAYS, "validation_seeds": args.validation_seeds,
@@ -148,11 +160,15 @@ def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
                                      for k in ("effective_usd", "cost_usd", "slo_attainment")}},
         "switched_vs_per_model_rule": paired_ratio([r["effective_usd"] for r in rows],
                                                    [r["effective_usd"] for r in ref]),
+        "room_seeds": n_room,
+        "switched_vs_per_model_rule_room_seeds": paired_ratio([r["effective_usd"] for r in rows[:n_room]],
+                                                              [r["effective_usd"] for r in ref[:n_room]]),
         "switched_vs_test_days_best_preset": {
-            "preset": best_preset, **paired_ratio([r["effective_usd"] for r in rows],
+            "preset": best_preset, **paired_ratio([r["effective_usd"] for r in rows[:n_room]],
                                                   [r[best_preset]["effective_usd"] for r in room_rows])},
         "lever_oracle_1h_vs_per_model_rule": paired_ratio(
-            [r["lever_oracle/12"]["effective_usd"] for r in room_rows], [r["effective_usd"] for r in ref]),
+            [r["lever_oracle/12"]["effective_usd"] for r in room_rows],
+            [r["effective_usd"] for r in ref[:n_room]]),
         "time_limited_solves": int(sum(r["time_limited_solves"] for r in rows)),
         "seconds": round(time.perf_counter() - t0, 1), "loadavg": list(os.getloadavg())}
 
