@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from control_helpers import FakeClock, tiny_series
-from test_controller import MODELS, templates
+from live_harness import MODELS, live_fleet
 
 from atoll.control.clock import MAX_SLEW, SteadyClock, iso
 from atoll.control.controller import Controller, ControllerSettings
@@ -24,7 +24,7 @@ T0 = 1.7e9
 
 @pytest.fixture(scope="module")
 def fleet() -> LiveFleet:
-    return LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(100.0, 10.0)] * 2)
+    return live_fleet()
 
 
 def test_a_wall_step_is_reported_and_moves_an_interval_by_at_most_the_slew() -> None:

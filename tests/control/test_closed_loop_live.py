@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from control_helpers import tiny_series
-from test_controller import MODELS, templates
+from live_harness import MODELS, live_fleet
 
 from atoll.control.controller import Controller, ControllerSettings
 from atoll.control.live_check import family_error_after, run_live_loop
@@ -29,11 +29,11 @@ REAL_INPUT, REAL_OUTPUT = 60.0, 20.0
 
 @pytest.fixture(scope="module")
 def fleet() -> LiveFleet:
-    return LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(100.0, 10.0)] * 2)
+    return live_fleet()
 
 
 def _series() -> list:
-    # steady traffic a few instances serve (the library's throughputs: see test_controller)
+    # steady traffic a few instances serve (the library's throughputs: see live_harness)
     return [tiny_series(m, [3.0 + i] * 400, REAL_INPUT, REAL_OUTPUT, step_s=300.0)
             for i, m in enumerate(MODELS)]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from control_helpers import FakeClock
-from test_controller import INPUT, OUTPUT, ScriptedSource
+from live_harness import INPUT, OUTPUT, ScriptedServers
 
 from atoll.control.controller import Controller, ControllerSettings
 from atoll.control.guard_rails import below_floor, service_counts
@@ -42,7 +42,7 @@ def _templates() -> tuple[Template, ...]:
 def test_a_colocated_model_is_planned_floored_and_delivered(tmp_path: Path) -> None:
     fleet = LiveFleet("core", models=MODELS, templates=_templates(), request_shapes=[(INPUT, OUTPUT)] * 2)
     clock = FakeClock(10 * 86400.0)
-    source = ScriptedSource(clock, {m: 10.0 for m in MODELS})  # 1000 prompt, 100 generated tokens/s
+    source = ScriptedServers(clock, {m: 10.0 for m in MODELS})  # 1000 prompt, 100 generated tokens/s
     controller = Controller(fleet, source, make_policy(parse_policy("fixed:1"), 2),  # type: ignore[arg-type]
                             JsonDirSink(tmp_path / "plans"), tmp_path / "state",
                             settings=ControllerSettings(interval_s=300.0), clock=clock, sleep=lambda s: None)

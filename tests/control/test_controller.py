@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 from control_helpers import FakeClock
+from live_harness import (
+    DECODE_TPS,
+    INPUT,
+    MODELS,
+    OUTPUT,
+    PREFILL_TPS,
+    USE2,
+    Harness,
+    ScriptedServers,
+    live_fleet,
+)
 
 from atoll.control.controller import Controller, ControllerSettings
 from atoll.control.live_fleet import LiveFleet
-from atoll.control.metrics import (
-    GENERATION,
-    PROMPT,
-    RUNNING,
-    WAITING,
-    MetricsSnapshot,
-    MetricsUnavailable,
-    assemble,
-)
 from atoll.control.plans import PlanRecord, SinkError, SinkResult
 from atoll.control.sinks import JsonDirSink
 from atoll.control.state import load_state
@@ -29,83 +30,11 @@ from atoll.envs.planner import PlanOutcome
 from atoll.envs.policies import make_policy
 from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.problem import Allocation, SolveStatus
-from atoll.solvers.types import Phase, Service, Stage, Template
-
-USE2 = "aws:us-east-2"
-MODELS = ("Phi-4-14B", "GPT-OSS-20B")
-LAYERS = {"Phi-4-14B": 40, "GPT-OSS-20B": 24}
-INPUT, OUTPUT = 100.0, 10.0  # tokens per request
-PREFILL_TPS, DECODE_TPS = 800.0, 200.0  # tokens/s per instance
-
-
-def templates() -> tuple[Template, ...]:
-    out = []
-    for m in MODELS:
-        out.append(Template(Service(m, Phase.PREFILL), USE2, (("1xL40S", 1),),
-                            (Stage(LAYERS[m], ("1xL40S",)),), PREFILL_TPS))
-        out.append(Template(Service(m, Phase.DECODE), USE2, (("1xL4", 1),), (Stage(LAYERS[m], ("1xL4",)),),
-                            DECODE_TPS))
-    return tuple(out)
 
 
 @pytest.fixture(scope="module")
 def fleet() -> LiveFleet:
-    return LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(INPUT, OUTPUT)] * 2)
-
-
-class ScriptedSource:
-    """vLLM counters per model growing at scripted request rates on a fake clock."""
-
-    url = "scripted://metrics"
-
-    def __init__(self, clock: FakeClock, rates: dict[str, float]) -> None:
-        self.clock, self.rates = clock, dict(rates)
-        self.counters = {m: [0.0, 0.0] for m in rates}
-        self.down = False
-        self.faults: dict[str, str] = {}
-        self.reads = 0
-
-    def advance(self, seconds: float) -> None:
-        for m, r in self.rates.items():
-            self.counters[m][0] += r * INPUT * seconds
-            self.counters[m][1] += r * OUTPUT * seconds
-        self.clock.advance(seconds)
-
-    def read(self) -> MetricsSnapshot:
-        self.reads += 1
-        if self.down:
-            raise MetricsUnavailable(self.url, "connection refused")
-        raw = []
-        for m, (p, g) in self.counters.items():
-            fault = self.faults.get(m)
-            if fault == "missing":
-                continue
-            raw += [(m, "r0", PROMPT, math.nan if fault == "nan" else p), (m, "r0", GENERATION, g),
-                    (m, "r0", WAITING, 0.0), (m, "r0", RUNNING, 1.0)]
-        return assemble(raw, {}, self.clock(), self.url)
-
-
-class Harness:
-    def __init__(self, fleet: LiveFleet, tmp: Path, policy: str = "fixed:1",
-                 rates: dict[str, float] | None = None, sink: object | None = None) -> None:
-        self.clock = FakeClock(10 * 86400.0)
-        self.source = ScriptedSource(self.clock, rates or {m: 10.0 for m in MODELS})
-        self.sleeps: list[float] = []
-        self.dir = tmp / "state"
-        self.sink = sink or JsonDirSink(tmp / "plans")
-        self.fleet, self.policy = fleet, policy
-        self.controller = self.new()
-
-    def new(self) -> Controller:
-        rule = make_policy(parse_policy(self.policy), len(MODELS))
-        return Controller(self.fleet, self.source, rule, self.sink,  # type: ignore[arg-type]
-                          self.dir, settings=ControllerSettings(interval_s=300.0), clock=self.clock,
-                          sleep=self.sleeps.append)
-
-    def tick(self, advance: float = 300.0):  # noqa: ANN201
-        report = self.controller.tick()
-        self.source.advance(advance)
-        return report
+    return live_fleet()
 
 
 def instances(plan: dict[str, int], model: str, phase: str) -> int:
@@ -318,7 +247,7 @@ class TimedOutReplanner:
 
 
 def test_solver_timeout_keeps_the_incumbent_or_holds(tmp_path: Path) -> None:
-    fleet = LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(INPUT, OUTPUT)] * 2)
+    fleet = live_fleet()
     h = Harness(fleet, tmp_path)
     h.tick()
     h.tick()
@@ -347,7 +276,7 @@ def test_a_policy_for_another_fleet_is_refused(fleet: LiveFleet, tmp_path: Path)
             return {}
 
     with pytest.raises(ValueError, match="takes observations of 7 values.*scenario 'core'"):
-        Controller(fleet, ScriptedSource(FakeClock(), {}), Wrong(), JsonDirSink(tmp_path), tmp_path)
+        Controller(fleet, ScriptedServers(FakeClock(), {}), Wrong(), JsonDirSink(tmp_path), tmp_path)
 
 
 def test_a_rules_risk_reaches_every_live_replan(fleet: LiveFleet, tmp_path: Path) -> None:
@@ -372,7 +301,7 @@ def test_a_rules_risk_reaches_every_live_replan(fleet: LiveFleet, tmp_path: Path
 def test_what_the_controller_cannot_honour_is_refused_not_dropped(fleet: LiveFleet, tmp_path: Path) -> None:
     from atoll.training.evaluate import resolve_policy
 
-    source = ScriptedSource(FakeClock(), {})
+    source = ScriptedServers(FakeClock(), {})
     with pytest.raises(ValueError, match=r"plans at level 0.5.*planning level is 0.9.*planning_quantile=0.5"):
         Controller(fleet, source, make_policy(parse_policy("fixed:1@0.5"), 2), JsonDirSink(tmp_path),
                    tmp_path / "a")

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_live_faults import INPUT, LAYERS, MODELS, OUTPUT, USE2, Harness, _fleet
+from live_harness import INPUT, LAYERS, MODELS, OUTPUT, USE2, Harness, live_fleet
 
 from atoll.control.churn import diff_counts, figure, record
 from atoll.control.live_fleet import LiveFleet
@@ -32,7 +32,7 @@ def _latest(tmp: Path) -> dict[str, int]:
 
 
 def test_a_changed_fleet_retires_its_instances_make_before_break(tmp_path: Path) -> None:
-    h = Harness(_fleet(), tmp_path)
+    h = Harness(live_fleet(), tmp_path)
     for _ in range(3):
         h.tick()
     old = {k: n for k, n in h.controller.state.running.items() if "/prefill@" in k}
@@ -59,7 +59,7 @@ def test_a_changed_fleet_retires_its_instances_make_before_break(tmp_path: Path)
 
 
 def test_a_changed_fleet_with_nothing_to_add_still_retires_without_dropping(tmp_path: Path) -> None:
-    h = Harness(_fleet(), tmp_path)
+    h = Harness(live_fleet(), tmp_path)
     for _ in range(3):
         h.tick()
     running = dict(h.controller.state.running)
@@ -88,7 +88,7 @@ def test_churn_is_added_plus_removed_per_hour_over_the_fleet() -> None:
 
 
 def test_a_newer_plan_during_the_change_keeps_the_retiring_instances(tmp_path: Path) -> None:
-    h = Harness(_fleet(), tmp_path, interval=10.0)  # ticks far shorter than a start-up
+    h = Harness(live_fleet(), tmp_path, interval=10.0)  # ticks far shorter than a start-up
     for _ in range(3):
         h.tick()
     old = {k: n for k, n in h.controller.state.running.items() if "/prefill@" in k}

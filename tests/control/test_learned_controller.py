@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from control_helpers import FakeClock
+from live_harness import INPUT, MODELS, OUTPUT, ScriptedServers, live_fleet, templates
 from mlflow.tracking import MlflowClient
-from test_controller import INPUT, MODELS, OUTPUT, ScriptedSource, templates
 
 from atoll.control.controller import Controller, ControllerSettings
-from atoll.control.live_fleet import LiveFleet
 from atoll.control.sinks import JsonDirSink
 from atoll.envs.config import FleetConfig
 from atoll.envs.vocabulary import parse_policy
@@ -54,10 +53,10 @@ def test_registered_policy_is_crowned_on_validation_and_drives_the_controller(tm
     assert crown(parse_policy(spec), {"score": 0.93}) == f"{name}/1"
     assert str(client.get_model_version_by_alias(name, CHAMPION).version) == "1"
 
-    fleet = LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(INPUT, OUTPUT)] * 2)
+    fleet = live_fleet()
     policy = resolve_policy(parse_policy(f"learned:{CHAMPION}"), 2, fleet=FleetSpaces.of_live_fleet(fleet))
     clock = FakeClock(10 * 86400.0)
-    source = ScriptedSource(clock, {m: 10.0 for m in MODELS})
+    source = ScriptedServers(clock, {m: 10.0 for m in MODELS})
     controller = Controller(fleet, source, policy, JsonDirSink(tmp_path / "plans"), tmp_path / "state",
                             settings=ControllerSettings(interval_s=300.0), clock=clock, sleep=lambda s: None)
     reports = []

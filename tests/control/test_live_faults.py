@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
-from control_helpers import FakeClock, ScriptedHttp
+from control_helpers import ScriptedHttp
+from live_harness import DECODE_TPS, INPUT, MODELS, OUTPUT, PREFILL_TPS, USE2, Harness, live_fleet
 
-from atoll.control.controller import Controller, ControllerSettings, TickReport
+from atoll.control.controller import ControllerSettings
 from atoll.control.k8s.apply import K8sApplySink, K8sManifestSink, K8sOptions, render_manifests
 from atoll.control.live_demand import LiveForecast, bin_history, compact_history
 from atoll.control.live_fleet import LiveFleet
@@ -33,105 +33,14 @@ from atoll.control.metrics import (
 from atoll.control.plans import PlanRecord, SinkError
 from atoll.control.sinks import JsonDirSink, deliver
 from atoll.control.state import STATE_FILE, HistoryPoint, StateError, StateLock, load_state, save_state
-from atoll.envs.policies import make_policy
-from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.fleet import FleetFileError, load_fleet
 from atoll.solvers.problem import Allocation
 from atoll.solvers.types import Phase, Service, Stage, Template
 
-USE2 = "aws:us-east-2"
-MODELS = ("Phi-4-14B", "GPT-OSS-20B")
-LAYERS = {"Phi-4-14B": 40, "GPT-OSS-20B": 24}
-INPUT, OUTPUT = 100.0, 10.0
-PREFILL_TPS, DECODE_TPS = 800.0, 200.0
-
-
-def _templates() -> tuple[Template, ...]:
-    out = []
-    for m in MODELS:
-        out.append(Template(Service(m, Phase.PREFILL), USE2, (("1xL40S", 1),),
-                            (Stage(LAYERS[m], ("1xL40S",)),), PREFILL_TPS))
-        out.append(Template(Service(m, Phase.DECODE), USE2, (("1xL4", 1),), (Stage(LAYERS[m], ("1xL4",)),),
-                            DECODE_TPS))
-    return tuple(out)
-
-
-def _fleet(**kw: Any) -> LiveFleet:
-    return LiveFleet("core", models=MODELS, templates=_templates(), request_shapes=[(INPUT, OUTPUT)] * 2,
-                     **kw)
-
 
 @pytest.fixture(scope="module")
 def fleet() -> LiveFleet:
-    return _fleet()
-
-
-class Servers:
-    """vLLM counters per model on a fake clock; a model with no planned instance has no server
-    and so no series (as on a real cluster). ``override`` replaces a model's prompt counter
-    for one read (a bad sample)."""
-
-    url = "scripted://servers"
-
-    def __init__(self, clock: FakeClock, rates: dict[str, float]) -> None:
-        self.clock, self.rates = clock, dict(rates)
-        self.counters = {m: [1e6, 1e5] for m in rates}
-        self.override: dict[str, float] = {}
-        self.instances: Mapping[str, int] | None = None  # model -> planned instances (None: all serve)
-        self.extra: list[str] = []  # models outside the fleet in this read
-
-    def advance(self, seconds: float) -> None:
-        for m, r in self.rates.items():
-            self.counters[m][0] += r * INPUT * seconds
-            self.counters[m][1] += r * OUTPUT * seconds
-        self.clock.advance(seconds)
-
-    def read(self) -> MetricsSnapshot:
-        raw = []
-        for m, (p, g) in self.counters.items():
-            if self.instances is not None and not self.instances.get(m):
-                continue  # no server, no series
-            raw += [(m, "r0", PROMPT, self.override.pop(m, p)), (m, "r0", GENERATION, g),
-                    (m, "r0", WAITING, 0.0), (m, "r0", RUNNING, 1.0)]
-        for name in self.extra:
-            raw += [(name, "r0", PROMPT, 1.0), (name, "r0", GENERATION, 1.0)]
-        return assemble(raw, {}, self.clock(), self.url)
-
-
-class Harness:
-    def __init__(self, fleet: LiveFleet, tmp: Path, rates: dict[str, float] | None = None, *,
-                 interval: float = 300.0, policy: str = "fixed:1", **settings: Any) -> None:
-        self.clock = FakeClock(10 * 86400.0)
-        self.source = Servers(self.clock, rates or {m: 10.0 for m in MODELS})
-        self.dir = tmp / "state"
-        self.sink = JsonDirSink(tmp / "plans")
-        self.fleet, self.policy, self.interval = fleet, policy, interval
-        self.settings = ControllerSettings(interval_s=interval, **settings)
-        self.controller = self.new()
-
-    def new(self) -> Controller:
-        rule = make_policy(parse_policy(self.policy), len(MODELS))
-        return Controller(self.fleet, self.source, rule, self.sink, self.dir,
-                          settings=self.settings, clock=self.clock, sleep=lambda s: None)
-
-    def tick(self) -> TickReport:
-        report = self.controller.tick()
-        self.source.advance(self.interval)
-        return report
-
-    def per_model(self) -> dict[str, int]:
-        out = dict.fromkeys(MODELS, 0)
-        for key, n in self.controller.state.running.items():
-            out[self.fleet.templates[key].service.model] += n
-        return out
-
-    def per_service(self, model: str) -> tuple[int, int]:
-        counts = [0, 0]
-        for key, n in self.controller.state.running.items():
-            t = self.fleet.templates[key]
-            if t.service.model == model:
-                counts[0 if t.service.phase is Phase.PREFILL else 1] += n
-        return counts[0], counts[1]
+    return live_fleet()
 
 
 # ----- 1. scale from zero --------------------------------------------------------------------
@@ -159,7 +68,7 @@ def test_a_model_whose_traffic_stops_keeps_its_floor_and_comes_back(fleet: LiveF
 
 def test_a_model_at_zero_without_series_is_raised_to_its_floor(tmp_path: Path) -> None:
     floors = {"Phi-4-14B": (2, 1), "GPT-OSS-20B": (0, 0)}
-    h = Harness(_fleet(min_instances=floors), tmp_path, rates={"Phi-4-14B": 0.0, "GPT-OSS-20B": 0.0})
+    h = Harness(live_fleet(min_instances=floors), tmp_path, rates={"Phi-4-14B": 0.0, "GPT-OSS-20B": 0.0})
     h.source.instances = {}  # nothing runs: no model has a series at all
     reports = [h.tick() for _ in range(2)]
     assert reports[1].decision.chosen.get("Phi-4-14B", "").startswith("below its floor")

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_controller import MODELS, templates
+from live_harness import INPUT, MODELS, Harness, live_fleet
 
 from atoll.control.controller import Controller, ControllerSettings, TickReport
 from atoll.control.live_fleet import LiveFleet
@@ -30,7 +30,7 @@ BASE_IN = 60.0
 
 @pytest.fixture(scope="module")
 def fleet() -> LiveFleet:
-    return LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(100.0, 10.0)] * 2)
+    return live_fleet()
 
 
 def _series(surge: bool) -> list[DemandSeries]:
@@ -157,9 +157,7 @@ def test_a_second_signal_confirms_what_a_gate_held() -> None:
 
 
 def test_a_bad_sample_after_a_long_outage_is_held_not_planned(tmp_path: Path) -> None:
-    from test_live_faults import INPUT, Harness, _fleet
-
-    h = Harness(_fleet(), tmp_path)
+    h = Harness(live_fleet(), tmp_path)
     for _ in range(4):
         h.tick()
     normal = h.source.rates["Phi-4-14B"] * INPUT

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from control_helpers import FakeClock
-from test_controller import INPUT, LAYERS, MODELS, OUTPUT, USE2, templates
+from live_harness import INPUT, LAYERS, MODELS, OUTPUT, USE2, templates
 
 from atoll.control.controller import Controller, ControllerSettings
 from atoll.control.live_fleet import LiveFleet

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from control_helpers import FakeClock, tiny_series
-from test_controller import INPUT, MODELS, OUTPUT, templates
+from live_harness import MODELS, live_fleet
 
 from atoll.control.cli.control import _line
 from atoll.control.controller import Controller, ControllerSettings
@@ -46,7 +46,7 @@ REAL_INPUT, REAL_OUTPUT = 20.0, 50.0
 
 @pytest.fixture(scope="module")
 def fleet() -> LiveFleet:
-    return LiveFleet("core", models=MODELS, templates=templates(), request_shapes=[(INPUT, OUTPUT)] * 2)
+    return live_fleet()
 
 
 def test_readme_example_each_phase_is_planned_from_its_own_rate(fleet: LiveFleet, tmp_path: Path) -> None:

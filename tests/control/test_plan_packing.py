@@ -67,7 +67,7 @@ def test_floors_on_a_sliced_fleet_fill_the_nodes_it_can_have(tmp_path: Path) -> 
     """min_instances on slices: four 1-GPU slices fit the one 4xL4 node the fleet may have (the
     floor counts a slice as its share of a node, not as a node of config '1/4xL4'); the record
     carries the node."""
-    from test_live_faults import LAYERS, MODELS, Harness
+    from live_harness import LAYERS, MODELS, Harness
 
     from atoll.control.live_fleet import LiveFleet
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from control_helpers import FakeClock
-from test_controller import INPUT, MODELS, OUTPUT
+from live_harness import INPUT, MODELS, OUTPUT
 from test_observation_parity import DAY, STEP, TraceSource, library, norm
 from test_observation_parity import trace as daily_trace
 

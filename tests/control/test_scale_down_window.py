@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_live_faults import Harness, _fleet
+from live_harness import Harness, live_fleet
 
 from atoll.control.controller import ControllerSettings
 from atoll.control.live_fleet import LiveFleet
@@ -19,7 +19,7 @@ HIGH, LOW = 40.0, 4.0  # Phi-4-14B requests/s: about six prefill instances, and 
 
 @pytest.fixture(scope="module")
 def fleet() -> LiveFleet:
-    return _fleet()
+    return live_fleet()
 
 
 def _run(fleet: LiveFleet, tmp: Path, window_s: float, ticks: int, low: range) -> tuple[list[int], Harness]:

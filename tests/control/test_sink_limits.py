@@ -13,8 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from live_harness import MODELS, Harness, live_fleet
 from prometheus_client.parser import text_string_to_metric_families
-from test_live_faults import MODELS, Harness, _fleet
 
 from atoll.control import state as state_module
 from atoll.control.sinks import MetricsSink, make_sink
@@ -62,7 +62,7 @@ def test_idle_clients_are_capped_and_time_out() -> None:
 
 
 def test_the_tick_figures_are_exported(tmp_path: Path) -> None:
-    h = Harness(_fleet(), tmp_path)
+    h = Harness(live_fleet(), tmp_path)
     h.sink = MetricsSink(0)  # type: ignore[assignment]
     h.controller = h.new()
     try:

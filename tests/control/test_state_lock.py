@@ -13,12 +13,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_controller import Harness, fleet  # noqa: F401 - the module-scoped fleet fixture
+from live_harness import Harness, live_fleet
 
 from atoll.control.cli import main
 from atoll.control.live_fleet import LiveFleet
 from atoll.control.state import StateError, StateLock, StateLocked, load_state
 from atoll.solvers import files
+
+
+@pytest.fixture(scope="module")
+def fleet() -> LiveFleet:
+    return live_fleet()
+
 
 HOLDER = ("import sys, time\nfrom atoll.control.state import StateLock\n"
           "lock = StateLock(sys.argv[1])\nprint('locked', flush=True)\ntime.sleep(120)\n")
@@ -73,7 +79,7 @@ def test_binary_garbage_in_the_state_file_names_the_file(tmp_path: Path,
 
 
 def test_a_read_only_state_folder_stops_the_tick_before_delivery_and_loses_nothing(
-        fleet: LiveFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        fleet: LiveFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     h = Harness(fleet, tmp_path)
     h.tick()  # warm-up: the next tick plans from nothing
     saved = load_state(h.dir)
