@@ -1,4 +1,5 @@
-"""Control fixtures: a real Prometheus (Debian's ``prometheus`` binary) on a loopback port.
+"""Control fixtures: the two-model live fleet (``fleet``, :mod:`live_harness`) and a real
+Prometheus (Debian's ``prometheus`` binary) on a loopback port.
 
 ``make test`` installs the binary when it is missing and the machine allows it (root with
 apt-get); tests that need it skip, with that hint, only where it is absent.
@@ -22,6 +23,8 @@ import pytest
 import yaml
 from control_helpers import PrometheusServer, closed_port
 
+from atoll.control.live_fleet import LiveFleet
+
 PROMETHEUS = shutil.which("prometheus")
 READY_TIMEOUT_S = 30.0
 
@@ -40,6 +43,15 @@ def _wait_ready(server: PrometheusServer) -> None:
             pass
         time.sleep(0.1)
     raise RuntimeError(f"prometheus not ready within {READY_TIMEOUT_S:g} s:\n{server.log_tail()}")
+
+
+@pytest.fixture(scope="module")
+def fleet() -> LiveFleet:
+    """The two-model fleet of :func:`live_harness.live_fleet`, once per module (a module may
+    define a ``fleet`` of its own)."""
+    from live_harness import live_fleet
+
+    return live_fleet()
 
 
 @pytest.fixture

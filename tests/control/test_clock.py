@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from control_helpers import FakeClock, tiny_series
-from live_harness import MODELS, live_fleet
+from live_harness import MODELS
 
 from atoll.control.clock import MAX_SLEW, SteadyClock, iso
 from atoll.control.controller import Controller, ControllerSettings
@@ -20,11 +20,6 @@ from atoll.envs.policies import make_policy
 from atoll.envs.vocabulary import parse_policy
 
 T0 = 1.7e9
-
-
-@pytest.fixture(scope="module")
-def fleet() -> LiveFleet:
-    return live_fleet()
 
 
 def test_a_wall_step_is_reported_and_moves_an_interval_by_at_most_the_slew() -> None:

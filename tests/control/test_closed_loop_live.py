@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from control_helpers import tiny_series
-from live_harness import MODELS, live_fleet
+from live_harness import MODELS
 
 from atoll.control.controller import Controller, ControllerSettings
 from atoll.control.live_check import family_error_after, run_live_loop
@@ -25,11 +25,6 @@ from atoll.solvers.problem import Allocation
 
 # the traffic's own shape (tokens per request), different from the profiled 100 / 10 on purpose
 REAL_INPUT, REAL_OUTPUT = 60.0, 20.0
-
-
-@pytest.fixture(scope="module")
-def fleet() -> LiveFleet:
-    return live_fleet()
 
 
 def _series() -> list:

@@ -32,11 +32,6 @@ from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.problem import Allocation, SolveStatus
 
 
-@pytest.fixture(scope="module")
-def fleet() -> LiveFleet:
-    return live_fleet()
-
-
 def instances(plan: dict[str, int], model: str, phase: str) -> int:
     return sum(n for k, n in plan.items() if f"{model}/{phase}" in k or (model in k and phase in k))
 

@@ -38,11 +38,6 @@ from atoll.solvers.problem import Allocation
 from atoll.solvers.types import Phase, Service, Stage, Template
 
 
-@pytest.fixture(scope="module")
-def fleet() -> LiveFleet:
-    return live_fleet()
-
-
 # ----- 1. scale from zero --------------------------------------------------------------------
 def test_a_model_whose_traffic_stops_keeps_its_floor_and_comes_back(fleet: LiveFleet,
                                                                      tmp_path: Path) -> None:

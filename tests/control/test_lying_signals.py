@@ -28,11 +28,6 @@ SURGE = (6, 18)  # the steps of day 2 whose prompts are ten times longer
 BASE_IN = 60.0
 
 
-@pytest.fixture(scope="module")
-def fleet() -> LiveFleet:
-    return live_fleet()
-
-
 def _series(surge: bool) -> list[DemandSeries]:
     out = []
     for i, m in enumerate(MODELS):

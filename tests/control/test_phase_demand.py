@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from control_helpers import FakeClock, tiny_series
-from live_harness import MODELS, live_fleet
+from live_harness import MODELS
 
 from atoll.control.cli.control import _line
 from atoll.control.controller import Controller, ControllerSettings
@@ -42,11 +42,6 @@ from atoll.forecast.forecasters import make_forecaster
 SPEEDUP = 60.0
 # the traffic's real shape: prompt-light and generation-heavy against the profiled 100 / 10
 REAL_INPUT, REAL_OUTPUT = 20.0, 50.0
-
-
-@pytest.fixture(scope="module")
-def fleet() -> LiveFleet:
-    return live_fleet()
 
 
 def test_readme_example_each_phase_is_planned_from_its_own_rate(fleet: LiveFleet, tmp_path: Path) -> None:

@@ -8,18 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from live_harness import Harness, live_fleet
+from live_harness import Harness
 
 from atoll.control.controller import ControllerSettings
 from atoll.control.live_fleet import LiveFleet
 from atoll.control.state import load_state
 
 HIGH, LOW = 40.0, 4.0  # Phi-4-14B requests/s: about six prefill instances, and one
-
-
-@pytest.fixture(scope="module")
-def fleet() -> LiveFleet:
-    return live_fleet()
 
 
 def _run(fleet: LiveFleet, tmp: Path, window_s: float, ticks: int, low: range) -> tuple[list[int], Harness]:

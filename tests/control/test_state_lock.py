@@ -13,18 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from live_harness import Harness, live_fleet
+from live_harness import Harness
 
 from atoll.control.cli import main
 from atoll.control.live_fleet import LiveFleet
 from atoll.control.state import StateError, StateLock, StateLocked, load_state
 from atoll.solvers import files
-
-
-@pytest.fixture(scope="module")
-def fleet() -> LiveFleet:
-    return live_fleet()
-
 
 HOLDER = ("import sys, time\nfrom atoll.control.state import StateLock\n"
           "lock = StateLock(sys.argv[1])\nprint('locked', flush=True)\ntime.sleep(120)\n")
