@@ -37,6 +37,7 @@ from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, l
 from atoll.solvers.models import DEFAULT_MODELS, get_model
 from atoll.solvers.perf import PerfFactors, RequestShape, load_factors, max_layers_that_fit
 from atoll.solvers.placement import best_placement, profile_table, solve, to_stages
+from atoll.solvers.ray_tasks import completed
 from atoll.solvers.registry import UnknownNameError
 from atoll.solvers.runtime import (
     DEFAULT_RUNTIME,
@@ -531,10 +532,7 @@ def _start_ray(todo: list[TemplateJob], address: str) -> Iterator[tuple[Template
 
     def results() -> Iterator[tuple[TemplateJob, JobResult]]:
         try:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                for ref in ready:
-                    yield pending.pop(ref), ray.get(ref)
+            yield from completed(pending)
         finally:
             if started:
                 ray.shutdown()

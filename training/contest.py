@@ -41,6 +41,7 @@ from atoll.envs.rollout import Episode, run_policy
 from atoll.envs.vocabulary import DEFAULT_LEVEL, PLANNING_LEVELS, PolicySpec
 from atoll.solvers.errors import InputError
 from atoll.solvers.files import atomic_write_bytes
+from atoll.solvers.ray_tasks import completed
 from atoll.training.evaluate import PolicyResult, env_at_level, resolve_policy, seed_value
 from atoll.training.frontier import (
     Headline,
@@ -295,10 +296,7 @@ def _ray_jobs(config: FleetConfig, jobs: Sequence[tuple[PolicySpec, int]], days:
         pending = {remote.remote(ref, s, days, k, keep_steps): (s, k) for s, k in jobs}
         if meanwhile is not None:
             meanwhile()
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for done in ready:
-                yield pending.pop(done), ray.get(done)
+        yield from completed(pending)
     finally:
         if started:
             ray.shutdown()
