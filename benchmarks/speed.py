@@ -115,28 +115,10 @@ def simulate_twice(args: list[str]) -> dict[str, Any]:
     return {"command": "atoll " + " ".join(args), "runs": runs}
 
 
-def part_extended_day() -> dict[str, Any]:
-    return simulate_twice(EXTENDED_DAY)
-
-
-def part_core_2_days() -> dict[str, Any]:
-    return simulate_twice(CORE_2_DAYS)
-
-
-def part_fleet20_day() -> dict[str, Any]:
-    return simulate_twice(FLEET20_DAY)
-
-
-def part_fleet20_contest_world_day() -> dict[str, Any]:
-    return simulate_twice(FLEET20_CONTEST_DAY)
-
-
-def part_extended_charged_day() -> dict[str, Any]:
-    return simulate_twice(EXTENDED_CHARGED_DAY)
-
-
-def part_fleet20_charged_day() -> dict[str, Any]:
-    return simulate_twice(FLEET20_CHARGED_DAY)
+# the parts that time one ``atoll simulate`` command, first and warm
+SIMULATED_DAYS = {"extended_day": EXTENDED_DAY, "core_2_days": CORE_2_DAYS, "fleet20_day": FLEET20_DAY,
+                  "fleet20_contest_world_day": FLEET20_CONTEST_DAY,
+                  "extended_charged_day": EXTENDED_CHARGED_DAY, "fleet20_charged_day": FLEET20_CHARGED_DAY}
 
 
 def _sliced_problem(fleet: str) -> Any:
@@ -347,7 +329,9 @@ def main() -> None:
     for part in parts:
         log(f"{part} ...")
         t0 = time.perf_counter()
-        if part in ("ppo", "ppo_charged"):
+        if part in SIMULATED_DAYS:
+            doc["parts"][part] = simulate_twice(SIMULATED_DAYS[part])
+        elif part in ("ppo", "ppo_charged"):
             doc["parts"][part] = part_ppo(args.ppo_steps, charged=part == "ppo_charged")
         else:
             doc["parts"][part] = globals()[f"part_{part}"]()
