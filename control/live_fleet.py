@@ -149,25 +149,26 @@ def _fail(path: Path, what: str) -> FleetFileError:
     return FleetFileError(f"fleet file {path}: {what}")
 
 
-def live_fleet(active: Fleet, **settings: Any) -> LiveFleet:
+def live_fleet(active: Fleet, *, prices: str | None = None, market: str | None = None,
+               **settings: Any) -> LiveFleet:
     """The :class:`LiveFleet` of a loaded YAML fleet file (:mod:`atoll.envs.fleet_file`): its
     scenario, runtime, request shapes and node caps, planned in its own market per pool (each
     plan line at its pool's tier: spot, on-demand, or either in a hedged pool), and its
-    ``removal_weight``, unless ``settings`` say. ``prices`` overrides the market: ``spot`` puts
-    every pool in the spot market, ``on-demand`` plans every pool on-demand at its static cap."""
+    ``removal_weight``, unless ``settings`` say. The controller takes no availability: ``prices``
+    picks the market (:meth:`FleetSpec.market_choice` with ``prices_pick_market``): ``spot`` puts
+    every pool in the spot market, ``on-demand`` plans every pool on-demand at its static cap.
+    ``market`` (``market``, ``spot`` or ``hedged``) asks for a market kind instead; prices with
+    it are refused."""
     spec = active.spec
+    if market is not None and market not in MARKET_KINDS:
+        raise ValueError(f"live_fleet: field 'market' must be one of {', '.join(MARKET_KINDS)} or None, "
+                         f"got {market!r}; give prices='on-demand' for every pool on-demand at its cap")
+    choice = spec.market_choice(market, prices, prices_pick_market=True)
     shapes = dict(active.scenario.shapes)
     settings.setdefault("runtime", spec.runtime)
-    prices = settings.pop("prices", None)
-    if prices == "spot":
-        settings.setdefault("market", "spot")
-    elif prices is not None:
-        settings.update(prices=prices, market=None)
-    else:
-        settings.setdefault("market", "market")
     if spec.removal_weight is not None:
         settings.setdefault("removal_weight", spec.removal_weight)
-    if settings.get("market") is None:
+    if choice.market is None:
         # one tier: the fleet's static caps (ample where it names none), as the simulator's ``ample``
         settings.setdefault("availability", spec.availability)
     if spec.min_instances is not None:
@@ -175,7 +176,7 @@ def live_fleet(active: Fleet, **settings: Any) -> LiveFleet:
     return LiveFleet(active.name, fleet=active.scenario, models=spec.model_names,
                      request_shapes=[(shapes[m].input_tokens, shapes[m].output_tokens)
                                      for m in spec.model_names],
-                     **settings)
+                     market=choice.market, prices=choice.prices or "on-demand", **settings)
 
 
 def load_fleet_file(path: Path | str, **settings: Any) -> LiveFleet:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
 from atoll.envs.availability import SPOT_TRACES, untraced_spot_pools
-from atoll.envs.config import MARKET_KINDS, FleetConfig
+from atoll.envs.config import FleetConfig
 from atoll.forecast.logrows import FileCheck, ModelCheck
 from atoll.forecast.scaling import Scale, apply_scale, split_scale
 from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
@@ -221,18 +222,15 @@ def fleet_config(fleet: Fleet, days: tuple[int, int], **settings: object) -> Fle
     runtime and its own scaled demand series; availability ``market`` (the default) puts each pool in the
     market its file says, billed at that tier; ``spot`` or ``hedged`` put every pool in that
     market; ``ample`` means the fleet's static caps (or ample nodes when it names none), every
-    pool on-demand. Prices follow the availability as in a scenario's config (spot prices under
-    spot availability) unless ``settings`` give ``prices``; the file's ``removal_weight`` unless
-    ``settings`` give one."""
-    base: dict[str, object] = {"availability": "market", "prices": None}
+    pool on-demand. ``prices`` apply only under ``ample`` or ``scarce`` (a market bills each pool
+    at the tier that serves it; :meth:`FleetSpec.market_choice` decides, and refuses them under a
+    market kind). The file's ``removal_weight`` unless ``settings`` give one."""
+    base: dict[str, object] = {}
     if fleet.spec.removal_weight is not None:  # the file's price of churn; --removal-weight overrides
         base["removal_weight"] = fleet.spec.removal_weight
     base.update(settings)
-    if base["availability"] in MARKET_KINDS and base["prices"] is not None:
-        # a market bills each pool at the tier that serves it; a price kind on top would be dropped
-        raise FleetFileError(f"{fleet.spec.path}: prices {base['prices']!r} do not apply under availability "
-                             f"{base['availability']!r}: each pool bills at its market's tier; give prices "
-                             f"only with availability ample or scarce")
+    choice = fleet.spec.market_choice(cast("str | None", base.pop("availability", None)),
+                                      cast("str | None", base.pop("prices", None)))
     last = fleet.days
     if days[1] > last:
         raise FleetFileError(f"{fleet.spec.path}: workloads cover days 1-{last}; days {days[0]}-{days[1]} "
@@ -241,6 +239,7 @@ def fleet_config(fleet: Fleet, days: tuple[int, int], **settings: object) -> Fle
     check_days(fleet, days)
     return FleetConfig(scenario=fleet.name, fleet=fleet.scenario, days=days, models=fleet.spec.model_names,
                        demand=common_span(fleet.series), runtime=fleet.spec.runtime,
+                       availability=choice.availability, prices=choice.prices,
                        **base)  # type: ignore[arg-type]
 
 

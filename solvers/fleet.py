@@ -107,6 +107,73 @@ class FleetFileError(InputError):
     """A fleet file that cannot be used; the message names the file, the entry, the field."""
 
 
+# What a fleet may run under (the simulator's availability kinds, atoll.envs.config, which this
+# bottom layer does not import): its pools in a market, each billed at the tier that serves it
+# (``market``: each pool in its file's market; ``spot`` / ``hedged``: every pool in that one), or
+# static caps with every pool on-demand (``ample``: the file's caps; ``scarce``: just above the
+# cheapest plan), billed at one price list.
+MARKET_CHOICES: tuple[str, ...] = ("market", "spot", "hedged")
+STATIC_CHOICES: tuple[str, ...] = ("ample", "scarce")
+PRICE_LISTS: tuple[str, ...] = ("on-demand", "spot")
+
+
+class MarketChoiceError(FleetFileError):
+    """A price list asked for with a market kind (:meth:`FleetSpec.market_choice`): a market bills
+    each pool at the tier that serves it, so the prices would be dropped. ``str()`` names the
+    settings as a fleet's configuration does (``availability``, ``prices``); :meth:`said` in a
+    caller's own words (the CLI's ``--availability``, ``--prices``)."""
+
+    def __init__(self, message: str, *, availability: str | None = None, prices: str = "",
+                 summary: str = "") -> None:
+        super().__init__(message)
+        self.availability = availability  # as asked; None: not given (the file's market)
+        self.prices = prices
+        self.summary = summary  # the file's markets, FleetSpec.market_summary
+
+    @classmethod
+    def of(cls, path: Path, availability: str | None, prices: str, summary: str) -> MarketChoiceError:
+        """The refusal of ``prices`` under ``availability`` (None: the file's market) in the fleet
+        file ``path`` whose markets are ``summary``."""
+        return cls(f"{path}: {_refusal(availability, prices, summary)}", availability=availability,
+                   prices=prices, summary=summary)
+
+    def said(self, availability: str = "availability", prices: str = "prices") -> str:
+        """The refusal and its fix, naming the two settings ``availability`` and ``prices``."""
+        return _refusal(self.availability, self.prices, self.summary, availability, prices)
+
+
+def _refusal(asked: str | None, prices: str, summary: str, availability_name: str = "availability",
+             prices_name: str = "prices") -> str:
+    """Why ``prices`` do not apply under the market kind ``asked`` (None: the file's market), and the fix."""
+    a, p = availability_name, prices_name
+    if asked in (None, "market"):
+        return (f"{p} {prices}: the fleet file's market bills each pool at its own tier ({summary}); "
+                f"drop {p}, or override the market with {a} ample|scarce|spot|hedged")
+    return (f"{p} {prices} does not apply to {a} {asked} (each pool bills at the tier that serves it); "
+            f"drop {p}, or use {a} ample or scarce")
+
+
+@dataclass(frozen=True)
+class MarketChoice:
+    """What a fleet runs under (:meth:`FleetSpec.market_choice`): ``availability`` one of
+    :data:`MARKET_CHOICES` (each pool billed at the tier that serves it; ``prices`` None) or of
+    :data:`STATIC_CHOICES` (every pool on-demand at static caps, billed at ``prices``; None: the
+    availability's own, on-demand)."""
+
+    availability: str
+    prices: str | None = None
+
+    @property
+    def market(self) -> str | None:
+        """The market kind the pools are in, None under static caps."""
+        return self.availability if self.availability in MARKET_CHOICES else None
+
+    @property
+    def overrides(self) -> bool:
+        """Whether it overrides the fleet file's own market per pool."""
+        return self.availability != "market"
+
+
 @dataclass(frozen=True)
 class PoolTrace:
     """Nodes a pool offers over time: ``nodes[i]`` from ``times_s[i]`` (seconds from the start of
@@ -278,6 +345,36 @@ class FleetSpec:
         """The markets of the fleet's pools in words: one name, or 'mixed (...)'."""
         kinds = sorted({self.market_of((o.region, o.config)) for o in self.offers})
         return kinds[0] if len(kinds) == 1 else f"mixed ({', '.join(kinds)})"
+
+    def market_choice(self, availability: str | None = None, prices: str | None = None, *,
+                      prices_pick_market: bool = False) -> MarketChoice:
+        """The one rule of which market this fleet's pools run in and which price list applies,
+        for a requested ``availability`` and ``prices`` (None: not given); the simulator's
+        configuration, the CLI and the live controller all ask it.
+
+        - nothing: each pool in its file's market (``market``);
+        - a market kind (``market``, ``spot``, ``hedged``): that, each pool billed at the tier
+          that serves it; a price list with it is refused (:class:`MarketChoiceError`);
+        - ``ample`` or ``scarce``: static caps, every pool on-demand, billed at ``prices``;
+        - a price list alone is refused too (the file's market bills each pool at its tier),
+          unless ``prices_pick_market`` (the live controller, which takes no availability): then
+          ``spot`` puts every pool in the spot market and ``on-demand`` plans every pool
+          on-demand at its static cap (``ample``).
+
+        An availability or price list that names no kind is a :class:`FleetFileError`."""
+        if availability is not None and availability not in MARKET_CHOICES + STATIC_CHOICES:
+            raise FleetFileError(f"{self.path}: availability {_show(availability)} is not a kind; valid: "
+                                 f"{', '.join(MARKET_CHOICES + STATIC_CHOICES)} (market: each pool in the "
+                                 f"file's own market)")
+        if prices is not None and prices not in PRICE_LISTS:
+            raise FleetFileError(f"{self.path}: prices {_show(prices)} is not a price list; valid: "
+                                 f"{', '.join(PRICE_LISTS)}")
+        if availability is None and prices is not None and prices_pick_market:
+            return MarketChoice("spot") if prices == "spot" else MarketChoice("ample", prices)
+        asked = availability or "market"
+        if asked in MARKET_CHOICES and prices is not None:
+            raise MarketChoiceError.of(self.path, availability, prices, self.market_summary)
+        return MarketChoice(asked, prices)
 
     @property
     def model_names(self) -> tuple[str, ...]:

@@ -102,28 +102,29 @@ def add_fleet_option(p: argparse.ArgumentParser) -> None:
                         "or a bundled one: core, extended; replaces --scenario")
 
 
+# What an --availability given with --fleet does to its pools (said on stderr: it overrides the file's market)
+FLEET_OVERRIDES = {"ample": "every pool on-demand at its static cap (spot traces unused)",
+                   "scarce": "every pool on-demand, capped just above the cheapest plan",
+                   "spot": "every pool spot (on its own trace, or its region's bundled one)",
+                   "hedged": "every pool hedged (spot on its trace beside an on-demand quota)"}
+
+
 def fleet_market(args: argparse.Namespace, active: Fleet) -> str:
-    """The availability a fleet runs under: its file's market per pool (``market``) unless
+    """The availability a fleet runs under, as :meth:`FleetSpec.market_choice` decides for
+    ``--availability`` and ``--prices``: its file's market per pool (``market``) unless
     ``--availability`` overrides it, which is said on stderr; ``--prices`` only with the static
-    overrides (``ample``, ``scarce``), the markets bill each pool at its tier."""
-    given = getattr(args, "availability", None)
-    prices = getattr(args, "prices", None)
-    if given is None or given == "market":
-        if prices is not None:
-            raise UserError(f"--prices {prices}: the fleet file's market bills each pool at its own tier "
-                            f"({active.spec.market_summary}); drop --prices, or override the market with "
-                            f"--availability ample|scarce|spot|hedged")
-        return "market"
-    if given in ("spot", "hedged") and prices is not None:
-        raise UserError(f"--prices {prices} does not apply to --availability {given} with --fleet (each pool "
-                        f"bills at the tier that serves it); drop --prices, or use --availability ample")
-    what = {"ample": "every pool on-demand at its static cap (spot traces unused)",
-            "scarce": "every pool on-demand, capped just above the cheapest plan",
-            "spot": "every pool spot (on its own trace, or its region's bundled one)",
-            "hedged": "every pool hedged (spot on its trace beside an on-demand quota)"}[given]
-    console.print(f"note: --availability {given} overrides the fleet file's market "
-                  f"({active.spec.market_summary}): {what}")
-    return str(given)
+    overrides (``ample``, ``scarce``), the markets bill each pool at its tier (refused in the
+    flags' words)."""
+    from atoll.solvers.fleet import MarketChoiceError
+
+    try:
+        choice = active.spec.market_choice(getattr(args, "availability", None), getattr(args, "prices", None))
+    except MarketChoiceError as exc:
+        raise UserError(exc.said("--availability", "--prices")) from exc
+    if choice.overrides:
+        console.print(f"note: --availability {choice.availability} overrides the fleet file's market "
+                      f"({active.spec.market_summary}): {FLEET_OVERRIDES[choice.availability]}")
+    return choice.availability
 
 
 def world_options(args: argparse.Namespace) -> dict[str, Any]:
