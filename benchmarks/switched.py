@@ -1,8 +1,8 @@
 """A rule switched by the fleet's state, against the per-model rule, where the room is: one JSON
 document on stdout (progress on stderr), one key per cell in ``--out``.
 
-Per cell (``--cells``, as in ``benchmarks/room.py``, whose run folder must hold the cell's
-test-day seeds: the per-model rule's figures are paired from there):
+Per cell (``--cells``, as in ``benchmarks/room.py``, whose run folder or ``room.json`` must hold
+the cell's test-day seeds: the per-model rule's figures are paired from there):
 
 1. **Choose on validation days 8-10** (``--validation-seeds`` seeds, never the test days): every
    switched rule of the grid (:mod:`atoll.training.switched_rule`; calm and alert presets of the
@@ -90,19 +90,20 @@ def job(config: FleetConfig, name: str, windows: list[int], per_model: str, days
 
 def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
     room_dir = args.room_dir / key.replace("/", "-")
-    # the room's own seeds pair with its per-model rule; seeds past them run that rule here
+    # the room's own seeds pair with its per-model rule; seeds past them run that rule here. They
+    # are in the cell's run folder, or (a cell run without one) in room.json's per-seed rows
+    room_doc = json.loads(args.room_out.read_text())
+    if key not in room_doc:
+        raise SystemExit(f"{args.room_out} has no cell {key!r}; run benchmarks/room.py --cells {key} first")
     room_rows = [json.loads(p.read_text()) for k in range(args.seeds)
-                 if (p := room_dir / f"seed-{k}.json").exists()]
-    if not room_rows:
-        raise SystemExit(f"{room_dir} holds no seed-0.json; run benchmarks/room.py on {key} with --run-dir "
-                         f"first")
+                 if (p := room_dir / f"seed-{k}.json").exists()] or room_doc[key]["per_seed"][: args.seeds]
     folder = args.run_dir / key.replace("/", "-")
     folder.mkdir(parents=True, exist_ok=True)
     config = cell_config(key)
     lost = ContestSettings(validation_days=(8, 10), test_days=(11, 14)).lost_price(config)
     env = FleetEnv(config)  # the demand and forecast caches, once, before the workers read them
     windows = [int(w) for w in args.windows.split(",")]
-    per_model = json.loads((args.room_out).read_text())[key]["per_model_rule"]
+    per_model = room_doc[key]["per_model_rule"]
     rules = grid(windows, len(env.models), per_model)
     t0 = time.perf_counter()
     vfile = folder / "validation.json"
