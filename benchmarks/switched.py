@@ -13,8 +13,10 @@ the cell's test-day seeds: the per-model rule's figures are paired from there):
    level and risk, so the two start from the same plan.
 2. **Report on test days 11-14**: the chosen rule on ``--seeds`` seeds, each paired with the
    per-model rule on the same seed (same demand, availability and preemption draws, and first
-   plan): the room's run folder's figure for its seeds, a run of it here for seeds past them.
-   Seed 0's per-model rule is run again first, as a check that the stored figure reproduces.
+   plan): the room's figure for its seeds, a run of it here for seeds past them. Seed 0's
+   per-model rule is run again first, as a check that the stored figure reproduces; where it
+   does not (the room was measured by an earlier version), the per-model rule runs here on
+   every seed.
    The comparisons with the room's references (the test days' best preset, the lever oracle)
    are over the room's seeds.
 
@@ -130,17 +132,26 @@ def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
         test["chosen"] = chosen
         runs = test.setdefault("runs", {})
         reference = test.setdefault("reference", {})
+        if "check" not in test:  # first: does the room's stored per-model rule reproduce here?
+            _, _, totals = job(config, per_model, windows, per_model, TEST_DAYS, 0, lost)
+            stored = room_rows[0]["per_model_rule"]
+            test["check"] = {"per_model_rule_seed_0": totals, "stored": stored,
+                             "reproduces": abs(totals["effective_usd"] - stored["effective_usd"]) < 0.01}
+            atomic_write_text(tfile, json.dumps(test, indent=1) + "\n")
+            log(f"{key}: the room's per-model rule, seed 0: ${totals['effective_usd']:.2f} here, "
+                f"${stored['effective_usd']:.2f} stored")
+        if not test["check"].get("reproduces", True):
+            # the room was measured by an earlier version: pair with the per-model rule run here
+            n_pair = 0
+            reference["0"] = test["check"]["per_model_rule_seed_0"]
+        else:
+            n_pair = len(room_rows)
         todo_t = [(chosen, s) for s in range(args.seeds) if str(s) not in runs]
-        todo_t += [(per_model, s) for s in range(len(room_rows), args.seeds) if str(s) not in reference]
-        if "check" not in test:
-            todo_t.insert(0, (per_model, 0))
+        todo_t += [(per_model, s) for s in range(n_pair, args.seeds) if str(s) not in reference]
         futures = [pool.submit(job, config, n, windows, per_model, TEST_DAYS, s, lost) for n, s in todo_t]
         for f in futures:
             name, seed, totals = f.result()
-            if name == per_model and seed == 0:
-                test["check"] = {"per_model_rule_seed_0": totals,
-                                 "stored": room_rows[0]["per_model_rule"]}
-            elif name == per_model:
+            if name == per_model:
                 reference[str(seed)] = totals
             else:
                 runs[str(seed)] = totals
@@ -148,7 +159,8 @@ def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
             log(f"{key}: test {name} seed {seed}: ${totals['effective_usd']:.0f}")
     rows = [runs[str(k)] for k in range(args.seeds)]
     n_room = len(room_rows)
-    ref = [room_rows[k]["per_model_rule"] if k < n_room else reference[str(k)] for k in range(args.seeds)]
+    ref = [reference[str(k)] if str(k) in reference else room_rows[k]["per_model_rule"]
+           for k in range(args.seeds)]
     best_preset = min(PRESETS, key=lambda p: np.mean([r[p]["effective_usd"] for r in room_rows]))
     return {
         "cell": key, "validation_days": VALIDATION_DAYS, "validation_seeds": args.validation_seeds,
@@ -161,7 +173,7 @@ def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
                                      for k in ("effective_usd", "cost_usd", "slo_attainment")}},
         "switched_vs_per_model_rule": paired_ratio([r["effective_usd"] for r in rows],
                                                    [r["effective_usd"] for r in ref]),
-        "room_seeds": n_room,
+        "room_seeds": n_room, "room_reproduces": bool(test["check"].get("reproduces", True)),
         "switched_vs_per_model_rule_room_seeds": paired_ratio([r["effective_usd"] for r in rows[:n_room]],
                                                               [r["effective_usd"] for r in ref[:n_room]]),
         "switched_vs_test_days_best_preset": {
