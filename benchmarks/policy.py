@@ -71,9 +71,10 @@ from atoll.training.contest import (  # noqa: E402
     per_model_best,
     validation_scorer,
 )
+from atoll.training.contest_tracking import contest_run  # noqa: E402
 from atoll.training.frontier import Point, frontier_cost_at  # noqa: E402
-from atoll.training.tracking import contest_run, train_run  # noqa: E402
 from atoll.training.train import TrainSettings  # noqa: E402
+from atoll.training.train_tracking import train_run  # noqa: E402
 
 
 def _days(text: str) -> tuple[int, int]:

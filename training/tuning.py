@@ -215,7 +215,8 @@ def _has_champion(fleet: str) -> bool:
     if not (os.environ.get("MLFLOW_TRACKING_URI") or Path("mlruns/mlflow.db").is_file()):
         return False
     from atoll.training.registry import champion_uri
-    from atoll.training.tracking import configure, registered_version
+    from atoll.training.tracking import configure
+    from atoll.training.train_tracking import registered_version
 
     configure()
     try:

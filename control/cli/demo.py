@@ -37,7 +37,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from atoll.envs.vocabulary import PolicySpec, parse_policy
     from atoll.training.registry import champion_uri, registered_name
-    from atoll.training.tracking import train_or_reuse
+    from atoll.training.train_tracking import train_or_reuse
 
     out = output_for(args)
     train_days, eval_days = parse_days(args.train_days), parse_days(args.eval_days)

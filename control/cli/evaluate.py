@@ -27,7 +27,7 @@ DEFAULT_POLICIES = "fixed:1,fixed:3,fixed:6,fixed:12,threshold,never,hindsight"
 def evaluate(out: Output, args: argparse.Namespace, days: tuple[int, int], specs: list[str], seeds: int,
              run_name: str = "evaluate", tags: dict[str, str] | None = None) -> dict[str, Any]:
     """Evaluate and log ``specs`` and show the results table (shared with ``atoll demo``)."""
-    from atoll.training.tracking import evaluate_run
+    from atoll.training.evaluate_tracking import evaluate_run
 
     if seeds < 1:
         raise UserError(f"--seeds must be >= 1, got {seeds}")
@@ -78,8 +78,8 @@ def contest(out: Output, args: argparse.Namespace, learned: list[PolicySpec], se
     """Run and log the contest (rule grid on validation days, frontier vs ``learned`` on test
     days) and show the test-day table and the headline (shared with ``atoll demo``)."""
     from atoll.training.contest import frontier_note
+    from atoll.training.contest_tracking import contest_run
     from atoll.training.naming import short_name
-    from atoll.training.tracking import contest_run
 
     bad = [str(s) for s in learned if not s.is_learned]
     if bad:

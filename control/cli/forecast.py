@@ -209,7 +209,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     net.save(Path(target))
     doc: dict[str, object] = {"weights": str(target), **{k: v for k, v in report.items()}}
     if not args.no_mlflow:
-        from atoll.training.tracking import demand_model_run
+        from atoll.training.demand_tracking import demand_model_run
 
         doc["mlflow"] = demand_model_run(Path(target), report, command)
     out.result(f"weights     {target}\nvalidation  0.9 pinball {report['validation_pinball_0.9']} (x level), "

@@ -52,7 +52,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _status(out, args.status)
     from atoll.training.registry import fleet_name
     from atoll.training.run_folder import default_run_dir, identity
-    from atoll.training.tracking import _train_params, settings_key, train_run
+    from atoll.training.tracking import settings_key
+    from atoll.training.train_tracking import train_params, train_run
 
     if args.checkpoint_every < 0:
         raise InputError(f"--checkpoint-every: PPO steps between checkpoints must be >= 0 (0: only at the "
@@ -60,7 +61,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config, settings = train_config(args, parse_days(args.train_days), args.timesteps, args.seed)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(
         fleet_name(config.scenario, config.models, config.scenario_spec.models),
-        settings_key(identity(_train_params(config, settings))))
+        settings_key(identity(train_params(config, settings))))
     out.note(f"run folder {run_dir} (the same command again resumes it; 'atoll train --status {run_dir}')")
     with progress("training", settings.bootstrap_steps + settings.ppo_steps) as advance:
         run = train_run(config, settings, tick=advance, checkpoint_every=args.checkpoint_every,

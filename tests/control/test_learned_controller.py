@@ -21,8 +21,8 @@ from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError
 from atoll.training.evaluate import resolve_policy
 from atoll.training.registry import CHAMPION, FleetSpaces, fleet_name, registered_name
-from atoll.training.tracking import crown, train_run
 from atoll.training.train import TrainSettings
+from atoll.training.train_tracking import crown, train_run
 
 
 def config() -> FleetConfig:

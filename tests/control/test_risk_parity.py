@@ -78,8 +78,8 @@ def risk_policy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, FleetCo
     from stable_baselines3 import PPO
 
     from atoll.training.policy_file import write_policy_file
-    from atoll.training.tracking import policy_card
     from atoll.training.train import TrainSettings
+    from atoll.training.train_tracking import policy_card
 
     config = env_config()
     env = FleetEnv(config)

@@ -99,12 +99,13 @@ def test_another_runs_or_a_damaged_checkpoint_is_refused_by_name(tmp_path: Path)
 def test_train_run_resumes_under_the_cache_folder_and_tags_the_run(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from atoll.training.run_folder import identity
-    from atoll.training.tracking import _train_params, checkpoint_folder, settings_key, train_run
+    from atoll.training.tracking import settings_key
+    from atoll.training.train_tracking import checkpoint_folder, train_params, train_run
 
     monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path / "cache"))
     settings = dataclasses.replace(SETTINGS, eval_every=0, timesteps=64)
     config = tiny_config()
-    run_dir = checkpoint_folder(settings_key(identity(_train_params(config, settings))))
+    run_dir = checkpoint_folder(settings_key(identity(train_params(config, settings))))
     assert run_dir.parent == tmp_path / "cache" / "training"
     folder = run_dir / "checkpoints"
     with pytest.raises(Stop):

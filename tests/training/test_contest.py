@@ -127,8 +127,9 @@ def test_contest_run_logs_headline_params_dataset_nested_runs_and_artifacts(tmp_
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    from atoll.training.tracking import contest_run, train_run
+    from atoll.training.contest_tracking import contest_run
     from atoll.training.train import TrainSettings
+    from atoll.training.train_tracking import train_run
 
     cfg = dataclasses.replace(config(), days=(4, 5))
     trained = train_run(cfg, TrainSettings(timesteps=64, n_steps=64, batch_size=32, n_epochs=1, n_envs=1,

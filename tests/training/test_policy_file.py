@@ -28,8 +28,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A policy file written as train_run writes one, without an MLflow run (the store is per test)."""
     from atoll.training.checkpoint import obs_stats
     from atoll.training.policy_file import write_policy_file
-    from atoll.training.tracking import data_hash, policy_card
     from atoll.training.train import train_policy
+    from atoll.training.train_tracking import data_hash, policy_card
 
     model, vec, _ = train_policy(tiny_config(), SETTINGS)
     card = policy_card(tiny_config(), SETTINGS, observation_size=int(vec.observation_space.shape[0]),
@@ -95,7 +95,7 @@ def test_a_broken_policy_file_is_an_error_naming_the_path(trained: Path, tmp_pat
 def test_the_training_run_logs_its_policy_file_as_artifacts(tmp_path: Path) -> None:
     import mlflow
 
-    from atoll.training.tracking import train_run
+    from atoll.training.train_tracking import train_run
 
     out = train_run(tiny_config(), SETTINGS, run_dir=tmp_path / "run", command="atoll train")
     local = mlflow.artifacts.download_artifacts(run_id=out["run_id"], artifact_path="policy_file",
@@ -120,8 +120,8 @@ def test_a_policy_file_configures_the_env_it_is_evaluated_on(tmp_path: Path) -> 
     from atoll.training.checkpoint import obs_stats
     from atoll.training.evaluate import evaluate_policies
     from atoll.training.policy_file import write_policy_file
-    from atoll.training.tracking import data_hash, policy_card
     from atoll.training.train import train_policy
+    from atoll.training.train_tracking import data_hash, policy_card
 
     narrow = tiny_config(action_levels=(0.9,))  # 3 codes per model; the default env has 7
     model, vec, _ = train_policy(narrow, SETTINGS)

@@ -21,8 +21,8 @@ from atoll.training.registry import (
     fleet_policy_uri,
     registered_name,
 )
-from atoll.training.tracking import crown, train_run
 from atoll.training.train import TrainSettings
+from atoll.training.train_tracking import crown, train_run
 
 TINY = TrainSettings(timesteps=64, n_steps=32, batch_size=32, n_epochs=1, n_envs=1, bootstrap_steps=16,
                      bootstrap_epochs=1)

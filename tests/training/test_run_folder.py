@@ -133,7 +133,7 @@ def test_an_early_stopped_run_stays_stopped_until_its_patience_grows(tmp_path: P
 
 def test_train_run_writes_the_folder_and_status_reads_it(tmp_path: Path) -> None:
     from atoll.training.policy_file import read_card
-    from atoll.training.tracking import train_run
+    from atoll.training.train_tracking import train_run
 
     out = train_run(config(), dataclasses.replace(SETTINGS, timesteps=128), run_dir=tmp_path / "run",
                     command="atoll train --timesteps 128", now=lambda: "2026-01-01T00:00:00+00:00")

@@ -16,8 +16,9 @@ from atoll.envs.vocabulary import parse_policy
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.types import Phase, Service, Stage, Template
 from atoll.training.evaluate import evaluate_policies, resolve_policy
-from atoll.training.tracking import evaluate_run, train_run
+from atoll.training.evaluate_tracking import evaluate_run
 from atoll.training.train import TrainSettings
+from atoll.training.train_tracking import train_run
 
 MODELS = ("Phi-4-14B", "GPT-OSS-20B")
 
@@ -219,7 +220,7 @@ def test_train_settings_fields_are_documented_and_validated() -> None:
 
 
 def test_train_or_reuse_finds_the_run_with_the_same_settings() -> None:
-    from atoll.training.tracking import train_or_reuse
+    from atoll.training.train_tracking import train_or_reuse
 
     first = train_or_reuse(tiny_config(), ONE_ENV)
     again = train_or_reuse(tiny_config(), ONE_ENV)

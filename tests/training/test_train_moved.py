@@ -16,8 +16,8 @@ from atoll.solvers.errors import InputError
 from atoll.training.cloning import CloneRecord, moved_from_clone
 from atoll.training.evaluate import resolve_policy
 from atoll.training.registry import FleetSpaces
-from atoll.training.tracking import train_run
 from atoll.training.train import train_policy
+from atoll.training.train_tracking import train_run
 
 
 def test_a_policy_ppo_cannot_change_has_not_moved() -> None:

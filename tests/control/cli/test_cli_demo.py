@@ -28,7 +28,7 @@ def canned(config: Any, learned: Any, settings: Any, **_: Any) -> dict[str, Any]
 def test_the_contest_title_names_the_market(monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str], argv: list[str],
                                             title: str) -> None:
-    monkeypatch.setattr("atoll.training.tracking.contest_run", canned)
+    monkeypatch.setattr("atoll.training.contest_tracking.contest_run", canned)
     from atoll.training.contest import ContestSettings
 
     args = build_parser().parse_args(argv)
