@@ -57,8 +57,25 @@ def preset_of(spec: PolicySpec) -> Option:
     return (spec.every, spec.level, risk)
 
 
-def _risk(option: Option) -> Risk:
+def option_risk(option: Option) -> Risk:
+    """The risk an option ``(K, q)`` or ``(K, q, risk)`` takes (neutral without one)."""
     return option[2] if len(option) > 2 else NEUTRAL_RISK
+
+
+def most_used(options: Sequence[Option], uses: Sequence[int]) -> tuple[float, Risk]:
+    """The level and the risk ``options`` use most, each weighted by its ``uses`` (ties: the
+    greater): what a rule that mixes presets configures its env at, so its first plan takes them."""
+    levels: Counter[float] = Counter()
+    risks: Counter[Risk] = Counter()
+    for option, n in zip(options, uses, strict=True):
+        levels[float(option[1])] += int(n)
+        risks[option_risk(option)] += int(n)
+    return max(levels, key=lambda q: (levels[q], q)), max(risks, key=lambda r: (risks[r], r))
+
+
+def risk_menu(configured: Risk, options: Sequence[Option]) -> tuple[Risk, ...]:
+    """Every option's risk, the configured one first (the env's ``risk`` action menu)."""
+    return (configured, *sorted({option_risk(o) for o in options} - {configured}))
 
 
 def step_costs(env: FleetEnv, policy: Any, *, days: Sequence[int], seed: int, lost_usd_per_mtok: float
@@ -148,18 +165,13 @@ class ScheduledRule:
         if self.schedule.shape[0] < needed:
             raise InputError(f"ScheduledRule: field 'schedule' has {self.schedule.shape[0]} blocks; "
                              f"{len(self.days)} days of {self.episode_steps} steps need {needed}")
-        # the env is configured at the level and risk the schedule uses most (ties: the greater)
+        # the env is configured at the level and risk the schedule uses most
         uses = np.bincount(self.schedule.ravel(), minlength=len(self.presets))
-        levels: Counter[float] = Counter()
-        risks: Counter[Risk] = Counter()
-        for option, n in zip(self.presets, uses, strict=True):
-            levels[float(option[1])] += int(n)
-            risks[_risk(option)] += int(n)
-        self.planning_quantile = max(levels, key=lambda q: (levels[q], q))
-        self.risk = max(risks, key=lambda r: (risks[r], r))
+        self.planning_quantile, self.risk = most_used(self.presets, uses.tolist())
         codec = ActionCodec.for_config(self.planning_quantile, self.action_levels, self.risk,
                                        self.risk_presets)
-        self._codes = np.array([codec.encode("full", o[1], _risk(o)) for o in self.presets], dtype=np.int8)
+        self._codes = np.array([codec.encode("full", o[1], option_risk(o)) for o in self.presets],
+                               dtype=np.int8)
         self._every = np.array([o[0] for o in self.presets], dtype=int)
         self._day_index = {d: i for i, d in enumerate(self.days)}
 
@@ -171,7 +183,7 @@ class ScheduledRule:
     def risk_presets(self) -> tuple[Risk, ...]:
         """Every preset's risk, the configured one first (the env's ``risk`` action menu)."""
         assert self.risk is not None
-        return (self.risk, *sorted({_risk(o) for o in self.presets} - {self.risk}))
+        return risk_menu(self.risk, self.presets)
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
         step = int(info.get("step", 0))

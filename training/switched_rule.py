@@ -15,13 +15,12 @@ fleet's state instead, with the rules' own levers (the same presets) and nothing
 The env is configured at the calm presets' most common level and risk, or at ``first`` (the
 level and risk of the first plan, which a contest sets to its reference rule's so that both
 start from the same plan), with every level and risk the rule uses in its action, as a per-model
-rule is. Which presets, signal
-and threshold: chosen on validation days (``benchmarks/switched.py``), never on the test days.
+rule is. Which presets, signal and threshold: chosen on validation days
+(``benchmarks/switched.py``), never on the test days.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,14 +30,11 @@ import numpy as np
 from atoll.envs.actions import ActionCodec
 from atoll.envs.observation import MODEL_FEATURES, model_feature
 from atoll.solvers.errors import InputError
-from atoll.solvers.problem import NEUTRAL_RISK, Risk
+from atoll.solvers.problem import Risk
+from atoll.training.lever_oracle import most_used, option_risk, risk_menu
 from atoll.training.per_model import Option
 
 FEATURES = tuple(f[0] for f in MODEL_FEATURES)
-
-
-def _risk(option: Option) -> Risk:
-    return option[2] if len(option) > 2 else NEUTRAL_RISK
 
 
 @dataclass(frozen=True)
@@ -85,13 +81,10 @@ class SwitchedRule:
         if self.first is not None:
             self.planning_quantile, self.risk = float(self.first[0]), self.first[1]
         else:
-            levels = Counter(float(o[1]) for o in self.calm)
-            risks = Counter(_risk(o) for o in self.calm)
-            self.planning_quantile = max(levels, key=lambda q: (levels[q], q))
-            self.risk = max(risks, key=lambda r: (risks[r], r))
+            self.planning_quantile, self.risk = most_used(self.calm, [1] * len(self.calm))
         codec = ActionCodec.for_config(self.planning_quantile, self.action_levels, self.risk,
                                        self.risk_presets)
-        self._codes = np.array([[codec.encode("full", o[1], _risk(o)) for o in pair]
+        self._codes = np.array([[codec.encode("full", o[1], option_risk(o)) for o in pair]
                                 for pair in zip(self.calm, self.alert, strict=True)], dtype=np.int8)
         self._every = np.array([[o[0] for o in pair] for pair in zip(self.calm, self.alert, strict=True)],
                                dtype=int)
@@ -109,7 +102,7 @@ class SwitchedRule:
     def risk_presets(self) -> tuple[Risk, ...]:
         """Every option's risk, the configured one first (the env's ``risk`` action menu)."""
         assert self.risk is not None
-        return (self.risk, *sorted({_risk(o) for o in self.options} - {self.risk}))
+        return risk_menu(self.risk, self.options)
 
     def alerts(self, observation: np.ndarray) -> np.ndarray:
         """[models] whether each model's signal is on."""
