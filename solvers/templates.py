@@ -542,12 +542,16 @@ def _start_ray(todo: list[TemplateJob], address: str) -> Iterator[tuple[Template
 
 def _load_jobs(store: TemplateStore, keys: list[str], by_key: dict[str, TemplateJob],
                results: dict[str, JobResult]) -> None:
-    """Read every trustworthy cached job of ``keys`` into ``results``."""
+    """Read every trustworthy cached job of ``keys`` into ``results``: each entry is read and
+    checked once, then relabelled for every job that shares it (:attr:`TemplateJob.entry_key`)."""
+    sharing: dict[str, list[str]] = {}
     for key in keys:
-        job = by_key[key]
-        payload = store.load(job.entry_key)
+        sharing.setdefault(by_key[key].entry_key, []).append(key)
+    for entry, sharers in sharing.items():
+        payload = store.load(entry)
         if payload is None:
             continue
+        job = by_key[sharers[0]]  # what the checks read is in the entry key: the same for every sharer
         try:
             result = JobResult.from_json(payload, job.model.name)
             check_templates(result.templates, [c.name for c in job.configs], job.model.layers)
@@ -556,10 +560,12 @@ def _load_jobs(store: TemplateStore, keys: list[str], by_key: dict[str, Template
                 # an empty entry of a build whose rho cut removed every multiset (before the
                 # cut kept the last ones): rebuild it; entries with templates are unchanged
                 continue
-            results[key] = result
         except (KeyError, TypeError, ValueError) as exc:  # checksummed, yet not a job result
             logging.getLogger(__name__).warning("template cache entry %s: %s; rebuilding it",
-                                                store.path(job.entry_key), exc)
+                                                store.path(entry), exc)
+            continue
+        for key in sharers:
+            results[key] = result.relabelled(by_key[key].model.name)
 
 
 def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: int | None = None,
