@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 
 from atoll.envs.demand import workload_series  # noqa: E402
 from atoll.forecast.forecasters import DAY  # noqa: E402
-from atoll.forecast.learned import LAGS, RATIO_CAP, training_rows  # noqa: E402
+from atoll.forecast.learned import LAGS, RATIO_CAP, forward, training_rows  # noqa: E402
 from atoll.forecast.learned_fit import (  # noqa: E402
     FIT_DAYS,
     LAST_DAY_READ,
@@ -108,18 +108,6 @@ def stacked(parts: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]) -> tupl
     return np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts])
 
 
-def predict_upper(layers: Any, x: np.ndarray, horizon: int) -> np.ndarray:
-    """The raw network's 0.9 quantile of the look-ahead-H peak (/ level), as DemandNet computes it."""
-    h = x
-    for i, (w, b) in enumerate(layers):
-        h = h @ w + b
-        if i < len(layers) - 1:
-            h = np.maximum(h, 0.0)
-    med = np.maximum.accumulate(h[:, :horizon], axis=1)
-    upper = np.maximum.accumulate(med + np.logaddexp(0.0, h[:, horizon:]), axis=1)
-    return upper[:, horizon - 1]
-
-
 def run(seed: int) -> dict[str, Any]:
     st = FitSettings()
     t0 = time.perf_counter()
@@ -139,7 +127,7 @@ def run(seed: int) -> dict[str, Any]:
         per: dict[str, float] = {}
         for cell, fl in test:
             for name, x, t, level in variant_rows(variant, fl, TEST, st.horizon, None):
-                upper = predict_upper(layers, x, st.horizon) * level
+                upper = forward(layers, x, st.horizon)[:, -1, 1] * level  # the 0.9 quantile at H
                 per[f"{cell}/{name}"] = pinball(t[:, -1] * level, upper, LEVEL)
         scores[variant] = per
         out["variants"][variant] = {"inputs": int(xf.shape[1]), "fit_rows": int(len(xf)),

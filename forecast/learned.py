@@ -106,6 +106,20 @@ def training_rows(y: np.ndarray, origins: np.ndarray, horizon: int = DEFAULT_HOR
     return x, peaks
 
 
+def forward(layers: tuple[tuple[np.ndarray, np.ndarray], ...], x: np.ndarray, horizon: int) -> np.ndarray:
+    """[N, horizon, 2] the network's median and 0.9 quantile of the peak / level: ReLU layers
+    ``h @ w + b``, the median non-decreasing in the look-ahead and the 0.9 quantile above it by a
+    softplus. Any input width (the shipped inputs, or a variant's)."""
+    h = np.asarray(x, dtype=np.float64)
+    for i, (w, b) in enumerate(layers):
+        h = h @ w + b
+        if i < len(layers) - 1:
+            h = np.maximum(h, 0.0)
+    med = np.maximum.accumulate(h[:, :horizon], axis=1)
+    upper = np.maximum.accumulate(med + np.logaddexp(0.0, h[:, horizon:]), axis=1)
+    return np.stack([med, upper], axis=2)
+
+
 @dataclass(frozen=True)
 class DemandNet:
     """The network's weights (numpy) and the card they came with."""
@@ -125,14 +139,7 @@ class DemandNet:
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """[N, horizon, 2] the median and 0.9 quantile of the peak / level for inputs [N, F]."""
-        h = np.asarray(x, dtype=np.float64)
-        for i, (w, b) in enumerate(self.layers):
-            h = h @ w + b
-            if i < len(self.layers) - 1:
-                h = np.maximum(h, 0.0)
-        med = np.maximum.accumulate(h[:, : self.horizon], axis=1)
-        upper = np.maximum.accumulate(med + np.logaddexp(0.0, h[:, self.horizon:]), axis=1)
-        return np.stack([med, upper], axis=2)
+        return forward(self.layers, x, self.horizon)
 
     def save(self, path: Path) -> Path:
         """Weights to ``path`` (.npz) and the card beside it (.json)."""
