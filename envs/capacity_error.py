@@ -55,9 +55,18 @@ _MAD_TO_SIGMA = 0.6745  # median of |Z| for Z ~ N(0, 1)
 def family_of(template: Template) -> str:
     """``model/phase/GPU types/pp<stages>-tp<GPUs per node>``: templates whose true throughput
     errs together (same kernels on the same cards with the same parallel layout)."""
-    types = "+".join(sorted({gpu_type_of(c) for c, _ in template.nodes}))
-    tps = "/".join(str(n) for n in sorted({gpus_of(c) for c, _ in template.nodes}))
+    types, tps = _layout(tuple(c for c, _ in template.nodes))
     return f"{template.service.name}/{types}/pp{len(template.stages)}-tp{tps}"
+
+
+@lru_cache(maxsize=16384)
+def _layout(configs: tuple[str, ...]) -> tuple[str, str]:
+    """(GPU types, GPUs per node) of :func:`family_of` from a template's node configs: a library
+    repeats a few thousand such multisets over every service and region (fleet20: 278,511
+    templates), and the env names every template's family at reset."""
+    types = "+".join(sorted({gpu_type_of(c) for c in configs}))
+    tps = "/".join(str(n) for n in sorted({gpus_of(c) for c in configs}))
+    return types, tps
 
 
 def gpu_types_of_family(family: str) -> tuple[str, ...]:

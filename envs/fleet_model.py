@@ -39,6 +39,7 @@ from atoll.solvers.scenarios import (
     scenario_prices,
     scenario_templates,
 )
+from atoll.solvers.template_store import paused_gc
 from atoll.solvers.tiers import market_tiers, split_tier, spot_twins, tiered_region
 from atoll.solvers.types import ModelSpec, Template
 
@@ -185,7 +186,20 @@ class FleetModel:
 
     def families(self) -> tuple[str, ...]:
         """Every family of the fleet's templates, sorted."""
-        return tuple(sorted({self.family(k) for k in self.templates}))
+        self._name_families()
+        return tuple(self._family_names)
+
+    def _name_families(self) -> None:
+        """Name every template's family once, in one pass over the library (the env draws the
+        world's errors per family at every reset, and the correction indexes them by position):
+        ``_family`` per key, ``_family_names`` (sorted family -> id), ``_family_ids`` per position
+        of ``base.templates``."""
+        if len(self._family_ids) == len(self.base.templates):
+            return
+        families = [family_of(t) for t in self.base.templates]
+        self._family.update(zip(self.base.index.keys, families, strict=True))
+        self._family_names = {f: i for i, f in enumerate(sorted(set(families)))}
+        self._family_ids = np.asarray([self._family_names[f] for f in families], dtype=np.int64)
 
     def node_hours(self, state: FleetState, seconds: float) -> tuple[float, float]:
         """(node-hours, of which on-demand) held over the next ``seconds``, billed as :meth:`cost`
@@ -325,10 +339,8 @@ class FleetModel:
             return self.replanner
         hit = self._corrected.get(rounded)
         if hit is None:
-            if len(self._family_ids) != len(self.base.templates):
-                families = [self.family(t.key) for t in self.base.templates]
-                self._family_names = {f: i for i, f in enumerate(sorted(set(families)))}
-                self._family_ids = np.asarray([self._family_names[f] for f in families], dtype=np.int64)
+          with paused_gc(young_first=True):
+            self._name_families()
             factor = np.ones(len(self._family_names))
             for fam, v in rounded:
                 if fam in self._family_names:

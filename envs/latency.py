@@ -440,7 +440,9 @@ def phase_signals(demand_tps: npt.ArrayLike, capacity_tps: npt.ArrayLike, servic
     step = float(_field("step_s", step_s, 1, positive=True)[0])
     sv = arrays if arrays is not None else ServiceArrays.of(services)
     phases = sv.phases
-    if edges is None:
+    if edges is None and summary_only:
+        edges = ()  # no histogram to bucket: services of both phases may be evaluated together
+    elif edges is None:
         if len(set(phases)) > 1:
             raise InputError("phase_signals: field 'edges' is needed when the services mix phases")
         edges = VLLM_TTFT_BUCKETS_S if phases and phases[0] is Phase.PREFILL else VLLM_ITL_BUCKETS_S

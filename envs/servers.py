@@ -130,7 +130,7 @@ def server_report(prefill: Sequence[ServiceLatency], decode: Sequence[ServiceLat
 def implied_capacities(services: Sequence[ServiceLatency], served: np.ndarray, observed_mean_s: np.ndarray,
                        waiting: np.ndarray, instances: np.ndarray, step_s: float
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(capacity tokens/s, informative, weight) per service of one phase, from served tokens/s, the
+    """(capacity tokens/s, informative, weight) per service (of either phase), from served tokens/s, the
     observed mean latency (sum / count) and the requests waiting. **Saturated** — more requests
     waiting than a server exactly at capacity for what was served would hold — the capacity is
     what was served (latency alone cannot tell: past capacity the model's mean latency falls
@@ -191,9 +191,13 @@ def learn(correction: CapacityCorrection, models: Sequence[str],
     the cluster disagree most. ``fade_silent``: a serving, steady service whose interval taught
     nothing (no usable signal) fades toward the prior (:meth:`CapacityCorrection.fade`)."""
     used: dict[str, float] = {}
-    for ph, services in enumerate((prefill, decode)):
-        cap, informative, weight = implied_capacities(services, served[:, ph], observed_mean_s[:, ph],
-                                                      waiting[:, ph], instances[:, ph], step_s)
+    # both phases in one inversion: the model is elementwise per service, and its ~27 evaluations
+    # a step cost the same for 2M services as for M
+    m = len(models)
+    both = implied_capacities([*prefill, *decode], *(np.concatenate([a[:, 0], a[:, 1]]) for a in
+                                                     (served, observed_mean_s, waiting, instances)), step_s)
+    for ph in range(2):
+        cap, informative, weight = (a[ph * m:(ph + 1) * m] for a in both)
         for i, model in enumerate(models):
             fams = exposure.get((i, ph))
             if not fams or not informative[i] or (i, ph) in changing:

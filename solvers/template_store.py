@@ -183,14 +183,23 @@ def _write_entry(path: Path, header: dict[str, Any], body: bytes) -> Path:
 
 
 @contextlib.contextmanager
-def paused_gc() -> Iterator[None]:
+def paused_gc(*, young_first: bool = False) -> Iterator[None]:
     """The cyclic garbage collector off while a library's 1e5 objects are made, and those objects
     frozen after (:func:`gc.freeze`). Why: each allocation burst triggers passes over every
     object built so far (two thirds of a JSON load's time), and afterwards every full
     collection of the run would walk the 1e6 objects of a library again (50 ms each, 1.5 s of a
     fleet20 day's first step). Libraries and their indexes live as long as the process and
-    hold no cycles; frozen objects are still freed by reference counting."""
+    hold no cycles; frozen objects are still freed by reference counting.
+
+    ``young_first``: collect the young generations first, for objects built again and again
+    during a run (a capacity correction's rescaled index, 2e5-entry tuples and maps on fleet20,
+    which would otherwise be walked by the next young collections each time): a freeze keeps
+    whatever else is alive at that moment out of every later collection, so the cyclic garbage
+    of the last steps is collected before, while the young generations are small, instead of
+    kept for good. The objects frozen are still freed by reference counting when dropped."""
     was = gc.isenabled()
+    if young_first:
+        gc.collect(1)
     gc.disable()
     try:
         yield

@@ -103,8 +103,47 @@ def test_the_servers_signals_invert_to_the_true_capacity(rho: float) -> None:
         assert cap == pytest.approx(capacity[:, ph], rel=0.02 if rho < 1 else 1e-9)
 
 
+@pytest.mark.parametrize("rho", [0.3, 0.9, 1.3])
+def test_both_phases_in_one_inversion_equal_each_phase_alone_to_the_bit(rho: float) -> None:
+    # servers.learn inverts prefill and decode services together; the model is elementwise
+    pre = [ServiceLatency.from_model(MODEL, "prefill", n) for n in (2048.0, 512.0)]
+    dec = [ServiceLatency.from_model(MODEL, "decode", n) for n in (28.0, 300.0)]
+    capacity = np.array([[40_000.0, 900.0], [4_000.0, 90.0]])
+    demand = capacity * rho
+    instances = np.array([[4.0, 3.0], [1.0, 1.0]])
+    report = server_report(pre, dec, demand, capacity, instances, 300.0)
+    served, obs, waiting = np.minimum(demand, capacity), report.mean_latency(), report.phase_waiting()
+    both = implied_capacities([*pre, *dec], served.T.ravel(), obs.T.ravel(), waiting.T.ravel(),
+                              instances.T.ravel(), 300.0)
+    for ph, services in enumerate((pre, dec)):
+        alone = implied_capacities(services, served[:, ph], obs[:, ph], waiting[:, ph], instances[:, ph],
+                                   300.0)
+        for got, want in zip(both, alone, strict=True):
+            np.testing.assert_array_equal(got[2 * ph:2 * ph + 2], want)
+
+
 def test_idle_servers_teach_nothing() -> None:
     pre = [ServiceLatency.from_model(MODEL, "prefill", 2048.0)]
     cap, informative, weight = implied_capacities(pre, np.array([0.0]), np.array([0.5]), np.array([0.0]),
                                                   np.array([1.0]), 300.0)
     assert not informative[0] and weight[0] == 0 and np.isnan(cap[0])
+
+
+def test_families_are_named_in_one_pass_and_an_evicted_correction_is_freed() -> None:
+    import gc
+    import weakref
+
+    from atoll.envs.capacity_error import family_of
+    from atoll.envs.fleet_model import _CORRECTED_MAX, FleetModel
+
+    fleet = FleetModel.from_config(rich_config(capacity_error="calibration", correction=True))
+    assert fleet.families() == tuple(sorted({family_of(t) for t in fleet.base.templates}))
+    assert all(fleet.family(t.key) == family_of(t) for t in fleet.base.templates)
+    family = fleet.families()[0]
+    first = fleet.corrected_replanner({family: 0.8})
+    gone = weakref.ref(first.base.index)
+    for k in range(_CORRECTED_MAX):  # new factors evict the first correction
+        fleet.corrected_replanner({family: 0.7 - 0.05 * k})
+    # its index was frozen out of the collector (gc.freeze) and must still go when dropped
+    del first
+    assert gone() is None and gc.isenabled()
