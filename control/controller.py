@@ -92,6 +92,7 @@ from atoll.envs.servers import service_latencies
 from atoll.envs.vocabulary import DEFAULT_LEVEL
 from atoll.forecast.planning import DEFAULT_FORECASTER
 from atoll.solvers.problem import Risk
+from atoll.solvers.validation import check_flag, check_fraction, check_integer, check_number
 
 PUBLISH_BAND = 2.0  # standard errors a learned factor must move before the planner sees it
 
@@ -138,48 +139,28 @@ class ControllerSettings:
     scale_down_window_s: float = 0.0
 
     def __post_init__(self) -> None:
-        w = self.scale_down_window_s
-        if not (isinstance(w, int | float) and math.isfinite(w) and w >= 0):
-            raise ValueError(f"ControllerSettings: field 'scale_down_window_s' must be >= 0 seconds, "
-                             f"got {w!r}")
-        if not isinstance(self.correction, bool):
-            raise ValueError(f"ControllerSettings: field 'correction' must be True or False, "
-                             f"got {self.correction!r}")
+        owner = "ControllerSettings"
+        check_number(owner, "scale_down_window_s", self.scale_down_window_s, allow_zero=True)
+        check_flag(owner, "correction", self.correction)
+        # factors with a floor of 1 (no helper states these bounds)
         if not (isinstance(self.growth_factor, int | float) and math.isfinite(self.growth_factor)
                 and self.growth_factor >= 1):
-            raise ValueError(f"ControllerSettings: field 'growth_factor' must be >= 1, "
-                             f"got {self.growth_factor!r}")
-        if isinstance(self.growth_add, bool) or not isinstance(self.growth_add, int) or self.growth_add < 0:
-            raise ValueError(f"ControllerSettings: field 'growth_add' must be an integer >= 0, "
-                             f"got {self.growth_add!r}")
+            raise ValueError(f"{owner}: field 'growth_factor' must be >= 1, got {self.growth_factor!r}")
+        check_integer(owner, "growth_add", self.growth_add, minimum=0)
         if not (isinstance(self.outlier_factor, int | float) and math.isfinite(self.outlier_factor)
                 and self.outlier_factor > 1):
-            raise ValueError(f"ControllerSettings: field 'outlier_factor' must be > 1, "
-                             f"got {self.outlier_factor!r}")
+            raise ValueError(f"{owner}: field 'outlier_factor' must be > 1, got {self.outlier_factor!r}")
         for name in ("interval_s", "look_ahead_s", "time_scale"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise ValueError(f"ControllerSettings: field {name!r} must be > 0, got {v!r}")
+            check_number(owner, name, getattr(self, name))
         for name in ("read_backoff_s", "sink_backoff_s", "flat_hold_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"ControllerSettings: field {name!r} must be >= 0, got {v!r}")
+            check_number(owner, name, getattr(self, name), allow_zero=True)
         for name in ("read_attempts", "sink_attempts"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"ControllerSettings: field {name!r} must be an integer >= 1, got {v!r}")
-        if not 0 < self.reset_fraction < 1:
-            raise ValueError(f"ControllerSettings: field 'reset_fraction' must be in (0, 1), "
-                             f"got {self.reset_fraction!r}")
-        if not 0 < self.shape_tolerance < 1:
-            raise ValueError(f"ControllerSettings: field 'shape_tolerance' must be in (0, 1), "
-                             f"got {self.shape_tolerance!r}")
-        if not 0 < self.planning_quantile < 1:
-            raise ValueError(f"ControllerSettings: field 'planning_quantile' must be in (0, 1), "
-                             f"got {self.planning_quantile!r}")
+            check_integer(owner, name, getattr(self, name))
+        for name in ("reset_fraction", "shape_tolerance", "planning_quantile"):
+            check_fraction(owner, name, getattr(self, name), low_open=True, high_open=True)
         if self.action_levels is not None and (not self.action_levels or not all(
                 isinstance(q, int | float) and 0 < q < 1 for q in self.action_levels)):
-            raise ValueError(f"ControllerSettings: field 'action_levels' must be levels in (0, 1), "
+            raise ValueError(f"{owner}: field 'action_levels' must be levels in (0, 1), "
                              f"got {self.action_levels!r}")
 
 

@@ -57,7 +57,7 @@ from prometheus_client.metrics_core import (
 
 from atoll.control.served import Histogram, ServedFleet
 from atoll.forecast.workloads import DemandSeries
-from atoll.solvers.validation import check_number
+from atoll.solvers.validation import check_number, check_port
 
 Fault = Literal["missing", "nan"]
 FAULTS: tuple[str, ...] = ("missing", "nan")
@@ -216,9 +216,7 @@ class ReplayExporter:
                                  kv_capacity_tokens=kv_capacity_tokens)
         check_number(owner, "speedup", speedup)
         check_number(owner, "start_s", start_s, allow_zero=True)
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ValueError(f"{owner}: field 'port' must be an integer in 0..65535 (0 = any free port), "
-                             f"got {port!r}")
+        check_port(owner, "port", port, any_free=True)
         self.speedup, self.start_s, self.host, self.port = float(speedup), float(start_s), host, port
         self._clock = clock
         self._t0: float | None = None

@@ -17,7 +17,14 @@ from atoll.solvers.problem import Risk
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime
 from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec
 from atoll.solvers.types import PD_MODES, Template
-from atoll.solvers.validation import check_choice, check_fraction, check_integer, check_number
+from atoll.solvers.validation import (
+    check_choice,
+    check_day_range,
+    check_flag,
+    check_fraction,
+    check_integer,
+    check_number,
+)
 
 AVAILABILITY_KINDS: tuple[str, ...] = ("ample", "scarce", "spot", "hedged", "market")
 # the kinds a fleet file's pools take as markets (``market``: each pool's own from the file;
@@ -62,9 +69,7 @@ class RewardWeights:
 
     def __post_init__(self) -> None:
         for name in ("unserved_usd_per_mtok", "reopt_usd", "scale"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
-                raise InputError(f"RewardWeights: field {name!r} must be finite and >= 0, got {v!r}")
+            check_number("RewardWeights", name, getattr(self, name), allow_zero=True)
 
 
 @dataclass(frozen=True)
@@ -195,7 +200,7 @@ class FleetConfig:
         for name, valid in _CHOICES:
             check_choice(_OWNER, name, getattr(self, name), valid, allow_none=name in _OPTIONAL)
         self._check_numbers()
-        self._check_days()
+        check_day_range(_OWNER, "days", self.days)
         self._check_risk()
         self._check_market()
         self._check_request_shapes()
@@ -226,12 +231,6 @@ class FleetConfig:
         check_integer(_OWNER, "demand_seed", self.demand_seed, minimum=0)
         check_fraction(_OWNER, "solver_gap", self.solver_gap, high_open=True)
         check_fraction(_OWNER, "demand_round", self.demand_round, high_open=True)
-
-    def _check_days(self) -> None:
-        if len(self.days) != 2 or not (isinstance(self.days[0], int) and isinstance(self.days[1], int)) \
-                or not 1 <= self.days[0] <= self.days[1]:
-            raise InputError(f"{_OWNER}: field 'days' must be (first, last) with 1 <= first <= last, "
-                             f"got {self.days!r}")
 
     def _check_risk(self) -> None:
         """``risk`` is a Risk, ``risk_menu`` a tuple of distinct ones."""
@@ -279,8 +278,7 @@ class FleetConfig:
             CapacityError.parse(self.capacity_error)
         except InputError as exc:
             raise InputError(f"{_OWNER}: field 'capacity_error': {exc}") from exc
-        if not isinstance(self.correction, bool):
-            raise InputError(f"{_OWNER}: field 'correction' must be True or False, got {self.correction!r}")
+        check_flag(_OWNER, "correction", self.correction)
 
     @property
     def scenario_spec(self) -> ScenarioSpec:

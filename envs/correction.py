@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from atoll.solvers.errors import InputError
-from atoll.solvers.validation import check_number
+from atoll.solvers.validation import check_fraction, check_number
 
 
 @dataclass(frozen=True)
@@ -71,15 +71,10 @@ class CorrectionSettings:
 
     def __post_init__(self) -> None:
         owner = "CorrectionSettings"
-        for name in ("half_life", "prior_weight", "reject_z", "min_scale"):
+        for name in ("half_life", "prior_weight", "reject_z", "min_scale", "max_step"):
             check_number(owner, name, getattr(self, name))
-        for name, low in (("publish_band", 0.0), ("max_step", 1e-12)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not (isinstance(v, int | float) and math.isfinite(v) and v >= low):
-                bound = ">= 0" if low == 0 else "> 0"
-                raise InputError(f"{owner}: field {name!r} must be finite and {bound}, got {v!r}")
-        if not (isinstance(self.publish_step, int | float) and 0 <= self.publish_step < 1):
-            raise InputError(f"{owner}: field 'publish_step' must be in [0, 1), got {self.publish_step!r}")
+        check_number(owner, "publish_band", self.publish_band, allow_zero=True)
+        check_fraction(owner, "publish_step", self.publish_step, high_open=True)
         if not (0 < self.low <= 1 <= self.high and math.isfinite(self.high)):
             raise InputError(f"{owner}: fields 'low' and 'high' must satisfy 0 < low <= 1 <= high, "
                              f"got {self.low!r}, {self.high!r}")

@@ -69,3 +69,30 @@ def check_choice(owner: str, name: str, value: T, choices: Collection[T], *, all
         return value
     shown = ", ".join(str(c) for c in choices) + (" or None" if allow_none else "")
     raise error(f"{owner}: field '{name}' must be one of {shown}, got {value!r}")
+
+
+def check_flag(owner: str, name: str, value: object, *, error: type[AtollError] = InputError) -> bool:
+    """``value`` when it is True or False (not 0, 1 or None: a switch is a bool)."""
+    if not isinstance(value, bool):
+        raise error(f"{owner}: field '{name}' must be True or False, got {value!r}")
+    return value
+
+
+def check_day_range(owner: str, name: str, value: object, *,
+                    error: type[AtollError] = InputError) -> tuple[int, int]:
+    """``value`` when it is (first, last) whole days, 1-based and inclusive: 1 <= first <= last."""
+    ok = isinstance(value, tuple | list) and len(value) == 2 \
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in value) and 1 <= value[0] <= value[1]
+    if not ok:
+        raise error(f"{owner}: field '{name}' must be (first, last) with 1 <= first <= last, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_port(owner: str, name: str, value: object, *, any_free: bool = False,
+               error: type[AtollError] = InputError) -> int:
+    """``value`` when it is a TCP port number, 1..65535 (0..65535 with ``any_free``: 0 takes a free one)."""
+    low = 0 if any_free else 1
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 65535:
+        hint = " (0: any free port)" if any_free else ""
+        raise error(f"{owner}: field '{name}' must be an integer in {low}..65535{hint}, got {value!r}")
+    return value

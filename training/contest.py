@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import multiprocessing
 import pickle
 import time
@@ -42,6 +41,7 @@ from atoll.envs.vocabulary import DEFAULT_LEVEL, PLANNING_LEVELS, PolicySpec
 from atoll.solvers.errors import InputError
 from atoll.solvers.files import atomic_write_bytes
 from atoll.solvers.ray_tasks import completed
+from atoll.solvers.validation import check_day_range, check_integer, check_number
 from atoll.training.evaluate import PolicyResult, env_at_level, resolve_policy, seed_value
 from atoll.training.frontier import (
     Headline,
@@ -98,32 +98,21 @@ class ContestSettings:
     def __post_init__(self) -> None:
         owner = "ContestSettings"
         for name in ("validation_days", "test_days"):
-            a, b = getattr(self, name)
-            if not 1 <= a <= b:
-                raise InputError(f"{owner}: field {name!r} must be (first, last) with 1 <= first <= last, "
-                                 f"got {(a, b)!r}")
+            check_day_range(owner, name, getattr(self, name))
         v, t = self.validation_days, self.test_days
         if not (v[1] < t[0] or t[1] < v[0]):
             raise InputError(f"{owner}: validation days {v[0]}-{v[1]} overlap test days {t[0]}-{t[1]}; "
                              f"choose rules on other days than those they are tested on")
-        if self.seeds < 1 or (self.validation_seeds is not None and self.validation_seeds < 1):
-            raise InputError(f"{owner}: fields 'seeds' and 'validation_seeds' must be >= 1, "
-                             f"got {self.seeds!r} and {self.validation_seeds!r}")
-        if self.workers < 1:
-            raise InputError(f"{owner}: field 'workers' must be >= 1, got {self.workers!r}")
-        if not (isinstance(self.per_model_targets, int) and self.per_model_targets >= 0):
-            raise InputError(f"{owner}: field 'per_model_targets' must be an int >= 0, "
-                             f"got {self.per_model_targets!r}")
-        if not (isinstance(self.per_model_passes, int) and self.per_model_passes >= 1):
-            raise InputError(f"{owner}: field 'per_model_passes' must be an int >= 1, "
-                             f"got {self.per_model_passes!r}")
+        for name in ("seeds", "workers", "per_model_passes"):
+            check_integer(owner, name, getattr(self, name))
+        if self.validation_seeds is not None:
+            check_integer(owner, "validation_seeds", self.validation_seeds)
+        check_integer(owner, "per_model_targets", self.per_model_targets, minimum=0)
         if self.ray_address is not None and not self.ray_address.strip():
             raise InputError(f"{owner}: field 'ray_address' must be 'auto', a cluster address or None, "
                              f"got {self.ray_address!r}")
-        if self.lost_usd_per_mtok is not None and not (math.isfinite(self.lost_usd_per_mtok)
-                                                       and self.lost_usd_per_mtok >= 0):
-            raise InputError(f"{owner}: field 'lost_usd_per_mtok' must be finite and >= 0 or None, "
-                             f"got {self.lost_usd_per_mtok!r}")
+        if self.lost_usd_per_mtok is not None:
+            check_number(owner, "lost_usd_per_mtok", self.lost_usd_per_mtok, allow_zero=True)
         rule_grid(self.levels, self.intervals, self.bands, self.risks)  # validates the levels and risks
 
     @property

@@ -54,7 +54,7 @@ from atoll.envs.fleet_env import FleetEnv
 from atoll.envs.policies import Policy
 from atoll.envs.vocabulary import PolicySpec
 from atoll.solvers.errors import InputError
-from atoll.solvers.validation import check_fraction, check_integer, check_number
+from atoll.solvers.validation import check_flag, check_fraction, check_integer, check_number
 from atoll.training import checkpoint as ckpt
 from atoll.training.checkpoint import CheckpointSpec, ReplayableResets
 from atoll.training.cloning import (
@@ -179,9 +179,7 @@ class TrainSettings:
         rule = self.bootstrap_rule
         if not (isinstance(rule, PolicySpec) and rule.kind in (*DEPLOYABLE_RULES, "per-model")):
             raise bootstrap_rule_error(rule)
-        if not isinstance(self.normalize_observations, bool):
-            raise InputError(f"TrainSettings: field 'normalize_observations' must be True or False, "
-                             f"got {self.normalize_observations!r}")
+        check_flag("TrainSettings", "normalize_observations", self.normalize_observations)
         if not (math.isfinite(self.bootstrap_smoothing) and 0 <= self.bootstrap_smoothing < 0.5):
             raise InputError(f"TrainSettings: field 'bootstrap_smoothing' must be in [0, 0.5), "
                              f"got {self.bootstrap_smoothing!r}")

@@ -107,7 +107,7 @@ from atoll.control.plans import PlanRecord, SinkError
 from atoll.solvers.packing import first_fit_decreasing
 from atoll.solvers.tiers import tiered_region
 from atoll.solvers.types import ModelSpec, node_config_of, parse_config_name
-from atoll.solvers.validation import check_choice, check_integer, check_number
+from atoll.solvers.validation import check_choice, check_integer, check_number, check_port
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -227,8 +227,7 @@ class K8sOptions:
             _dns_label(owner, "api_key_secret", self.api_key_secret)
         if not isinstance(self.api_key_key, str) or not re.fullmatch(r"[-._a-zA-Z0-9]+", self.api_key_key):
             raise SinkError(f"{owner}: field 'api_key_key' must be a Secret key, got {self.api_key_key!r}")
-        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 1 <= self.port <= 65535:
-            raise SinkError(f"{owner}: field 'port' must be an integer 1..65535, got {self.port!r}")
+        check_port(owner, "port", self.port, error=SinkError)
         for name in ("shm_gi", "memory_gi_per_gpu", "startup_timeout_s", "router_replicas",
                      "router_max_tokens", "router_max_body_mb"):
             check_integer(owner, name, getattr(self, name), error=SinkError)

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 from atoll.control.k8s.apply import K8sOptions, dump_yaml_all
 from atoll.control.k8s.scale import DESIRED, NODES, SEQUENCE, desired_rows, pool_rows, scaled_objects
 from atoll.control.plans import PlanRecord, SinkError, SinkResult
+from atoll.solvers.validation import check_port
 
 SINK_SPECS = "json:DIR, k8s:DIR, k8s-apply[:NAMESPACE] or metrics:[HOST:]PORT"
 METRICS_HOST = "127.0.0.1"  # the metrics sink is reachable from this host only unless told otherwise
@@ -106,8 +107,7 @@ class MetricsSink:
     def __init__(self, port: int, host: str = METRICS_HOST, options: K8sOptions | None = None,
                  prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090", *,
                  max_connections: int = MAX_CONNECTIONS, timeout_s: float = CLIENT_TIMEOUT_S) -> None:
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise SinkError(f"metrics sink: field 'port' must be an integer 0..65535, got {port!r}")
+        check_port("metrics sink", "port", port, any_free=True, error=SinkError)
         self.options = options or K8sOptions()
         self.prometheus_url = prometheus_url
         self.lock = threading.Lock()

@@ -118,5 +118,5 @@ def test_the_sinks_check_before_writing_or_applying(tmp_path: Path, monkeypatch:
 
 def test_ports_are_checked_by_the_options() -> None:
     # the OpenAPI schema types containerPort as int32 without a range: atoll checks it itself
-    with pytest.raises(SinkError, match="field 'port' must be an integer 1..65535"):
+    with pytest.raises(SinkError, match="field 'port' must be an integer in 1..65535"):
         K8sOptions(port=70000)

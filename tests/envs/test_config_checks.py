@@ -20,6 +20,8 @@ from atoll.solvers.errors import InputError
     ("solver_gap", 1.0, r"field 'solver_gap' must be in \[0, 1\), got 1.0"),
     ("startup_weight", -1.0, "field 'startup_weight' must be finite and >= 0, got -1.0"),
     ("removal_weight", float("nan"), "field 'removal_weight' must be finite and >= 0, got nan"),
+    ("days", (5, 4), r"field 'days' must be \(first, last\) with 1 <= first <= last, got \(5, 4\)"),
+    ("correction", 1, "field 'correction' must be True or False, got 1"),
 ])
 def test_an_invalid_field_names_itself_its_value_and_what_is_valid(field: str, value: object, message: str
                                                                    ) -> None:
