@@ -37,8 +37,10 @@ from typing import Any
 
 # Run as a script, this file's folder leads sys.path and its name would shadow the package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' http_ready
 
 import yaml  # noqa: E402
+from http_ready import answers_within  # noqa: E402
 
 from atoll.control.k8s.render import ENTRY_LABEL, POOL_NODES_ANNOTATION, K8sOptions, render_manifests  # noqa: E402
 from atoll.control.k8s.scale import read_desired  # noqa: E402
@@ -71,14 +73,8 @@ def free_port() -> int:
 
 
 def wait_http(url: str, timeout_s: float) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.5)
-    raise SystemExit(f"{url} did not answer within {timeout_s:.0f} s")
+    if not answers_within(url, timeout_s, poll_s=0.5, request_timeout_s=2):
+        raise SystemExit(f"{url} did not answer within {timeout_s:.0f} s")
 
 
 def pod_specs(doc: dict[str, Any]) -> list[dict[str, Any]]:

@@ -141,11 +141,19 @@ class GrowEvery(FixedInterval):
 
 
 @dataclass
-class Never:
+class _Reference:
+    """The fields of the rules that take no parameters (``never``, ``hindsight`` and the oracles):
+    each class sets its own ``name``."""
+
     n_models: int
-    name: str = "never"
+    name: str = ""
     planning_quantile: float | None = None
     risk: Risk | None = None
+
+
+@dataclass
+class Never(_Reference):
+    name: str = "never"
 
     def act(self, observation: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
         return np.zeros(self.n_models, dtype=np.int8)
@@ -155,11 +163,8 @@ class Never:
 
 
 @dataclass
-class Hindsight:
-    n_models: int
+class Hindsight(_Reference):
     name: str = "hindsight"
-    planning_quantile: float | None = None
-    risk: Risk | None = None
     _ones: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

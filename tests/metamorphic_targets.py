@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from user_models import ACME_8B, models_yaml
 
 T0 = 1714521600  # 2024-05-01T00:00:00Z
 DAYS = 2
@@ -28,6 +29,7 @@ NEUTRAL = ("shuffle", "extra_column", "unnamed_model", "unnamed_far", "counts", 
 CORRUPT = ("stray_row", "stray_early", "duplicate_key", "ms_slip", "concatenated", "pasted_chunk",
            "spot_swap")
 KINDS = NEUTRAL + CORRUPT
+_MODELS = models_yaml(ACME_8B, "Phi-4-14B")  # the user's own Acme-8B and a catalog model
 
 
 @dataclass
@@ -52,18 +54,7 @@ def _fleet_text(log: str, spot: tuple[float, float] = (3.0, 1.5)) -> str:
     return f"""name: meta
 runtime: vllm
 models:
-  - name: Acme-8B
-    layers: 32
-    hidden: 4096
-    heads: 32
-    kv_heads: 8
-    head_dim: 128
-    params_b: 8.0
-    active_params_b: 8.0
-    bytes_per_param: 2
-    slo: {{ttft_ms: 800, tpot_ms: 40}}
-  - Phi-4-14B
-regions:
+{_MODELS}regions:
   - name: lab:rack-1
     offers: [{{config: 2xL40S, on_demand: {spot[0]}, spot: {spot[1]}}}]
 workloads:

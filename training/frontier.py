@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from atoll.solvers.errors import InputError
+from atoll.solvers.validation import check_number
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,7 @@ class Point:
 
     def __post_init__(self) -> None:
         for field in ("cost_usd", "slo_attainment", "unserved_tokens"):
-            v = getattr(self, field)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
-                raise InputError(f"Point {self.name!r}: field {field!r} must be finite and >= 0, got {v!r}")
+            check_number(f"Point {self.name!r}", field, getattr(self, field), allow_zero=True)
 
     def effective_cost(self, lost_usd_per_mtok: float) -> float:
         return self.cost_usd + lost_usd_per_mtok * self.unserved_tokens / 1e6

@@ -7,10 +7,7 @@ from typing import Any
 
 import yaml
 from request_logs import request_log  # noqa: F401 - re-exported for the control tests
-
-ACME_8B = {"name": "Acme-8B", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128,
-           "params_b": 8.0, "active_params_b": 8.0, "bytes_per_param": 2,
-           "slo": {"ttft_ms": 800, "tpot_ms": 40}}
+from user_models import ACME_8B
 
 
 def fleet_doc(name: str = "acme") -> dict[str, Any]:

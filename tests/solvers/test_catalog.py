@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from user_models import ACME_8B, models_yaml
 
 from atoll.solvers.build_catalog import build
 from atoll.solvers.catalog import (
@@ -77,17 +78,7 @@ GOOD = """
 gpus:
   - {name: MI300X, memory_gb: 192, hbm_bandwidth_gbs: 5300, bf16_tflops: 1307, link_gbs: 448}
 models:
-  - name: My-8B
-    layers: 32
-    hidden: 4096
-    heads: 32
-    kv_heads: 8
-    head_dim: 128
-    params_b: 8.0
-    active_params_b: 8.0
-    bytes_per_param: 2
-    slo: {ttft_ms: 800, tpot_ms: 40}
-"""
+""" + models_yaml({**ACME_8B, "name": "My-8B"})
 
 
 def test_user_file_yaml_and_toml(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 import yaml
 from control_helpers import closed_port
 from fleet_helpers import write_fleet
+from http_ready import answers_within
 from test_k8s_manifests import k8s_validate
 
 from atoll.control.cli import main
@@ -35,14 +35,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
 
 
 def wait_for(url: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1.0):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"{url} did not come up within {timeout_s:g} s")
+    if not answers_within(url, timeout_s):
+        raise AssertionError(f"{url} did not come up within {timeout_s:g} s")
 
 
 def test_readme_walkthrough(fleet_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
