@@ -3,8 +3,9 @@
 :func:`read_fleet` is what ``--fleet FILE`` does: it returns a :class:`Fleet` and changes nothing
 else in the process. ``Fleet.scenario`` is a ``ScenarioSpec`` named after the fleet whose models
 (with the file's own definitions), regions, GPU types, offers and prices, node caps and markets are
-the file's, whose request shapes (request-weighted mean input and output tokens) and mean request
-rates come from its workloads, and whose template library is built for its runtime. It is passed
+the file's, whose request shapes are its ``request_shapes`` (the Azure traces' means; by default
+each workload's request-weighted mean input and output tokens), whose mean request rates come from
+its workloads, and whose template library is built for its runtime. It is passed
 to whatever plans the fleet (``build_problem``, ``FleetConfig.fleet``, the controller's fleet) and
 pickles to worker processes and Ray tasks with them. The simulator, training, evaluation, the
 controller and ``atoll replay`` all read the same scaled demand series (:attr:`Fleet.series`), so a
@@ -27,9 +28,9 @@ from atoll.envs.config import FleetConfig
 from atoll.forecast.logrows import FileCheck, ModelCheck
 from atoll.forecast.scaling import Scale, apply_scale, split_scale
 from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
-from atoll.solvers.fleet import FleetFileError, FleetSpec, load_fleet
+from atoll.solvers.fleet import FleetFileError, FleetSpec, bundled_fleets, load_fleet
 from atoll.solvers.perf import RequestShape
-from atoll.solvers.scenarios import BUNDLED_SCENARIOS, ScenarioSpec
+from atoll.solvers.scenarios import BUNDLED_SCENARIOS, ScenarioSpec, trace_shape
 
 STEP_S = 300.0  # the simulator's decision step
 log = logging.getLogger(__name__)
@@ -186,7 +187,8 @@ def read_fleet(path: Path | str, *, step_s: float = STEP_S) -> Fleet:
     """Load and validate a fleet file (a path, or a bundled fleet's name); errors name the file,
     the entry and the field. Nothing outside the returned value changes."""
     spec = load_fleet(path)
-    if spec.name in BUNDLED_SCENARIOS:
+    shipped = bundled_fleets().get(spec.name)
+    if spec.name in BUNDLED_SCENARIOS and (shipped is None or spec.path.resolve() != shipped.resolve()):
         raise FleetFileError(f"{spec.path}: field 'name' {spec.name!r} is a bundled scenario's; name the "
                              f"fleet otherwise")
     untraced = untraced_spot_pools({(o.region, o.config): spec.market_of((o.region, o.config))
@@ -201,11 +203,14 @@ def read_fleet(path: Path | str, *, step_s: float = STEP_S) -> Fleet:
     series = loaded.series
     _check_traces(spec, series, step_s)
     shapes = tuple((s.name, _shape(s)) for s in series)
+    traces = spec.request_traces
+    if traces:  # request_shapes: the Azure traces' means, dealt to the models in turn
+        shapes = tuple((m, trace_shape(traces[i % len(traces)])) for i, m in enumerate(spec.model_names))
     rates = loaded.mean_rates
     scenario = ScenarioSpec(
         spec.name, spec.model_names, spec.gpu_types, spec.regions,
-        req_per_s=max(float(np.mean([r for _, r in rates])), 1e-9), scarce_headroom=0.25,
-        shapes=shapes, rates=rates,
+        req_per_s=max(float(np.mean([r for _, r in rates])), 1e-9), scarce_headroom=spec.scarce_headroom,
+        traces=traces or ScenarioSpec.traces, shapes=shapes, rates=rates,
         static_availability=None if spec.availability is None else tuple(sorted(spec.availability.items())),
         pool_traces=spec.pool_traces,
         runtime=spec.runtime, n_max=spec.n_max, rho=spec.rho, slices=spec.slices,

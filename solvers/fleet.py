@@ -60,6 +60,12 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
                                     # aggregated (one replica serves prefill and decode together,
                                     # vLLM's default) or disaggregated (a replica per phase); or
                                     # one word for every model. Default: disaggregated
+    request_shapes: [code, conv]    # optional: each model's mean input and output tokens from these
+                                    # Azure LLM 2023 traces (code, conv), dealt to the models in turn
+                                    # (model 0 the first, model 1 the second, ...). Default
+                                    # (workloads): each workload's own request-weighted means
+    scarce_headroom: 0.25           # optional: availability 'scarce' caps each pool at ceil((1 + h) x
+                                    # the nodes the cheapest plan of the even mix uses). Default 0.25
 
 The market says what a drop in a trace means and the tier a pool bills at: a spot pool is
 billed at its spot price and a drop preempts the spot instances above it; a hedged pool has both
@@ -70,6 +76,15 @@ of its own follows the bundled spot trace of its region (catalog regions only).
 Workload scaling is explicit: ``scale: X`` multiplies the request rate, ``mean_rate: R`` scales
 it to R requests/s on average, neither keeps it as recorded. Relative paths are relative to the
 fleet file. Every error names the file, the entry and the field.
+
+**The bundled scenarios are fleet files** (``core``, ``extended``, ``fleet20`` under
+``atoll/solvers/data/fleets``), read two ways: ``--fleet NAME`` reads one as the fleet it
+describes, ``--scenario NAME`` as the scenario (:func:`atoll.solvers.scenarios.scenario_from_fleet`):
+its models, regions, GPU types (in the order the regions' ``gpu_types`` name them), request shapes
+(``request_shapes``: the Azure means), the workloads' one ``mean_rate`` (req/s per model in the even
+mix), ``scarce_headroom``, runtime, ``n_max``, ``rho``, ``slices`` and ``pd``; a scenario's market
+and demand are each command's settings (``--availability``, ``--workload``), so the regions'
+markets and the workloads' sources are the fleet reading's only.
 
 This module only parses and validates (the bottom layer imports nothing above it); loading the
 workloads and putting the fleet to work is :mod:`atoll.envs.fleet_file`.
@@ -96,9 +111,16 @@ from atoll.solvers.types import NODE_GPU_COUNTS, PD_MODES, GpuType, ModelSpec, O
 _T = TypeVar("_T")
 MARKETS: tuple[str, ...] = ("on-demand", "spot", "hedged")
 TOP_KEYS = ("name", "runtime", "slices", "models", "gpus", "regions", "availability", "workloads",
-            "kubernetes", "n_max", "rho", "min_instances", "removal_weight", "pd")
+            "kubernetes", "n_max", "rho", "min_instances", "removal_weight", "pd", "request_shapes",
+            "scarce_headroom")
 PHASE_NAMES = ("prefill", "decode")
 AVAILABILITY_KEYS = ("static", "markets", "ondemand_quota", "traces")
+# the Azure LLM inference 2023 traces whose mean request lengths a fleet (every bundled scenario)
+# may plan with (``request_shapes``), by name, and their files under the shared data folder
+AZURE_TRACES: Mapping[str, str] = {"code": "AzureLLMInferenceTrace_code.csv",
+                                   "conv": "AzureLLMInferenceTrace_conv.csv"}
+WORKLOAD_SHAPES = "workloads"  # request_shapes' default: each workload's own means
+SCARCE_HEADROOM = 0.25  # scarce_headroom's default
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _CONFIG = re.compile(r"([1-9][0-9]*)x(.+)")
 
@@ -336,6 +358,12 @@ class FleetSpec:
     # how models are served (``pd``): the default mode and the models that differ from it
     pd: str = "disaggregated"
     model_pd: tuple[tuple[str, str], ...] = ()
+    # ``request_shapes``: the Azure traces whose means are the models' request shapes, dealt in
+    # turn; () takes each workload's own means
+    request_traces: tuple[str, ...] = ()
+    scarce_headroom: float = SCARCE_HEADROOM
+    # the GPU types the regions' ``gpu_types`` lists name, in file order (first mention)
+    listed_gpu_types: tuple[str, ...] = ()
 
     def market_of(self, cell: tuple[str, str]) -> str:
         return (self.markets or {}).get(cell, "on-demand")
@@ -658,12 +686,13 @@ BUNDLED_DIR = Path(__file__).resolve().parent / "data" / "fleets"
 
 
 def bundled_fleets() -> dict[str, Path]:
-    """The fleet files shipped with the package (the bundled scenarios), by name."""
+    """The fleet files shipped with the package, by name: the bundled scenarios
+    (:data:`atoll.solvers.scenarios.SCENARIOS` reads them)."""
     return {p.stem: p for p in sorted(BUNDLED_DIR.glob("*.yaml"))}
 
 
 def resolve_fleet(path_or_name: Path | str) -> Path:
-    """A fleet file path, or the name of a bundled one (``core``, ``extended``)."""
+    """A fleet file path, or the name of a bundled one (``core``, ``extended``, ``fleet20``)."""
     path = Path(path_or_name)
     if not path.exists() and str(path_or_name) in bundled_fleets():
         return bundled_fleets()[str(path_or_name)]
@@ -860,7 +889,7 @@ def _workloads(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str
 
 def load_fleet(path: Path | str) -> FleetSpec:
     """Parse and validate a fleet file (see the module docstring); a bare bundled name
-    (``core``, ``extended``) loads the shipped file. Sections are read in a fixed order, so the
+    (``core``, ``extended``, ``fleet20``) loads the shipped file. Sections are read in a fixed order, so the
     first error a broken file reports does not depend on how its keys are ordered."""
     path = resolve_fleet(path)
     doc = _read_document(path)
@@ -882,9 +911,30 @@ def load_fleet(path: Path | str) -> FleetSpec:
     removal = doc.get("removal_weight")
     removal_weight = None if removal is None else _number(path, "removal_weight", "removal_weight", removal)
     pd, model_pd = _pd_modes(path, doc.get("pd", "disaggregated"), names, by_name)
+    traces = _request_shapes(path, doc.get("request_shapes", WORKLOAD_SHAPES))
+    headroom = _number(path, "scarce_headroom", "scarce_headroom",
+                       doc.get("scarce_headroom", SCARCE_HEADROOM))
+    # regions and their gpu_types are checked by _offers above
+    listed = tuple(dict.fromkeys(g for region in doc["regions"] for g in region.get("gpu_types") or ()))
     return FleetSpec(path, name, runtime, tuple(models), tuple(user_models), tuple(user_gpus), tuple(offers),
                      av.caps, tuple(workloads), dict(kube), n_max, rho, tuple(av.traces), floors,
-                     slices, av.markets, av.quota, tuple(unsold), removal_weight, pd, model_pd)
+                     slices, av.markets, av.quota, tuple(unsold), removal_weight, pd, model_pd,
+                     traces, headroom, listed)
+
+
+def _request_shapes(path: Path, raw: Any) -> tuple[str, ...]:
+    """``request_shapes``: ``workloads`` (each workload's own means: ()) or a non-empty list of
+    Azure LLM 2023 trace names, dealt to the models in turn."""
+    if raw == WORKLOAD_SHAPES:
+        return ()
+    if isinstance(raw, str):
+        raw = [raw]
+    if not (isinstance(raw, list) and raw and all(isinstance(t, str) and t in AZURE_TRACES for t in raw)):
+        raise _fail(path, "request_shapes", f"must be '{WORKLOAD_SHAPES}' (each workload's own mean request "
+                                            f"lengths) or a list of Azure LLM 2023 traces from "
+                                            f"{', '.join(AZURE_TRACES)}, dealt to the models in turn "
+                                            f"(e.g. [code, conv]), got {_show(raw)}")
+    return tuple(raw)
 
 
 def _pd_modes(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]

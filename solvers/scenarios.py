@@ -1,11 +1,14 @@
 """Evaluation scenarios: models, GPU types, regions, request shapes, demand mixes, availability.
 
+The bundled scenarios (:data:`SCENARIOS`) are the fleet files under ``atoll/solvers/data/fleets``,
+each read as a scenario by :func:`scenario_from_fleet` (see :mod:`atoll.solvers.fleet`).
 ``core``: Phi-4-14B, GPT-OSS-20B, Qwen3-32B on L4/A10G/L40S x {1,2,4,8} in aws:us-east-2 and
 aws:ap-northeast-2, 10 req/s per model. ``extended``: the six default models, adds A100-80GB,
-H100 and gcp:us-central1, 25 req/s per model.
+H100 and gcp:us-central1, 25 req/s per model. ``fleet20``: 20 models (the six, then their
+fine-tunes) on extended's GPUs and regions, 10 req/s per model.
 
-Request lengths come from the Azure LLM inference 2023 traces, assigned to models alternately
-as in the Coral paper (model 0 "code", model 1 "conv", ...): per model a
+Request lengths come from the Azure LLM inference 2023 traces (the files' ``request_shapes``),
+assigned to models alternately as in the Coral paper (model 0 "code", model 1 "conv", ...): per model a
 ``RequestShape(mean input, mean output)``; demand tokens/s = req/s x mean input (prefill
 service) and req/s x mean output (decode service).
 
@@ -26,7 +29,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -34,15 +37,16 @@ from typing import Any
 import numpy as np
 
 from atoll.solvers.allocation import solve_allocation
-from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, catalog_for, fleet_catalog
+from atoll.solvers.catalog import Catalog, catalog_for, fleet_catalog
 from atoll.solvers.errors import InputError
-from atoll.solvers.models import DEFAULT_MODELS, fleet_model_names, get_model
+from atoll.solvers.fleet import AZURE_TRACES, FleetFileError, FleetSpec, bundled_fleets, load_fleet
+from atoll.solvers.models import get_model
 from atoll.solvers.paths import shared_data_dir
 from atoll.solvers.perf import RequestShape
 from atoll.solvers.problem import AllocationProblem, SolveStatus
 from atoll.solvers.registry import Registry, UnknownNameError
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime, slices_default
-from atoll.solvers.templates import SCENARIO_LIBRARIES, LibrarySpec, build_library
+from atoll.solvers.templates import LibrarySpec, build_library
 from atoll.solvers.types import NODE_GPU_COUNTS, PD_MODES, GpuType, ModelSpec, Offer, Phase, Service, Template
 
 AMPLE_NODES = 1000
@@ -52,8 +56,6 @@ AVAILABILITIES: tuple[str, ...] = ("ample", "scarce")
 SOLVE_AVAILABILITIES: tuple[str, ...] = ("ample", "scarce", "spot", "hedged", "market")
 MIXES: tuple[str, ...] = ("even", "large-heavy", "small-heavy")
 HEAVY_SHARE = 0.8
-AZURE_TRACES: Mapping[str, str] = {"code": "AzureLLMInferenceTrace_code.csv",
-                                   "conv": "AzureLLMInferenceTrace_conv.csv"}
 
 
 @dataclass(frozen=True)
@@ -134,15 +136,62 @@ class ScenarioSpec:
         return get_model(name, self.user_models)
 
 
-SCENARIOS: Registry[ScenarioSpec] = Registry("scenario", {
-    "core": ScenarioSpec("core", ("Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"), ("L4", "A10G", "L40S"),
-                         ("aws:us-east-2", "aws:ap-northeast-2"), 10.0, 0.25),
-    "extended": ScenarioSpec("extended", DEFAULT_MODELS, DEFAULT_GPU_TYPES, DEFAULT_REGIONS, 25.0, 0.75),
-    # 20 models (the six, then their fine-tunes) on extended's GPUs and regions: the contest's
-    # many-model cell, where one re-planning rule for every model is a poor fit;
-    # demand: 20 ServeGen client groups of distinct daily shapes, 10 req/s each on average
-    "fleet20": ScenarioSpec("fleet20", fleet_model_names(20), DEFAULT_GPU_TYPES, DEFAULT_REGIONS, 10.0, 0.75),
-})
+def scenario_from_fleet(fleet: FleetSpec) -> ScenarioSpec:
+    """A fleet file read as a bundled scenario (:mod:`atoll.solvers.fleet`, "The bundled scenarios
+    are fleet files"): its models, regions, GPU types as its regions list them, its Azure request
+    shapes (``request_shapes``), its workloads' one ``mean_rate`` as the even mix's req/s per model,
+    ``scarce_headroom``, runtime, ``n_max``, ``rho``, ``slices`` and ``pd``. Whatever such a
+    scenario could not hold is a :class:`FleetFileError` naming the field: own models, GPU types or
+    offers, an ``availability`` section, a ``removal_weight``, the workloads' own request shapes,
+    or workloads without one common ``mean_rate``."""
+
+    def refuse(field_: str, why: str) -> FleetFileError:
+        return FleetFileError(f"{fleet.path}: {field_}: a bundled scenario {why}")
+
+    if fleet.user_models:
+        raise refuse("models", f"plans catalog models; {fleet.user_models[0].name!r} is the file's own")
+    if fleet.gpus:
+        raise refuse("gpus", "plans the catalog's GPU types; drop the file's own")
+    catalog = fleet_catalog()  # the shipped table
+    own = [o for o in fleet.offers
+           if o.region not in catalog.regions or catalog.offers_in(o.region).get(o.config) != o]
+    if own:
+        raise refuse("regions", f"buys at catalog prices ('catalog: true'); {own[0].region} has offers of "
+                                f"its own")
+    if fleet.availability is not None or fleet.pool_traces or fleet.ondemand_quota:
+        raise refuse("availability", "takes its availability from each command (ample, scarce, spot, "
+                                     "hedged); drop the section")
+    if fleet.removal_weight is not None:
+        raise refuse("removal_weight", "takes the price of churn from each command (--removal-weight)")
+    if not fleet.request_traces:
+        raise refuse("request_shapes", "plans with the Azure LLM 2023 means; give e.g. [code, conv]")
+    rates = {w.mean_rate for w in fleet.workloads}
+    rate = next(iter(rates))
+    if len(rates) != 1 or rate is None:
+        raise refuse("workloads", f"has one mean_rate for every model (its even mix), got "
+                                  f"{sorted(str(r) for r in rates)}")
+    gpu_types = fleet.listed_gpu_types or fleet.gpu_types
+    return ScenarioSpec(fleet.name, fleet.model_names, gpu_types, fleet.regions, float(rate),
+                        fleet.scarce_headroom, traces=fleet.request_traces, runtime=fleet.runtime,
+                        n_max=fleet.n_max, rho=fleet.rho, slices=fleet.slices,
+                        pd=fleet.pd, model_pd=fleet.model_pd)
+
+
+def _bundled_scenarios() -> dict[str, ScenarioSpec]:
+    """Every bundled fleet file, read as a scenario and named after its file."""
+    out = {}
+    for name, path in bundled_fleets().items():
+        spec = scenario_from_fleet(load_fleet(path))
+        if spec.name != name:
+            raise FleetFileError(f"{path}: name: a bundled scenario is named after its file, {name!r}; "
+                                 f"got {spec.name!r}")
+        out[name] = spec
+    return out
+
+
+# core, extended and fleet20 (the contest's many-model cell, where one re-planning rule for every
+# model is a poor fit): atoll/solvers/data/fleets/<name>.yaml
+SCENARIOS: Registry[ScenarioSpec] = Registry("scenario", _bundled_scenarios())
 
 
 def _choice(kind: str, value: str, valid: Sequence[str], plural: str = "") -> str:
@@ -299,9 +348,6 @@ def library_spec(spec: ScenarioSpec, runtime: str | None = None, slices: bool | 
     slices = _slices(spec, runtime, slices)
     shapes = tuple(request_shapes(spec).items())
     modes = {"pd": spec.pd, "model_pd": spec.model_pd} if pd is None else {"pd": pd, "model_pd": ()}
-    base = None if spec.own_catalog else SCENARIO_LIBRARIES.get(spec.name)
-    if base is not None:
-        return replace(base, model_shapes=shapes, runtime=runtime, slices=slices, **modes)
     return LibrarySpec(models=spec.models, regions=spec.regions, gpu_types=spec.gpu_types,
                            model_shapes=shapes, runtime=runtime, n_max=spec.n_max, rho=spec.rho,
                            slices=slices, fleet=spec if spec.own_catalog else None, **modes)

@@ -242,7 +242,9 @@ class LibrarySpec:
         return out
 
 
-# Library specs of the evaluation scenarios (atoll.solvers.scenarios adds per-model request shapes).
+# Library specs of the evaluation scenarios at the default request shape (benchmarks/templates.py);
+# the scenarios themselves plan with atoll.solvers.scenarios.library_spec (per-model request shapes),
+# and tests/solvers/test_scenarios_yaml.py holds these to the scenario files.
 SCENARIO_LIBRARIES: dict[str, LibrarySpec] = {
     "core": LibrarySpec(models=("Phi-4-14B", "GPT-OSS-20B", "Qwen3-32B"), gpu_types=("L4", "A10G", "L40S"),
                         regions=("aws:us-east-2", "aws:ap-northeast-2")),

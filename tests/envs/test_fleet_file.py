@@ -88,6 +88,30 @@ def test_a_fleet_may_not_take_a_bundled_scenarios_name(fleet_file: Path) -> None
             read_fleet(fleet_file)
 
 
+def test_the_bundled_core_fleet_is_the_core_scenario_with_its_request_lengths(fleet_file: Path) -> None:
+    from atoll.solvers.scenarios import SCENARIOS, request_shapes
+
+    fleet = read_fleet("core")  # the shipped file may carry the scenario's name; a user's may not
+    scenario = SCENARIOS["core"]
+    assert fleet.name == fleet.scenario.name == "core" and fleet.scenario.models == scenario.models
+    assert request_shapes(fleet.scenario) == request_shapes(scenario)  # the Azure means, not the series'
+    assert fleet.scenario.traces == scenario.traces and fleet.scenario.scarce_headroom == 0.25
+    assert dict(fleet.scenario.rates) == dict.fromkeys(scenario.models, scenario.req_per_s)
+    copy = fleet_file.parent / "core.yaml"
+    copy.write_text(fleet.spec.path.read_text())
+    with pytest.raises(FleetFileError, match="bundled"):
+        read_fleet(copy)
+
+
+def test_a_fleets_request_shapes_deal_the_azure_means_in_turn(fleet_file: Path) -> None:
+    from atoll.solvers.scenarios import trace_shape
+
+    fleet_file.write_text(yaml.safe_dump({**FLEET, "request_shapes": ["conv"], "scarce_headroom": 0.5}))
+    fleet = read_fleet(fleet_file)
+    assert dict(fleet.scenario.shapes) == dict.fromkeys(("Phi-4-14B", "Acme-8B"), trace_shape("conv"))
+    assert fleet.scenario.traces == ("conv",) and fleet.scenario.scarce_headroom == 0.5
+
+
 def test_the_simulator_runs_on_the_fleets_own_demand(fleet_file: Path) -> None:
     fleet = read_fleet(fleet_file)
     env = FleetEnv(fleet_config(fleet, (4, 5)))

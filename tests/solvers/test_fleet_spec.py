@@ -111,13 +111,55 @@ def test_the_bundled_scenarios_ship_as_fleet_files() -> None:
     from atoll.solvers.fleet import bundled_fleets
     from atoll.solvers.scenarios import SCENARIOS
 
-    assert set(bundled_fleets()) == {"core", "extended"}
-    for name in ("core", "extended"):
+    assert set(bundled_fleets()) == {"core", "extended", "fleet20"} == set(SCENARIOS)
+    for name in ("core", "extended", "fleet20"):
         spec = load_fleet(name)
         scenario = SCENARIOS[name]
-        assert spec.model_names == scenario.models and spec.regions == scenario.regions
-        assert set(spec.gpu_types) == set(scenario.gpu_types) and spec.runtime == "any"
+        assert spec.name == name and spec.model_names == scenario.models and spec.regions == scenario.regions
+        assert spec.listed_gpu_types == scenario.gpu_types and set(spec.gpu_types) == set(scenario.gpu_types)
+        assert spec.runtime == "any" and spec.request_traces == scenario.traces == ("code", "conv")
         assert {w.mean_rate for w in spec.workloads} == {scenario.req_per_s}
+        assert spec.scarce_headroom == scenario.scarce_headroom
+
+
+def test_request_shapes_and_scarce_headroom_parse_and_their_errors_name_the_field(tmp_path: Path) -> None:
+    spec = load_fleet(write(tmp_path, BASE))
+    assert spec.request_traces == () and spec.scarce_headroom == 0.25  # the defaults
+    assert spec.listed_gpu_types == ("L4", "L40S")
+    for value, traces in (("workloads", ()), ("conv", ("conv",)),
+                          (["conv", "code", "conv"], ("conv", "code", "conv"))):
+        assert load_fleet(write(tmp_path, changed("request_shapes", value))).request_traces == traces
+    assert load_fleet(write(tmp_path, changed("scarce_headroom", 0))).scarce_headroom == 0.0
+    for bad in ("azure", [], ["code", "chat"], {"code": 1}, 3):
+        with pytest.raises(FleetFileError, match=r"fleet.yaml: request_shapes: must be 'workloads' .*code"):
+            load_fleet(write(tmp_path, changed("request_shapes", bad)))
+    for bad in (-0.1, "a lot", True):
+        with pytest.raises(FleetFileError, match="scarce_headroom: field 'scarce_headroom' must be a number"):
+            load_fleet(write(tmp_path, changed("scarce_headroom", bad)))
+
+
+def test_a_fleet_file_read_as_a_scenario_refuses_what_a_scenario_cannot_hold(tmp_path: Path) -> None:
+    from atoll.solvers.scenarios import SCENARIOS, scenario_from_fleet
+
+    core = yaml.safe_load(Path(load_fleet("core").path).read_text())
+    spec = scenario_from_fleet(load_fleet(write(tmp_path, {**core, "name": "core-copy"})))
+    assert spec == SCENARIOS["core"].__class__(**{**SCENARIOS["core"].__dict__, "name": "core-copy"})
+    for key, value, said in (
+            ("models", BASE["models"], "models: a bundled scenario plans catalog models"),
+            ("gpus", BASE["gpus"], "gpus: a bundled scenario plans the catalog's GPU types"),
+            ("regions", [*core["regions"], {"name": "lab:rack-1", "offers": [{"config": "8xL4",
+                                                                               "on_demand": 9}]}],
+             "regions: a bundled scenario buys at catalog"),
+            ("availability", {"static": {"aws:us-east-2/4xL4": 6}}, "availability: a bundled scenario takes"),
+            ("removal_weight", 0.5, "removal_weight: a bundled scenario"),
+            ("request_shapes", "workloads", "request_shapes: a bundled scenario plans with the Azure"),
+            ("workloads", {**core["workloads"], "Qwen3-32B": {"source": "servegen:m-small", "scale": 2}},
+             "workloads: a bundled scenario has one mean_rate")):
+        doc = {**core, key: value}
+        if key == "models":
+            doc.update(gpus=BASE["gpus"], workloads=BASE["workloads"])
+        with pytest.raises(FleetFileError, match=said):
+            scenario_from_fleet(load_fleet(write(tmp_path, doc)))
 
 
 def test_pool_traces_parse_and_their_errors_name_the_line(tmp_path: Path) -> None:

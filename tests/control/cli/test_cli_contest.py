@@ -49,5 +49,5 @@ def test_the_contest_takes_a_fleet_files_own_series_and_market() -> None:
 
     args = build_parser().parse_args(["evaluate", "--rules", "grid", "--fleet", "core", "--world", "charged"])
     config = contest_config(args, ContestSettings(validation_days=(8, 9), test_days=(11, 12)))
-    assert config.scenario == "core-fleet" and config.availability == "market" and config.days == (8, 12)
+    assert config.scenario == "core" and config.availability == "market" and config.days == (8, 12)
     assert config.startup == "sampled" and config.demand  # the charged world, the file's own series

@@ -53,7 +53,7 @@ def test_tune_takes_a_fleet_files_own_series_and_market(tmp_path: Path,
                  "--forecaster", "naive", "--out", str(out), "--json"])
     assert code == 0, capsys.readouterr().err
     tuned = read_tuned(out)
-    assert tuned.availability == "market" and tuned.scenario == "core-fleet" and len(tuned.models) == 3
+    assert tuned.availability == "market" and tuned.scenario == "core" and len(tuned.models) == 3
 
 
 def test_a_policy_list_keeps_per_model_entries_and_risk_parts_together() -> None:
