@@ -194,8 +194,12 @@ def learn(correction: CapacityCorrection, models: Sequence[str],
     # both phases in one inversion: the model is elementwise per service, and its ~27 evaluations
     # a step cost the same for 2M services as for M
     m = len(models)
-    both = implied_capacities([*prefill, *decode], *(np.concatenate([a[:, 0], a[:, 1]]) for a in
-                                                     (served, observed_mean_s, waiting, instances)), step_s)
+
+    def phases(a: np.ndarray) -> np.ndarray:  # [M, 2] -> [2M]: prefill then decode
+        return np.concatenate([a[:, 0], a[:, 1]])
+
+    both = implied_capacities([*prefill, *decode], phases(served), phases(observed_mean_s), phases(waiting),
+                              phases(instances), step_s)
     for ph in range(2):
         cap, informative, weight = (a[ph * m:(ph + 1) * m] for a in both)
         for i, model in enumerate(models):
