@@ -235,7 +235,8 @@ def test_rescaled_index_equals_a_rebuilt_one_and_its_solve_too():
     assert all(a is b for a, b, f in zip(derived.templates, p.templates, scale, strict=True) if f == 1.0)
     q = p.with_changes(templates=derived.templates)
     assert q.index is derived
-    assert all(q.template(k) is derived.by_key[k] and q.template(k) == rebuilt.by_key[k] for k in rebuilt.keys)
+    for k in rebuilt.keys:
+        assert q.template(k) is derived.by_key[k] and q.template(k) == rebuilt.by_key[k]
     assert "no-such-key" not in derived.by_key and len(derived.by_key) == len(rebuilt.keys)
     with pytest.raises(KeyError, match="unknown template key"):
         q.template("no-such-key")
