@@ -376,11 +376,16 @@ def _reranked(earlier: np.ndarray, changed: np.ndarray, ix: TemplateIndex, costs
     got = earlier.copy()
     if not len(changed):
         return got
-    ranked_groups = groups[earlier]
-    for g in np.unique(groups[changed]).tolist():
-        a, b = np.searchsorted(ranked_groups, [g, g + 1])
-        span = earlier[a:b]
-        got[a:b] = span[np.lexsort((span, -ix.throughput[span], costs[span]))]
+    ranked_groups = groups[earlier]  # non-decreasing: the ranking is by group first
+    moved = np.unique(groups[changed])
+    starts = np.searchsorted(ranked_groups, moved)
+    ends = np.searchsorted(ranked_groups, moved + 1)
+    # every moved group's span at once: its slots in order, then one sort with the group first,
+    # so each group's templates land back in its own slots (hundreds of groups a correction)
+    lengths = ends - starts
+    slots = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+    span = earlier[slots]
+    got[slots] = span[np.lexsort((span, -ix.throughput[span], costs[span], groups[span]))]
     return got
 
 
