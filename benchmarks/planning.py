@@ -55,8 +55,8 @@ import numpy as np  # noqa: E402
 from atoll.envs.actions import ActionCodec  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.demand import WARMUP_DAYS, build_book, workload_series  # noqa: E402
-from atoll.forecast.forecasters import make_forecaster  # noqa: E402
 from atoll.forecast.planning import PeakAuto, pinball  # noqa: E402
+from atoll.forecast.registry import make_forecaster  # noqa: E402
 from atoll.forecast.synthetic import SYNTHETIC, synthetic_series  # noqa: E402
 from atoll.forecast.workloads import load_workload, n_model_scenario  # noqa: E402
 from atoll.solvers.scenarios import SCENARIOS  # noqa: E402

@@ -60,8 +60,9 @@ import numpy as np
 
 from atoll.control.state import HistoryPoint
 from atoll.envs.demand import WARMUP_DAYS
-from atoll.forecast.forecasters import DAY, Forecaster, make_forecaster
+from atoll.forecast.forecasters import DAY, Forecaster
 from atoll.forecast.planning import DEFAULT_FORECASTER
+from atoll.forecast.registry import make_forecaster
 
 RECENT_BINS = 3
 RECENT_MARGIN = 0.1
@@ -344,7 +345,7 @@ class LiveForecast:
     """Per-model, per-phase planning forecasts from the controller's history (see the module
     docstring).
 
-    ``forecaster``: a name ``atoll.forecast.forecasters.make_forecaster`` knows; ``quantile``: the
+    ``forecaster``: a name ``atoll.forecast.registry.make_forecaster`` knows; ``quantile``: the
     planning quantile (one of the forecasters' ``QUANTILES``); ``horizon``: look-ahead bins;
     ``shapes``: model -> the (input, output) tokens per request its templates were profiled at
     (each phase's forecast units, and the prior request shape); ``shape_tolerance``: the

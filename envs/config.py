@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 from atoll.envs.actions import ACTION_KINDS, DEFAULT_ACTION_LEVELS, ActionCodec, risk_menu
 from atoll.envs.capacity_error import CapacityError
 from atoll.envs.vocabulary import DEFAULT_LEVEL
-from atoll.forecast.forecasters import FORECASTERS, QUANTILES
+from atoll.forecast.forecasters import QUANTILES
 from atoll.forecast.planning import DEFAULT_FORECASTER
+from atoll.forecast.registry import FORECASTERS
 from atoll.forecast.workloads import DemandSeries
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk

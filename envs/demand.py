@@ -29,14 +29,8 @@ import numpy as np
 
 from atoll.envs.arrivals import SAMPLER_VERSION, sample_counts, servegen_windows
 from atoll.envs.config import RESAMPLES
-from atoll.forecast.forecasters import (
-    FORECAST_VERSION,
-    PLANNING_FORECASTERS,
-    QUANTILES,
-    ForecastError,
-    make_forecaster,
-)
-from atoll.forecast.planning import planning_settings
+from atoll.forecast.forecasters import FORECAST_VERSION, QUANTILES, ForecastError
+from atoll.forecast.registry import PLANNING_FORECASTERS, make_forecaster, planning_settings
 from atoll.forecast.scaling import Scale, apply_scale, split_scale, with_scale
 from atoll.forecast.workloads import (
     LANGUAGE_MODELS,

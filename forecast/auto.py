@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from atoll.forecast.forecasters import (
+    BASE_FORECASTERS,
     DAY,
-    FORECASTERS,
     Chooser,
     Forecaster,
     ForecastError,
@@ -123,7 +123,7 @@ class AutoForecaster(Chooser):
         long_h = self.season // LONG_SEASON_SHARE
         long_h = long_h if long_h > HORIZON and len(y) - split >= 2 * long_h else 0
         for name in self.candidates() if len(y) - split >= HORIZON else ():
-            f = FORECASTERS[name](self.season)
+            f = BASE_FORECASTERS[name](self.season)
             try:
                 f.fit(y[:split])
             except (ForecastError, np.linalg.LinAlgError, ValueError):
@@ -143,7 +143,7 @@ class AutoForecaster(Chooser):
         best = min(self._eligible(self.scores, self.long_scores), key=self.scores.__getitem__)
         cheap = PLAIN_MODELS + SEASONAL_BASELINES + BASELINES
         live = {best, *(b for b in cheap if b in self.scores)}
-        self._live = {name: FORECASTERS[name](self.season).fit(y) for name in sorted(live)}
+        self._live = {name: BASE_FORECASTERS[name](self.season).fit(y) for name in sorted(live)}
         self.chosen = self._live[best]
         self.t = self.chosen.t
         self.selections = [(self.t, best)]
@@ -176,6 +176,3 @@ class AutoForecaster(Chooser):
         if best != self.chosen.name and err[best] < (1 - SWITCH_MARGIN) * err[self.chosen.name]:
             self.chosen = self._live[best]
             self.selections.append((self.t, best))
-
-
-FORECASTERS["auto"] = AutoForecaster

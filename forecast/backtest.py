@@ -8,10 +8,14 @@ Metrics per series, forecaster and horizon:
 - coverage of the 80% (0.1-0.9) and 90% (0.05-0.95) intervals: share of held-out points inside;
 - the model in use at the end (``chosen``; for ``auto`` the pick can change), every
   (re-)selection as (test step, model), and how many forecasts the planning cap bound.
+
+:func:`planning_backtest` scores forecasters at the planning target instead (the peak over the
+look-ahead, :mod:`atoll.forecast.planning`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -23,11 +27,13 @@ from atoll.forecast.forecasters import (
     DAY,
     DEFAULT_LEVEL,
     MAX_H,
+    QUANTILES,
     Forecaster,
     ForecastError,
     check_history,
-    make_forecaster,
 )
+from atoll.forecast.planning import DEFAULT_HORIZON, PLANNING_CANDIDATES, SELECT_LEVEL, PeakAuto, pinball
+from atoll.forecast.registry import make_forecaster
 
 HORIZONS: tuple[int, ...] = (1, 6, 12, 72)  # 5 min, 30 min, 1 h, 6 h at 5-min steps
 # The planning demand: the PLAN_LEVEL quantile's maximum over the next PLAN_STEPS steps (the
@@ -138,3 +144,46 @@ def backtest(y: np.ndarray, *, series: str, forecaster: str, train_steps: int = 
             coverage_90=float(np.mean((yt >= q[0.05]) & (yt <= q[0.95]))),
             points=int(ok.sum()), chosen=chosen, selections=selections, cap_binds=int(f.cap_binds)))
     return out, model[2]
+
+
+# ----- backtest at the planning target ----------------------------------------------------------
+def planning_backtest(y: np.ndarray, *, series: str, forecasters: Sequence[str] = PLANNING_CANDIDATES,
+                      train_steps: int = 3 * DAY, horizon: int = DEFAULT_HORIZON, level: float = SELECT_LEVEL,
+                      season: int = DAY) -> list[dict[str, object]]:
+    """Per forecaster, rolling origin over ``y[train_steps:]`` (fit on the steps before, updated
+    step by step as the env does): at every origin g the ``level`` quantile of the peak over
+    the next ``horizon`` steps (the forecast's maximum over them) against the realized peak —
+    MAPE of the point forecast (the mean path's maximum), pinball loss and coverage of the
+    quantile, the pinball loss relative to ``ets``'s where it ran — and the choice ``auto`` /
+    ``peak:auto`` made (every (test step, model) selection)."""
+    y = check_history(y, season, name=f"series {series!r}")
+    if level not in QUANTILES:
+        raise ForecastError(f"level {level} is not forecast; use one of {list(QUANTILES)}")
+    if train_steps < 2 * season or train_steps + horizon > len(y):
+        raise ForecastError(f"train_steps {train_steps} must be >= {2 * season} and leave at least "
+                            f"{horizon} steps of the series' {len(y)}")
+    origins = np.arange(train_steps, len(y) - horizon + 1)
+    peak = np.lib.stride_tricks.sliding_window_view(y, horizon).max(axis=1)[origins]
+    rows: list[dict[str, object]] = []
+    for name in forecasters:
+        f = make_forecaster(name, season, horizon=horizon).fit(y[:train_steps])
+        upper = np.empty(len(origins))
+        point = np.empty(len(origins))
+        for i, g in enumerate(origins):
+            fc = f.forecast(horizon)
+            upper[i], point[i] = fc.quantile(level).max(), fc.mean.max()
+            f.update(y[g])
+        ok = peak > 0
+        row: dict[str, object] = {
+            "series": series, "forecaster": name, "horizon_steps": horizon, "level": level,
+            "mape": float(np.mean(np.abs(point[ok] - peak[ok]) / peak[ok])) if ok.any() else math.nan,
+            "pinball": pinball(peak, upper, level), "coverage": float(np.mean(peak <= upper)),
+            "points": len(origins)}
+        if isinstance(f, PeakAuto | AutoForecaster):
+            row["chosen"] = f.chosen_name
+            row["selections"] = [(int(t) - train_steps, n) for t, n in f.selections]
+        rows.append(row)
+    base = next((r["pinball"] for r in rows if r["forecaster"] == "ets"), None)
+    for r in rows:
+        r["pinball_vs_ets"] = float(r["pinball"]) / float(base) if base else math.nan  # type: ignore[arg-type]
+    return rows

@@ -11,6 +11,9 @@ Models (step = 5 min, season m = 288 steps a day, 2016 a week):
   by statsmodels; updates run a Kalman filter on the fitted state-space matrices.
 - ``auto``: picks one of the above per series by a backtest on the training part only.
 
+Every forecaster is made by name through :func:`atoll.forecast.registry.make_forecaster`; this
+module's own are in :data:`BASE_FORECASTERS`.
+
 Intervals: quantiles of the model's own h-step errors over the last days of the training data
 (so every model's intervals are calibrated the same way), in absolute terms scaled by
 ``forecast + level`` (level: the series' mean over the last season), so errors stay on the
@@ -480,11 +483,6 @@ class Chooser(Forecaster):
         return self._candidate().forecast(h)
 
 
-FORECASTERS: dict[str, Callable[[int], Forecaster]] = {
-    "naive": SeasonalNaive, "ets": HoltWinters, "sarimax": FourierSarimax, "uc": UnobservedComponentsF,
-}
-
-
 class Persistence(Forecaster):
     """y_{t+h} = y_t: the last value (a trivial baseline auto must beat)."""
 
@@ -551,27 +549,9 @@ class SimpleSmoothing(Forecaster):
         return np.full(h, self.level)
 
 
-FORECASTERS["ses"] = SimpleSmoothing
-FORECASTERS["persistence"] = Persistence
-FORECASTERS["median"] = RollingMedian
-
-# Forecasters of the planning target (atoll.forecast.planning) are made for a look-ahead:
-# name -> factory(season, horizon). They are in FORECASTERS too, at the default look-ahead.
-PLANNING_FORECASTERS: dict[str, Callable[[int, int], Forecaster]] = {}
-
-# ``auto`` chooses among the forecasters above; its module imports this one and registers itself
-# in FORECASTERS (a plain module import here, so either module may be imported first).
-import atoll.forecast.auto  # noqa: E402, F401
-import atoll.forecast.learned  # noqa: E402, F401  (peak:learned; it imports planning)
-import atoll.forecast.planning  # noqa: E402, F401
-
-
-def make_forecaster(name: str, season: int = DAY, *, horizon: int | None = None) -> Forecaster:
-    """A new forecaster by name; unknown names list the valid ones. ``horizon`` (steps) is the
-    look-ahead a planning-target forecaster (``peak:*``) is calibrated for; the others forecast
-    every horizon and ignore it."""
-    if name not in FORECASTERS:
-        raise ForecastError(f"unknown forecaster {name!r}; valid: {', '.join(FORECASTERS)}")
-    if horizon is not None and name in PLANNING_FORECASTERS:
-        return PLANNING_FORECASTERS[name](season, horizon)
-    return FORECASTERS[name](season)
+# The models of this module by name (a name -> factory(season) table, in the order the registry lists
+# them): ``auto`` chooses among these; every forecaster name is :mod:`atoll.forecast.registry`'s.
+BASE_FORECASTERS: dict[str, Callable[[int], Forecaster]] = {
+    "naive": SeasonalNaive, "ets": HoltWinters, "sarimax": FourierSarimax, "uc": UnobservedComponentsF,
+    "ses": SimpleSmoothing, "persistence": Persistence, "median": RollingMedian,
+}

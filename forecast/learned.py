@@ -37,14 +37,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from functools import lru_cache, partial
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from atoll.forecast.forecasters import DAY, FORECASTERS, PLANNING_FORECASTERS, Forecaster, ForecastError
-from atoll.forecast.planning import DEFAULT_HORIZON, VOL_FLOOR, PeakForecaster, _at_default_horizon
+from atoll.forecast.forecasters import DAY, Forecaster, ForecastError
+from atoll.forecast.planning import DEFAULT_HORIZON, VOL_FLOOR, PeakForecaster
 
 LAGS = 24  # 2 h of 5-min steps
 DAY_WINDOW = tuple(range(-3, 6))  # yesterday's t - season + j: the same time, and its look-ahead
@@ -239,6 +239,3 @@ class PeakLearned(PeakForecaster):
 def make_peak_learned(season: int, horizon: int) -> Forecaster:
     return PeakLearned(season, horizon)
 
-
-PLANNING_FORECASTERS["peak:learned"] = make_peak_learned
-FORECASTERS["peak:learned"] = partial(_at_default_horizon, make_peak_learned)

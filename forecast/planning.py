@@ -7,7 +7,7 @@ is what these forecasters are built, calibrated and chosen on. Every one is a
 ``forecast(h)``), so the env's causal pass (:mod:`atoll.envs.demand`) and the live controller
 (:mod:`atoll.control.live_demand`) run the same object.
 
-Names (``make_forecaster("peak:<base>", season, horizon=H)``):
+Names (:func:`atoll.forecast.registry.make_forecaster` ``("peak:<base>", season, horizon=H)``):
 
 - ``peak:persistence`` (the last value), ``peak:ewma`` (simple exponential smoothing, the
   smoothing weight fitted by statsmodels), ``peak:naive`` (the value a season earlier),
@@ -63,10 +63,8 @@ from atoll.forecast.forecasters import (
     CALIBRATION_DAYS,
     DAY,
     DEFAULT_LEVEL,
-    FORECASTERS,
     OUTAGE_FRACTION,
     PEAK_CAP,
-    PLANNING_FORECASTERS,
     QUANTILES,
     Chooser,
     Forecast,
@@ -103,12 +101,10 @@ DEFAULT_FORECASTER = "peak:auto"
 BLEND: tuple[str, ...] = ("persistence", "ets")
 
 
-def planning_settings() -> tuple[object, ...]:
-    """What a cache of planning forecasts must key on besides the name and horizon."""
-    from atoll.forecast.learned import shipped_digest  # it imports this module
-
-    return (PLANNING_VERSION, ACI_RATE, VOL_RATE, VOL_FLOOR, CONFORMAL_SEASONS, BURN_IN, SELECT_LEVEL,
-            SWITCH_MARGIN, BLEND, QUANTILES, shipped_digest())
+# What a cache of planning forecasts must key on besides the name, the horizon and the learned
+# model's weights (:func:`atoll.forecast.registry.planning_settings` adds those).
+SETTINGS: tuple[object, ...] = (PLANNING_VERSION, ACI_RATE, VOL_RATE, VOL_FLOOR, CONFORMAL_SEASONS, BURN_IN,
+                                SELECT_LEVEL, SWITCH_MARGIN, BLEND, QUANTILES)
 
 
 def pinball(y: np.ndarray | float, q_pred: np.ndarray | float, level: float) -> float:
@@ -488,70 +484,17 @@ class PeakAuto(Chooser):
         return cast(PeakForecaster, self._candidate()).coverage(level, k)
 
 
-def _register() -> None:
-    for b in BASES:
-        PLANNING_FORECASTERS[f"peak:{b}"] = partial(_peak, base=b)
-    PLANNING_FORECASTERS["peak:auto"] = PeakAuto
-    for name, make in PLANNING_FORECASTERS.items():
-        FORECASTERS[name] = partial(_at_default_horizon, make)
-    FORECASTERS["llt"] = LocalLinearTrend
-
-
 def _peak(season: int, horizon: int, *, base: str) -> Forecaster:
     return PeakForecaster(season, horizon, base)
 
 
-def _at_default_horizon(make: Callable[[int, int], Forecaster], season: int) -> Forecaster:
-    return make(season, DEFAULT_HORIZON)
+# The planning-target forecasters of this module, name -> factory(season, horizon), in the order
+# the registry lists them (:mod:`atoll.forecast.registry`, which also lists each at the default
+# look-ahead, and ``llt``, the :class:`LocalLinearTrend` level model).
+PEAK_FORECASTERS: dict[str, Callable[[int, int], Forecaster]] = {
+    **{f"peak:{b}": partial(_peak, base=b) for b in BASES}, "peak:auto": PeakAuto}
 
 
-_register()
-
-
-# ----- backtest at the planning target ----------------------------------------------------------
+# The forecasters the planning backtest (:func:`atoll.forecast.backtest.planning_backtest`) compares
+# unless told otherwise.
 PLANNING_CANDIDATES: tuple[str, ...] = ("ets", *(f"peak:{b}" for b in BASES), "peak:auto")
-
-
-def planning_backtest(y: np.ndarray, *, series: str, forecasters: Sequence[str] = PLANNING_CANDIDATES,
-                      train_steps: int = 3 * DAY, horizon: int = DEFAULT_HORIZON, level: float = SELECT_LEVEL,
-                      season: int = DAY) -> list[dict[str, object]]:
-    """Per forecaster, rolling origin over ``y[train_steps:]`` (fit on the steps before, updated
-    step by step as the env does): at every origin g the ``level`` quantile of the peak over
-    the next ``horizon`` steps (the forecast's maximum over them) against the realized peak —
-    MAPE of the point forecast (the mean path's maximum), pinball loss and coverage of the
-    quantile, the pinball loss relative to ``ets``'s where it ran — and the choice ``auto`` /
-    ``peak:auto`` made (every (test step, model) selection)."""
-    from atoll.forecast.auto import AutoForecaster
-    from atoll.forecast.forecasters import make_forecaster
-
-    y = check_history(y, season, name=f"series {series!r}")
-    if level not in QUANTILES:
-        raise ForecastError(f"level {level} is not forecast; use one of {list(QUANTILES)}")
-    if train_steps < 2 * season or train_steps + horizon > len(y):
-        raise ForecastError(f"train_steps {train_steps} must be >= {2 * season} and leave at least "
-                            f"{horizon} steps of the series' {len(y)}")
-    origins = np.arange(train_steps, len(y) - horizon + 1)
-    peak = np.lib.stride_tricks.sliding_window_view(y, horizon).max(axis=1)[origins]
-    rows: list[dict[str, object]] = []
-    for name in forecasters:
-        f = make_forecaster(name, season, horizon=horizon).fit(y[:train_steps])
-        upper = np.empty(len(origins))
-        point = np.empty(len(origins))
-        for i, g in enumerate(origins):
-            fc = f.forecast(horizon)
-            upper[i], point[i] = fc.quantile(level).max(), fc.mean.max()
-            f.update(y[g])
-        ok = peak > 0
-        row: dict[str, object] = {
-            "series": series, "forecaster": name, "horizon_steps": horizon, "level": level,
-            "mape": float(np.mean(np.abs(point[ok] - peak[ok]) / peak[ok])) if ok.any() else math.nan,
-            "pinball": pinball(peak, upper, level), "coverage": float(np.mean(peak <= upper)),
-            "points": len(origins)}
-        if isinstance(f, PeakAuto | AutoForecaster):
-            row["chosen"] = f.chosen_name
-            row["selections"] = [(int(t) - train_steps, n) for t, n in f.selections]
-        rows.append(row)
-    base = next((r["pinball"] for r in rows if r["forecaster"] == "ets"), None)
-    for r in rows:
-        r["pinball_vs_ets"] = float(r["pinball"]) / float(base) if base else math.nan  # type: ignore[arg-type]
-    return rows

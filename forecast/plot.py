@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from atoll.forecast.forecasters import make_forecaster
+from atoll.forecast.registry import make_forecaster
 from atoll.forecast.workloads import DemandSeries
 
 

@@ -12,10 +12,11 @@ from rich.table import Table
 from atoll.control.cli.common import add_json, check_image_path, split_names
 from atoll.control.cli.output import UserError, as_user_error, output_for, progress
 from atoll.envs.demand import WARMUP_DAYS
-from atoll.forecast.backtest import HORIZONS, backtest
-from atoll.forecast.forecasters import DAY, FORECASTERS, ForecastError
-from atoll.forecast.planning import DEFAULT_HORIZON, PLANNING_CANDIDATES, planning_backtest
+from atoll.forecast.backtest import HORIZONS, backtest, planning_backtest
+from atoll.forecast.forecasters import DAY, ForecastError
+from atoll.forecast.planning import DEFAULT_HORIZON, PLANNING_CANDIDATES
 from atoll.forecast.plot import plot_forecast
+from atoll.forecast.registry import FORECASTERS
 from atoll.forecast.workloads import DemandSeries, WorkloadError, load_workload
 from atoll.solvers.errors import UnknownNameError
 

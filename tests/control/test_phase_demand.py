@@ -37,7 +37,7 @@ from atoll.control.sinks import JsonDirSink
 from atoll.control.state import HistoryPoint
 from atoll.envs.policies import make_policy
 from atoll.envs.vocabulary import parse_policy
-from atoll.forecast.forecasters import make_forecaster
+from atoll.forecast.registry import make_forecaster
 
 SPEEDUP = 60.0
 # the traffic's real shape: prompt-light and generation-heavy against the profiled 100 / 10

@@ -4,7 +4,7 @@ what is valid; every valid value stays valid."""
 import pytest
 
 from atoll.envs.config import FleetConfig
-from atoll.forecast.forecasters import FORECASTERS
+from atoll.forecast.registry import FORECASTERS
 from atoll.solvers.errors import InputError
 
 

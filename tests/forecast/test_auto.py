@@ -9,7 +9,7 @@ import pytest
 
 from atoll.forecast import auto as amod
 from atoll.forecast.auto import AutoForecaster, season_strength
-from atoll.forecast.forecasters import make_forecaster
+from atoll.forecast.registry import make_forecaster
 
 SEASON = 24
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from atoll.forecast import forecasters as fmod
-from atoll.forecast.forecasters import DAY, QUANTILES, ForecastError, HoltWinters, make_forecaster
+from atoll.forecast.forecasters import DAY, QUANTILES, ForecastError, HoltWinters
+from atoll.forecast.registry import make_forecaster
 
 SEASON = 48  # a short season keeps statsmodels fits fast
 

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from atoll.forecast import forecasters as fmod
-from atoll.forecast.forecasters import ForecastError, make_forecaster
+from atoll.forecast.forecasters import ForecastError
+from atoll.forecast.registry import make_forecaster
 
 SEASON = 24
 

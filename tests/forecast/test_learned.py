@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from atoll.forecast.forecasters import DAY, ForecastError, make_forecaster
+from atoll.forecast.forecasters import DAY, ForecastError
 from atoll.forecast.learned import (
     LAGS,
     N_FEATURES,
@@ -19,6 +19,7 @@ from atoll.forecast.learned import (
     training_rows,
 )
 from atoll.forecast.learned_fit import FitSettings, fit_net
+from atoll.forecast.registry import make_forecaster
 from atoll.forecast.synthetic import synthetic_series
 
 

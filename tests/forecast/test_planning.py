@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from atoll.forecast.forecasters import FORECASTERS, ForecastError, make_forecaster
+from atoll.forecast.forecasters import ForecastError
 from atoll.forecast.planning import BURN_IN, LocalLinearTrend, PeakAuto, PeakForecaster, pinball
+from atoll.forecast.registry import FORECASTERS, make_forecaster
 
 SEASON = 48  # a short "day" keeps the tests fast; the code is the same for 288
 
@@ -188,8 +189,8 @@ def test_the_env_and_the_controller_default_to_the_planning_forecaster_chosen_on
 
     from atoll.control.live_demand import LiveForecast
     from atoll.envs.config import FleetConfig
-    from atoll.forecast.forecasters import PLANNING_FORECASTERS
     from atoll.forecast.planning import DEFAULT_FORECASTER
+    from atoll.forecast.registry import PLANNING_FORECASTERS
 
     assert DEFAULT_FORECASTER == "peak:auto" and DEFAULT_FORECASTER in PLANNING_FORECASTERS
     assert FleetConfig().forecaster == DEFAULT_FORECASTER
