@@ -4,22 +4,21 @@ The fleet model — templates, prices, request shapes, start-up times, the re-pl
 capacity, billed cost and headroom of a fleet state — is :class:`atoll.envs.fleet_model.FleetModel`,
 built from a :class:`~atoll.envs.config.FleetConfig` exactly as :class:`atoll.envs.FleetEnv`
 builds it, so a policy trained in the env meets the same numbers and the same planner in
-production. What is live-specific stays here: the static node availability the user has (a
-*fleet file* narrows the scenario to it) and the plan entries a changed library no longer knows.
+production. What is live-specific stays here: the static node availability the user has and the
+plan entries a changed library no longer knows.
 
-.. code-block:: json
+A fleet file is the YAML fleet file of :mod:`atoll.solvers.fleet` (read through
+:func:`atoll.envs.fleet_file.read_fleet`, as every command reads it). It plans in its own market
+per pool, as the simulator and ``solve`` do (:mod:`atoll.solvers.tiers`): a spot pool's templates
+live in its spot tier, a hedged pool has both tiers (its on-demand quota beside the spot pool),
+and the ILP picks the tier per instance. Every plan line then has its tier (:meth:`LiveFleet.tier`)
+and is billed at it.
 
-    {"scenario": "core", "models": ["Phi-4-14B", "Qwen3-32B"], "prices": "spot",
-     "availability": {"aws:us-east-2/4xL4": 6, "aws:us-east-2/1xL40S": 2}}
-
-Every key is optional except ``scenario``; ``runtime`` (``vllm`` by default, or ``any``) picks
-the template library (:mod:`atoll.solvers.runtime`); ``availability`` (nodes per ``region/config``)
-replaces the scenario's ample availability, and cells it leaves out get no nodes.
-
-A YAML fleet file plans in its own market per pool, as the simulator and ``solve`` do
-(:mod:`atoll.solvers.tiers`): a spot pool's templates live in its spot tier, a hedged pool has
-both tiers (its on-demand quota beside the spot pool), and the ILP picks the tier per instance.
-Every plan line then has its tier (:meth:`LiveFleet.tier`) and is billed at it.
+The older JSON narrowing of a scenario (``{"scenario": "core", "models": [...], "prices": "spot",
+"availability": {"aws:us-east-2/4xL4": 6}, "runtime": "vllm"}``) is retired: a ``.json`` fleet file
+is a :class:`~atoll.solvers.fleet.FleetFileError` that prints the YAML fleet file planning the same
+fleet (:func:`yaml_of_json_fleet`: the scenario's bundled fleet file, narrowed) and says where it
+differs.
 """
 
 from __future__ import annotations
@@ -30,18 +29,28 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.fleet_file import Fleet, read_fleet
 from atoll.envs.fleet_model import FleetModel
 from atoll.envs.vocabulary import Pool
-from atoll.solvers.fleet import FleetFileError, resolve_fleet
-from atoll.solvers.runtime import DEPLOY_RUNTIME, check_runtime
-from atoll.solvers.scenarios import SCENARIOS, ScenarioSpec, ample_availability, fleet_markets, market_caps
-from atoll.solvers.tiers import split_tier
+from atoll.solvers.fleet import FleetFileError, bundled_fleets, resolve_fleet
+from atoll.solvers.runtime import DEPLOY_RUNTIME, RUNTIMES, check_runtime
+from atoll.solvers.scenarios import (
+    SCENARIOS,
+    ScenarioSpec,
+    ample_availability,
+    fleet_markets,
+    market_caps,
+    scenario_prices,
+)
+from atoll.solvers.tiers import split_tier, tiered_region
 from atoll.solvers.types import Template
 
 STEP_S = FleetConfig.step_s  # the env's decision step: start-up weight and since-re-optimization units
-FLEET_KEYS = ("scenario", "models", "prices", "availability", "runtime")
+# the keys of the retired JSON fleet format
+JSON_FLEET_KEYS = ("scenario", "models", "prices", "availability", "runtime")
 
 
 class LiveFleet:
@@ -180,46 +189,119 @@ def live_fleet(active: Fleet, *, prices: str | None = None, market: str | None =
 
 
 def load_fleet_file(path: Path | str, **settings: Any) -> LiveFleet:
-    """A :class:`LiveFleet` from a fleet file: the YAML fleet file of :mod:`atoll.solvers.fleet`
-    (``.yaml``/``.yml``; a bundled fleet's name, ``core`` or ``extended``, loads the shipped
-    file), or the older JSON narrowing of a scenario (see the module docstring)."""
+    """A :class:`LiveFleet` from a YAML fleet file of :mod:`atoll.solvers.fleet` (a bundled
+    fleet's name, ``core`` or ``extended``, loads the shipped file). A ``.json`` file, the retired
+    JSON format, is a :class:`FleetFileError` that gives the YAML file to use instead."""
     path = resolve_fleet(path)
-    if path.suffix in (".yaml", ".yml"):
-        return live_fleet(read_fleet(path), **settings)
+    if path.suffix.lower() == ".json" and path.is_file():
+        raise retired_json_fleet(path)
+    return live_fleet(read_fleet(path), **settings)
+
+
+def retired_json_fleet(path: Path) -> FleetFileError:
+    """The error a JSON fleet file gets: the format is retired; when the file reads as that format,
+    the message holds the equivalent YAML fleet file (:func:`yaml_of_json_fleet`) to paste."""
+    retired = ("the JSON fleet format is retired; fleet files are YAML (the fleet file of every "
+               "command, docs: 'The fleet file, field by field')")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise _fail(path, "not found; pass an existing JSON file or --scenario instead") from None
+        text, notes = yaml_of_json_fleet(doc, source=path)
     except (OSError, ValueError) as exc:
-        raise _fail(path, f"cannot be read as JSON ({exc}); fix the file") from exc
+        return _fail(path, f"{retired}. It cannot be translated ({exc}); "
+                           f"write a YAML fleet file, or pass --scenario")
+    said = "".join(f"\n- {n}" for n in notes)
+    return _fail(path, f"{retired}. Save this as a .yaml file and pass it instead; it plans the same "
+                       f"fleet:\n\n{text}\nWhere it differs from the JSON fleet:{said}")
+
+
+def yaml_of_json_fleet(doc: Any, *, source: Path | str = "the JSON fleet") -> tuple[str, list[str]]:
+    """(the YAML fleet file that plans what the retired JSON fleet ``doc`` planned, the notes on
+    where it differs). It is the scenario's bundled fleet file (:func:`atoll.solvers.fleet.bundled_fleets`)
+    narrowed as ``doc`` says: ``models``, ``runtime`` (the JSON format's default, ``vllm``),
+    ``prices`` as each region's market (``spot``: ``market: spot``), ``availability`` as
+    ``availability.static``; it keeps the scenario's GPU types, whole nodes or slices, and request
+    shapes (``request_shapes``, one Azure trace per model). A ``doc`` that is not that format is a
+    ValueError saying why."""
+    spec, models, prices, runtime, caps = _json_fleet_fields(doc)
+    bundled = yaml.safe_load(bundled_fleets()[spec.name].read_text(encoding="utf-8"))
+    workloads = {str(k).lower(): v for k, v in (bundled.get("workloads") or {}).items()}
+    q = json.dumps  # JSON is YAML: a string stays a string (names with ':'), an object a flow mapping
+    shapes = [spec.traces[spec.models.index(m) % len(spec.traces)] for m in models]
+    name = f"{spec.name}-fleet"
+    lines = [f"# {source} as a YAML fleet file: scenario {spec.name!r}"
+             f"{', narrowed' if models != spec.models or caps is not None else ''}",
+             f"name: {name}",
+             f"runtime: {runtime}",
+             f"slices: {str(spec.slices).lower()}",
+             f"models: [{', '.join(q(m) for m in models)}]",
+             "regions:"]
+    market = ", market: spot" if prices == "spot" else ""
+    gpus = ", ".join(q(g) for g in spec.gpu_types)
+    lines += [f"  - {{name: {q(r)}, catalog: true{market}, gpu_types: [{gpus}]}}" for r in spec.regions]
+    if caps is not None:
+        lines += ["availability:", "  static:" + (" {}" if not caps else "")]
+        lines += [f"    {q(f'{r}/{c}')}: {n}" for (r, c), n in caps.items()]
+    lines.append(f"request_shapes: [{', '.join(shapes)}]")
+    lines += [f"{key}: {value}" for key, value, default in (("n_max", spec.n_max, 6), ("rho", spec.rho, 12.0))
+              if value != default]
+    if spec.pd != "disaggregated" or spec.model_pd:
+        lines.append(f"pd: {q({'default': spec.pd, **dict(spec.model_pd)})}")
+    lines.append("workloads:")
+    lines += [f"  {q(m)}: {q(workloads[m.lower()])}" for m in models if m.lower() in workloads]
+    notes = [f"name: {name!r}, where the JSON fleet took its scenario's, {spec.name!r} (a bundled "
+             f"fleet's, which a fleet file may not reuse); so 'learned:champion' is atoll-trigger-{name}: "
+             f"give --policy learned:models:/atoll-trigger-{spec.name}@champion to keep the scenario's",
+             f"workloads: the JSON format had none (the controller measures each model's demand); "
+             f"these are the bundled {spec.name!r} fleet's, for the commands that simulate"]
+    if prices == "spot":
+        notes.append(f"prices spot: each region is in the spot market (market: spot), billed at spot "
+                     f"prices at the same caps; its plan lines carry the spot tier "
+                     f"({tiered_region(spec.regions[0], 'spot')}/...), where the JSON fleet's had none")
+    return "\n".join(lines) + "\n", notes
+
+
+def _json_fleet_fields(doc: Any) -> tuple[ScenarioSpec, tuple[str, ...], str, str,
+                                          dict[Pool, int] | None]:
+    """(scenario, models, prices, runtime, availability or None) of a retired JSON fleet; a
+    ValueError naming the key when ``doc`` is not one."""
     if not isinstance(doc, dict):
-        raise _fail(path, f"holds a {type(doc).__name__}; it must be a JSON object with keys {FLEET_KEYS}")
-    extra = sorted(set(doc) - set(FLEET_KEYS))
+        raise ValueError(f"it holds a {type(doc).__name__}, not an object with keys "
+                         f"{', '.join(JSON_FLEET_KEYS)}")
+    extra = sorted(set(doc) - set(JSON_FLEET_KEYS))
     if extra:
-        raise _fail(path, f"unknown key {extra[0]!r}; valid keys: {', '.join(FLEET_KEYS)}")
-    if "scenario" not in doc:
-        raise _fail(path, f"lacks 'scenario'; name one of {', '.join(SCENARIOS)}")
-    models = doc.get("models")
-    if models is not None and not (isinstance(models, list) and all(isinstance(m, str) for m in models)):
-        raise _fail(path, f"'models' must be a list of model names, got {models!r}")
-    availability: dict[Pool, int] | None = None
-    if "availability" in doc:
-        raw = doc["availability"]
-        if not isinstance(raw, dict):
-            raise _fail(path, "'availability' must map 'region/config' to a node count")
-        availability = {}
-        for cell, n in raw.items():
-            region, sep, cfg = str(cell).rpartition("/")
-            if not sep or not region or not cfg:
-                raise _fail(path, f"availability key {cell!r} must look like 'aws:us-east-2/4xL4'")
-            if isinstance(n, bool) or not isinstance(n, int | float) or not math.isfinite(n) or n < 0 \
-                    or int(n) != n:
-                raise _fail(path, f"availability of {cell!r} must be a whole number of nodes >= 0, got {n!r}")
-            availability[(region, cfg)] = int(n)
-    try:
-        settings.setdefault("runtime", str(doc.get("runtime", DEPLOY_RUNTIME)))
-        prices = settings.pop("prices", None) or str(doc.get("prices", "on-demand"))
-        return LiveFleet(str(doc["scenario"]), models=models, prices=prices,
-                         availability=availability, **settings)
-    except (KeyError, ValueError) as exc:
-        raise _fail(path, str(exc).strip("'\"")) from exc
+        raise ValueError(f"unknown key {extra[0]!r}; the JSON format had {', '.join(JSON_FLEET_KEYS)}")
+    if not isinstance(doc.get("scenario"), str) or doc["scenario"] not in SCENARIOS:
+        raise ValueError(f"'scenario' {doc.get('scenario')!r} is not a bundled scenario "
+                         f"({', '.join(SCENARIOS)})")
+    spec = SCENARIOS[doc["scenario"]]
+    models = doc.get("models") or list(spec.models)
+    if not (isinstance(models, list) and all(isinstance(m, str) for m in models)):
+        raise ValueError(f"'models' must be a list of model names, got {models!r}")
+    unknown = [m for m in models if m not in spec.models]
+    if unknown:
+        raise ValueError(f"models {unknown} are not in scenario {spec.name!r}; valid: "
+                         f"{', '.join(spec.models)}")
+    prices, runtime = doc.get("prices", "on-demand"), doc.get("runtime", DEPLOY_RUNTIME)
+    if prices not in ("on-demand", "spot"):
+        raise ValueError(f"'prices' must be 'on-demand' or 'spot', got {prices!r}")
+    if runtime not in RUNTIMES:
+        raise ValueError(f"'runtime' must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if "availability" not in doc:
+        return spec, tuple(models), prices, runtime, None
+    raw = doc["availability"]
+    if not isinstance(raw, dict):
+        raise ValueError("'availability' must map 'region/config' to a node count")
+    caps: dict[Pool, int] = {}
+    offered = scenario_prices(spec)
+    for cell, n in raw.items():
+        region, sep, cfg = str(cell).rpartition("/")
+        if not sep or not region or not cfg:
+            raise ValueError(f"availability key {cell!r} must look like 'aws:us-east-2/4xL4'")
+        if (region, cfg) not in offered:
+            raise ValueError(f"availability names {cell!r}, which scenario {spec.name!r} does not offer; "
+                             f"valid: {', '.join(f'{r}/{c}' for r, c in sorted(offered))}")
+        if isinstance(n, bool) or not isinstance(n, int | float) or not math.isfinite(n) or n < 0 \
+                or int(n) != n:
+            raise ValueError(f"availability of {cell!r} must be a whole number of nodes >= 0, got {n!r}")
+        caps[(region, cfg)] = int(n)
+    return spec, tuple(models), prices, runtime, caps

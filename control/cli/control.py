@@ -335,8 +335,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "file (FILE.yaml, tuned for this fleet's models)")
     p.add_argument("--scenario", default="core", help="solver scenario the fleet is planned from")
     p.add_argument("--fleet", default=None, metavar="FILE",
-                   help="a fleet file (YAML; or the older JSON narrowing of a scenario), or a bundled "
-                        "fleet's name (core, extended), instead of --scenario")
+                   help="a YAML fleet file, or a bundled fleet's name (core, extended), instead of "
+                        "--scenario (a .json fleet file, the retired format, is refused with its YAML)")
     p.add_argument("--pd", default=None, choices=SERVING_MODES,
                    help="how models are served, planned and deployed: disaggregated (a replica per phase, "
                         "KV transfer and a router; the default), aggregated (one replica serves prefill and "

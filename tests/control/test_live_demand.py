@@ -1,17 +1,12 @@
-"""Live demand binning and forecasts; the fleet file."""
+"""Live demand binning and forecasts (the controller's fleet file: test_live_fleet.py)."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from atoll.control.live_demand import RECENT_MARGIN, LiveForecast, bin_history
-from atoll.control.live_fleet import load_fleet_file
 from atoll.control.state import HistoryPoint
-from atoll.solvers.fleet import FleetFileError
 
 
 def points(times: list[float], prompt: list[float], gen: list[float] | None = None
@@ -64,31 +59,3 @@ def test_seasonal_forecast_after_the_warm_up_days_follows_the_pattern_unfloored(
     values.append(40.0)
     h = lf.forecast({"m": points(times, values)}, now + 600.0, ["m"])["m"]
     assert h.mean[0] == pytest.approx(10.0) and h.upper[0] >= h.mean[0]
-
-
-def test_fleet_file_narrows_models_and_nodes(tmp_path: Path) -> None:
-    path = tmp_path / "fleet.json"
-    path.write_text(json.dumps({"scenario": "core", "models": ["Phi-4-14B"], "prices": "spot",
-                                "availability": {"aws:us-east-2/1xL4": 3, "aws:us-east-2/1xL40S": 1}}))
-    fleet = load_fleet_file(path)
-    assert fleet.models == ("Phi-4-14B",)
-    assert fleet.availability == {("aws:us-east-2", "1xL4"): 3, ("aws:us-east-2", "1xL40S"): 1}
-    assert all(t.service.model == "Phi-4-14B" for t in fleet.templates.values())
-
-
-@pytest.mark.parametrize(("doc", "message"), [
-    ([], "must be a JSON object"),
-    ({"models": []}, "lacks 'scenario'"),
-    ({"scenario": "core", "gpus": 1}, "unknown key 'gpus'"),
-    ({"scenario": "core", "models": ["GPT-5"]}, "not in scenario 'core'"),
-    ({"scenario": "core", "availability": {"4xL4": 2}}, "must look like 'aws:us-east-2/4xL4'"),
-    ({"scenario": "core", "availability": {"aws:mars-1/4xL4": 2}},
-     "unknown (region, node config) aws:mars-1/4xL4"),
-    ({"scenario": "core", "prices": "cheap"}, "'on-demand' or 'spot'"),
-])
-def test_fleet_file_errors_name_the_entry(tmp_path: Path, doc: object, message: str) -> None:
-    path = tmp_path / "fleet.json"
-    path.write_text(json.dumps(doc))
-    with pytest.raises(FleetFileError) as info:
-        load_fleet_file(path)
-    assert str(path) in str(info.value) and message in str(info.value)

@@ -60,13 +60,23 @@ def test_bad_sink_and_fleet_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     base = ["control", "--state", str(tmp_path / "s"), "--scrape", "http://127.0.0.1:1", "--once"]
     assert main([*base, "--sink", "s3:bucket"]) == 2
     assert "unknown plan sink 's3:bucket'" in capsys.readouterr().err
-    fleet = tmp_path / "fleet.json"
-    fleet.write_text(json.dumps({"scenario": "core", "availability": {"aws:us-east-2/4xL4": -1}}))
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(json.dumps({  # JSON is YAML: a YAML fleet file, written as JSON
+        "name": "bad-fleet", "models": ["Phi-4-14B"], "regions": [{"name": "aws:us-east-2", "catalog": True}],
+        "availability": {"static": {"aws:us-east-2/4xL4": -1}},
+        "workloads": {"Phi-4-14B": {"source": "azure:code", "mean_rate": 10}}}))
     assert main([*base, "--sink", f"json:{tmp_path}", "--fleet", str(fleet)]) == 2
     err = capsys.readouterr().err.replace("\n", "")
-    assert str(fleet) in err and "'aws:us-east-2/4xL4' must be a whole number of nodes >= 0" in err
-    assert main([*base, "--sink", f"json:{tmp_path}", "--fleet", str(tmp_path / "none.json")]) == 2
+    assert str(fleet) in err and "['aws:us-east-2/4xL4']: field 'nodes' must be a whole number >= 0" in err
+    assert main([*base, "--sink", f"json:{tmp_path}", "--fleet", str(tmp_path / "none.yaml")]) == 2
     assert "not found" in capsys.readouterr().err.replace("\n", "")
+    # the retired JSON format: refused, with the YAML fleet file to use instead
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"scenario": "core", "availability": {"aws:us-east-2/4xL4": 2}}))
+    assert main([*base, "--sink", f"json:{tmp_path}", "--fleet", str(old)]) == 2
+    err = capsys.readouterr().err
+    assert str(old) in err.replace("\n", "") and "the JSON fleet format is retired" in err
+    assert '"aws:us-east-2/4xL4": 2' in err
 
 
 def test_a_corrupt_state_file_is_refused_not_replaced(tmp_path: Path,
