@@ -25,13 +25,15 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from stable_baselines3 import PPO
 
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk
+
+if TYPE_CHECKING:  # SB3 (and torch) load with a learned policy, not with every simulate: 1.2 s, 230 MB
+    from stable_baselines3 import PPO
 
 CARD = "card.json"
 MODEL = "model.zip"
@@ -265,6 +267,8 @@ class FilePolicy:
         if not (self.folder / MODEL).is_file():
             raise InputError(f"policy file {str(self.folder)!r}: no {MODEL}")
         try:
+            from stable_baselines3 import PPO
+
             self.model = PPO.load(self.folder / MODEL, device="cpu")
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise InputError(f"policy file {str(self.folder)!r}: {MODEL} does not load ({exc})") from exc

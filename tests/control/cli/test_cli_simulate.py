@@ -71,3 +71,15 @@ def test_ctrl_c_prints_the_partial_totals(shared_data: object, tmp_path: Path) -
     totals = doc["policies"]["hindsight"]["totals"]
     assert 0 < totals["reoptimizations"] < 4 * 288 * 3 and totals["cost_usd"] > 0
     assert "interrupted" in err
+
+
+def test_a_rule_simulation_loads_no_learning_library() -> None:
+    """simulate imports the policy resolver and the tune file reader; SB3 and torch (1.2 s and
+    230 MB a process) load only when a learned policy is read."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport atoll.training.evaluate, atoll.training.tuning, atoll.control.cli.simulate\n"
+            "print('HEAVY', [m for m in ('torch', 'stable_baselines3') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "HEAVY []" in out
