@@ -211,7 +211,7 @@ class TemplateIndex:
         without formatting a key."""
         self.rc_id: dict[RegionConfig, int] = scan.rc_id
         self.keys = tuple(scan.keys)
-        self.by_key = MappingProxyType(scan.by_key)
+        self.by_key: Mapping[str, Template] = MappingProxyType(scan.by_key)
         self.position = {key: i for i, key in enumerate(scan.keys)}
         self.by_service = MappingProxyType({s: tuple(ts) for s, ts in scan.by_service.items()})
         self.services = list(scan.service_id)  # service id -> name
