@@ -68,7 +68,8 @@ def shared_replanner(base: AllocationProblem, prices: Mapping[Pool, float], conf
     # the library by identity (hashing 2e5 templates costs seconds): the entry holds the tuple,
     # so its id is not reused while the entry lives
     key = (id(base.templates), tuple(sorted(prices.items())), base.startup_weight, config.demand_round,
-           config.memoize, config.solver_time_limit, config.solver_gap, config.risk, config.removal_weight)
+           config.memoize, config.solver_time_limit, config.solver_node_limit, config.solver_gap, config.risk,
+           config.removal_weight)
     hit = _REPLANNERS.get(key)
     if hit is None or hit.base.templates is not base.templates:
         hit = Replanner(base, demand_round=config.demand_round, memoize=config.memoize)
@@ -108,6 +109,7 @@ class FleetModel:
             k = self.median_startup / config.step_s
         self.base = AllocationProblem(tuple(templates), {}, None, prices, startup_weight=k,
                                       time_limit=config.solver_time_limit, gap=config.solver_gap,
+                                      node_limit=config.solver_node_limit,
                                       removal_weight=config.removal_weight).with_risk(config.risk)
         self.replanner = shared_replanner(self.base, prices, config)
         self.templates: dict[str, Template] = dict(self.base.index.by_key)
@@ -351,6 +353,7 @@ class FleetModel:
             base = AllocationProblem(templates, {}, None, self.prices,
                                      startup_weight=self.base.startup_weight,
                                      time_limit=self.base.time_limit, gap=self.base.gap,
+                                     node_limit=self.base.node_limit,
                                      risk=self.base.risk, removal_weight=self.base.removal_weight)
             hit = Replanner(base, demand_round=self.config.demand_round, memoize=self.config.memoize)
             self._corrected[rounded] = hit

@@ -481,6 +481,10 @@ class AllocationProblem:
     mode: str = "cost"
     grow: frozenset[str] = frozenset()
     time_limit: float | None = None
+    # HiGHS branch-and-bound nodes per run (None: no limit). Unlike the wall-clock time limit,
+    # where it stops does not depend on the machine or its load: a simulation stays a function
+    # of its seed (the simulator sets it; a live controller keeps its time limit)
+    node_limit: int | None = None
     gap: float = 1e-4
     one_gpu_type_per_model: bool = False
     one_config_per_model: bool = False
@@ -554,6 +558,10 @@ class AllocationProblem:
         tl = self.time_limit
         if tl is not None and not (_is_number(tl) and tl > 0):
             raise ValueError(f"{owner}: field 'time_limit' must be > 0 seconds or None, got {tl!r}")
+        nl = self.node_limit
+        if nl is not None and (isinstance(nl, bool) or not isinstance(nl, int) or nl < 1):
+            raise ValueError(f"{owner}: field 'node_limit' must be a whole number of nodes >= 1 or None, "
+                             f"got {nl!r}")
         if not (_is_number(self.gap) and 0 <= self.gap < 1):
             raise ValueError(f"{owner}: field 'gap' must be in [0, 1), got {self.gap!r}")
         if self.risk is not None:

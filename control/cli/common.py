@@ -253,8 +253,10 @@ def add_env_options(p: argparse.ArgumentParser) -> None:
                    help="SLO attainment: fluid (served / demand, default) or latency (the queueing "
                         "approximation of vLLM's TTFT and inter-token latency)")
     p.add_argument("--solver-time-limit", type=float, default=None, metavar="SECONDS",
-                   help="time limit of each re-optimization's solve (default 20 s); a solve that hits it "
-                        "keeps its best plan found (counted as time_limited_solves) or holds the fleet")
+                   help="time limit of each re-optimization's solve (default 120 s, a runaway guard: each "
+                        "HiGHS run first stops at 5,000 branch-and-bound nodes, which does not depend on the "
+                        "machine's load); a solve stopped at either keeps its best plan found (counted as "
+                        "time_limited_solves) or holds the fleet")
     add_risk_option(p)
     p.add_argument("--removal-weight", type=float, default=None, metavar="R",
                    help="each running instance a re-plan removes costs R x its $/h in the re-plan's "

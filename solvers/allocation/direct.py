@@ -27,7 +27,8 @@ its checks is remembered under its exact arrays (costs, bounds, rows, start, gap
 block asked again — a service whose rounded demand and running plan did not move — returns the
 same answer without a solve (a pure function of the key, so a simulation stays deterministic;
 the answer reports the seconds its solve took, so totals do not depend on what ran before). Runs
-under a time limit that did not prove their answer are not remembered.
+under a time limit that did not prove their answer are not remembered; a run stopped by its node
+limit is (where a count stops does not depend on the machine).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ from atoll.solvers.problem import Allocation, is_spot_region, model_of
 # Bump when the plan a solve returns may change for the same problem (it keys cached rule grids).
 # 2: blocks of one demand row answered by the covering search; its choice among plans of equal
 # cost, or within the gap of the start, is not HiGHS's, so trajectories of a simulation move.
-SOLVER_VERSION = 2
+# 3: the simulator's re-plans stop at a node limit (FleetConfig.solver_node_limit) before their
+# time limit: a run past 5,000 nodes keeps its incumbent where it used to run on to the clock.
+SOLVER_VERSION = 3
 _INF = highspy.kHighsInf
 _MEMO_SIZE = 4096  # answers kept per process (a few hundred bytes each)
 
@@ -104,9 +107,10 @@ class DirectRun:
     instances per template key (``values``)."""
 
     def __init__(self, inst: RoundInstance, start: Allocation | None, time_limit: float | None,
-                 gap: float) -> None:
+                 gap: float, node_limit: int | None = None) -> None:
         t0 = time.perf_counter()
         self.gap = gap
+        self.node_limit = node_limit
         self.start_status: highspy.HighsStatus | None = None
         self.bound: float | None = None
         self.reported_objective: float | None = None
@@ -135,8 +139,8 @@ class DirectRun:
             self._remember(key)
         else:
             self.guard_reasons = run_checked(attempt, warm)
-            if time_limit is None or self.proven:
-                self._remember(key)
+            if time_limit is None or self.proven or self.stop == "kSolutionLimit":
+                self._remember(key)  # a node limit stops where the count says: the same answer again
         self.guard_resolves = repeats(self.guard_reasons, warm)
 
     # ---- the model ----
@@ -247,7 +251,7 @@ class DirectRun:
             h.update(np.ascontiguousarray(part).tobytes())
             h.update(b"|")
         h.update(b"start" + (self._start.tobytes() if self._start is not None else b"-"))
-        h.update(repr((self.n_added, self.gap, time_limit is None)).encode())
+        h.update(repr((self.n_added, self.gap, time_limit is None, self.node_limit)).encode())
         return h.digest()
 
     def _remember(self, key: bytes) -> None:
@@ -280,6 +284,8 @@ class DirectRun:
         h.setOptionValue("mip_rel_gap", self.gap)
         if time_limit is not None:
             h.setOptionValue("time_limit", float(time_limit))
+        if self.node_limit is not None:
+            h.setOptionValue("mip_max_nodes", int(self.node_limit))
         for key, val in {**HIGHS_OPTIONS, **extra}.items():
             h.setOptionValue(key, val)
         n = len(self.costs)

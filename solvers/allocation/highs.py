@@ -213,7 +213,7 @@ class SolverRun:
     was repeated because its answer failed the checks in the module docstring."""
 
     def __init__(self, prob: pulp.LpProblem, solver: str, time_limit: float | None, gap: float,
-                 start: Mapping[str, float] | None) -> None:
+                 start: Mapping[str, float] | None, node_limit: int | None = None) -> None:
         t0 = time.perf_counter()
         self.bound: float | None = None
         self.start_status: highspy.HighsStatus | None = None
@@ -224,8 +224,10 @@ class SolverRun:
         self.minimize = prob.sense != constants.LpMaximize
         self.solve_seconds = self.model_seconds = 0.0
         if solver == "highs":
+            limits: dict[str, HighsOption] = {} if node_limit is None else {"mip_max_nodes": int(node_limit)}
+
             def attempt(use_start: bool, extra: Mapping[str, HighsOption]) -> str | None:
-                self._run_highs(prob, start if use_start else None, time_limit, gap, extra)
+                self._run_highs(prob, start if use_start else None, time_limit, gap, {**limits, **extra})
                 own = (pulp.value(prob.objective) or 0.0) if self.has_point else None
                 return doubt(own, self.reported_objective, self.bound, self.sol_status, gap, self.minimize)
 
@@ -237,7 +239,7 @@ class SolverRun:
                     if v.name in start:
                         v.setInitialValue(start[v.name])
             prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, gapRel=gap,
-                                         warmStart=bool(start)))
+                                         warmStart=bool(start), maxNodes=node_limit))
             self.solve_seconds = time.perf_counter() - t0
             self.stop = pulp.LpStatus[prob.status]
         self.sol_status = prob.sol_status

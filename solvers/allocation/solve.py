@@ -93,7 +93,7 @@ class _Solver:
         tb = time.perf_counter()
         run: SolverRun | DirectRun
         if direct.supports(inst, stage, self.solver):
-            run = DirectRun(inst, start_alloc, self.remaining(), self.problem.gap)
+            run = DirectRun(inst, start_alloc, self.remaining(), self.problem.gap, self.problem.node_limit)
             self.build += run.model_seconds
             values = run.values()
             started = start_alloc is not None
@@ -101,7 +101,8 @@ class _Solver:
             km = kinds.build_kind_model(inst, stage, floor_share)
             start = kinds.kind_start_values(inst, km, start_alloc) if start_alloc is not None else None
             self.build += time.perf_counter() - tb
-            run = SolverRun(km.prob, self.solver, self.remaining(), self.problem.gap, start)
+            run = SolverRun(km.prob, self.solver, self.remaining(), self.problem.gap, start,
+                            self.problem.node_limit)
             self.build += run.model_seconds
             values = km.values()
             started = start is not None
@@ -109,7 +110,8 @@ class _Solver:
             model = build_model(inst, stage, floor_share)
             start = start_values(inst, model, start_alloc) if start_alloc is not None else None
             self.build += time.perf_counter() - tb
-            run = SolverRun(model.prob, self.solver, self.remaining(), self.problem.gap, start)
+            run = SolverRun(model.prob, self.solver, self.remaining(), self.problem.gap, start,
+                            self.problem.node_limit)
             self.build += run.model_seconds
             values = model.values()
             started = start is not None

@@ -147,3 +147,15 @@ def test_families_are_named_in_one_pass_and_an_evicted_correction_is_freed() -> 
     # its index was frozen out of the collector (gc.freeze) and must still go when dropped
     del first
     assert gone() is None and gc.isenabled()
+
+
+def test_the_simulator_plans_with_the_limit_and_so_does_a_correction() -> None:
+    from atoll.envs.config import SOLVER_NODE_LIMIT
+    from atoll.envs.fleet_model import FleetModel
+
+    fleet = FleetModel.from_config(rich_config(capacity_error="calibration", correction=True))
+    assert fleet.base.node_limit == SOLVER_NODE_LIMIT == fleet.config.solver_node_limit
+    family = fleet.families()[0]
+    assert fleet.corrected_replanner({family: 0.8}).base.node_limit == SOLVER_NODE_LIMIT
+    off = FleetModel.from_config(rich_config(solver_node_limit=None))
+    assert off.base.node_limit is None
