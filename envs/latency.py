@@ -345,6 +345,13 @@ class ServiceArrays:
     scale: FloatArray  # PREFILL_SCALE for prefill, 1 for decode
     phases: tuple[Phase, ...]
 
+    def take(self, rows: npt.NDArray[np.intp]) -> ServiceArrays:
+        """The constants of the services at ``rows`` (an inversion bisects only the services whose
+        latency says something)."""
+        phases = tuple(self.phases[i] for i in rows.tolist())
+        return ServiceArrays(self.budget_s[rows], self.fixed_share[rows], self.tokens_per_request[rows],
+                             self.prefill[rows], self.scale[rows], phases)
+
     @classmethod
     def of(cls, services: Sequence[ServiceLatency]) -> ServiceArrays:
         phases = tuple(sv.phase for sv in services)

@@ -157,12 +157,19 @@ def implied_capacities(services: Sequence[ServiceLatency], served: np.ndarray, o
     saturated = ok & (np.asarray(waiting, dtype=float) >= full.waiting * (1.0 - 1e-9))
     floor = latency_at(srv / RHO_MIN)
     inside = ok & ~saturated & (obs > floor)
-    lo, hi = np.log(srv / RHO_TOP), np.log(srv / RHO_MIN)  # latency falls as capacity rises
-    for _ in range(_BISECT_STEPS):
-        mid = 0.5 * (lo + hi)
-        above = latency_at(np.exp(mid)) > obs
-        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-    cap = np.where(saturated, served, np.where(inside, np.exp(0.5 * (lo + hi)), np.nan))
+    # bisect only the services whose latency says something (the model is elementwise: the same
+    # values as over every service, a quarter to a third fewer rows a step)
+    rows = np.flatnonzero(inside)
+    est = np.full(size, np.nan)
+    if len(rows):
+        sub, s_srv, s_n, s_obs = arrays.take(rows), srv[rows], n[rows], obs[rows]
+        lo, hi = np.log(s_srv / RHO_TOP), np.log(s_srv / RHO_MIN)  # latency falls as capacity rises
+        for _ in range(_BISECT_STEPS):
+            mid = 0.5 * (lo + hi)
+            above = observed_latency(s_srv, np.exp(mid), sub, step_s=step_s, instances=s_n)[0] > s_obs
+            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+        est[rows] = np.exp(0.5 * (lo + hi))
+    cap = np.where(saturated, served, np.where(inside, est, np.nan))
     budgets = np.array([s.budget_s for s in services])
     shares = np.array([s.fixed_share for s in services])
     phases = [s.phase for s in services]
