@@ -53,6 +53,7 @@ from atoll.envs import WORLDS  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.fleet_env import FleetEnv  # noqa: E402
 from atoll.envs.vocabulary import parse_policy  # noqa: E402
+from atoll.solvers.allocation.direct import SOLVER_VERSION  # noqa: E402
 from atoll.solvers.files import atomic_write_bytes, atomic_write_text  # noqa: E402
 from atoll.training.contest import (  # noqa: E402
     ContestSettings,
@@ -156,6 +157,22 @@ def recompute(path: Path) -> dict[str, Any]:
     return doc
 
 
+
+def same_solver(folder: Path, key: str) -> None:
+    """A cell's seeds are paired only if one solver made them all: the run folder records the
+    solver version (``solver.json``) and a checkout of another version refuses to resume it."""
+    record = folder / "solver.json"
+    if record.exists():
+        had = json.loads(record.read_text()).get("solver_version")
+        if had != SOLVER_VERSION:
+            raise SystemExit(f"room: run folder {str(folder)!r} ({key}) was measured with solver version "
+                             f"{had}, this checkout's is {SOLVER_VERSION}; resume it from a checkout of "
+                             f"version {had} (git worktree add <dir> <commit>), or pass another --run-dir "
+                             f"to measure the cell again")
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(record, json.dumps({"solver_version": SOLVER_VERSION}) + "\n")
+
 def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
     parts = key.split("/")
     scenario, availability, world = parts[:3]
@@ -169,6 +186,8 @@ def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
                          workers=args.workers, risks=risks, per_model_targets=0, hindsight=False)
     t0 = time.perf_counter()
     folder = args.run_dir / key.replace("/", "-") if args.run_dir else None
+    if folder is not None:
+        same_solver(folder, key)
     if folder is not None and (folder / "validation.pkl").exists():
         # the run folder is in git, the cache is not: a new machine resumes from the folder
         validation, grid_s = pickle.loads((folder / "validation.pkl").read_bytes())
