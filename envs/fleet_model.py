@@ -341,26 +341,31 @@ class FleetModel:
             return self.replanner
         hit = self._corrected.get(rounded)
         if hit is None:
-          with paused_gc(young_first=True):
-            self._name_families()
-            factor = np.ones(len(self._family_names))
-            for fam, v in rounded:
-                if fam in self._family_names:
-                    factor[self._family_names[fam]] = v
-            # keys and rows are the base library's: only the throughputs change
-            near = next(reversed(self._corrected.values())).base.index if self._corrected else None
-            templates = self.base.index.rescaled(factor[self._family_ids], near=near).templates
-            base = AllocationProblem(templates, {}, None, self.prices,
-                                     startup_weight=self.base.startup_weight,
-                                     time_limit=self.base.time_limit, gap=self.base.gap,
-                                     node_limit=self.base.node_limit,
-                                     risk=self.base.risk, removal_weight=self.base.removal_weight)
-            hit = Replanner(base, demand_round=self.config.demand_round, memoize=self.config.memoize)
-            self._corrected[rounded] = hit
+            # a 2e5-entry index per correction on fleet20: built with the collector paused and
+            # frozen out of it after (see atoll.solvers.template_store.paused_gc)
+            with paused_gc(young_first=True):
+                hit = self._corrected[rounded] = self._rescaled_replanner(rounded)
             while len(self._corrected) > _CORRECTED_MAX:
                 self._corrected.popitem(last=False)
         self._corrected.move_to_end(rounded)
         return hit
+
+    def _rescaled_replanner(self, rounded: tuple[tuple[str, float], ...]) -> Replanner:
+        """A re-planner over the library with each family's throughput x its rounded factor."""
+        self._name_families()
+        factor = np.ones(len(self._family_names))
+        for fam, v in rounded:
+            if fam in self._family_names:
+                factor[self._family_names[fam]] = v
+        # keys and rows are the base library's: only the throughputs change
+        near = next(reversed(self._corrected.values())).base.index if self._corrected else None
+        templates = self.base.index.rescaled(factor[self._family_ids], near=near).templates
+        base = AllocationProblem(templates, {}, None, self.prices,
+                                 startup_weight=self.base.startup_weight,
+                                 time_limit=self.base.time_limit, gap=self.base.gap,
+                                 node_limit=self.base.node_limit,
+                                 risk=self.base.risk, removal_weight=self.base.removal_weight)
+        return Replanner(base, demand_round=self.config.demand_round, memoize=self.config.memoize)
 
     def replan(self, state: FleetState, models: frozenset[str], demand: np.ndarray,
                caps: Mapping[Pool, int], replanner: Replanner | None = None,
