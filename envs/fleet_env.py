@@ -26,7 +26,7 @@ from atoll.envs.demand import DemandBook, build_book, workload_series
 from atoll.envs.fleet import WARM_S, FleetState
 from atoll.envs.fleet_model import FleetModel
 from atoll.envs.memory import Memory, observe
-from atoll.envs.observation import observation_space
+from atoll.envs.observation import feature_names, observation_space
 from atoll.envs.planner import PlanOutcome
 from atoll.envs.planning_demand import INITIAL_PLANS, PLANNING, PlanningDemand, reset_options
 from atoll.envs.servers import ServerReport
@@ -289,6 +289,11 @@ class FleetEnv(gym.Env[np.ndarray, np.ndarray]):
         self._startup_rng: np.random.Generator | None = None
 
     # ----- helpers ------------------------------------------------------------------------
+    @property
+    def feature_names(self) -> list[str]:
+        """Every observation entry's name, in order (:func:`atoll.envs.observation.feature_names`)."""
+        return feature_names(self.models, self.gpu_types, closed_loop=self._obs_closed, risk=self._obs_risk)
+
     @property
     def correction(self) -> CapacityCorrection:
         """The planner's online capacity correction (``correction``; fresh at each reset)."""
