@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from atoll.envs.actions import ActionCodec
 from atoll.envs.fleet_env import FleetEnv
@@ -203,6 +202,10 @@ def paired_ratio(numerator: Sequence[float], denominator: Sequence[float], confi
                  ) -> dict[str, Any]:
     """Per-seed ratios ``numerator / denominator`` (the same seeds, in order): their mean, std and
     a ``confidence`` t interval of the mean (None with one seed); ``tie`` when it holds 1."""
+    # scipy.stats takes ~0.5 s to import: every `atoll simulate` reads policies through a module
+    # that imports this one, and only a report needs an interval
+    from scipy import stats
+
     a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
     if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
         raise InputError(f"paired_ratio: numerator and denominator must be paired per seed, got "
