@@ -205,20 +205,52 @@ def step_seconds(model: ModelSpec, config: NodeConfig, layers: int, phase: Phase
     return max(compute, memory) + layers * factors.t_layer_ms * 1e-3 + comm
 
 
+# How a co-located step's two parts share the engine (:func:`mixed_step_seconds`):
+# ``separate`` (the default: an upper bound) or ``shared`` (one weight pass for every token)
+INTERFERENCE_MODELS = ("separate", "shared")
+DEFAULT_INTERFERENCE = "separate"
+
+
 def mixed_step_seconds(model: ModelSpec, config: NodeConfig, layers: int, *, sequences: float,
-                       chunk_tokens: float, shape: RequestShape, factors: PerfFactors) -> float:
+                       chunk_tokens: float, shape: RequestShape, factors: PerfFactors,
+                       interference: str = DEFAULT_INTERFERENCE) -> float:
     """Time of one co-located step over ``layers`` layers: ``sequences`` decode sequences (one new
     token each, at the shape's mean context) and ``chunk_tokens`` prompt tokens of chunked prefill.
 
-    The interference model (Sarathi-Serve's, the reason chunked prefill exists): the two parts
-    share one pass over the weights, so the weight bytes are read once for all tokens (a MoE layer
-    routes them together), while each part adds its own FLOPs and KV traffic (decode reads its
-    sequences' caches; a chunk writes its tokens and reads, on average, half its prompt's cache
-    so far). The step is the roofline max of the summed compute and memory, plus the per-layer
-    overhead, the all-reduces of every token's activations, and decode's synchronization (the
-    step is a decode step for the sequences in it). With no chunk it is
-    :func:`step_seconds`'s decode step; with no sequences, a prefill step's compute and traffic.
+    The interference model, ``interference``:
+
+    - ``shared`` (Sarathi-Serve's argument, the reason chunked prefill exists): the two parts
+      share one pass over the weights, so the weight bytes are read once for all tokens (a MoE
+      layer routes them together), while each part adds its own FLOPs and KV traffic (decode reads
+      its sequences' caches; a chunk writes its tokens and reads, on average, half its prompt's
+      cache so far). The step is the roofline max of the summed compute and memory, plus the
+      per-layer overhead, the all-reduces of every token's activations, and decode's
+      synchronization (the step is a decode step for the sequences in it). Vidur's linear-layer
+      profiles show the band of tokens that ride along a decode step free is 3-5x narrower than
+      this roofline lets it be (``benchmarks/colocated_capacity.py``), so it is optimistic there.
+    - ``separate`` (the default): each part takes its own pass, as if the engine ran the decode
+      batch and then the chunk: the decode step of the sequences plus the prefill step of the
+      chunk, each as ``shared`` computes it alone. Every term is at least the shared pass's (the
+      weights read twice, two per-layer overheads, two rounds of all-reduces), and a fused batch is
+      no slower than its parts run apart, so it is an upper bound: what co-location saves under
+      it (one engine instead of two at low load, the budget's slack at high load) does not rest on
+      the free band no data here measures.
+
+    With no chunk either is :func:`step_seconds`'s decode step; with no sequences, a prefill
+    step's compute and traffic.
     """
+    if interference not in INTERFERENCE_MODELS:
+        raise ValueError(f"interference must be one of {', '.join(INTERFERENCE_MODELS)}, got "
+                         f"{interference!r}")
+    if interference == "separate" and sequences > 0 and chunk_tokens > 0:
+        return (_shared_step(model, config, layers, sequences, 0.0, shape, factors)
+                + _shared_step(model, config, layers, 0.0, chunk_tokens, shape, factors))
+    return _shared_step(model, config, layers, sequences, chunk_tokens, shape, factors)
+
+
+def _shared_step(model: ModelSpec, config: NodeConfig, layers: int, sequences: float, chunk_tokens: float,
+                 shape: RequestShape, factors: PerfFactors) -> float:
+    """:func:`mixed_step_seconds` with one weight pass for both parts (``shared``)."""
     gpu, n = config.gpu, config.count
     ctx, length = shape.mean_context, shape.input_tokens
     d_attn = model.heads * model.head_dim

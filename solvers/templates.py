@@ -70,7 +70,7 @@ __all__ = ["SCENARIO_LIBRARIES", "LibrarySpec", "TemplateJob", "TemplateLibrary"
 
 MAX_N_MAX = 8  # set partitions of 8 nodes are already 4140; beyond, the exact search explodes
 DEFAULT_SHAPE = RequestShape()
-COLOCATED_VERSION = 1  # bump when the co-located capacity model changes (it enters those jobs' keys)
+COLOCATED_VERSION = 2  # bump when the co-located capacity model changes (it enters those jobs' keys)
 SLICES_VERSION = 1  # bump when what a slice build produces changes (it enters slice jobs' keys)
 
 

@@ -184,6 +184,24 @@ def test_a_mixed_step_without_a_chunk_is_the_decode_step() -> None:
         assert chunked > mixed
 
 
+def test_separate_passes_are_the_two_steps_apart_and_bound_the_shared_pass() -> None:
+    f = load_factors()
+    for cfg in ("1xH100", "4xL40S", "1xL4"):
+        c = _config(cfg)
+        for b, chunk in ((1, 16.0), (8, 256.0), (64, 2048.0)):
+            separate = mixed_step_seconds(QWEN, c, 16, sequences=b, chunk_tokens=chunk, shape=SHAPE,
+                                          factors=f)
+            shared = mixed_step_seconds(QWEN, c, 16, sequences=b, chunk_tokens=chunk, shape=SHAPE, factors=f,
+                                        interference="shared")
+            decode = mixed_step_seconds(QWEN, c, 16, sequences=b, chunk_tokens=0.0, shape=SHAPE, factors=f)
+            prefill = mixed_step_seconds(QWEN, c, 16, sequences=0, chunk_tokens=chunk, shape=SHAPE, factors=f)
+            assert separate == pytest.approx(decode + prefill, rel=1e-12)
+            assert separate > shared  # the weights read twice: an upper bound on one fused pass
+    with pytest.raises(ValueError, match="interference must be one of separate, shared"):
+        mixed_step_seconds(QWEN, _config("1xL4"), 16, sequences=1, chunk_tokens=1.0, shape=SHAPE, factors=f,
+                           interference="fused")
+
+
 def test_the_colocated_profile_keeps_ttft_and_tpot_and_falls_with_layers() -> None:
     f = load_factors()
     c = _config("1xH100")
