@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -54,6 +55,7 @@ from atoll.training.preset_bandit import (  # noqa: E402
     reference_options,
     save,
 )
+from atoll.training.switched_rule import Signal, SwitchedRule, uniform  # noqa: E402
 
 PRESETS = ("fixed:1@0.9", "fixed:1@0.9+h0.85", "fixed:1@0.9+h0.7")
 TRAIN_DAYS = [4, 5, 6, 7]
@@ -99,12 +101,32 @@ def bandit(env: FleetEnv, heads: LinearHeads, per_model: str, margin: float, hol
                         first=(reference.planning_quantile, reference.risk))
 
 
+SWITCHED = re.compile(r"switched\((.+) -> (.+) when since_preempt<=([0-9.e+-]+)\)")
+
+
+def switched_rule(name: str, per_model: str, n_models: int) -> SwitchedRule:
+    """The switched contest's chosen rule from its name (``benchmarks/switched.py``'s grid: one calm
+    and one alert preset for every model, started from the per-model rule's first plan)."""
+    match = SWITCHED.fullmatch(name)
+    if match is None:
+        raise SystemExit(f"cannot read the switched rule {name!r}; expected {SWITCHED.pattern}")
+    calm, alert, threshold = match.groups()
+    reference = resolve_policy(parse_policy(per_model), n_models)
+    signal = Signal("since_preempt", float(threshold))
+    return uniform(preset_of(parse_policy(calm)), preset_of(parse_policy(alert)), signal, n_models, name=name,
+                   first=(reference.planning_quantile, reference.risk))
+
+
 def run_job(config: FleetConfig, heads_doc: dict[str, Any] | None, per_model: str, margin: float, hold: int,
-            days: list[int], seed: int, lost: float) -> tuple[float, int, dict[str, Any]]:
-    """The bandit at ``margin`` (or, without heads, the per-model rule) on one seed."""
+            days: list[int], seed: int, lost: float, switched: str | None = None
+            ) -> tuple[float, int, dict[str, Any]]:
+    """The bandit at ``margin`` (without heads: the per-model rule, or the switched rule named
+    ``switched``) on one seed."""
     env = FleetEnv(config)
-    if heads_doc is None:
-        policy: Any = resolve_policy(parse_policy(per_model), len(env.models))
+    if switched is not None:
+        policy: Any = switched_rule(switched, per_model, len(env.models))
+    elif heads_doc is None:
+        policy = resolve_policy(parse_policy(per_model), len(env.models))
     else:
         policy = bandit(env, LinearHeads.from_dict(heads_doc), per_model, margin, hold)
     _, totals = measured(env, policy, days=days, seed=seed, lost_usd_per_mtok=lost)
@@ -118,9 +140,9 @@ def run_job(config: FleetConfig, heads_doc: dict[str, Any] | None, per_model: st
 Rows = list[dict[str, Any]]
 
 
-def stored_references(key: str, args: argparse.Namespace) -> tuple[Rows, Rows]:
+def stored_references(key: str, args: argparse.Namespace) -> tuple[Rows, Rows, str]:
     """The per-model rule's and the switched rule's test rows per seed (the switched contest's
-    folder: the room's seeds first, then those it ran)."""
+    folder: the room's seeds first, then those it ran), and the switched rule's name."""
     folder = args.switched_dir / key.replace("/", "-")
     test = json.loads((folder / "test.json").read_text())
     if not test["check"].get("reproduces", True):
@@ -137,7 +159,7 @@ def stored_references(key: str, args: argparse.Namespace) -> tuple[Rows, Rows]:
         else:
             ref.append(room_doc["per_seed"][k]["per_model_rule"])
         switched.append(test["runs"][str(k)])
-    return ref, switched
+    return ref, switched, str(test["chosen"])
 
 
 def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -148,7 +170,7 @@ def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
     FleetEnv(train_config)  # the demand and forecast caches, once, before the workers read them
     env = FleetEnv(config)
     per_model = json.loads(args.room_out.read_text())[key]["per_model_rule"]
-    ref_rows, switched_rows = stored_references(key, args)  # fail early, before any run
+    ref_rows, switched_rows, switched_name = stored_references(key, args)  # fail early, before any run
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         files = [folder / f"train-seed-{s}-h{args.horizon}.npz" for s in range(args.train_seeds)]
@@ -203,9 +225,22 @@ def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
             log(f"{key}: the per-model rule, seed 0: ${totals['effective_usd']:.2f} here, "
                 f"${ref_rows[0]['effective_usd']:.2f} stored")
         if not test["check"]["reproduces"]:
-            raise SystemExit(f"{key}: the stored per-model rule does not reproduce on this checkout (seed 0: "
-                             f"{test['check']['per_model_rule_seed_0']['effective_usd']:.2f} against "
-                             f"{ref_rows[0]['effective_usd']:.2f}); its pairs would not be paired")
+            # the stored runs came from another solver version: both references run here on every
+            # seed, so each pair is one checkout's
+            log(f"{key}: the stored figures do not reproduce here (another solver version); the per-model "
+                f"and the switched rule run here on every seed")
+            here = test.setdefault("references_here", {"per_model_rule": {}, "switched": {}})
+            todo_r = [(name, s) for name in ("per_model_rule", "switched") for s in range(args.seeds)
+                      if str(s) not in here[name]]
+            futures = [pool.submit(run_job, config, None, per_model, 0.0, args.horizon, TEST_DAYS, s, lost,
+                                   switched_name if name == "switched" else None) for name, s in todo_r]
+            for (name, _), f in zip(todo_r, futures, strict=True):
+                _, seed, totals = f.result()
+                here[name][str(seed)] = totals
+                atomic_write_text(tfile, json.dumps(test, indent=1) + "\n")
+                log(f"{key}: {name} (run here) seed {seed}: ${totals['effective_usd']:.0f}")
+            ref_rows = [here["per_model_rule"][str(k)] for k in range(args.seeds)]
+            switched_rows = [here["switched"][str(k)] for k in range(args.seeds)]
         futures = [pool.submit(run_job, config, heads_doc, per_model, float(chosen), args.horizon, TEST_DAYS,
                                s, lost)
                    for s in range(args.seeds) if str(s) not in runs]
@@ -230,6 +265,7 @@ def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
         "bandit_vs_switched": paired_ratio(eff, [r["effective_usd"] for r in switched_rows]),
         "switched_vs_per_model_rule": paired_ratio([r["effective_usd"] for r in switched_rows],
                                                    [r["effective_usd"] for r in ref_rows]),
+        "references": "stored" if test["check"]["reproduces"] else "run here",
         "time_limited_solves": int(sum(r["time_limited_solves"] for r in rows)),
         "seconds": round(time.perf_counter() - t0, 1), "loadavg": list(os.getloadavg())}
 
