@@ -206,7 +206,7 @@ def run_cell(key: str, args: argparse.Namespace) -> dict[str, Any]:
         log(f"{key}: margin chosen on validation days: {chosen} (${v_cost[chosen]:.0f}; per-model rule "
             f"${v_cost['rule']:.0f})")
         save(folder / "bandit.json", heads, arms=PRESETS, reference=per_model, margin=float(chosen),
-             horizon=args.horizon, provenance={"cell": key, "train_days": TRAIN_DAYS,
+             horizon=args.horizon, env=env, provenance={"cell": key, "train_days": TRAIN_DAYS,
                                                "train_seeds": args.train_seeds, "alpha": args.alpha,
                                                "rows": int(len(data.gains)),
                                                "validation_days": VALIDATION_DAYS})

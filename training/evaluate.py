@@ -67,6 +67,11 @@ def resolve_policy(spec: PolicySpec | TunedPolicy, n_models: int, *, fleet: Flee
                              f"({', '.join(spec.models)}), this fleet has {n_models}")
         return policy
     if spec.is_learned and spec.uri.startswith(FILE_PREFIX):
+        from atoll.training.preset_bandit import is_bandit_file, load
+
+        path = Path(spec.uri.removeprefix(FILE_PREFIX))
+        if is_bandit_file(path):  # a learned preset chooser (benchmarks/bandit.py), not a PPO folder
+            return load(path, n_models, name=str(spec))
         policy_file = FilePolicy(Path(spec.uri.removeprefix(FILE_PREFIX)), name=str(spec))
         spaces = fleet or FleetSpaces(policy_file.card.fleet, n_models, (policy_file.card.observation_size,))
         if configurable and policy_file.action_levels is not None:

@@ -33,6 +33,10 @@ reference option; held for the block, it re-plans with that preset every K steps
 holds). ``margin`` is chosen on validation days, never on the test days
 (``benchmarks/bandit.py``). The first plan is made at the reference rule's level and risk, so a
 contest pairs the two from the same plan.
+
+**A file** (:func:`save`, :func:`load`): the heads, the arms, the reference, the margin and the
+observation layout they read (models, GPU types, observation version) in one JSON document; ``atoll
+simulate --policy learned:file:PATH.json`` (and ``evaluate``, ``control``) run it.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ from typing import Any
 import numpy as np
 
 from atoll.envs.actions import ActionCodec
+from atoll.envs.config import OBSERVATIONS
 from atoll.envs.fleet_env import FleetEnv
-from atoll.envs.observation import FLEET_FEATURES, POOL_FEATURES
-from atoll.envs.vocabulary import PolicySpec
+from atoll.envs.observation import FLEET_FEATURES, POOL_FEATURES, feature_names
+from atoll.envs.vocabulary import PolicySpec, parse_policy
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk
 from atoll.training.lever_oracle import most_used, option_risk, preset_of, risk_menu, step_costs
@@ -206,6 +211,7 @@ class PresetBandit:
     hold: int = 1
     name: str = "preset-bandit"
     first: tuple[float, Risk] | None = None
+    observation_size: int | None = None  # the layout's entries (checked at every step when given)
     planning_quantile: float | None = field(init=False, default=None)
     risk: Risk | None = field(init=False, default=None)
 
@@ -249,6 +255,10 @@ class PresetBandit:
 
     def choose(self, observation: np.ndarray) -> np.ndarray:
         """[models] 0 (the reference) or 1 + the arm chosen."""
+        if self.observation_size is not None and len(observation) != self.observation_size:
+            raise InputError(f"{self.name}: observations of {len(observation)} entries, its heads read "
+                             f"{self.observation_size} (another fleet or observation version); run it on "
+                             f"the fleet and world it was trained on")
         predicted = self.heads.predict(np.asarray(observation, dtype=float)[self.columns])
         best = predicted.argmin(axis=1)
         gain = predicted[np.arange(len(best)), best]
@@ -269,11 +279,56 @@ class PresetBandit:
         return {}
 
 
+KIND, VERSION = "atoll-preset-bandit", 1
+
+
 def save(path: Path, heads: LinearHeads, *, arms: Sequence[str], reference: str, margin: float,
-         horizon: int, provenance: Mapping[str, Any]) -> None:
-    """The learned heads with what they choose among and how they were made (one JSON file)."""
+         horizon: int, env: FleetEnv, provenance: Mapping[str, Any]) -> None:
+    """The learned heads with what they choose among, the observation layout of ``env`` they read
+    and how they were made (one JSON file, :func:`load` reads it)."""
     from atoll.solvers.files import atomic_write_text
 
-    doc = {"kind": "atoll-preset-bandit", "version": 1, "arms": list(arms), "reference": reference,
-           "margin": margin, "horizon": horizon, "heads": heads.to_dict(), "provenance": dict(provenance)}
+    layout = {"models": list(env.models), "gpu_types": list(env.gpu_types),
+              "observation": env.config.observation}
+    doc = {"kind": KIND, "version": VERSION, "arms": list(arms), "reference": reference, "margin": margin,
+           "horizon": horizon, "layout": layout, "heads": heads.to_dict(), "provenance": dict(provenance)}
     atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+
+
+def is_bandit_file(path: Path) -> bool:
+    """A ``.json`` policy file is a preset bandit's (a PPO policy file is a folder)."""
+    return path.suffix == ".json"
+
+
+def load(path: Path, n_models: int, name: str | None = None) -> PresetBandit:
+    """The policy a :func:`save` file holds, for a fleet of ``n_models`` models."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"preset bandit file {str(path)!r} does not exist; benchmarks/bandit.py writes one "
+                         f"per cell (bandit.json in its run folder)") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"preset bandit file {str(path)!r} is not JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("kind") != KIND or doc.get("version") != VERSION:
+        raise InputError(f"{str(path)!r} is not a preset bandit file (kind {KIND!r}, version {VERSION}); got "
+                         f"kind {doc.get('kind') if isinstance(doc, dict) else None!r}")
+    try:
+        layout, arms, reference = doc["layout"], doc["arms"], doc["reference"]
+        margin, hold = float(doc["margin"]), int(doc["horizon"])
+    except KeyError as exc:
+        raise InputError(f"preset bandit file {str(path)!r} lacks the key {exc.args[0]!r}") from None
+    models = list(layout["models"])
+    if len(models) != n_models:
+        raise InputError(f"preset bandit file {str(path)!r} was trained for {len(models)} models "
+                         f"({', '.join(models)}), this fleet has {n_models}")
+    if layout["observation"] not in OBSERVATIONS:
+        raise InputError(f"preset bandit file {str(path)!r}: observation {layout['observation']!r} is not "
+                         f"one of {', '.join(OBSERVATIONS)}")
+    names = feature_names(models, layout["gpu_types"], closed_loop=layout["observation"] in ("v2", "v3"),
+                          risk=layout["observation"] == "v3")
+    columns, _ = context_layout(names, models)
+    heads = LinearHeads.from_dict(doc["heads"])
+    return PresetBandit(tuple(preset_of(parse_policy(a)) for a in arms),
+                        reference_options(parse_policy(reference), n_models), heads, columns, margin=margin,
+                        hold=hold, name=name or f"learned:file:{path}", observation_size=len(names))

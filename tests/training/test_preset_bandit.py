@@ -17,7 +17,7 @@ from atoll.envs.policies import make_policy
 from atoll.envs.vocabulary import parse_policy
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk
-from atoll.training.evaluate import env_at_level
+from atoll.training.evaluate import env_at_level, resolve_policy
 from atoll.training.lever_oracle import preset_of, step_costs
 from atoll.training.preset_bandit import (
     BanditData,
@@ -26,6 +26,7 @@ from atoll.training.preset_bandit import (
     collect,
     context_layout,
     fit,
+    load,
     reference_options,
     save,
     window_sums,
@@ -135,10 +136,31 @@ def test_collect_gives_one_row_per_step_and_model_and_zero_gain_for_the_referenc
     assert gains.shape == (48, 2) and np.all(gains[:, 1] == 0.0) and np.any(gains[:, 0] != 0.0)
     heads = fit(BanditData(contexts, gains, tuple(context_layout(env.feature_names, env.models)[1])))
     save(tmp_path / "bandit.json", heads, arms=[ARM, REFERENCE], reference=REFERENCE, margin=0.02, horizon=6,
-         provenance={"days": [4]})
+         env=env, provenance={"days": [4]})
     doc = json.loads((tmp_path / "bandit.json").read_text())
     assert doc["kind"] == "atoll-preset-bandit" and doc["margin"] == 0.02
     assert LinearHeads.from_dict(doc["heads"]).weights.shape == (contexts.shape[1], 2)
+
+
+def test_a_saved_chooser_runs_from_its_file_as_the_policy_it_was(tmp_path) -> None:
+    env = _env()
+    trained = _bandit(env, bias=-0.5, hold=6)
+    path = tmp_path / "chooser.json"
+    save(path, trained.heads, arms=[ARM], reference=REFERENCE, margin=0.0, horizon=6, env=env, provenance={})
+    loaded = resolve_policy(parse_policy(f"learned:file:{path}"), 2)
+    assert isinstance(loaded, PresetBandit) and loaded.name == f"learned:file:{path}"
+    assert np.array_equal(loaded.columns, trained.columns) and loaded.hold == 6
+    assert (loaded.planning_quantile, loaded.risk) == (trained.planning_quantile, trained.risk)
+    assert np.array_equal(_costs(env, loaded), _costs(env, _bandit(env, bias=-0.5, hold=6)))  # to the cent
+    with pytest.raises(InputError, match="was trained for 2 models"):
+        load(path, 3)
+    with pytest.raises(InputError, match="does not exist"):
+        load(tmp_path / "none.json", 2)
+    (tmp_path / "other.json").write_text(json.dumps({"kind": "something"}))
+    with pytest.raises(InputError, match="is not a preset bandit file"):
+        load(tmp_path / "other.json", 2)
+    with pytest.raises(InputError, match="observations of 3 entries, its heads read"):
+        loaded.act(np.zeros(3), {"step": 0})
 
 
 def test_bad_shapes_are_named() -> None:
