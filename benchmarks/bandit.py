@@ -74,7 +74,9 @@ def cell_config(key: str, first_day: int) -> FleetConfig:
     parts = key.split("/")
     scenario, availability, world = parts[:3]
     workload = f"servegen-{parts[3]}" if len(parts) > 3 else "servegen"
-    return FleetConfig(scenario=scenario, availability=availability, workload=workload, action_levels=(0.9,),
+    # a replica per phase, as the room's and the switched contest's cells it pairs with were measured
+    return FleetConfig(scenario=scenario, availability=availability, workload=workload, pd="disaggregated",
+                       action_levels=(0.9,),
                        days=(first_day, TEST_DAYS[-1]), **WORLDS[world])
 
 

@@ -220,6 +220,35 @@ def free_mask(tokens: np.ndarray, seconds: np.ndarray) -> tuple[np.ndarray, int]
     return free, last
 
 
+def split_sums(tokens: np.ndarray, measured: np.ndarray, predicted: np.ndarray) -> dict[str, np.ndarray]:
+    """Every split T = b + c of the group's token counts with b, c and T all measured and T in the
+    mixed range: the measured parts run apart over the fused batch (t(b) + t(c)) / t(T), and atoll's
+    separate-pass prediction over the fused measurement (pred(b) + pred(c)) / t(T)."""
+    at = {int(t): i for i, t in enumerate(tokens)}
+    apart, bound = [], []
+    for b in at:
+        for c in at:
+            if c < b or (b + c) not in at or not MIXED_RANGE[0] <= b + c <= MIXED_RANGE[1]:
+                continue
+            i, j, k = at[b], at[c], at[b + c]
+            apart.append((measured[i] + measured[j]) / measured[k])
+            bound.append((predicted[i] + predicted[j]) / measured[k])
+    return {"apart": np.asarray(apart), "bound": np.asarray(bound)}
+
+
+def split_summary(splits: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    apart = np.concatenate([s["apart"] for s in splits])
+    bound = np.concatenate([s["bound"] for s in splits])
+    def share(x: np.ndarray) -> float:
+        return float((x >= 1.0).mean()) if len(x) else float("nan")
+
+    return {"splits": int(len(apart)),
+            "measured_apart_over_fused_median": _med(apart),
+            "share_measured_apart_at_least_fused": share(apart),
+            "separate_prediction_over_fused_median": _med(bound),
+            "share_separate_prediction_at_least_fused": share(bound)}
+
+
 def _med(x: list[float] | np.ndarray) -> float:
     return float(np.median(x)) if len(x) else float("nan")
 
@@ -331,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     specs: dict[str, dict] = {}
     per_gpu: dict[str, list[dict]] = defaultdict(list)
     group_out: dict[str, list[dict]] = defaultdict(list)
+    splits: dict[str, list[dict[str, np.ndarray]]] = defaultdict(list)
     for g in groups:
         model, source = model_spec(g.model, g.dims)
         gpu = gpus[g.gpu]
@@ -380,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                  **implied}
         per_gpu[g.gpu].append(rec)
         group_out[g.gpu].append(ginfo)
+        splits[g.gpu].append(split_sums(T, gemm, pred))
         say(f"{g.gpu} {g.model} TP{g.tp}: {len(T)} token counts, MdAPE {ginfo['mdape']:.3f}, "
             f"knee {knee:.0f} vs {knee_pred:.0f}")
 
@@ -403,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "mdape_mixed_64_4096": sub["gemm"]["mixed_64_4096"]["mdape"],
                                   "median_signed": sub["gemm"]["all"]["median_signed"],
                                   "knee_measured_median": sub["knee_tokens"]["measured_median_over_groups"]}
+        s["separate_pass"] = split_summary(splits[sku])
         s["groups_detail"] = ginfo
         by_gpu[sku] = s
 
@@ -433,6 +465,11 @@ def main(argv: list[str] | None = None) -> int:
                "from the pooled figures",
         "models": specs,
         "mixed_range_tokens": list(MIXED_RANGE),
+        "separate_pass": "by_gpu.*.separate_pass: the default co-located model charges a mixed step as its "
+                         "parts run apart; over every split T = b + c (b, c, T measured, T in the mixed "
+                         "range): measured t(b) + t(c) against the fused t(T) (is running apart ever "
+                         "faster?), and atoll's pred(b) + pred(c) against the fused t(T) (is the default "
+                         "an upper bound on the linear layers?)",
         "by_gpu": by_gpu,
         "catalogued_gpus_pooled": pooled,
         "no_mixed_step_data": check_no_mixed_data(data, vidur),

@@ -14,7 +14,12 @@ disaggregated plan buys a replica per phase. ``pd="auto"`` lets the exact ILP ch
   ``--n-max`` nodes per template), disaggregated against auto: the cold plan's cost and the warm
   re-solve of every model (the scale target: <= 10 s);
 - ``simulated``: one simulated day (day 11, ``fixed:1``, spot) of core and extended under each
-  of disaggregated and auto: cost, SLO attainment, and how many co-located instances ran.
+  of disaggregated and auto: cost, SLO attainment, and how many co-located instances ran;
+- ``charged``: extended in the charged world (the room's: sampled start-up, zone-correlated
+  preemptions, spot acquisition that fails, capacities corrected online, latency SLO), day 11,
+  ``fixed:1@0.9``, spot, on ``--seeds`` paired seeds (each seed: the same demand, availability
+  and preemption draws for both modes): cost, SLO attainment, effective cost (node $ + $2 per
+  million tokens lost) and solver seconds, with the paired ratio auto / disaggregated.
 
 ``--parts`` picks the parts (default: one_model, scenarios); with ``--out`` an existing document
 keeps the parts not run.
@@ -167,28 +172,69 @@ def simulated() -> dict[str, Any]:
     return out
 
 
+def charged(seeds: int) -> dict[str, Any]:
+    """Extended in the charged world, day 11, both modes on ``seeds`` paired seeds."""
+    from atoll.envs import WORLDS
+    from atoll.envs.config import FleetConfig
+    from atoll.envs.fleet_env import FleetEnv
+    from atoll.envs.vocabulary import parse_policy
+    from atoll.training.evaluate import resolve_policy
+    from atoll.training.lever_oracle import measured, paired_ratio
+
+    out: dict[str, Any] = {"scenario": "extended", "world": "charged", "availability": "spot", "day": 11,
+                           "policy": "fixed:1@0.9", "lost_usd_per_mtok": 2.0}
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for pd in ("disaggregated", "auto"):
+        env = FleetEnv(FleetConfig(scenario="extended", availability="spot", days=(11, 11), pd=pd,
+                                   **WORLDS["charged"]))
+        rule = resolve_policy(parse_policy("fixed:1@0.9"), len(env.models))
+        rows[pd] = []
+        for seed in range(seeds):
+            t0 = time.perf_counter()
+            _, totals = measured(env, rule, days=[11], seed=seed, lost_usd_per_mtok=2.0)
+            rows[pd].append({**totals, "seconds": round(time.perf_counter() - t0, 1)})
+            _log(f"charged extended day 11, {pd}, seed {seed}: ${totals['cost_usd']:.2f}, "
+                 f"effective ${totals['effective_usd']:.2f}, SLO {totals['slo_attainment']:.4f}")
+    out["runs"] = rows
+    for key in ("effective_usd", "cost_usd"):
+        out[f"auto_over_disaggregated_{key}"] = paired_ratio([r[key] for r in rows["auto"]],
+                                                             [r[key] for r in rows["disaggregated"]])
+    out["slo_attainment_difference"] = [a["slo_attainment"] - d["slo_attainment"]
+                                        for a, d in zip(rows["auto"], rows["disaggregated"], strict=True)]
+    out["seconds_ratio"] = [a["seconds"] / d["seconds"] for a, d in zip(rows["auto"], rows["disaggregated"],
+                                                                         strict=True)]
+    return out
+
+
 PARTS = {"one_model": one_model, "scenarios": scenarios, "simulated": simulated}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="one_model,scenarios",
-                    help="comma-separated: one_model, scenarios, thousand (minutes, GBs), simulated")
+                    help="comma-separated: one_model, scenarios, thousand (minutes, GBs), simulated, "
+                         "charged (minutes per seed)")
     ap.add_argument("--n-max", type=int, default=3, help="nodes per template of the 1,000-model library")
+    ap.add_argument("--seeds", type=int, default=4, help="paired seeds of the charged part")
     ap.add_argument("--json", action="store_true", help="accepted: the document is printed either way")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON document here")
     args = ap.parse_args()
     load_start = os.getloadavg()
     t0 = time.perf_counter()
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    unknown = [p for p in parts if p not in (*PARTS, "thousand")]
+    unknown = [p for p in parts if p not in (*PARTS, "thousand", "charged")]
     if unknown:
-        ap.error(f"unknown part {unknown[0]!r}; valid: {', '.join((*PARTS, 'thousand'))}")
+        ap.error(f"unknown part {unknown[0]!r}; valid: {', '.join((*PARTS, 'thousand', 'charged'))}")
     doc: dict[str, Any] = {"benchmark": "colocation"}
     if args.out is not None and args.out.exists():  # keep the parts not run now
         doc = json.loads(args.out.read_text())
     for part in parts:
-        doc[part] = thousand(args.n_max) if part == "thousand" else PARTS[part]()
+        if part == "thousand":
+            doc[part] = thousand(args.n_max)
+        elif part == "charged":
+            doc[part] = charged(args.seeds)
+        else:
+            doc[part] = PARTS[part]()
     # one entry per run: parts measured at different times keep their own machine load
     doc.pop("machine", None)
     doc.setdefault("runs", []).append({

@@ -177,7 +177,9 @@ def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
     parts = key.split("/")
     scenario, availability, world = parts[:3]
     workload = f"servegen-{parts[3]}" if len(parts) > 3 else "servegen"
-    config = FleetConfig(scenario=scenario, availability=availability, workload=workload,
+    # a replica per phase, as every stored cell was measured (before pd auto was the default), so a
+    # cell's seeds stay paired across sittings
+    config = FleetConfig(scenario=scenario, availability=availability, workload=workload, pd="disaggregated",
                          action_levels=tuple(float(q) for q in args.levels.split(",")), **WORLDS[world])
     risks = tuple(r.strip() for r in args.risks.split(";") if r.strip())
     st = ContestSettings(validation_days=_days(args.validation_days), test_days=_days(args.test_days),

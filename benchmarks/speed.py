@@ -51,24 +51,27 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "speed.json"
 ATOLL = str(Path(sys.executable).with_name("atoll"))
+# the table's figures are for plans with a replica per phase (they were measured before pd auto was
+# the default); `benchmarks/colocation.py --parts charged` measures what auto costs in the charged world
+PD = ["--pd", "disaggregated"]
 PARTS = ("extended_day", "core_2_days", "fleet20_day", "fleet20_contest_world_day", "env_steps", "setup",
          "help", "ppo", "sliced_ilp", "fleet20_library_cold", "extended_charged_day", "fleet20_charged_day",
          "ppo_charged")
 EXTENDED_DAY = ["simulate", "--scenario", "extended", "--days", "11", "--policy", "fixed:1",
-                "--availability", "spot", "--capacity-error", "calibration", "--json"]
-CORE_2_DAYS = ["simulate", "--scenario", "core", "--days", "11-12", "--policy", "fixed:1", "--json"]
-FLEET20_DAY = ["simulate", "--scenario", "fleet20", "--days", "11", "--policy", "fixed:1", "--json"]
+                "--availability", "spot", "--capacity-error", "calibration", *PD, "--json"]
+CORE_2_DAYS = ["simulate", "--scenario", "core", "--days", "11-12", "--policy", "fixed:1", *PD, "--json"]
+FLEET20_DAY = ["simulate", "--scenario", "fleet20", "--days", "11", "--policy", "fixed:1", *PD, "--json"]
 # the world of the fleet20 contest cell (atoll/Fleet-v2): spot, capacities off by the calibration's
 # spread, corrected online, latency SLO; its day is what a cell's grid, training and test cost
 FLEET20_CONTEST_DAY = ["simulate", "--scenario", "fleet20", "--days", "11", "--policy", "fixed:1@0.9",
                        "--availability", "spot", "--capacity-error", "calibration", "--correction",
-                       "--slo-model", "latency", "--json"]
+                       "--slo-model", "latency", *PD, "--json"]
 # the charged world (atoll/Fleet-v3: sampled start-up, zone-correlated preemptions, spot acquisition
 # that fails), where the risk contest and the room run
 EXTENDED_CHARGED_DAY = ["simulate", "--scenario", "extended", "--days", "11", "--policy", "fixed:1@0.9",
-                        "--availability", "spot", "--world", "charged", "--json"]
+                        "--availability", "spot", "--world", "charged", *PD, "--json"]
 FLEET20_CHARGED_DAY = ["simulate", "--scenario", "fleet20", "--days", "11", "--policy", "fixed:1@0.9",
-                       "--availability", "spot", "--world", "charged", "--json"]
+                       "--availability", "spot", "--world", "charged", *PD, "--json"]
 NOT_MEASURED = {
     "one_fleet20_contest_cell": "grid + training + test days x 3 seeds is hours of 2-core compute",
     "ppo_steps_in_30_min_measured": "projected from the ppo part's measured rate instead of a 30-minute run",
@@ -192,7 +195,8 @@ def part_sliced_ilp() -> dict[str, Any]:
 def extended_config() -> Any:
     from atoll.envs.config import FleetConfig
 
-    return FleetConfig(scenario="extended", days=(11, 11), availability="spot", capacity_error="calibration")
+    return FleetConfig(scenario="extended", days=(11, 11), availability="spot", capacity_error="calibration",
+                       pd="disaggregated")
 
 
 def part_env_steps() -> dict[str, Any]:
@@ -225,7 +229,7 @@ def part_setup() -> dict[str, Any]:
     from atoll.solvers.scenarios import SCENARIOS
 
     spec = SCENARIOS["extended"]
-    c = FleetConfig(scenario="extended")
+    c = FleetConfig(scenario="extended", pd="disaggregated")
     levels = ActionCodec.for_config(c.planning_quantile, c.action_levels).levels
     out: dict[str, Any] = {"load_before": load()}
     old = os.environ.get("ATOLL_CACHE_DIR")
@@ -262,7 +266,8 @@ def part_fleet20_library_cold() -> dict[str, Any]:
     jobs = library_spec(SCENARIOS["fleet20"]).jobs()
     before = load()
     with tempfile.TemporaryDirectory() as tmp:
-        r = run_process([ATOLL, "templates", "build", "--scenario", "fleet20", "--workers", "2", "--json"],
+        r = run_process([ATOLL, "templates", "build", "--scenario", "fleet20", "--workers", "2", *PD,
+                         "--json"],
                         env={**os.environ, "ATOLL_CACHE_DIR": tmp})
         entries = len(list(Path(tmp).glob("*.json")))
     doc = r.pop("result") or {}

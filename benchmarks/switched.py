@@ -64,7 +64,9 @@ def cell_config(key: str) -> FleetConfig:
     parts = key.split("/")
     scenario, availability, world = parts[:3]
     workload = f"servegen-{parts[3]}" if len(parts) > 3 else "servegen"
-    return FleetConfig(scenario=scenario, availability=availability, workload=workload, action_levels=(0.9,),
+    # a replica per phase, as the room's cells it pairs with were measured
+    return FleetConfig(scenario=scenario, availability=availability, workload=workload, pd="disaggregated",
+                       action_levels=(0.9,),
                        days=(VALIDATION_DAYS[0], TEST_DAYS[-1]), **WORLDS[world])
 
 

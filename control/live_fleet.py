@@ -46,7 +46,7 @@ from atoll.solvers.scenarios import (
     scenario_prices,
 )
 from atoll.solvers.tiers import split_tier, tiered_region
-from atoll.solvers.types import Template
+from atoll.solvers.types import DEFAULT_PD, Template
 
 STEP_S = FleetConfig.step_s  # the env's decision step: start-up weight and since-re-optimization units
 # the keys of the retired JSON fleet format
@@ -244,7 +244,7 @@ def yaml_of_json_fleet(doc: Any, *, source: Path | str = "the JSON fleet") -> tu
     lines.append(f"request_shapes: [{', '.join(shapes)}]")
     lines += [f"{key}: {value}" for key, value, default in (("n_max", spec.n_max, 6), ("rho", spec.rho, 12.0))
               if value != default]
-    if spec.pd != "disaggregated" or spec.model_pd:
+    if spec.pd != DEFAULT_PD or spec.model_pd:
         lines.append(f"pd: {q({'default': spec.pd, **dict(spec.model_pd)})}")
     lines.append("workloads:")
     lines += [f"  {q(m)}: {q(workloads[m.lower()])}" for m in models if m.lower() in workloads]

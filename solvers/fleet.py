@@ -59,7 +59,7 @@ workloads and cluster settings. Every command takes it (``--fleet FILE``).
     pd: {default: auto, Acme-8B: disaggregated}   # how a model is served: auto (the ILP chooses),
                                     # aggregated (one replica serves prefill and decode together,
                                     # vLLM's default) or disaggregated (a replica per phase); or
-                                    # one word for every model. Default: disaggregated
+                                    # one word for every model. Default: auto
     request_shapes: [code, conv]    # optional: each model's mean input and output tokens from these
                                     # Azure LLM 2023 traces (code, conv), dealt to the models in turn
                                     # (model 0 the first, model 1 the second, ...). Default
@@ -106,7 +106,7 @@ from atoll.solvers.catalog import Catalog, load_catalog
 from atoll.solvers.errors import InputError, UnknownNameError
 from atoll.solvers.models import get_model
 from atoll.solvers.runtime import DEPLOY_RUNTIME, RUNTIMES
-from atoll.solvers.types import NODE_GPU_COUNTS, PD_MODES, GpuType, ModelSpec, Offer, Slo
+from atoll.solvers.types import DEFAULT_PD, NODE_GPU_COUNTS, PD_MODES, GpuType, ModelSpec, Offer, Slo
 
 _T = TypeVar("_T")
 MARKETS: tuple[str, ...] = ("on-demand", "spot", "hedged")
@@ -356,7 +356,7 @@ class FleetSpec:
     # each running instance a re-plan removes costs R x its $/h (``removal_weight``; None: not given)
     removal_weight: float | None = None
     # how models are served (``pd``): the default mode and the models that differ from it
-    pd: str = "disaggregated"
+    pd: str = DEFAULT_PD
     model_pd: tuple[tuple[str, str], ...] = ()
     # ``request_shapes``: the Azure traces whose means are the models' request shapes, dealt in
     # turn; () takes each workload's own means
@@ -910,7 +910,7 @@ def load_fleet(path: Path | str) -> FleetSpec:
     floors = _min_instances(path, doc.get("min_instances", 1), names, by_name)
     removal = doc.get("removal_weight")
     removal_weight = None if removal is None else _number(path, "removal_weight", "removal_weight", removal)
-    pd, model_pd = _pd_modes(path, doc.get("pd", "disaggregated"), names, by_name)
+    pd, model_pd = _pd_modes(path, doc.get("pd", DEFAULT_PD), names, by_name)
     traces = _request_shapes(path, doc.get("request_shapes", WORKLOAD_SHAPES))
     headroom = _number(path, "scarce_headroom", "scarce_headroom",
                        doc.get("scarce_headroom", SCARCE_HEADROOM))
@@ -948,7 +948,7 @@ def _pd_modes(path: Path, raw: Any, names: list[str], by_name: Mapping[str, str]
                                      f"between a replica per phase and one serving both), got {_show(value)}")
         return str(value)
 
-    default, out = _per_model(path, "pd", raw, "disaggregated", mode, names, by_name)
+    default, out = _per_model(path, "pd", raw, DEFAULT_PD, mode, names, by_name)
     return default, tuple((n, out[n]) for n in names if out[n] != default)
 
 

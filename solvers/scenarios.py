@@ -47,7 +47,17 @@ from atoll.solvers.problem import AllocationProblem, SolveStatus
 from atoll.solvers.registry import Registry, UnknownNameError
 from atoll.solvers.runtime import DEFAULT_RUNTIME, check_runtime, slices_default
 from atoll.solvers.templates import LibrarySpec, build_library
-from atoll.solvers.types import NODE_GPU_COUNTS, PD_MODES, GpuType, ModelSpec, Offer, Phase, Service, Template
+from atoll.solvers.types import (
+    DEFAULT_PD,
+    NODE_GPU_COUNTS,
+    PD_MODES,
+    GpuType,
+    ModelSpec,
+    Offer,
+    Phase,
+    Service,
+    Template,
+)
 
 AMPLE_NODES = 1000
 AVAILABILITIES: tuple[str, ...] = ("ample", "scarce")
@@ -94,7 +104,7 @@ class ScenarioSpec:
     gpus: tuple[GpuType, ...] = ()
     offers: tuple[Offer, ...] = ()
     # how its models are served (atoll.solvers.types.PD_MODES), and a fleet file's per-model modes
-    pd: str = "disaggregated"
+    pd: str = DEFAULT_PD
     model_pd: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:

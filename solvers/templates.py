@@ -60,7 +60,17 @@ from atoll.solvers.template_store import (
     template_from_json,
     template_to_json,
 )
-from atoll.solvers.types import PD_MODES, ModelSpec, NodeConfig, Phase, Service, Stage, Template, pd_phases
+from atoll.solvers.types import (
+    DEFAULT_PD,
+    PD_MODES,
+    ModelSpec,
+    NodeConfig,
+    Phase,
+    Service,
+    Stage,
+    Template,
+    pd_phases,
+)
 
 if TYPE_CHECKING:
     from atoll.solvers.scenarios import ScenarioSpec
@@ -133,7 +143,7 @@ class LibrarySpec:
     runtime: str = DEFAULT_RUNTIME
     slices: bool = False
     fleet: ScenarioSpec | None = None
-    pd: str = "disaggregated"
+    pd: str = DEFAULT_PD
     model_pd: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:

@@ -38,6 +38,10 @@ class Phase(enum.StrEnum):
 PHASES: tuple[Phase, Phase] = (Phase.PREFILL, Phase.DECODE)
 # how a model is served: both phases apart, together on one replica, or whichever is cheaper
 PD_MODES: tuple[str, ...] = ("auto", "aggregated", "disaggregated")
+# the ILP chooses per model: co-located columns compete with a replica per phase (their capacity is
+# the separate-pass upper bound, atoll.solvers.perf.mixed_step_seconds, so a co-located plan is
+# chosen only where it wins without the shared weight pass no bundled data measures)
+DEFAULT_PD = "auto"
 
 
 def pd_phases(pd: str) -> tuple[Phase, ...]:

@@ -338,10 +338,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a YAML fleet file, or a bundled fleet's name (core, extended), instead of "
                         "--scenario (a .json fleet file, the retired format, is refused with its YAML)")
     p.add_argument("--pd", default=None, choices=SERVING_MODES,
-                   help="how models are served, planned and deployed: disaggregated (a replica per phase, "
-                        "KV transfer and a router; the default), aggregated (one replica serves prefill and "
-                        "decode together: plain vllm serve behind the model's Service) or auto (the ILP "
-                        "chooses per model). Default: the fleet file's pd")
+                   help="how models are served, planned and deployed: auto (the ILP chooses per model; "
+                        "the default), disaggregated (a replica per phase, KV transfer and a router) or "
+                        "aggregated (one replica serves prefill and decode together: plain vllm serve "
+                        "behind the model's Service). Default: the fleet file's pd, else auto")
     p.add_argument("--image", default=None, metavar="IMAGE",
                    help=f"k8s sinks: the vLLM serving image (default {VLLM_IMAGE}, the version whose flags "
                         f"atoll's table holds; overrides the fleet file's kubernetes.image)")

@@ -16,6 +16,10 @@ def _fleet(folder: Path, pd: object) -> Path:
     request_log(folder / "requests.csv")
     doc = fleet_doc()
     doc["pd"] = pd
+    # an H100 pool: on L4 and L40S no co-located Phi-4 replica meets its SLO once the chunk and the
+    # decode batch each take their own weight pass (atoll.solvers.perf.mixed_step_seconds)
+    doc["regions"][0]["gpu_types"].append("H100")
+    doc["availability"]["static"]["aws:us-east-2/1xH100"] = 4
     path = folder / "fleet.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

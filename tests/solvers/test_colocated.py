@@ -240,13 +240,16 @@ def test_a_colocated_job_makes_templates_in_the_shape_s_ratio_and_round_trips() 
 
 def test_library_spec_pd_modes() -> None:
     kw = dict(models=("Qwen3-32B", "Phi-4-14B"), regions=("aws:us-east-2",), gpu_types=("L4",))
-    assert {j.phase for j in LibrarySpec(**kw).jobs()} == {Phase.PREFILL, Phase.DECODE}
+    assert {j.phase for j in LibrarySpec(**kw).jobs()} == {Phase.PREFILL, Phase.DECODE, Phase.COLOCATED}  # auto
+    assert {j.phase for j in LibrarySpec(**kw, pd="disaggregated").jobs()} == {Phase.PREFILL, Phase.DECODE}
     assert {j.phase for j in LibrarySpec(**kw, pd="aggregated").jobs()} == {Phase.COLOCATED}
     mixed = LibrarySpec(**kw, pd="auto", model_pd=(("Phi-4-14B", "disaggregated"),))
     by_model = {(j.model.name, j.phase) for j in mixed.jobs()}
     assert ("Qwen3-32B", Phase.COLOCATED) in by_model and ("Phi-4-14B", Phase.COLOCATED) not in by_model
     assert LibrarySpec.from_json(mixed.to_json()) == mixed
-    assert "pd" not in LibrarySpec(**kw).to_json()  # disaggregated libraries keep their cache keys
+    # disaggregated libraries keep their cache keys (a key without pd is one); auto names itself
+    assert "pd" not in LibrarySpec(**kw, pd="disaggregated").to_json()
+    assert LibrarySpec(**kw).to_json()["pd"] == "auto"
     with pytest.raises(ValueError, match="field 'pd'"):
         LibrarySpec(**kw, pd="split")
     with pytest.raises(ValueError, match="model_pd"):
@@ -295,7 +298,7 @@ def test_the_ladder_gains_a_co_location_rung_below_joint() -> None:
     assert both.cost_per_hour <= joint.cost_per_hour + 1e-9
     assert any("colocated" in k for k, _ in both.allocation.counts)
     # without co-located templates the ladder is the one it always was
-    assert [r.name for r in solve_ladder(build_problem(spec)).rungs] == list(RUNGS)
+    assert [r.name for r in solve_ladder(build_problem(spec, pd="disaggregated")).rungs] == list(RUNGS)
 
 
 def test_a_sliced_library_with_colocated_templates_solves_and_packs() -> None:

@@ -407,7 +407,7 @@ def test_gpu_types_a_region_does_not_sell_are_recorded(tmp_path: Path) -> None:
 
 
 def test_pd_one_mode_or_per_model_and_its_mistakes(tmp_path: Path) -> None:
-    assert load_fleet(write(tmp_path, BASE)).pd == "disaggregated"  # the default
+    assert load_fleet(write(tmp_path, BASE)).pd == "auto"  # the default
     spec = load_fleet(write(tmp_path, changed("pd", "auto")))
     assert (spec.pd, spec.model_pd) == ("auto", ())
     spec = load_fleet(write(tmp_path, changed("pd", {"default": "auto", "acme-8b": "disaggregated",

@@ -18,7 +18,7 @@ from atoll.solvers.templates import LibrarySpec, TemplateLibrary, build_library,
 from atoll.solvers.types import Phase, Service, Stage, Template
 
 VLLM = LibrarySpec(models=("Qwen3-32B", "Phi-4-14B"), regions=("aws:us-east-2",), gpu_types=("L4", "L40S"),
-                   n_max=3, runtime="vllm")
+                   n_max=3, runtime="vllm", pd="disaggregated")  # the brute force below knows the phases
 
 
 def _chain_brute(table: ProfileTable, nodes: list[int], lws: bool = False) -> float:

@@ -31,7 +31,10 @@ from atoll.solvers.types import Phase, Service, Template
 
 CATALOG = load_catalog()
 # A small library that still has pipelines, data parallelism and dominated multisets.
-SMALL = LibrarySpec(models=("Qwen3-32B",), regions=("aws:us-east-2",), gpu_types=("L40S",), n_max=3)
+# a replica per phase: the brute force below recomputes the phases' profiles (test_colocated
+# checks the co-located kind)
+SMALL = LibrarySpec(models=("Qwen3-32B",), regions=("aws:us-east-2",), gpu_types=("L40S",), n_max=3,
+                    pd="disaggregated")
 
 
 # --- exact placement on synthetic profile tables -------------------------------------------------

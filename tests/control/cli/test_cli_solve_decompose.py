@@ -9,7 +9,7 @@ from atoll.solvers.ladder import RUNGS, SIDE
 
 
 def test_solve_decompose_json(capsys) -> None:
-    code = main(["solve", "--scenario", "core", "--decompose", "--json"])
+    code = main(["solve", "--scenario", "core", "--pd", "disaggregated", "--decompose", "--json"])
     out = capsys.readouterr().out
     doc = json.loads(out)  # exactly one document on stdout
     assert code == 0 and doc["all_ilp_rungs_optimal"] is True
@@ -27,15 +27,15 @@ def test_solve_decompose_json(capsys) -> None:
 def test_solve_pd_auto_plans_colocated_replicas_and_the_ladder_shows_their_rung(capsys) -> None:
     from atoll.solvers.ladder import COLOCATED
 
-    assert main(["solve", "--scenario", "core", "--json"]) == 0
+    assert main(["solve", "--scenario", "extended", "--pd", "disaggregated", "--json"]) == 0
     apart = json.loads(capsys.readouterr().out)
-    assert main(["solve", "--scenario", "core", "--pd", "auto", "--json"]) == 0
+    assert main(["solve", "--scenario", "extended", "--json"]) == 0  # auto, the default
     auto = json.loads(capsys.readouterr().out)
     assert apart["pd"] == "disaggregated" and auto["pd"] == "auto"
     assert auto["cost_per_hour"] <= apart["cost_per_hour"] + 1e-6
     both = [r for r in auto["plan"] if r["service"].endswith("/colocated")]
-    assert both and all(r["decode_throughput"] > 0 for r in both)  # core's even mix: GPT-OSS-20B
-    assert main(["solve", "--scenario", "core", "--pd", "auto", "--decompose", "--json"]) == 0
+    assert both and all(r["decode_throughput"] > 0 for r in both)  # extended's even mix: GPT-OSS-20B
+    assert main(["solve", "--scenario", "extended", "--decompose", "--json"]) == 0
     ladder = json.loads(capsys.readouterr().out)
     assert [r["rung"] for r in ladder["rungs"]] == [*RUNGS, COLOCATED]
     assert abs(ladder["rungs"][-1]["cost_per_hour"] - auto["cost_per_hour"]) < 1e-3  # rounded in the ladder

@@ -24,7 +24,8 @@ def test_build_json_then_cached(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     code, out, err = run(capsys, *SMALL, "--cache-dir", str(tmp_path))
     doc = json.loads(out)
     assert code == 0 and doc["scenario"] is None and not doc["from_cache"]
-    assert set(doc["templates_per_service"]) == {"Qwen3-32B/prefill", "Qwen3-32B/decode"}
+    # pd auto (the default): a replica per phase and one serving both
+    assert set(doc["templates_per_service"]) == {"Qwen3-32B/prefill", "Qwen3-32B/decode", "Qwen3-32B/colocated"}
     assert doc["total_templates"] == sum(doc["templates_per_service"].values()) > 0
     assert "Template library" in err
     code, out, _ = run(capsys, *SMALL, "--cache-dir", str(tmp_path))
@@ -55,7 +56,8 @@ def test_every_bundled_scenario_builds_its_library_and_a_fine_tune_takes_its_bas
     tuned = json.loads(out)
     assert code == 0 and tuned["from_cache"]  # no job ran: the base's entries answered
     assert tuned["total_templates"] == base["total_templates"] > 0
-    assert set(tuned["templates_per_service"]) == {"Phi-4-14B-ft1/prefill", "Phi-4-14B-ft1/decode"}
+    assert set(tuned["templates_per_service"]) == {"Phi-4-14B-ft1/prefill", "Phi-4-14B-ft1/decode",
+                                                   "Phi-4-14B-ft1/colocated"}
 
 
 @pytest.mark.parametrize(("argv", "message"), [
