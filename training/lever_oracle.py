@@ -77,6 +77,31 @@ def risk_menu(configured: Risk, options: Sequence[Option]) -> tuple[Risk, ...]:
     return (configured, *sorted({option_risk(o) for o in options} - {configured}))
 
 
+class OptionMenu:
+    """What the env of a policy that re-plans each model with one of a menu of options is configured
+    with (read by :func:`~atoll.training.evaluate.env_at_level`): every level its options use among
+    the action levels, and every risk in its ``risk`` action menu, the configured one first. A
+    subclass sets ``planning_quantile`` and ``risk`` (its first plan's) and names its ``options``."""
+
+    planning_quantile: float | None
+    risk: Risk | None
+
+    @property
+    def options(self) -> tuple[Option, ...]:
+        raise NotImplementedError
+
+    @property
+    def action_levels(self) -> tuple[float, ...]:
+        assert self.planning_quantile is not None
+        return tuple(sorted({float(o[1]) for o in self.options} | {self.planning_quantile}))
+
+    @property
+    def risk_presets(self) -> tuple[Risk, ...]:
+        """Every option's risk, the configured one first (the env's ``risk`` action menu)."""
+        assert self.risk is not None
+        return risk_menu(self.risk, self.options)
+
+
 def step_costs(env: FleetEnv, policy: Any, *, days: Sequence[int], seed: int, lost_usd_per_mtok: float
                ) -> tuple[np.ndarray, Episode]:
     """Run ``policy`` over ``days`` (evaluation ``seed``); each step's effective cost per model

@@ -56,7 +56,7 @@ from atoll.envs.observation import FLEET_FEATURES, POOL_FEATURES, feature_names
 from atoll.envs.vocabulary import PolicySpec, parse_policy
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk
-from atoll.training.lever_oracle import most_used, option_risk, preset_of, risk_menu, step_costs
+from atoll.training.lever_oracle import OptionMenu, most_used, option_risk, preset_of, step_costs
 from atoll.training.per_model import Option
 
 # A model's re-plan age is the same under every every-step preset: it says nothing of the arm.
@@ -198,7 +198,7 @@ def fit(data: BanditData, *, alpha: float = 10.0) -> LinearHeads:
 
 
 @dataclass
-class PresetBandit:
+class PresetBandit(OptionMenu):
     """Model i re-plans with the arm of least predicted gain when it is below ``-margin``, else with
     ``reference[i]`` (module docstring). Configured at ``first`` (level, risk), or the reference's
     most common level and risk."""
@@ -242,16 +242,6 @@ class PresetBandit:
     @property
     def options(self) -> tuple[Option, ...]:
         return (*self.reference, *self.arms)
-
-    @property
-    def action_levels(self) -> tuple[float, ...]:
-        assert self.planning_quantile is not None
-        return tuple(sorted({float(o[1]) for o in self.options} | {self.planning_quantile}))
-
-    @property
-    def risk_presets(self) -> tuple[Risk, ...]:
-        assert self.risk is not None
-        return risk_menu(self.risk, self.options)
 
     def choose(self, observation: np.ndarray) -> np.ndarray:
         """[models] 0 (the reference) or 1 + the arm chosen."""

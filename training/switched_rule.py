@@ -31,7 +31,7 @@ from atoll.envs.actions import ActionCodec
 from atoll.envs.observation import MODEL_FEATURES, model_feature
 from atoll.solvers.errors import InputError
 from atoll.solvers.problem import Risk
-from atoll.training.lever_oracle import most_used, option_risk, risk_menu
+from atoll.training.lever_oracle import OptionMenu, most_used, option_risk
 from atoll.training.per_model import Option
 
 FEATURES = tuple(f[0] for f in MODEL_FEATURES)
@@ -62,7 +62,7 @@ class Signal:
 
 
 @dataclass
-class SwitchedRule:
+class SwitchedRule(OptionMenu):
     """Model i re-plans with ``alert[i]`` while ``signal`` is on for it, else with ``calm[i]``
     (options ``(K, q)`` or ``(K, q, risk)``; module docstring)."""
 
@@ -92,17 +92,6 @@ class SwitchedRule:
     @property
     def options(self) -> tuple[Option, ...]:
         return (*self.calm, *self.alert)
-
-    @property
-    def action_levels(self) -> tuple[float, ...]:
-        assert self.planning_quantile is not None
-        return tuple(sorted({float(o[1]) for o in self.options} | {self.planning_quantile}))
-
-    @property
-    def risk_presets(self) -> tuple[Risk, ...]:
-        """Every option's risk, the configured one first (the env's ``risk`` action menu)."""
-        assert self.risk is not None
-        return risk_menu(self.risk, self.options)
 
     def alerts(self, observation: np.ndarray) -> np.ndarray:
         """[models] whether each model's signal is on."""
