@@ -20,6 +20,8 @@ ALLOWED: dict[str, frozenset[str] | None] = {
     "control/cli/": None,
     # the reader of an `atoll tune` policy file: the YAML's `policy` text becomes the file's spec
     "training/tuning.py": frozenset({"read_tuned"}),
+    # the reader of a preset bandit file: its arms' and reference's text become options
+    "training/preset_bandit.py": frozenset({"load"}),
 }
 
 

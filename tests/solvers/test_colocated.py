@@ -240,7 +240,8 @@ def test_a_colocated_job_makes_templates_in_the_shape_s_ratio_and_round_trips() 
 
 def test_library_spec_pd_modes() -> None:
     kw = dict(models=("Qwen3-32B", "Phi-4-14B"), regions=("aws:us-east-2",), gpu_types=("L4",))
-    assert {j.phase for j in LibrarySpec(**kw).jobs()} == {Phase.PREFILL, Phase.DECODE, Phase.COLOCATED}  # auto
+    auto = {Phase.PREFILL, Phase.DECODE, Phase.COLOCATED}
+    assert {j.phase for j in LibrarySpec(**kw).jobs()} == auto  # the default
     assert {j.phase for j in LibrarySpec(**kw, pd="disaggregated").jobs()} == {Phase.PREFILL, Phase.DECODE}
     assert {j.phase for j in LibrarySpec(**kw, pd="aggregated").jobs()} == {Phase.COLOCATED}
     mixed = LibrarySpec(**kw, pd="auto", model_pd=(("Phi-4-14B", "disaggregated"),))

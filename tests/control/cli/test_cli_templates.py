@@ -25,7 +25,8 @@ def test_build_json_then_cached(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     doc = json.loads(out)
     assert code == 0 and doc["scenario"] is None and not doc["from_cache"]
     # pd auto (the default): a replica per phase and one serving both
-    assert set(doc["templates_per_service"]) == {"Qwen3-32B/prefill", "Qwen3-32B/decode", "Qwen3-32B/colocated"}
+    assert set(doc["templates_per_service"]) == {"Qwen3-32B/prefill", "Qwen3-32B/decode",
+                                                 "Qwen3-32B/colocated"}
     assert doc["total_templates"] == sum(doc["templates_per_service"].values()) > 0
     assert "Template library" in err
     code, out, _ = run(capsys, *SMALL, "--cache-dir", str(tmp_path))
