@@ -102,7 +102,7 @@ def contest(out: Output, args: argparse.Namespace, learned: list[PolicySpec], se
                              f"{st.seeds} seed(s) (mean ± std); frontier chosen on days {v[0]}-{v[1]}",
                              result["policies"]))
     named = {str(s): s for s in learned}  # the headline is keyed by each policy's name
-    out.result(headline_table(result, named))
+    out.result(headline_table(result, named, st.seeds))
     engine = f"Ray at {st.ray_address}" if st.ray_address else f"{st.workers} worker process(es)"
     out.note(f"rule grid: {result['grid_size']} rules x {result['validation_seeds']} seed(s) on days "
              f"{v[0]}-{v[1]} in {result['grid_seconds']:.0f} s ({engine}); "
@@ -124,13 +124,32 @@ def contest_title(config: Any) -> str:
     return f"{config.scenario} / {config.availability}"
 
 
-def headline_table(result: dict[str, Any], named: dict[str, PolicySpec]) -> Table:
-    """Each learned policy's headline against the rule frontier (mean ± std over seeds); ``named``:
-    the learned policies by name (what the headline is keyed by)."""
+RATIOS = ("frontier_cost_ratio", "effective_cost_ratio", "per_model_frontier_cost_ratio",
+          "per_model_effective_cost_ratio")
+
+
+def interval_text(mean: float, std: float, seeds: int, fmt: str) -> str:
+    """A ratio over ``seeds`` paired seeds: its mean and 95% t interval (``mean [low, high]``); one
+    seed has no interval, and says so. ``std`` is the seeds' population std, as the contest
+    reports it (numpy's ``std``), so the sample's is std x sqrt(n / (n - 1))."""
+    if seeds < 2:
+        return f"{mean:{fmt}} (1 seed)"
+    from scipy import stats
+
+    sample_sd = std * (seeds / (seeds - 1)) ** 0.5
+    half = float(stats.t.ppf(0.975, seeds - 1)) * sample_sd / seeds ** 0.5
+    return f"{mean:{fmt}} [{mean - half:{fmt}}, {mean + half:{fmt}}]"
+
+
+def headline_table(result: dict[str, Any], named: dict[str, PolicySpec], seeds: int) -> Table:
+    """Each learned policy's headline against the rule frontier over ``seeds`` paired seeds: the
+    ratios with a 95% interval (a ratio whose interval holds 1 is a tie), the rest mean ± std;
+    ``named``: the learned policies by name (what the headline is keyed by)."""
     from atoll.training.naming import short_name
 
     table = Table(title=f"headline vs the rule frontier {', '.join(result['frontier'])} (best rule "
-                        f"{result['best_rule']}; lost demand at {result['lost_usd_per_mtok']:g} $/M tokens)")
+                        f"{result['best_rule']}; lost demand at {result['lost_usd_per_mtok']:g} $/M tokens; "
+                        f"ratios: mean [95% interval] over {seeds} paired seed(s))")
     cols = (("frontier_cost_ratio", "frontier cost ratio", ".3f"),
             ("effective_cost_ratio", "effective cost ratio", ".3f"),
             ("per_model_frontier_cost_ratio", "vs per-model frontier", ".3f"),
@@ -142,8 +161,9 @@ def headline_table(result: dict[str, Any], named: dict[str, PolicySpec]) -> Tabl
     for _, header, _ in cols:
         table.add_column(header, justify="right")
     for name, fig in result["headline"].items():
-        table.add_row(short_name(named[name]), *(f"{fig[k]['mean']:{f}} ± {fig[k]['std']:{f}}"
-                                                 if k in fig else "-" for k, _, f in cols))
+        table.add_row(short_name(named[name]), *(
+            "-" if k not in fig else interval_text(fig[k]["mean"], fig[k]["std"], seeds, f) if k in RATIOS
+            else f"{fig[k]['mean']:{f}} ± {fig[k]['std']:{f}}" for k, _, f in cols))
     return table
 
 

@@ -53,3 +53,16 @@ def test_env_fleet_v2_is_the_closed_loop_and_explicit_flags_win() -> None:
     args = build_parser().parse_args(["evaluate", "--env", "atoll/Fleet-v2", "--forecaster", "naive"])
     assert world_options(args)["observation"] == "v2"  # what the listed evaluation passes to make_env
     assert make_env(args, (11, 11), **world_options(args)).config.slo_model == "latency"
+
+
+def test_the_headline_gives_each_ratio_its_seeds_and_interval() -> None:
+    import numpy as np
+
+    from atoll.control.cli.evaluate import interval_text
+    from atoll.training.lever_oracle import paired_ratio
+
+    assert interval_text(0.95, 0.0, 1, ".3f") == "0.950 (1 seed)"  # one seed: no interval, said so
+    ratios = [0.93, 0.97, 0.95, 0.99]
+    want = paired_ratio(ratios, [1.0] * 4)  # the room's paired interval over the same seeds
+    text = interval_text(float(np.mean(ratios)), float(np.std(ratios)), 4, ".3f")
+    assert text == f"{want['mean']:.3f} [{want['low']:.3f}, {want['high']:.3f}]"
