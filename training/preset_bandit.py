@@ -35,8 +35,9 @@ holds). ``margin`` is chosen on validation days, never on the test days
 contest pairs the two from the same plan.
 
 **A file** (:func:`save`, :func:`load`): the heads, the arms, the reference, the margin and the
-observation layout they read (models, GPU types, observation version) in one JSON document; ``atoll
-simulate --policy learned:file:PATH.json`` (and ``evaluate``, ``control``) run it.
+observation layout they read (models, GPU types, observation version) in one JSON document;
+``learned:file:PATH.json`` runs it wherever :func:`~atoll.training.evaluate.resolve_policy` reads a
+policy (``atoll simulate --policy``, ``atoll evaluate --policies``).
 """
 
 from __future__ import annotations
