@@ -72,7 +72,7 @@ def resolve_policy(spec: PolicySpec | TunedPolicy, n_models: int, *, fleet: Flee
         path = Path(spec.uri.removeprefix(FILE_PREFIX))
         if is_bandit_file(path):  # a learned preset chooser (benchmarks/bandit.py), not a PPO folder
             return load(path, n_models, name=str(spec))
-        policy_file = FilePolicy(Path(spec.uri.removeprefix(FILE_PREFIX)), name=str(spec))
+        policy_file = FilePolicy(path, name=str(spec))
         spaces = fleet or FleetSpaces(policy_file.card.fleet, n_models, (policy_file.card.observation_size,))
         if configurable and policy_file.action_levels is not None:
             # the caller configures the env with the policy's levels and presets (env_at_level) and
