@@ -44,7 +44,7 @@ from atoll.envs import WORLDS  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.demand import WARMUP_DAYS, build_book, workload_series  # noqa: E402
 from atoll.forecast.forecasters import DAY  # noqa: E402
-from atoll.forecast.learned import SHIPPED, PeakLearned  # noqa: E402
+from atoll.forecast.learned import SHIPPED, PeakLearned, shipped_digest  # noqa: E402
 from atoll.forecast.learned_fit import SCENARIOS, WORKLOADS, FitSettings, fit_net  # noqa: E402
 from atoll.forecast.planning import pinball  # noqa: E402
 from atoll.solvers.files import atomic_write_text  # noqa: E402
@@ -130,6 +130,62 @@ def held_out_accuracy(net: Any, source: str, seed: int) -> list[dict[str, Any]]:
     return out
 
 
+TAIL_LEVELS = (0.9, 0.95, 0.99)
+
+
+def cell_tail(scenario: str, workload: str, seed: int) -> list[dict[str, Any]]:
+    """Per series on the test days, each forecaster's look-ahead-peak quantile at every level of
+    ``TAIL_LEVELS`` (the env's causal pass, conformal layer included): pinball, coverage, and
+    the shortfall and spare as shares of the mean peak. The effective cost prices a lost token
+    far above a spare one's share of a node, so the tail is where a forecast earns its keep."""
+    spec = SPECS[scenario]
+    series = workload_series(workload, spec.models, spec.req_per_s, 300.0, resample="sampled", seed=seed)
+    books = {f: build_book(spec.models, series, forecaster=f, horizon=H, quantile=LEVEL,
+                           levels=TAIL_LEVELS, use_cache=True) for f in ("peak:auto", "peak:learned")}
+    rates = books["peak:auto"].rates
+    g = test_origins(rates.shape[1])
+    peak = target(rates, g)
+    rows: list[dict[str, Any]] = []
+    for i, s in enumerate(series):
+        scale = float(peak[i].mean())
+        if scale <= 0:
+            continue
+        row: dict[str, Any] = {"scenario": scenario, "workload": workload, "series": s.name}
+        for f, book in books.items():
+            row[f] = {}
+            for q in TAIL_LEVELS:
+                upper = book.uppers[q][i, g].max(axis=1)
+                row[f][str(q)] = {"pinball": pinball(peak[i], upper, q),
+                                  "coverage": float(np.mean(peak[i] <= upper)),
+                                  "shortfall": float(np.maximum(peak[i] - upper, 0).mean() / scale),
+                                  "spare": float(np.maximum(upper - peak[i], 0).mean() / scale)}
+        rows.append(row)
+    log(f"tail {scenario}/{workload}: {len(rows)} series")
+    return rows
+
+
+def part_tail(seed: int, workers: int) -> dict[str, Any]:
+    """:func:`cell_tail` over every scenario and half; per level and scope, learned / auto as the
+    mean of per-series ratios with a 95% interval (pinball, shortfall, spare)."""
+    jobs = [(s, w, seed) for s in SCENARIOS for w in WORKLOADS]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        rows = [r for part in pool.map(cell_tail, *zip(*jobs, strict=True)) for r in part]
+    out: dict[str, Any] = {"test_days": list(TEST), "seed": seed, "levels": list(TAIL_LEVELS), "rows": rows}
+    scopes = {"all": rows, **{s: [r for r in rows if r["scenario"] == s] for s in SCENARIOS},
+              "bursty": [r for r in rows if r["workload"] == "servegen-bursty"]}
+    for name, part in scopes.items():
+        out[name] = {}
+        for q in map(str, TAIL_LEVELS):
+            out[name][q] = {}
+            for m in ("pinball", "shortfall", "spare"):
+                kept = [r for r in part if r["peak:auto"][q][m] > 0]
+                out[name][q][m] = (paired_ratio([r["peak:learned"][q][m] for r in kept],
+                                                [r["peak:auto"][q][m] for r in kept]) if kept else None)
+            out[name][q]["coverage_median"] = {f: float(np.median([r[f][q]["coverage"] for r in part]))
+                                               for f in ("peak:learned", "peak:auto")}
+    return out
+
+
 def summary(all_rows: list[dict[str, Any]]) -> dict[str, Any]:
     # a series without demand on the test days scores 0 for both: no ratio to take
     rows = [r for r in all_rows if r["peak:auto"]["pinball_0.9"] > 0]
@@ -176,21 +232,85 @@ def loop_run(config: FleetConfig, rule: str, seed: int, days: list[int]) -> dict
             "time_limited_solves": t["time_limited_solves"]}
 
 
-def part_loop(cell: str, rules: list[str], seeds: int, workers: int) -> dict[str, Any]:
+def matched_slo(runs: list[dict[str, Any]], rules: list[str]) -> dict[str, Any]:
+    """``peak:learned``'s rule frontier (node $ against SLO attainment, piecewise-linear between its
+    rules' points) read at each of ``peak:auto``'s rule points, seed by seed: node $ of learned at
+    auto's SLO / auto's node $, paired over the seeds whose auto SLO lies inside learned's line
+    (outside it the line is clamped, which flatters one side; those seeds are counted, not used)."""
+    from atoll.training.frontier import Point, frontier_cost_at
+
+    seeds = sorted({x["seed"] for x in runs})
+    out: dict[str, Any] = {}
+    for r in rules:
+        num, den, outside = [], [], 0
+        for k in seeds:
+            line = [Point(x["rule"], x["cost_usd"], x["slo_attainment"]) for x in runs
+                    if x["seed"] == k and x["forecaster"] == "peak:learned"]
+            auto = next(x for x in runs
+                        if x["seed"] == k and x["forecaster"] == "peak:auto" and x["rule"] == r)
+            reading = frontier_cost_at(line, auto["slo_attainment"])
+            if reading.position != "inside":
+                outside += 1
+                continue
+            num.append(reading.cost_usd)
+            den.append(auto["cost_usd"])
+        out[r] = {**(paired_ratio(num, den) if num else {"seeds": 0}), "seeds_outside": outside}
+    return out
+
+
+def part_loop(cell: str, rules: list[str], seeds: int, workers: int, run_dir: Path | None) -> dict[str, Any]:
+    from concurrent.futures import as_completed
+
+    from atoll.envs.fleet_env import FleetEnv
+    from atoll.solvers.allocation.direct import SOLVER_VERSION
+    from atoll.training.run_folder import RunFolder
+
     scenario, market, world, *half = cell.split("/")
     workload = f"servegen-{half[0]}" if half else "servegen"
     days = list(range(TEST[0], TEST[1] + 1))
+    # a replica per phase, as the room's and the risk contest's cells were measured, so the rules'
+    # rows here are theirs (pd auto is the default since)
     configs = {f: FleetConfig(scenario=scenario, availability=market, workload=workload, forecaster=f,
-                              days=(TEST[0], TEST[1]), action_levels=(0.9,), **WORLDS[world])
+                              days=(TEST[0], TEST[1]), action_levels=(0.9,), pd="disaggregated",
+                              **WORLDS[world])
                for f in ("peak:auto", "peak:learned")}
-    for c in configs.values():  # the demand and forecast caches, once, before the workers read them
-        from atoll.envs.fleet_env import FleetEnv
+    # each finished run is a file of the cell's run folder (in git): a stopped benchmark resumes,
+    # and a folder made by another solver version or other settings is refused
+    folder = None
+    if run_dir is not None:
+        params = {"cell": cell, "test_days": str(days), "solver_version": str(SOLVER_VERSION),
+                  "pd": "disaggregated", "weights": shipped_digest()}
+        folder = RunFolder.open(run_dir / cell.replace("/", "-"), params, cell,
+                                command="benchmarks/demand_model.py --parts loop").path / "runs"
+        folder.mkdir(parents=True, exist_ok=True)
 
+    def run_file(f: str, r: str, k: int) -> Path | None:
+        return None if folder is None else folder / f"{f.replace(':', '_')}--{r.replace(':', '_')}--{k}.json"
+
+    runs: list[dict[str, Any]] = []
+    jobs = []
+    for r in rules:
+        for f in configs:
+            for k in range(seeds):
+                done = run_file(f, r, k)
+                if done is not None and done.exists():
+                    runs.append(json.loads(done.read_text()))
+                else:
+                    jobs.append((configs[f], r, k, days))
+    log(f"loop {cell}: {len(runs)} runs read from {folder}, {len(jobs)} to run")
+    for c in configs.values():  # the demand and forecast caches, once, before the workers read them
         FleetEnv(c)
     t0 = time.perf_counter()
-    jobs = [(configs[f], r, k, days) for r in rules for f in configs for k in range(seeds)]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        runs = list(pool.map(loop_run, *zip(*jobs, strict=True)))
+        futures = [pool.submit(loop_run, *job) for job in jobs]
+        for i, fut in enumerate(as_completed(futures)):
+            run = fut.result()
+            runs.append(run)
+            out = run_file(run["forecaster"], run["rule"], run["seed"])
+            if out is not None:
+                atomic_write_text(out, json.dumps(run, indent=1) + "\n")
+            log(f"loop {cell}: {i + 1}/{len(jobs)} {run['forecaster']} {run['rule']} seed {run['seed']}: "
+                f"${run['effective_usd']:,.0f} ({time.perf_counter() - t0:.0f} s)")
     ratios = {}
     for r in rules:
         get = {f: sorted((x for x in runs if x["rule"] == r and x["forecaster"] == f),
@@ -198,8 +318,10 @@ def part_loop(cell: str, rules: list[str], seeds: int, workers: int) -> dict[str
         ratios[r] = paired_ratio([x["effective_usd"] for x in get["peak:learned"]],
                                  [x["effective_usd"] for x in get["peak:auto"]])
     log(f"loop {cell}: {time.perf_counter() - t0:.0f} s")
-    return {"cell": cell, "test_days": days, "seeds": seeds, "runs": runs,
-            "effective_cost_ratio_learned_over_auto": ratios, "seconds": round(time.perf_counter() - t0, 1)}
+    return {"cell": cell, "test_days": days, "seeds": seeds, "pd": "disaggregated", "runs": runs,
+            "effective_cost_ratio_learned_over_auto": ratios,
+            "node_cost_ratio_at_matched_slo": matched_slo(runs, rules) if len(rules) > 1 else None,
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def main() -> None:
@@ -213,6 +335,8 @@ def main() -> None:
     ap.add_argument("--loop-rules", default="fixed:1@0.9,fixed:1@0.9+h0.85,fixed:1@0.9+h0.7")
     ap.add_argument("--loop-seeds", type=int, default=8)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/demand_model.json"))
+    ap.add_argument("--run-dir", type=Path, default=Path("benchmarks/runs/demand_model"),
+                    help="each finished loop run as a file here (resumed from); '' for none")
     args = ap.parse_args()
     parts = args.parts.split(",")
     doc: dict[str, Any] = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -224,14 +348,23 @@ def main() -> None:
         if held is None:
             held, _ = fit_net(FitSettings(hold_out=args.hold_out), note=log)
         doc["accuracy"] = part_accuracy(args.seed, held, args.hold_out, args.workers)
+    if "tail" in parts:
+        doc["tail"] = part_tail(args.seed, args.workers)
+    if "frontier" in parts:  # the matched-SLO ratios again from every stored cell's runs, nothing run
+        for c in doc.get("loop", {}).values():
+            rules = list(dict.fromkeys(x["rule"] for x in c["runs"]))
+            c["node_cost_ratio_at_matched_slo"] = matched_slo(c["runs"], rules) if len(rules) > 1 else None
     if "loop" in parts:
         doc.setdefault("loop", {})[args.loop_cell] = part_loop(args.loop_cell, args.loop_rules.split(","),
-                                                               args.loop_seeds, args.workers)
+                                                               args.loop_seeds, args.workers,
+                                                               args.run_dir if str(args.run_dir) else None)
     doc["load_at_end"] = list(os.getloadavg())
     doc["settings"] = {k: str(v) for k, v in vars(args).items()}
     text = json.dumps(doc, indent=1, default=float)
     atomic_write_text(args.out, text + "\n")
     shown = {k: v for k, v in doc.items() if k != "accuracy"}
+    if "tail" in doc:
+        shown["tail"] = {k: v for k, v in doc["tail"].items() if k != "rows"}
     if "accuracy" in doc:  # the per-series rows stay in the file
         shown["accuracy"] = {k: v for k, v in doc["accuracy"].items() if k != "rows"}
     print(json.dumps(shown, indent=1, default=float))
