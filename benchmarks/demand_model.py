@@ -18,7 +18,16 @@ Parts (``--parts``, comma-separated; default all):
 - ``loop``: in the simulator, for a cell (``--loop-cell`` scenario/market/world/half) and
   ``--loop-seeds`` paired seeds on the test days, each rule of ``--loop-rules`` with both
   forecasters: effective cost (node $ + $2 per million tokens lost), node cost and SLO attainment,
-  and the paired ratio learned / auto per rule with a 95% interval.
+  and the paired ratio learned / auto per rule with a 95% interval; with several rules, the
+  frontier at matched SLO (learned's rule line read at each auto rule's SLO, seed by seed). Each
+  finished run is a file under ``--run-dir`` (resumed from; refused if another solver version,
+  other weights or other settings made it).
+- ``choose``: each forecaster's own rule, chosen on validation days 8-10 (``--validation-seeds``)
+  among ``--choose-grid`` (planning levels x headroom), then both chosen rules with both
+  forecasters on the test days (``--loop-seeds``): learned at its rule over auto at its rule.
+- ``tail``: per series, pinball, coverage, shortfall and spare (shares of the mean peak) at the
+  levels 0.9, 0.95 and 0.99, on the test days and on the validation days.
+- ``frontier``: the matched-SLO ratios again from every stored ``loop`` cell's runs (nothing run).
 
     .venv/bin/python benchmarks/demand_model.py --parts train,accuracy --ship \
         --out benchmarks/results/demand_model.json
@@ -51,7 +60,7 @@ from atoll.solvers.files import atomic_write_text  # noqa: E402
 from atoll.solvers.scenarios import SCENARIOS as SPECS  # noqa: E402
 from atoll.training.lever_oracle import paired_ratio  # noqa: E402
 
-H, LEVEL, TEST = 3, 0.9, (11, 14)
+H, LEVEL, TEST, VALIDATION = 3, 0.9, (11, 14), (8, 10)
 
 
 def log(text: str) -> None:
@@ -62,8 +71,8 @@ def target(rates: np.ndarray, g: np.ndarray) -> np.ndarray:
     return np.stack([rates[..., g + k] for k in range(H)]).max(axis=0)
 
 
-def test_origins(steps: int) -> np.ndarray:
-    g = np.arange((TEST[0] - 1) * DAY, TEST[1] * DAY)
+def test_origins(steps: int, days: tuple[int, int] = TEST) -> np.ndarray:
+    g = np.arange((days[0] - 1) * DAY, days[1] * DAY)
     return g[g + H <= steps]
 
 
@@ -133,7 +142,7 @@ def held_out_accuracy(net: Any, source: str, seed: int) -> list[dict[str, Any]]:
 TAIL_LEVELS = (0.9, 0.95, 0.99)
 
 
-def cell_tail(scenario: str, workload: str, seed: int) -> list[dict[str, Any]]:
+def cell_tail(scenario: str, workload: str, seed: int, days: tuple[int, int] = TEST) -> list[dict[str, Any]]:
     """Per series on the test days, each forecaster's look-ahead-peak quantile at every level of
     ``TAIL_LEVELS`` (the env's causal pass, conformal layer included): pinball, coverage, and
     the shortfall and spare as shares of the mean peak. The effective cost prices a lost token
@@ -143,7 +152,7 @@ def cell_tail(scenario: str, workload: str, seed: int) -> list[dict[str, Any]]:
     books = {f: build_book(spec.models, series, forecaster=f, horizon=H, quantile=LEVEL,
                            levels=TAIL_LEVELS, use_cache=True) for f in ("peak:auto", "peak:learned")}
     rates = books["peak:auto"].rates
-    g = test_origins(rates.shape[1])
+    g = test_origins(rates.shape[1], days)
     peak = target(rates, g)
     rows: list[dict[str, Any]] = []
     for i, s in enumerate(series):
@@ -164,13 +173,13 @@ def cell_tail(scenario: str, workload: str, seed: int) -> list[dict[str, Any]]:
     return rows
 
 
-def part_tail(seed: int, workers: int) -> dict[str, Any]:
+def part_tail(seed: int, workers: int, days: tuple[int, int] = TEST) -> dict[str, Any]:
     """:func:`cell_tail` over every scenario and half; per level and scope, learned / auto as the
     mean of per-series ratios with a 95% interval (pinball, shortfall, spare)."""
-    jobs = [(s, w, seed) for s in SCENARIOS for w in WORKLOADS]
+    jobs = [(s, w, seed, days) for s in SCENARIOS for w in WORKLOADS]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         rows = [r for part in pool.map(cell_tail, *zip(*jobs, strict=True)) for r in part]
-    out: dict[str, Any] = {"test_days": list(TEST), "seed": seed, "levels": list(TAIL_LEVELS), "rows": rows}
+    out: dict[str, Any] = {"days": list(days), "seed": seed, "levels": list(TAIL_LEVELS), "rows": rows}
     scopes = {"all": rows, **{s: [r for r in rows if r["scenario"] == s] for s in SCENARIOS},
               "bursty": [r for r in rows if r["workload"] == "servegen-bursty"]}
     for name, part in scopes.items():
@@ -258,70 +267,140 @@ def matched_slo(runs: list[dict[str, Any]], rules: list[str]) -> dict[str, Any]:
     return out
 
 
-def part_loop(cell: str, rules: list[str], seeds: int, workers: int, run_dir: Path | None) -> dict[str, Any]:
-    from concurrent.futures import as_completed
+def cell_configs(cell: str, levels: tuple[float, ...], days: tuple[int, int]) -> dict[str, FleetConfig]:
+    """Both forecasters' configs of a cell (scenario/market/world[/half]). A replica per phase, as
+    the room's and the risk contest's cells were measured, so the rules' rows are theirs (pd auto
+    is the default since)."""
+    scenario, market, world, *half = cell.split("/")
+    workload = f"servegen-{half[0]}" if half else "servegen"
+    return {f: FleetConfig(scenario=scenario, availability=market, workload=workload, forecaster=f, days=days,
+                           action_levels=levels, pd="disaggregated", **WORLDS[world])
+            for f in ("peak:auto", "peak:learned")}
 
-    from atoll.envs.fleet_env import FleetEnv
+
+def open_folder(run_dir: Path | None, name: str, params: dict[str, str], command: str) -> Path | None:
+    """The runs/ folder of a cell's run folder (in git): a stopped benchmark resumes from it, and
+    a folder made by another solver version, other weights or other settings is refused."""
     from atoll.solvers.allocation.direct import SOLVER_VERSION
     from atoll.training.run_folder import RunFolder
 
-    scenario, market, world, *half = cell.split("/")
-    workload = f"servegen-{half[0]}" if half else "servegen"
-    days = list(range(TEST[0], TEST[1] + 1))
-    # a replica per phase, as the room's and the risk contest's cells were measured, so the rules'
-    # rows here are theirs (pd auto is the default since)
-    configs = {f: FleetConfig(scenario=scenario, availability=market, workload=workload, forecaster=f,
-                              days=(TEST[0], TEST[1]), action_levels=(0.9,), pd="disaggregated",
-                              **WORLDS[world])
-               for f in ("peak:auto", "peak:learned")}
-    # each finished run is a file of the cell's run folder (in git): a stopped benchmark resumes,
-    # and a folder made by another solver version or other settings is refused
-    folder = None
-    if run_dir is not None:
-        params = {"cell": cell, "test_days": str(days), "solver_version": str(SOLVER_VERSION),
-                  "pd": "disaggregated", "weights": shipped_digest()}
-        folder = RunFolder.open(run_dir / cell.replace("/", "-"), params, cell,
-                                command="benchmarks/demand_model.py --parts loop").path / "runs"
-        folder.mkdir(parents=True, exist_ok=True)
+    if run_dir is None:
+        return None
+    params = {**params, "solver_version": str(SOLVER_VERSION), "pd": "disaggregated",
+              "weights": shipped_digest()}
+    folder = RunFolder.open(run_dir / name, params, name, command=command).path / "runs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
-    def run_file(f: str, r: str, k: int) -> Path | None:
-        return None if folder is None else folder / f"{f.replace(':', '_')}--{r.replace(':', '_')}--{k}.json"
+
+def run_jobs(folder: Path | None, jobs: list[tuple[str, FleetConfig, str, int, list[int]]], workers: int,
+             label: str) -> list[dict[str, Any]]:
+    """Each job (file prefix, config, rule, seed, days) read from ``folder`` if it ran before, else
+    run (on ``workers`` processes) and written there as it finishes."""
+    from concurrent.futures import as_completed
+
+    from atoll.envs.fleet_env import FleetEnv
+
+    def run_file(prefix: str, f: str, r: str, k: int) -> Path | None:
+        name = f"{prefix}{f.replace(':', '_')}--{r.replace(':', '_')}--{k}.json"
+        return None if folder is None else folder / name
 
     runs: list[dict[str, Any]] = []
-    jobs = []
-    for r in rules:
-        for f in configs:
-            for k in range(seeds):
-                done = run_file(f, r, k)
-                if done is not None and done.exists():
-                    runs.append(json.loads(done.read_text()))
-                else:
-                    jobs.append((configs[f], r, k, days))
-    log(f"loop {cell}: {len(runs)} runs read from {folder}, {len(jobs)} to run")
-    for c in configs.values():  # the demand and forecast caches, once, before the workers read them
+    todo = []
+    for prefix, config, r, k, days in jobs:
+        done = run_file(prefix, config.forecaster, r, k)
+        if done is not None and done.exists():
+            runs.append(json.loads(done.read_text()))
+        else:
+            todo.append((prefix, config, r, k, days))
+    log(f"{label}: {len(runs)} runs read from {folder}, {len(todo)} to run")
+    for c in {job[1] for job in todo}:  # the demand and forecast caches, once, before the workers read them
         FleetEnv(c)
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(loop_run, *job) for job in jobs]
+        futures = {pool.submit(loop_run, c, r, k, days): prefix for prefix, c, r, k, days in todo}
         for i, fut in enumerate(as_completed(futures)):
             run = fut.result()
             runs.append(run)
-            out = run_file(run["forecaster"], run["rule"], run["seed"])
+            out = run_file(futures[fut], run["forecaster"], run["rule"], run["seed"])
             if out is not None:
                 atomic_write_text(out, json.dumps(run, indent=1) + "\n")
-            log(f"loop {cell}: {i + 1}/{len(jobs)} {run['forecaster']} {run['rule']} seed {run['seed']}: "
+            log(f"{label}: {i + 1}/{len(todo)} {run['forecaster']} {run['rule']} seed {run['seed']}: "
                 f"${run['effective_usd']:,.0f} ({time.perf_counter() - t0:.0f} s)")
-    ratios = {}
+    return runs
+
+
+def costs_of(runs: list[dict[str, Any]], forecaster: str, rule: str) -> list[float]:
+    """Effective $ of one forecaster's rule, in seed order."""
+    return [x["effective_usd"] for x in sorted(runs, key=lambda x: x["seed"])
+            if x["forecaster"] == forecaster and x["rule"] == rule]
+
+
+def learned_over_auto(runs: list[dict[str, Any]], rules: list[str]) -> dict[str, Any]:
+    """Per rule, learned / auto effective cost paired by seed."""
+    out = {}
     for r in rules:
-        get = {f: sorted((x for x in runs if x["rule"] == r and x["forecaster"] == f),
-                         key=lambda x: x["seed"]) for f in configs}
-        ratios[r] = paired_ratio([x["effective_usd"] for x in get["peak:learned"]],
-                                 [x["effective_usd"] for x in get["peak:auto"]])
+        out[r] = paired_ratio(costs_of(runs, "peak:learned", r), costs_of(runs, "peak:auto", r))
+    return out
+
+
+def part_loop(cell: str, rules: list[str], seeds: int, workers: int, run_dir: Path | None) -> dict[str, Any]:
+    days = list(range(TEST[0], TEST[1] + 1))
+    configs = cell_configs(cell, (0.9,), TEST)
+    folder = open_folder(run_dir, cell.replace("/", "-"), {"cell": cell, "test_days": str(days)},
+                         "benchmarks/demand_model.py --parts loop")
+    t0 = time.perf_counter()
+    jobs = [("", configs[f], r, k, days) for r in rules for f in configs for k in range(seeds)]
+    runs = run_jobs(folder, jobs, workers, f"loop {cell}")
     log(f"loop {cell}: {time.perf_counter() - t0:.0f} s")
     return {"cell": cell, "test_days": days, "seeds": seeds, "pd": "disaggregated", "runs": runs,
-            "effective_cost_ratio_learned_over_auto": ratios,
+            "effective_cost_ratio_learned_over_auto": learned_over_auto(runs, rules),
             "node_cost_ratio_at_matched_slo": matched_slo(runs, rules) if len(rules) > 1 else None,
             "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def level_of(rule: str) -> float:
+    from atoll.envs.vocabulary import parse_policy
+
+    level = parse_policy(rule).level
+    if level is None:
+        raise SystemExit(f"demand_model: rule {rule!r} names no planning level (write it as fixed:1@0.9...)")
+    return float(level)
+
+
+def part_choose(cell: str, grid: list[str], seeds: int, validation_seeds: int, workers: int,
+                run_dir: Path | None) -> dict[str, Any]:
+    """Each forecaster's own rule, chosen on validation days 8-10 (``validation_seeds`` seeds, least
+    mean effective cost over ``grid``: planning levels and headrooms), then both chosen rules with
+    both forecasters on the test days, ``seeds`` paired seeds. Learned with its rule against auto
+    with its rule is the issue's comparison: each forecaster at the rule that suits it."""
+    vdays, tdays = list(range(VALIDATION[0], VALIDATION[1] + 1)), list(range(TEST[0], TEST[1] + 1))
+    levels = tuple(sorted({level_of(r) for r in grid}))
+    configs = cell_configs(cell, levels, (VALIDATION[0], TEST[1]))
+    folder = open_folder(run_dir, cell.replace("/", "-") + "-choose",
+                         {"cell": cell, "grid": ";".join(grid), "validation_days": str(vdays),
+                          "validation_seeds": str(validation_seeds), "test_days": str(tdays)},
+                         "benchmarks/demand_model.py --parts choose")
+    t0 = time.perf_counter()
+    vruns = run_jobs(folder, [("validation--", configs[f], r, k, vdays) for r in grid for f in configs
+                              for k in range(validation_seeds)], workers, f"choose {cell} validation")
+    mean = {(f, r): float(np.mean(costs_of(vruns, f, r))) for f in configs for r in grid}
+    chosen = {f: min((mean[(f, r)], i, r) for i, r in enumerate(grid))[2] for f in configs}
+    log(f"choose {cell}: chosen on days {vdays}: {chosen}")
+    rules = list(dict.fromkeys(chosen.values()))
+    jobs = [("", configs[f], r, k, tdays) for r in rules for f in configs for k in range(seeds)]
+    truns = run_jobs(folder, jobs, workers, f"choose {cell} test")
+    means = {f"{f} {r}": {m: float(np.mean([x[m] for x in truns if x["forecaster"] == f and x["rule"] == r]))
+                          for m in ("effective_usd", "cost_usd", "slo_attainment")}
+             for f in configs for r in rules}
+    return {"cell": cell, "grid": grid, "validation_days": vdays, "validation_seeds": validation_seeds,
+            "validation_effective_usd": {f"{f} {r}": v for (f, r), v in mean.items()}, "chosen": chosen,
+            "test_days": tdays, "seeds": seeds, "test_means": means,
+            "learned_own_rule_over_auto_own_rule": paired_ratio(
+                costs_of(truns, "peak:learned", chosen["peak:learned"]),
+                costs_of(truns, "peak:auto", chosen["peak:auto"])),
+            "effective_cost_ratio_learned_over_auto": learned_over_auto(truns, rules),
+            "validation_runs": vruns, "runs": truns, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def main() -> None:
@@ -334,6 +413,9 @@ def main() -> None:
     ap.add_argument("--loop-cell", default="core/spot/charged/bursty")
     ap.add_argument("--loop-rules", default="fixed:1@0.9,fixed:1@0.9+h0.85,fixed:1@0.9+h0.7")
     ap.add_argument("--loop-seeds", type=int, default=8)
+    ap.add_argument("--choose-grid", default="fixed:1@0.9,fixed:1@0.95,fixed:1@0.99,fixed:1@0.9+h0.85,"
+                    "fixed:1@0.95+h0.85,fixed:1@0.99+h0.85", help="the rules each forecaster chooses among")
+    ap.add_argument("--validation-seeds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/demand_model.json"))
     ap.add_argument("--run-dir", type=Path, default=Path("benchmarks/runs/demand_model"),
                     help="each finished loop run as a file here (resumed from); '' for none")
@@ -348,12 +430,17 @@ def main() -> None:
         if held is None:
             held, _ = fit_net(FitSettings(hold_out=args.hold_out), note=log)
         doc["accuracy"] = part_accuracy(args.seed, held, args.hold_out, args.workers)
-    if "tail" in parts:
+    if "tail" in parts:  # the test days' figures, and the validation days' (where a level is chosen)
         doc["tail"] = part_tail(args.seed, args.workers)
+        doc["tail_validation"] = part_tail(args.seed, args.workers, VALIDATION)
     if "frontier" in parts:  # the matched-SLO ratios again from every stored cell's runs, nothing run
         for c in doc.get("loop", {}).values():
             rules = list(dict.fromkeys(x["rule"] for x in c["runs"]))
             c["node_cost_ratio_at_matched_slo"] = matched_slo(c["runs"], rules) if len(rules) > 1 else None
+    if "choose" in parts:
+        doc.setdefault("choose", {})[args.loop_cell] = part_choose(
+            args.loop_cell, args.choose_grid.split(","), args.loop_seeds, args.validation_seeds, args.workers,
+            args.run_dir if str(args.run_dir) else None)
     if "loop" in parts:
         doc.setdefault("loop", {})[args.loop_cell] = part_loop(args.loop_cell, args.loop_rules.split(","),
                                                                args.loop_seeds, args.workers,
@@ -363,8 +450,9 @@ def main() -> None:
     text = json.dumps(doc, indent=1, default=float)
     atomic_write_text(args.out, text + "\n")
     shown = {k: v for k, v in doc.items() if k != "accuracy"}
-    if "tail" in doc:
-        shown["tail"] = {k: v for k, v in doc["tail"].items() if k != "rows"}
+    for k in ("tail", "tail_validation"):
+        if k in doc:
+            shown[k] = {kk: v for kk, v in doc[k].items() if kk != "rows"}
     if "accuracy" in doc:  # the per-series rows stay in the file
         shown["accuracy"] = {k: v for k, v in doc["accuracy"].items() if k != "rows"}
     print(json.dumps(shown, indent=1, default=float))
