@@ -3,7 +3,9 @@
 Each policy of a cell is a point at its mean node cost ($, test days) and mean SLO attainment over
 the cell's paired seeds, with 95% t intervals on both (across seeds): the uniform presets joined
 as the rule frontier, the per-model rule, the lever oracle run as a policy (1-h and 4-h blocks),
-the time-of-day rule and the demand oracles. Effective cost is node $ plus lost tokens, so a point
+the time-of-day rule and the demand oracles; where they ran on the cell, the rule switched by
+preemptions and the learned preset chooser (their test runs in ``benchmarks/runs/switched/`` and
+``benchmarks/runs/bandit/``, on the room's seeds). Effective cost is node $ plus lost tokens, so a point
 below and to the right of the frontier is better on both. Reads the stored per-seed rows; runs
 nothing. Prints one JSON document (the points) and writes the PNG.
 
@@ -33,7 +35,11 @@ MARKERS = {"per_model_rule": ("per-model rule", "s", "tab:blue"),
            "lever_oracle/48": ("lever oracle, 4 h (run)", "^", "tab:red"),
            "time_of_day": ("time-of-day rule", "D", "tab:purple"),
            "oracle-rate": ("oracle-rate", "o", "tab:green"),
-           "oracle-quantile": ("oracle-quantile", "P", "tab:green")}
+           "oracle-quantile": ("oracle-quantile", "P", "tab:green"),
+           "switched": ("switched rule", "X", "tab:brown"),
+           "bandit": ("learned preset chooser", "*", "tab:orange")}
+# the policies benchmarks/switched.py and benchmarks/bandit.py ran on a cell: their run folders
+RUN_FOLDERS = {"switched": ROOT / "benchmarks/runs/switched", "bandit": ROOT / "benchmarks/runs/bandit"}
 
 
 def _mean_ci(values: list[float]) -> tuple[float, float]:
@@ -44,12 +50,26 @@ def _mean_ci(values: list[float]) -> tuple[float, float]:
     return float(a.mean()), float(stats.t.ppf(0.975, len(a) - 1) * a.std(ddof=1) / math.sqrt(len(a)))
 
 
-def points(cell: dict[str, Any]) -> dict[str, dict[str, float]]:
+def learned_rows(key: str, seeds: int) -> dict[str, list[dict[str, float]]]:
+    """The switched rule's and the chooser's test rows on the room's ``seeds`` seeds, where both
+    ran on every one of them (their run folders' ``test.json``)."""
+    out = {}
+    for name, root in RUN_FOLDERS.items():
+        path = root / key.replace("/", "-") / "test.json"
+        if path.is_file():
+            runs = json.loads(path.read_text()).get("runs", {})
+            if all(str(k) in runs for k in range(seeds)):
+                out[name] = [runs[str(k)] for k in range(seeds)]
+    return out
+
+
+def points(cell: dict[str, Any], key: str = "") -> dict[str, dict[str, float]]:
     """Per policy: mean node $, its 95% half-width, mean SLO attainment and its half-width."""
     seeds = cell["per_seed"]
     out: dict[str, dict[str, float]] = {}
-    for name in seeds[0]:
-        rows = [s[name] for s in seeds if name in s]
+    extra = learned_rows(key, len(seeds)) if key else {}
+    for name in [*seeds[0], *extra]:
+        rows = extra[name] if name in extra else [s[name] for s in seeds if name in s]
         cost, dc = _mean_ci([r["cost_usd"] for r in rows])
         slo, ds = _mean_ci([r["slo_attainment"] for r in rows])
         out[name] = {"cost_usd": round(cost, 2), "cost_ci": round(dc, 2), "slo": round(slo, 4),
@@ -101,7 +121,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="accepted: the document is printed either way")
     args = ap.parse_args()
     cells = json.loads(args.results.read_text())
-    doc = {key: points(cell) for key, cell in cells.items() if cell.get("per_seed")}
+    doc = {key: points(cell, key) for key, cell in cells.items() if cell.get("per_seed")}
     path = draw(doc, cells, args.out)
     emit({"benchmark": "room_chart", "figure": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT)
           else str(path), "cells": doc}, None)
