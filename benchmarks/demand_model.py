@@ -143,8 +143,9 @@ TAIL_LEVELS = (0.9, 0.95, 0.99)
 
 
 def cell_tail(scenario: str, workload: str, seed: int, days: tuple[int, int] = TEST) -> list[dict[str, Any]]:
-    """Per series on the test days, each forecaster's look-ahead-peak quantile at every level of
-    ``TAIL_LEVELS`` (the env's causal pass, conformal layer included): pinball, coverage, and
+    """Per series on ``days`` (the test days by default), each forecaster's look-ahead-peak
+    quantile at every level of ``TAIL_LEVELS`` (the env's causal pass, conformal layer included):
+    pinball, coverage, and
     the shortfall and spare as shares of the mean peak. The effective cost prices a lost token
     far above a spare one's share of a node, so the tail is where a forecast earns its keep."""
     spec = SPECS[scenario]
