@@ -242,13 +242,16 @@ def loop_run(config: FleetConfig, rule: str, seed: int, days: list[int]) -> dict
             "time_limited_solves": t["time_limited_solves"]}
 
 
-def matched_slo(runs: list[dict[str, Any]], rules: list[str]) -> dict[str, Any]:
+def matched_slo(runs: list[dict[str, Any]], rules: list[str]) -> dict[str, Any] | None:
     """``peak:learned``'s rule frontier (node $ against SLO attainment, piecewise-linear between its
     rules' points) read at each of ``peak:auto``'s rule points, seed by seed: node $ of learned at
     auto's SLO / auto's node $, paired over the seeds whose auto SLO lies inside learned's line
-    (outside it the line is clamped, which flatters one side; those seeds are counted, not used)."""
+    (outside it the line is clamped, which flatters one side; those seeds are counted, not used).
+    None for one rule: a line needs two points."""
     from atoll.training.frontier import Point, frontier_cost_at
 
+    if len(rules) < 2:
+        return None
     seeds = sorted({x["seed"] for x in runs})
     out: dict[str, Any] = {}
     for r in rules:
@@ -331,18 +334,17 @@ def run_jobs(folder: Path | None, jobs: list[tuple[str, FleetConfig, str, int, l
     return runs
 
 
-def costs_of(runs: list[dict[str, Any]], forecaster: str, rule: str) -> list[float]:
-    """Effective $ of one forecaster's rule, in seed order."""
-    return [x["effective_usd"] for x in sorted(runs, key=lambda x: x["seed"])
+def values_of(runs: list[dict[str, Any]], forecaster: str, rule: str,
+              key: str = "effective_usd") -> list[float]:
+    """``key`` (effective $ by default) of one forecaster's rule, in seed order."""
+    return [x[key] for x in sorted(runs, key=lambda x: x["seed"])
             if x["forecaster"] == forecaster and x["rule"] == rule]
 
 
 def learned_over_auto(runs: list[dict[str, Any]], rules: list[str]) -> dict[str, Any]:
     """Per rule, learned / auto effective cost paired by seed."""
-    out = {}
-    for r in rules:
-        out[r] = paired_ratio(costs_of(runs, "peak:learned", r), costs_of(runs, "peak:auto", r))
-    return out
+    return {r: paired_ratio(values_of(runs, "peak:learned", r), values_of(runs, "peak:auto", r))
+            for r in rules}
 
 
 def part_loop(cell: str, rules: list[str], seeds: int, workers: int, run_dir: Path | None) -> dict[str, Any]:
@@ -356,7 +358,7 @@ def part_loop(cell: str, rules: list[str], seeds: int, workers: int, run_dir: Pa
     log(f"loop {cell}: {time.perf_counter() - t0:.0f} s")
     return {"cell": cell, "test_days": days, "seeds": seeds, "pd": "disaggregated", "runs": runs,
             "effective_cost_ratio_learned_over_auto": learned_over_auto(runs, rules),
-            "node_cost_ratio_at_matched_slo": matched_slo(runs, rules) if len(rules) > 1 else None,
+            "node_cost_ratio_at_matched_slo": matched_slo(runs, rules),
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -385,21 +387,21 @@ def part_choose(cell: str, grid: list[str], seeds: int, validation_seeds: int, w
     t0 = time.perf_counter()
     vruns = run_jobs(folder, [("validation--", configs[f], r, k, vdays) for r in grid for f in configs
                               for k in range(validation_seeds)], workers, f"choose {cell} validation")
-    mean = {(f, r): float(np.mean(costs_of(vruns, f, r))) for f in configs for r in grid}
+    mean = {(f, r): float(np.mean(values_of(vruns, f, r))) for f in configs for r in grid}
     chosen = {f: min((mean[(f, r)], i, r) for i, r in enumerate(grid))[2] for f in configs}
     log(f"choose {cell}: chosen on days {vdays}: {chosen}")
     rules = list(dict.fromkeys(chosen.values()))
     jobs = [("", configs[f], r, k, tdays) for r in rules for f in configs for k in range(seeds)]
     truns = run_jobs(folder, jobs, workers, f"choose {cell} test")
-    means = {f"{f} {r}": {m: float(np.mean([x[m] for x in truns if x["forecaster"] == f and x["rule"] == r]))
+    means = {f"{f} {r}": {m: float(np.mean(values_of(truns, f, r, m)))
                           for m in ("effective_usd", "cost_usd", "slo_attainment")}
              for f in configs for r in rules}
     return {"cell": cell, "grid": grid, "validation_days": vdays, "validation_seeds": validation_seeds,
             "validation_effective_usd": {f"{f} {r}": v for (f, r), v in mean.items()}, "chosen": chosen,
             "test_days": tdays, "seeds": seeds, "test_means": means,
             "learned_own_rule_over_auto_own_rule": paired_ratio(
-                costs_of(truns, "peak:learned", chosen["peak:learned"]),
-                costs_of(truns, "peak:auto", chosen["peak:auto"])),
+                values_of(truns, "peak:learned", chosen["peak:learned"]),
+                values_of(truns, "peak:auto", chosen["peak:auto"])),
             "effective_cost_ratio_learned_over_auto": learned_over_auto(truns, rules),
             "validation_runs": vruns, "runs": truns, "seconds": round(time.perf_counter() - t0, 1)}
 
@@ -437,7 +439,7 @@ def main() -> None:
     if "frontier" in parts:  # the matched-SLO ratios again from every stored cell's runs, nothing run
         for c in doc.get("loop", {}).values():
             rules = list(dict.fromkeys(x["rule"] for x in c["runs"]))
-            c["node_cost_ratio_at_matched_slo"] = matched_slo(c["runs"], rules) if len(rules) > 1 else None
+            c["node_cost_ratio_at_matched_slo"] = matched_slo(c["runs"], rules)
     if "choose" in parts:
         doc.setdefault("choose", {})[args.loop_cell] = part_choose(
             args.loop_cell, args.choose_grid.split(","), args.loop_seeds, args.validation_seeds, args.workers,

@@ -51,8 +51,8 @@ def _mean_ci(values: list[float]) -> tuple[float, float]:
 
 
 def learned_rows(key: str, seeds: int) -> dict[str, list[dict[str, float]]]:
-    """The switched rule's and the chooser's test rows on the room's ``seeds`` seeds, where both
-    ran on every one of them (their run folders' ``test.json``)."""
+    """The switched rule's and the chooser's test rows on the room's ``seeds`` seeds, each where it
+    ran on every one of them (its run folder's ``test.json``)."""
     out = {}
     for name, root in RUN_FOLDERS.items():
         path = root / key.replace("/", "-") / "test.json"
