@@ -353,7 +353,8 @@ def part_loop(cell: str, rules: list[str], seeds: int, workers: int, run_dir: Pa
     folder = open_folder(run_dir, cell.replace("/", "-"), {"cell": cell, "test_days": str(days)},
                          "benchmarks/demand_model.py --parts loop")
     t0 = time.perf_counter()
-    jobs = [("", configs[f], r, k, days) for r in rules for f in configs for k in range(seeds)]
+    # seed by seed, both forecasters together: a stopped run leaves whole pairs
+    jobs = [("", configs[f], r, k, days) for r in rules for k in range(seeds) for f in configs]
     runs = run_jobs(folder, jobs, workers, f"loop {cell}")
     log(f"loop {cell}: {time.perf_counter() - t0:.0f} s")
     return {"cell": cell, "test_days": days, "seeds": seeds, "pd": "disaggregated", "runs": runs,

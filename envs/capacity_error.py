@@ -35,7 +35,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -44,7 +44,7 @@ import numpy as np
 
 from atoll.solvers.errors import InputError
 from atoll.solvers.paths import perf_factors_path
-from atoll.solvers.problem import gpu_type_of
+from atoll.solvers.problem import TemplateIndex, gpu_type_of
 from atoll.solvers.types import Template, gpus_of
 
 KINDS: tuple[str, ...] = ("exact", "calibration", "sigma", "stress", "scale", "file")
@@ -57,6 +57,31 @@ def family_of(template: Template) -> str:
     errs together (same kernels on the same cards with the same parallel layout)."""
     types, tps = _layout(tuple(c for c, _ in template.nodes))
     return f"{template.service.name}/{types}/pp{len(template.stages)}-tp{tps}"
+
+
+def families_of(templates: Sequence[Template], index: TemplateIndex) -> list[str]:
+    """:func:`family_of` of every template of ``index`` (over ``templates``), in order: named once
+    per distinct (service, GPU types, GPUs per node, stages) from the index's node entries, not
+    once per template (fleet20: 278,511 templates, 0.4 s per env a pass). A family reads the
+    template's node configs; a sliced library's entries are the nodes its slices are bought as,
+    so it is named template by template."""
+    rcs = index.rcs
+    types = sorted({gpu_type_of(c) for _, c in rcs})
+    tps = sorted({gpus_of(c) for _, c in rcs})
+    stages = np.fromiter((len(t.stages) for t in templates), dtype=np.int64, count=len(templates))
+    top = int(stages.max(initial=0)) + 1
+    # one integer per (service, GPU types, GPUs per node, stages): it must fit in 63 bits
+    if index.sliced_rcs or not len(templates) or \
+            len(index.services) * 2 ** len(types) * 2 ** len(tps) * top >= 2 ** 63:
+        return [family_of(t) for t in templates]
+    type_bit = np.asarray([1 << types.index(gpu_type_of(c)) for _, c in rcs], dtype=np.int64)
+    tp_bit = np.asarray([1 << tps.index(gpus_of(c)) for _, c in rcs], dtype=np.int64)
+    starts = index.ptr[:-1]
+    key = index.service * 2 ** len(types) + np.bitwise_or.reduceat(type_bit[index.rc], starts)
+    key = key * 2 ** len(tps) + np.bitwise_or.reduceat(tp_bit[index.rc], starts)
+    _, first, inverse = np.unique(key * top + stages, return_index=True, return_inverse=True)
+    names = [family_of(templates[i]) for i in first.tolist()]
+    return [names[j] for j in inverse.tolist()]
 
 
 @lru_cache(maxsize=16384)

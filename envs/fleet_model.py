@@ -24,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from atoll.envs import billing
-from atoll.envs.capacity_error import family_of
+from atoll.envs.capacity_error import families_of, family_of
 from atoll.envs.config import MARKET_KINDS, FleetConfig
 from atoll.envs.fleet import FleetState, StartupTimes, draw_startup
 from atoll.envs.planner import PlanOutcome, Replanner
@@ -145,7 +145,10 @@ class FleetModel:
             shape = np.array([[s.input_tokens, s.output_tokens] for s in model_shapes(spec, models)])
         library = (config.templates if config.templates is not None
                    else scenario_library(spec, config.runtime))
-        templates = tuple(t for t in library if t.service.model in models)
+        kept = frozenset(models)
+        templates = tuple(t for t in library if t.service.model in kept)
+        if len(templates) == len(library):  # the library itself: its stored index serves the problems
+            templates = tuple(library)
         prices = scenario_prices(spec, spot=config.price_kind == "spot")
         if spec.markets and config.availability in MARKET_KINDS:  # a fleet file's market per pool
             templates, prices = market_tiers(templates, fleet_markets(spec, config.availability),
@@ -198,7 +201,7 @@ class FleetModel:
         of ``base.templates``."""
         if len(self._family_ids) == len(self.base.templates):
             return
-        families = [family_of(t) for t in self.base.templates]
+        families = families_of(self.base.templates, self.base.index)
         self._family.update(zip(self.base.index.keys, families, strict=True))
         self._family_names = {f: i for i, f in enumerate(sorted(set(families)))}
         self._family_ids = np.asarray([self._family_names[f] for f in families], dtype=np.int64)

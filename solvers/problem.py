@@ -183,6 +183,48 @@ def _scan_templates(templates: tuple[Template, ...]) -> _Scan:
     return s
 
 
+# Bump when TemplateIndex.state's fields change: a stored state of another version is not read.
+INDEX_STATE_VERSION = 1
+
+
+def _state_of(templates: tuple[Template, ...], scan: _Scan) -> dict[str, Any]:
+    """What :class:`TemplateIndex` keeps of one pass over ``templates``, without the templates:
+    plain lists, dicts and arrays, stored beside a library's binary file so a process that loads
+    the library skips the pass (2-3 s of a fleet20 day's set-up)."""
+    return {
+        "version": INDEX_STATE_VERSION, "n": len(templates), "keys": scan.keys,
+        "service_id": scan.service_id, "rc_id": scan.rc_id, "models": list(scan.models),
+        "n_kinds": max(len(scan.kind_id), 1), "n_configs": max(len(scan.config_id), 1),
+        "svc": np.asarray(scan.svc, dtype=np.int64), "kind": np.asarray(scan.kind, dtype=np.int64),
+        "multi": np.asarray(scan.multi, dtype=bool),
+        "config_kind": np.asarray(scan.config_kind, dtype=np.int64),
+        "multi_config": np.asarray([len(t.nodes) > 1 for t in templates], dtype=bool),
+        "throughput": np.asarray([t.throughput for t in templates], dtype=np.float64),
+        "cover1": np.asarray(scan.cover1, dtype=np.int64), "cover2": np.asarray(scan.cover2, dtype=np.int64),
+        "throughput2": np.asarray(scan.throughput2, dtype=np.float64),
+        "ptr": np.asarray(scan.ptr, dtype=np.int64), "rc": np.asarray(scan.rc, dtype=np.int64),
+        "k": np.asarray(scan.k, dtype=np.float64),
+        "sliced_rcs": frozenset((t.region, node_config_of(c)) for t in templates if t.has_slices
+                                for c, _ in t.nodes if node_config_of(c) != c),
+    }
+
+
+def _by_service(templates: tuple[Template, ...], svc: np.ndarray, services: list[str]
+                ) -> dict[str, tuple[Template, ...]]:
+    """Service name -> its templates in library order, services in order of their first template
+    (the order one pass over the library makes)."""
+    if not len(svc):
+        return {}
+    order = np.argsort(svc, kind="stable")
+    ids, first = np.unique(svc, return_index=True)
+    bounds = np.cumsum(np.bincount(svc, minlength=len(services)))
+    groups = {}
+    for j in ids[np.argsort(first)].tolist():
+        lo = int(bounds[j - 1]) if j else 0
+        groups[services[j]] = _pick(templates, order[lo:int(bounds[j])].tolist())
+    return groups
+
+
 class TemplateIndex:
     """Array view of a template tuple, shared by every problem over that same tuple.
 
@@ -190,14 +232,29 @@ class TemplateIndex:
     template library pays seconds per problem for them, and the benchmark and the controller
     build many problems over one library (``with_changes``). Entries: the (region, config) use
     of template i is ``rc[ptr[i]:ptr[i+1]]`` with node counts ``k[ptr[i]:ptr[i+1]]``.
+
+    ``state``: what :meth:`state` gave for this same tuple (a library's stored index, read with
+    its templates): the index is made from it without a pass over the templates. It is trusted as
+    the templates are (a checksummed file this package wrote); only its version and length are
+    checked.
     """
 
-    def __init__(self, templates: tuple[Template, ...]) -> None:
+    def __init__(self, templates: tuple[Template, ...], state: Mapping[str, Any] | None = None) -> None:
         self.templates = templates
-        scan = _scan_templates(templates)
-        self._set_lookups(scan)
-        self._set_rows(scan)
-        self._set_entries(scan)
+        if state is None:
+            state = _state_of(templates, _scan_templates(templates))
+        elif state.get("version") != INDEX_STATE_VERSION or state.get("n") != len(templates):
+            raise ValueError(f"TemplateIndex: a stored state of version {state.get('version')!r} for "
+                             f"{state.get('n')!r} templates, expected version {INDEX_STATE_VERSION} for "
+                             f"{len(templates)}")
+        else:
+            # an unpickled array's dtype is an equal copy, not numpy's own instance, and some
+            # kernels then take a generic path (np.maximum.at: 10-20x slower on fleet20's rows)
+            state = {k: v.view(v.dtype.type) if isinstance(v, np.ndarray) else v for k, v in state.items()}
+        self._state = state
+        self._set_lookups(state)
+        self._set_rows(state)
+        self._set_entries(state)
         # set on a rescaled index: the index it was scaled from, and its factors
         self._rescaled_from: TemplateIndex | None = None
         self._scale = np.ones(len(templates))
@@ -206,53 +263,56 @@ class TemplateIndex:
         # not keep every earlier index alive)
         self.near: tuple[weakref.ReferenceType[TemplateIndex], np.ndarray] | None = None
 
-    def _set_lookups(self, scan: _Scan) -> None:
+    def state(self) -> dict[str, Any]:
+        """This index without its templates (see the class docstring): stored with a library."""
+        return dict(self._state)
+
+    def _set_lookups(self, state: Mapping[str, Any]) -> None:
         """Keys, services, models and pools by name and by id: the look-ups a problem answers
         without formatting a key."""
-        self.rc_id: dict[RegionConfig, int] = scan.rc_id
-        self.keys = tuple(scan.keys)
-        self.by_key: Mapping[str, Template] = MappingProxyType(scan.by_key)
-        self.position = {key: i for i, key in enumerate(scan.keys)}
-        self.by_service = MappingProxyType({s: tuple(ts) for s, ts in scan.by_service.items()})
-        self.services = list(scan.service_id)  # service id -> name
-        self.models = list(scan.models)
+        self.rc_id: dict[RegionConfig, int] = state["rc_id"]
+        self.keys = tuple(state["keys"])
+        self.by_key: Mapping[str, Template] = MappingProxyType(dict(zip(self.keys, self.templates,
+                                                                         strict=True)))
+        self.position = {key: i for i, key in enumerate(self.keys)}
+        self.services = list(state["service_id"])  # service id -> name
+        self.by_service = MappingProxyType(_by_service(self.templates, state["svc"], self.services))
+        self.models = list(state["models"])
         self.rcs = list(self.rc_id)  # rc id -> (region, config)
 
-    def _set_rows(self, scan: _Scan) -> None:
+    def _set_rows(self, state: Mapping[str, Any]) -> None:
         """Per template: its service, GPU kind and node config ids, and the demand rows it serves."""
-        templates = self.templates
-        self.service = np.asarray(scan.svc, dtype=np.int64)
-        self.kind = np.asarray(scan.kind, dtype=np.int64)
-        self.n_kinds = max(len(scan.kind_id), 1)
-        self.multi_type = np.asarray(scan.multi, dtype=bool)
+        self.service = state["svc"]
+        self.kind = state["kind"]
+        self.n_kinds = state["n_kinds"]
+        self.multi_type = state["multi"]
         # the same for node configs (the one-config-per-model rule of the Homo rungs)
-        self.config_kind = np.asarray(scan.config_kind, dtype=np.int64)
-        self.n_configs = max(len(scan.config_id), 1)
-        self.multi_config = np.asarray([len(t.nodes) > 1 for t in templates], dtype=bool)
-        self.throughput = np.asarray([t.throughput for t in templates], dtype=np.float64)
+        self.config_kind = state["config_kind"]
+        self.n_configs = state["n_configs"]
+        self.multi_config = state["multi_config"]
+        self.throughput = state["throughput"]
         # the demand rows each template serves (Template.covers): its own service's, or a
         # co-located template's prefill row (cover1, throughput) and decode row (cover2,
         # throughput2); cover2 is -1 and throughput2 0 for one-phase templates
-        self.cover1 = np.asarray(scan.cover1, dtype=np.int64)
-        self.cover2 = np.asarray(scan.cover2, dtype=np.int64)
-        self.throughput2 = np.asarray(scan.throughput2, dtype=np.float64)
+        self.cover1 = state["cover1"]
+        self.cover2 = state["cover2"]
+        self.throughput2 = state["throughput2"]
         self.colocated = self.cover2 >= 0
         self.any_colocated = bool(self.colocated.any())
 
-    def _set_entries(self, scan: _Scan) -> None:
+    def _set_entries(self, state: Mapping[str, Any]) -> None:
         """The (region, config) entries of every template (``ptr``, ``rc``, ``k``) and the pools
         bought as sliced nodes."""
-        templates = self.templates
-        self.ptr = np.asarray(scan.ptr, dtype=np.int64)
-        self.rc = np.asarray(scan.rc, dtype=np.int64)
-        self.rc_list, self.k_list = scan.rc, scan.k  # for per-template Python loops (numpy items are slow)
-        self.k = np.asarray(scan.k, dtype=np.float64)
-        self.entry_template = np.repeat(np.arange(len(templates)), np.diff(self.ptr))
+        self.ptr = state["ptr"]
+        self.rc = state["rc"]
+        self.k = state["k"]
+        # for per-template Python loops (numpy items are slow)
+        self.rc_list, self.k_list = self.rc.tolist(), self.k.tolist()
+        self.entry_template = np.repeat(np.arange(len(self.templates)), np.diff(self.ptr))
         # (region, config) pairs some template uses a slice of: the ILP buys their nodes as
         # integer variables and packs the slices (:mod:`atoll.solvers.packing`); none in
         # whole-node libraries
-        self.sliced_rcs = frozenset((t.region, node_config_of(c)) for t in templates if t.has_slices
-                                    for c, _ in t.nodes if node_config_of(c) != c)
+        self.sliced_rcs = state["sliced_rcs"]
         self.sliced = np.asarray([rc in self.sliced_rcs for rc in self.rcs], dtype=bool)
 
     def costs_at(self, price: np.ndarray) -> np.ndarray:
@@ -367,6 +427,19 @@ def template_index(templates: tuple[Template, ...]) -> TemplateIndex:
     else:
         with paused_gc():  # 1e5 templates' lists and dicts: no cycles to collect meanwhile
             index = TemplateIndex(templates)
+    _remember(index)
+    return index
+
+
+def adopt_index(templates: tuple[Template, ...], state: Mapping[str, Any]) -> TemplateIndex | None:
+    """Make the index of ``templates`` from its stored ``state`` (a library's binary file) and keep
+    it for the problems over that tuple; None, and nothing kept, when the state is of another
+    version or length (the index is then built by a pass when a problem first needs it)."""
+    try:
+        with paused_gc():
+            index = TemplateIndex(templates, state)
+    except (ValueError, KeyError):
+        return None
     _remember(index)
     return index
 

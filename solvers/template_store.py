@@ -12,10 +12,12 @@ file first and are renamed into place, so a crash never leaves a half-written en
 
 Beside the per-job entries, a whole library is kept once more as one binary file
 (:class:`LibraryStore`, ``<library key>.lib``): the templates as Python objects with their keys
-already computed, so a warm load is one read instead of a JSON parse and object build per template
-(3-4 s for the 92,133 templates of ``extended``, ~0.5 s this way). It is a pickle under the same
-header and checksum: it is read only from the user's own cache folder, and one that fails its
-header, checksum or layout check is rebuilt from the per-job entries.
+already computed, and their index's arrays (:class:`atoll.solvers.problem.TemplateIndex`), so a
+warm load is one read instead of a JSON parse and object build per template (3-4 s for the 92,133
+templates of ``extended``, ~0.5 s this way) and a problem over the library needs no pass over it.
+It is a pickle under the same header and checksum: it is read only from the user's own cache
+folder, and one that fails its header, checksum or layout check is rebuilt from the per-job
+entries.
 """
 
 from __future__ import annotations
@@ -225,8 +227,10 @@ class LibraryStore:
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.lib"
 
-    def load(self, key: str) -> tuple[Template, ...] | None:
-        """The templates stored under ``key``; None if absent or untrustworthy (logged)."""
+    def load(self, key: str) -> tuple[tuple[Template, ...], dict[str, Any] | None] | None:
+        """(the templates stored under ``key``, the index state stored with them or None); None if
+        absent or untrustworthy (logged). A file written before index states were stored holds
+        the templates alone."""
         path = self.path(key)
         if not path.exists():
             return None
@@ -241,19 +245,23 @@ class LibraryStore:
             if header.get("checksum") != hashlib.sha256(body).hexdigest():
                 raise CacheCorrupt("checksum mismatch")
             with paused_gc():
-                templates = pickle.loads(body)
+                stored = pickle.loads(body)
         except (OSError, ValueError, CacheCorrupt, pickle.UnpicklingError, EOFError, AttributeError) as exc:
             log.warning("template library cache %s: %s; rebuilding it from the job entries", path, exc)
             return None
+        templates, state = (stored.get("templates"), stored.get("index")) if isinstance(stored, dict) \
+            else (stored, None)
         if not isinstance(templates, tuple) or not all(isinstance(t, Template) for t in templates):
             log.warning("template library cache %s: not a tuple of templates; rebuilding it", path)
             return None
-        return templates
+        return templates, state if isinstance(state, dict) else None
 
-    def save(self, key: str, templates: tuple[Template, ...]) -> Path:
+    def save(self, key: str, templates: tuple[Template, ...], index: dict[str, Any] | None = None) -> Path:
+        """Store ``templates`` under ``key``, with ``index``: their index state
+        (:meth:`atoll.solvers.problem.TemplateIndex.state`), so a load need not scan them."""
         for t in templates:  # stored with what every consumer computes first
             _ = t.key, t.node_use, t.has_slices, t.service.name
-        body = pickle.dumps(templates, protocol=pickle.HIGHEST_PROTOCOL)
+        body = pickle.dumps({"templates": templates, "index": index}, protocol=pickle.HIGHEST_PROTOCOL)
         header = {"format": LIBRARY_FORMAT, "code_version": CODE_VERSION, "key": key, "layout": _layout(),
                   "checksum": hashlib.sha256(body).hexdigest()}
         return _write_entry(self.path(key), header, body)

@@ -37,6 +37,7 @@ from atoll.solvers.catalog import DEFAULT_GPU_TYPES, DEFAULT_REGIONS, Catalog, l
 from atoll.solvers.models import DEFAULT_MODELS, get_model
 from atoll.solvers.perf import PerfFactors, RequestShape, load_factors, max_layers_that_fit
 from atoll.solvers.placement import best_placement, profile_table, solve, to_stages
+from atoll.solvers.problem import adopt_index, template_index
 from atoll.solvers.ray_tasks import completed
 from atoll.solvers.registry import UnknownNameError
 from atoll.solvers.runtime import (
@@ -606,7 +607,12 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
     if whole is not None:
         loaded = whole.load(library_key)
         if loaded is not None:
-            return TemplateLibrary(spec, loaded, time.perf_counter() - t0, True, library_key)
+            templates, state = loaded
+            # the problems over this library find its index made; a file stored before indexes
+            # were is rewritten with its index once
+            if state is None or adopt_index(templates, state) is None:
+                whole.save(library_key, templates, template_index(templates).state())
+            return TemplateLibrary(spec, templates, time.perf_counter() - t0, True, library_key)
     results: dict[str, JobResult] = {}
     if store is not None:
         with paused_gc():
@@ -643,5 +649,5 @@ def build_library(spec: LibrarySpec, *, cache_dir: Path | None = None, workers: 
                     progress(weight[job.key], total)
     templates = tuple(t for key in keys for t in results[key].templates)
     if whole is not None:
-        whole.save(library_key, templates)
+        whole.save(library_key, templates, template_index(templates).state())
     return TemplateLibrary(spec, templates, time.perf_counter() - t0, not todo, library_key)

@@ -318,6 +318,8 @@ _BY_RC: weakref.WeakKeyDictionary[TemplateIndex, list[tuple[np.ndarray, np.ndarr
     weakref.WeakKeyDictionary()
 _RANKED: weakref.WeakKeyDictionary[TemplateIndex, dict[tuple[object, ...], np.ndarray]] = \
     weakref.WeakKeyDictionary()
+_RUNS: weakref.WeakKeyDictionary[TemplateIndex, dict[tuple[object, ...], tuple[np.ndarray, np.ndarray]]] = \
+    weakref.WeakKeyDictionary()
 
 
 def _entries_by_rc(ix: TemplateIndex) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -355,37 +357,65 @@ def _ranking(p: AllocationProblem, prices: tuple[float, ...], risky: tuple[str, 
         ix = p.index
         near = ix.near[0]() if ix.near is not None else None
         earlier = _RANKED.get(near, {}).get((prices, risky)) if near is not None else None
+        groups = _groups(p)
         if earlier is not None and ix.near is not None:
-            got = _reranked(earlier, ix.near[1], ix, p.costs, _groups(p))
+            runs = _runs(ix, (prices, risky, p.per_model_rule), earlier, p.costs, groups)
+            got = _reranked(earlier, ix.near[1], ix, runs)
         else:
             pos = np.arange(len(ix.keys))
-            got = np.lexsort((pos, -ix.throughput, p.costs, _groups(p)))
+            got = np.lexsort((pos, -ix.throughput, p.costs, groups))
         if len(memo) >= 8:
             memo.pop(next(iter(memo)))
         memo[(prices, risky)] = got
     return got
 
 
-def _reranked(earlier: np.ndarray, changed: np.ndarray, ix: TemplateIndex, costs: np.ndarray,
-              groups: np.ndarray) -> np.ndarray:
+def _runs(ix: TemplateIndex, key: tuple[object, ...], ranking: np.ndarray, costs: np.ndarray,
+          groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per template, the first and past-the-last slot of its run in ``ranking``: the templates of
+    its (dominance group, cost). A capacity correction moves throughputs only, so the runs and
+    their slots are the same in every ranking of the indexes scaled from one library under one
+    price list and rule: kept per that library and ``key``, computed once."""
+    root = ix._rescaled_from or ix
+    memo = _RUNS.setdefault(root, {})
+    got = memo.get(key)
+    if got is None:
+        g, c = groups[ranking], costs[ranking]
+        n = len(ranking)
+        slot = np.arange(n)
+        new = np.ones(n, dtype=bool)
+        new[1:] = (g[1:] != g[:-1]) | (c[1:] != c[:-1])
+        first = np.maximum.accumulate(np.where(new, slot, 0))
+        heads = np.flatnonzero(new)
+        past = np.append(heads[1:], n)[np.cumsum(new) - 1]
+        start, end = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        start[ranking], end[ranking] = first, past
+        if len(memo) >= 8:
+            memo.pop(next(iter(memo)))
+        got = memo[key] = (start, end)
+    return got
+
+
+def _reranked(earlier: np.ndarray, changed: np.ndarray, ix: TemplateIndex,
+              runs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """The ranking of :func:`_ranking` from the ranking of the index ``ix`` was rescaled from
-    where only the templates ``changed`` moved their throughput: the order is by group first,
-    so only the groups holding a changed template are sorted again, each within its own span.
-    The key (group, cost, -throughput, position) is a total order, so the result is the one a
-    full sort gives."""
+    where only the templates ``changed`` moved their throughput. The order is by (group, cost)
+    first and a template's cost does not move, so only the runs of equal (group, cost) holding a
+    changed template are sorted again, each within its own slots (``runs``: :func:`_runs`). The
+    key (group, cost, -throughput, position) is a total order, so the result is the one a full
+    sort gives."""
     got = earlier.copy()
     if not len(changed):
         return got
-    ranked_groups = groups[earlier]  # non-decreasing: the ranking is by group first
-    moved = np.unique(groups[changed])
-    starts = np.searchsorted(ranked_groups, moved)
-    ends = np.searchsorted(ranked_groups, moved + 1)
-    # every moved group's span at once: its slots in order, then one sort with the group first,
-    # so each group's templates land back in its own slots (hundreds of groups a correction)
+    start, end = runs
+    starts, at = np.unique(start[changed], return_index=True)
+    ends = end[changed][at]
+    # every moved run's slots at once, then one sort with the run first, so each run's templates
+    # land back in its own slots
     lengths = ends - starts
     slots = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
     span = earlier[slots]
-    got[slots] = span[np.lexsort((span, -ix.throughput[span], costs[span], groups[span]))]
+    got[slots] = span[np.lexsort((span, -ix.throughput[span], start[span]))]
     return got
 
 

@@ -8,7 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from atoll.envs.capacity_error import FACTOR_MAX, FACTOR_MIN, CapacityError, calibration_sigmas, family_of
+from atoll.envs.capacity_error import (
+    FACTOR_MAX,
+    FACTOR_MIN,
+    CapacityError,
+    calibration_sigmas,
+    families_of,
+    family_of,
+)
 from atoll.envs.config import FleetConfig
 from atoll.solvers.errors import InputError
 from atoll.solvers.types import Phase, Service, Stage, Template
@@ -72,3 +79,18 @@ def test_family_of_a_template() -> None:
     t = Template(Service("Phi-4-14B", Phase.DECODE), "aws:us-east-2", (("1xL4", 1), ("4xL40S", 1)),
                  (Stage(10, ("1xL4",)), Stage(30, ("4xL40S",))), 100.0)
     assert family_of(t) == "Phi-4-14B/decode/L4+L40S/pp2-tp1/4"
+
+
+@pytest.mark.parametrize("slices", [False, True])
+def test_families_named_per_distinct_layout_are_each_templates_own(slices: bool) -> None:
+    """families_of names each distinct (service, GPU types, GPUs per node, stages) once from the
+    index; every template's family is still family_of's (a sliced library is named one by one)."""
+    from atoll.solvers.problem import template_index
+    from atoll.solvers.templates import LibrarySpec, build_library
+
+    spec = LibrarySpec(models=("Qwen3-32B", "Phi-4-14B"), regions=("aws:us-east-2", "gcp:us-central1"),
+                       gpu_types=("L4", "L40S", "A100-80GB"), n_max=3, pd="auto", runtime="vllm",
+                       slices=slices)
+    templates = build_library(spec, use_cache=False, workers=1, progress=False).templates
+    assert len({family_of(t) for t in templates}) > 10
+    assert families_of(templates, template_index(templates)) == [family_of(t) for t in templates]
