@@ -572,6 +572,8 @@ def learned_headline(result: ContestResult, spec: PolicySpec) -> dict[str, Any]:
         values = np.array([getattr(h, key) if key.endswith("_ratio") else t[key]
                            for h, t in zip(per_seed, mine, strict=True)], dtype=float)
         figures[key] = {"mean": float(values.mean()), "std": float(values.std())}
+        if key.endswith("_ratio"):  # paired per seed: the 95% interval a contest is read by
+            figures[key]["interval95"] = _interval(values)
     figures["frontier_position"] = [h.frontier_position for h in per_seed]
     figures["frontier_between"] = [list(h.frontier_between) for h in per_seed]
     figures["best_rule"] = result.best_rule
@@ -580,10 +582,20 @@ def learned_headline(result: ContestResult, spec: PolicySpec) -> dict[str, Any]:
         pm = _ratios(result, spec, result.per_model_frontier, result.per_model_best)
         for key in ("frontier_cost_ratio", "effective_cost_ratio"):
             values = np.array([getattr(h, key) for h in pm], dtype=float)
-            figures[f"per_model_{key}"] = {"mean": float(values.mean()), "std": float(values.std())}
+            figures[f"per_model_{key}"] = {"mean": float(values.mean()), "std": float(values.std()),
+                                           "interval95": _interval(values)}
         figures["per_model_frontier_position"] = [h.frontier_position for h in pm]
         figures["per_model_best"] = result.per_model_best
     return figures
+
+
+def _interval(ratios: np.ndarray) -> dict[str, Any]:
+    """The 95% t interval of per-seed ratios (:func:`atoll.training.lever_oracle.mean_interval`):
+    low, high, seeds and whether it holds 1 (a tie)."""
+    from atoll.training.lever_oracle import mean_interval
+
+    got = mean_interval(ratios)
+    return {k: got[k] for k in ("low", "high", "seeds", "tie", "per_seed")}
 
 
 def frontier_note(figures: dict[str, Any]) -> str:

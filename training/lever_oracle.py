@@ -227,17 +227,27 @@ def paired_ratio(numerator: Sequence[float], denominator: Sequence[float], confi
                  ) -> dict[str, Any]:
     """Per-seed ratios ``numerator / denominator`` (the same seeds, in order): their mean, std and
     a ``confidence`` t interval of the mean (None with one seed); ``tie`` when it holds 1."""
-    # scipy.stats takes ~0.5 s to import: every `atoll simulate` reads policies through a module
-    # that imports this one, and only a report needs an interval
-    from scipy import stats
-
     a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
     if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
         raise InputError(f"paired_ratio: numerator and denominator must be paired per seed, got "
                          f"{len(a)} and {len(b)} values")
     if np.any(b <= 0):
         raise InputError("paired_ratio: the denominator's costs must be > 0")
-    r = a / b
+    return mean_interval(a / b, confidence)
+
+
+def mean_interval(ratios: Sequence[float] | np.ndarray, confidence: float = 0.95) -> dict[str, Any]:
+    """Ratios already paired per seed (a policy's over a rule's on the same seed): their mean, std
+    (ddof 1) and a ``confidence`` t interval of the mean (None with one seed); ``tie`` when it
+    holds 1."""
+    # scipy.stats takes ~0.5 s to import: every `atoll simulate` reads policies through a module
+    # that imports this one, and only a report needs an interval
+    from scipy import stats
+
+    r = np.asarray(ratios, dtype=float)
+    if r.ndim != 1 or len(r) == 0 or not np.isfinite(r).all():
+        raise InputError(f"mean_interval: ratios must be a non-empty list of finite numbers, got "
+                         f"{r.tolist()}")
     mean, n = float(r.mean()), len(r)
     if n == 1:
         return {"mean": mean, "std": 0.0, "low": None, "high": None, "seeds": 1, "per_seed": r.tolist(),

@@ -141,6 +141,10 @@ def test_contest_run_logs_headline_params_dataset_nested_runs_and_artifacts(tmp_
     for key in ("frontier_cost_ratio", "effective_cost_ratio", "usd_per_mtok", "slo_attainment",
                 "reoptimizations", "solver_seconds"):
         assert np.isfinite(head[key]["mean"]) and head[key]["std"] == 0.0
+    # the ratios carry their paired interval (none with one seed)
+    interval = head["effective_cost_ratio"]["interval95"]
+    assert interval["seeds"] == 1 and interval["low"] is None
+    assert interval["per_seed"] == [pytest.approx(head["effective_cost_ratio"]["mean"])]
     assert head["frontier_position"][0] in ("inside", "above", "below")
     client = MlflowClient()
     parent = client.get_run(out["parent_run_id"])

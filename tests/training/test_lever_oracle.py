@@ -21,6 +21,7 @@ from atoll.training.lever_oracle import (
     ScheduledRule,
     clock_schedule,
     compose,
+    mean_interval,
     paired_ratio,
     preset_of,
     step_costs,
@@ -113,6 +114,9 @@ def test_paired_ratios_carry_a_t_interval() -> None:
     assert paired_ratio([1.0], [2.0])["low"] is None
     with pytest.raises(InputError, match="paired per seed"):
         paired_ratio([1.0, 2.0], [1.0])
+    assert mean_interval([0.9, 1.0, 1.1, 1.0]) == r  # ratios already paired: the same interval
+    with pytest.raises(InputError, match="finite numbers"):
+        mean_interval([1.0, float("nan")])
 
 
 def test_the_clock_schedule_sums_the_days_hour_by_hour() -> None:
