@@ -162,15 +162,23 @@ def main() -> None:
                         help="run nothing: copy every cell of these earlier documents of this script, with "
                              "their settings and the file's name, into --into (SUFFIX is appended to the "
                              "file's cell keys, to keep two attempts at one cell apart)")
+    parser.add_argument("--withdraw", nargs="+", default=None, metavar="KEY=REASON",
+                        help="run nothing: move these cells of --into under its 'withdrawn' key with the "
+                             "reason (a cell whose policy is lost cannot be re-evaluated on more seeds; its "
+                             "figures stay as measured, apart from the cells that carry an interval)")
     parser.add_argument("--grid-only", action="store_true",
                         help="run (or read) each cell's validation grid into the cache and stop there: "
                              "a later run of the same cell reads it")
     args = parser.parse_args()
-    if args.merge is not None:
+    if args.merge is not None or args.withdraw is not None:
         if args.into is None:
-            raise SystemExit("--merge copies cells into the document --into names; add --into FILE")
-        merged = merge_documents(args.into, args.merge)
-        print(json.dumps({"into": str(args.into), "merged": merged}, indent=2))
+            raise SystemExit("--merge and --withdraw change the document --into names; add --into FILE")
+        done: dict[str, object] = {"into": str(args.into)}
+        if args.merge is not None:
+            done["merged"] = merge_documents(args.into, args.merge)
+        if args.withdraw is not None:
+            done["withdrawn"] = withdraw_cells(args.into, args.withdraw)
+        print(json.dumps(done, indent=2))
         return
     reward = RewardWeights(unserved_usd_per_mtok=args.unserved_usd_per_mtok, reopt_usd=args.reopt_usd)
     settings = ContestSettings(
@@ -209,6 +217,31 @@ def merge_cell(path: Path, key: str, cell: dict[str, object]) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2, default=str))
     tmp.replace(path)
+
+
+def withdraw_cells(into: Path, specs: list[str]) -> dict[str, str]:
+    """Move each cell ``KEY`` of ``into`` under its ``withdrawn`` key, with ``REASON`` as
+    ``withdrawn_because`` (what is left at the top level are the cells that can be checked).
+    Returns key -> reason; a key that is not a cell there is refused by name."""
+    doc = json.loads(into.read_text()) if into.exists() else {}
+    if not isinstance(doc, dict):
+        raise SystemExit(f"--into {into}: expected a JSON object of cells, got {type(doc).__name__}")
+    out: dict[str, str] = {}
+    gone = doc.setdefault("withdrawn", {})
+    for spec in specs:
+        key, sep, reason = spec.partition("=")
+        if not sep or not reason.strip():
+            raise SystemExit(f"--withdraw {spec!r}: give KEY=REASON (why the cell is withdrawn)")
+        cell = doc.get(key)
+        if key == "withdrawn" or not isinstance(cell, dict) or "headline" not in cell:
+            cells = sorted(k for k, v in doc.items() if isinstance(v, dict) and "headline" in v)
+            raise SystemExit(f"--withdraw: {key!r} is not a cell of {into} (cells: {', '.join(cells)})")
+        gone[key] = {**doc.pop(key), "withdrawn_because": reason.strip()}
+        out[key] = reason.strip()
+    tmp = into.with_suffix(into.suffix + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str))
+    tmp.replace(into)
+    return out
 
 
 def merge_documents(into: Path, specs: list[str]) -> dict[str, str]:
