@@ -45,6 +45,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import numpy as np  # noqa: E402
 
+from atoll.control.cli.common import parse_days  # noqa: E402
 from atoll.envs import WORLDS  # noqa: E402
 from atoll.envs.config import FleetConfig  # noqa: E402
 from atoll.envs.demand import workload_series  # noqa: E402
@@ -62,11 +63,6 @@ def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _days(text: str) -> tuple[int, int]:
-    a, _, b = text.partition("-")
-    return int(a), int(b or a)
-
-
 def cell_config(key: str) -> FleetConfig:
     """The room cell's world (a replica per phase, as the room measured it)."""
     scenario, availability, world, *half = key.split("/")
@@ -75,9 +71,8 @@ def cell_config(key: str) -> FleetConfig:
                        action_levels=(0.9,), **WORLDS[world])
 
 
-def daily_demand(config: FleetConfig, days: range) -> dict[int, float]:
-    """The fleet's mean demand (requests/s, summed over models) on each day: the trace's own rate."""
-    models = FleetEnv(config).models
+def daily_demand(config: FleetConfig, models: tuple[str, ...], days: range) -> dict[int, float]:
+    """The fleet's mean demand (requests/s, summed over ``models``) on each day: the trace's own rate."""
     series = workload_series(config.workload, models, config.scenario_spec.req_per_s, config.step_s,
                              resample="hold")
     total = np.sum([s.requests_per_s for s in series], axis=0)
@@ -85,15 +80,15 @@ def daily_demand(config: FleetConfig, days: range) -> dict[int, float]:
     return {d: float(total[(d - 1) * steps:d * steps].mean()) for d in days}
 
 
-def window_choice(config: FleetConfig, window: tuple[int, int], risks: tuple[str, ...], seeds: int,
-                  test_days: tuple[int, int]) -> dict[str, Any]:
+def window_choice(config: FleetConfig, n_models: int, window: tuple[int, int], risks: tuple[str, ...],
+                  seeds: int, test_days: tuple[int, int]) -> dict[str, Any]:
     """The uniform preset the window's days choose (least effective cost), with each preset's
     validation totals."""
     st = ContestSettings(validation_days=window, test_days=test_days, seeds=seeds, validation_seeds=seeds,
                          levels=(0.9,), intervals=(1,), bands=(), workers=1, risks=risks,
                          per_model_targets=0, hindsight=False)
     validation, grid_s, _ = cached_validation_grid(config, st, note=lambda t: log(f"  {t}"))
-    _, best, _ = validation_choices(validation, len(FleetEnv(config).models), st, st.lost_price(config))
+    _, best, _ = validation_choices(validation, n_models, st, st.lost_price(config))
     means = {rule: {k: float(np.mean([r[k] for r in rows])) for k in ("cost_usd", "slo_attainment")}
              for rule, rows in validation.items()}
     return {"choice": best, "grid_seconds": round(grid_s, 1), "presets": means}
@@ -122,9 +117,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/validation_windows.json"))
     args = ap.parse_args()
     room = json.loads(args.room.read_text())
-    windows = [_days(w) for w in args.windows.split(",")]
+    windows = [parse_days(w) for w in args.windows.split(",")]
     risks = tuple(r.strip() for r in args.risks.split(";") if r.strip())
-    test = _days(args.test_days)
+    test = parse_days(args.test_days)
     doc: dict[str, Any] = {"settings": vars(args) | {"room": str(args.room), "out": str(args.out)},
                            "solver_version": SOLVER_VERSION, "loadavg_start": list(os.getloadavg()),
                            "cells": {}}
@@ -136,7 +131,8 @@ def main() -> None:
         cell = room[key]
         config = cell_config(key)
         presets = cell["presets"]
-        load = daily_demand(config, range(min(w[0] for w in windows), test[1] + 1))
+        models = FleetEnv(config).models
+        load = daily_demand(config, models, range(min(w[0] for w in windows), test[1] + 1))
         test_load = float(np.mean([load[d] for d in range(test[0], test[1] + 1)]))
         out: dict[str, Any] = {"room_solver": cell.get("settings", {}).get("solver_version"),
                                "demand_req_per_s_by_day": {str(d): round(v, 3) for d, v in load.items()},
@@ -144,7 +140,7 @@ def main() -> None:
         for w in windows:
             label = f"{w[0]}-{w[1]}"
             log(f"{key}: window {label}")
-            got = window_choice(config, w, risks, args.validation_seeds, test)
+            got = window_choice(config, len(models), w, risks, args.validation_seeds, test)
             wl = float(np.mean([load[d] for d in range(w[0], w[1] + 1)]))
             got["demand_over_test_days"] = round(wl / test_load, 4)
             out["windows"][label] = got

@@ -209,22 +209,6 @@ def _state_of(templates: tuple[Template, ...], scan: _Scan) -> dict[str, Any]:
     }
 
 
-def _by_service(templates: tuple[Template, ...], svc: np.ndarray, services: list[str]
-                ) -> dict[str, tuple[Template, ...]]:
-    """Service name -> its templates in library order, services in order of their first template
-    (the order one pass over the library makes)."""
-    if not len(svc):
-        return {}
-    order = np.argsort(svc, kind="stable")
-    ids, first = np.unique(svc, return_index=True)
-    bounds = np.cumsum(np.bincount(svc, minlength=len(services)))
-    groups = {}
-    for j in ids[np.argsort(first)].tolist():
-        lo = int(bounds[j - 1]) if j else 0
-        groups[services[j]] = _pick(templates, order[lo:int(bounds[j])].tolist())
-    return groups
-
-
 class TemplateIndex:
     """Array view of a template tuple, shared by every problem over that same tuple.
 
@@ -252,8 +236,8 @@ class TemplateIndex:
             # kernels then take a generic path (np.maximum.at: 10-20x slower on fleet20's rows)
             state = {k: v.view(v.dtype.type) if isinstance(v, np.ndarray) else v for k, v in state.items()}
         self._state = state
-        self._set_lookups(state)
         self._set_rows(state)
+        self._set_lookups(state)
         self._set_entries(state)
         # set on a rescaled index: the index it was scaled from, and its factors
         self._rescaled_from: TemplateIndex | None = None
@@ -276,7 +260,11 @@ class TemplateIndex:
                                                                          strict=True)))
         self.position = {key: i for i, key in enumerate(self.keys)}
         self.services = list(state["service_id"])  # service id -> name
-        self.by_service = MappingProxyType(_by_service(self.templates, state["svc"], self.services))
+        # services in order of their first template, as one pass over the library meets them
+        positions = self._service_positions
+        firsts = sorted((at[0], j) for j, at in enumerate(positions) if at)
+        self.by_service = MappingProxyType({self.services[j]: _pick(self.templates, positions[j])
+                                            for _, j in firsts})
         self.models = list(state["models"])
         self.rcs = list(self.rc_id)  # rc id -> (region, config)
 
