@@ -40,7 +40,9 @@ import os
 import pickle
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,33 +90,52 @@ def preset_costs(config: FleetConfig, presets: list[str], days: list[int], seed:
     return np.stack([_run(env, spec, days, seed, lost)[0] for spec in presets])
 
 
+def _kept(parts: Path | None, name: str, run: Callable[[], tuple[np.ndarray, dict[str, float]]]
+          ) -> tuple[np.ndarray, dict[str, float]]:
+    """``run()``, or what an earlier sitting stored of it in ``parts`` (one file per run: a seed of
+    a charged extended cell is 9 runs and hours, longer than a sitting may last)."""
+    path = parts / (name.replace("/", "_").replace(":", "_").replace("@", "_").replace(",", "_") + ".json") \
+        if parts is not None else None
+    if path is not None and path.exists():
+        doc = json.loads(path.read_text())
+        return np.asarray(doc["costs"], dtype=float), doc["totals"]
+    costs, totals = run()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"name": name, "costs": np.asarray(costs).tolist(),
+                                            "totals": totals}, default=str) + "\n")
+    return costs, totals
+
+
 def seed_job(config: FleetConfig, presets: list[str], refs: dict[str, str], blocks: list[int],
              days: list[int], seed: int, lost: float, clock: np.ndarray | None = None,
-             clock_block: int = 12) -> dict[str, Any]:
+             clock_block: int = 12, parts: Path | None = None) -> dict[str, Any]:
     """Everything of one seed: the presets (with their step costs), the references, the oracles,
-    and the time-of-day rule (``clock``: its schedule for one day, chosen on validation days)."""
+    and the time-of-day rule (``clock``: its schedule for one day, chosen on validation days).
+    ``parts``: a folder keeping each finished run, so a stopped seed resumes run by run."""
     env = FleetEnv(config)
     out: dict[str, Any] = {}
     costs = []
     for spec in presets:
-        c, totals = _run(env, spec, days, seed, lost)
+        c, totals = _kept(parts, spec, partial(_run, env, spec, days, seed, lost))
         costs.append(c)
         out[spec] = totals
     for name, spec in refs.items():
-        out[name] = out[spec] if spec in out else _run(env, spec, days, seed, lost)[1]
+        out[name] = out[spec] if spec in out else \
+            _kept(parts, spec, partial(_run, env, spec, days, seed, lost))[1]
     stacked = np.stack(costs)
     options = tuple(preset_of(parse_policy(s)) for s in presets)
     for b in blocks:
         schedule, estimate = compose(stacked, b)
         oracle = ScheduledRule(options, schedule, b, tuple(days), config.episode_steps,
                                name=f"lever-oracle/{b}")
-        _, totals = _run(env, oracle, days, seed, lost)
+        _, totals = _kept(parts, f"lever_oracle/{b}", partial(_run, env, oracle, days, seed, lost))
         share = np.bincount(schedule.ravel(), minlength=len(presets)).tolist()
         out[f"lever_oracle/{b}"] = {**totals, "estimate_usd": estimate, "preset_share": share}
     if clock is not None:
         rule = ScheduledRule(options, np.tile(clock, (len(days), 1)), clock_block, tuple(days),
                              config.episode_steps, name="time-of-day")
-        out["time_of_day"] = _run(env, rule, days, seed, lost)[1]
+        out["time_of_day"] = _kept(parts, "time_of_day", partial(_run, env, rule, days, seed, lost))[1]
     return out
 
 
@@ -236,7 +257,8 @@ def cell(args: argparse.Namespace, key: str, log: Any) -> dict[str, Any]:
             if path.exists():
                 rows[k] = json.loads(path.read_text())
                 log(f"{key}: seed {k} read from {path}")
-        futures = {pool.submit(seed_job, config, presets, refs, blocks, tdays, k, lost, clock): k
+        futures = {pool.submit(seed_job, config, presets, refs, blocks, tdays, k, lost, clock,
+                               parts=folder / f"seed-{k}-runs" if folder is not None else None): k
                    for k in range(args.seeds) if not rows[k]}
         for future in as_completed(futures):
             k = futures[future]

@@ -233,6 +233,19 @@ def test_poisson_excess_exact_and_continuous_at_the_switch() -> None:
     assert np.max(np.abs(exact - normal)) / 200.0 < 0.001  # in late share
 
 
+def test_poisson_excess_matches_the_sum_over_the_pmf_across_means_and_tails() -> None:
+    """The exact branch against a direct sum of the pmf (to 40 sd past the mean) on a grid of means
+    up to the switch and points from below the mean to far in the tail."""
+    for m in (0.013, 0.7, 3.0, 19.5, 64.0, 131.0, 199.9):
+        n = np.arange(int(m + 40 * math.sqrt(m) + 60))
+        pmf = np.exp(-m + n * math.log(m) - np.array([math.lgamma(k + 1.0) for k in n]))
+        cs = np.unique(np.concatenate([np.linspace(0.0, m + 15 * math.sqrt(m) + 10, 23), [m, m + 0.5]]))
+        excess, over = poisson_excess(np.full(cs.size, m), cs)
+        for c, e, o in zip(cs, excess, over, strict=True):
+            assert e == pytest.approx(float(np.sum(np.maximum(n - c, 0) * pmf)), rel=1e-9, abs=1e-12 * m)
+            assert o == pytest.approx(float(pmf[n > c].sum()), rel=1e-9, abs=1e-15)
+
+
 def test_histograms_sum_to_the_requests_and_sampling_is_seeded() -> None:
     svc = [prefill_service(), prefill_service()]
     s = phase_signals([3000.0, 21000.0], [10000.0, 20000.0], svc, step_s=300.0, instances=[1, 2])
@@ -285,7 +298,7 @@ def test_budgets_from_the_model_slo() -> None:
 
 
 def test_poisson_excess_at_several_points_is_each_point_alone() -> None:
-    """One tail table for several c: exactly what one call per c gives, across the exact and
+    """Several c in one call: exactly what one call per c gives, across the exact and
     the normal branches and a zero mean; shapes that do not broadcast are refused."""
     from atoll.envs.latency import EXACT_POISSON_MAX, poisson_excess_at
 
