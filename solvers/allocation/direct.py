@@ -147,25 +147,26 @@ class DirectRun:
 
     def _build(self, inst: RoundInstance) -> None:
         p = inst.problem
+        ix = p.index
         k = p.startup_weight
         free = inst.free
         n = len(free)
-        added: list[int] = []  # template position i of each added column, in i order
-        x_cost = np.empty(n)
-        for i, key in enumerate(free):
-            cost = p.template_cost(key)
-            if inst.running[key] == 0:
-                x_cost[i] = cost * (1.0 + k)
-            else:
-                x_cost[i] = cost
-                if k > 0:
-                    added.append(i)
+        # the block's columns as rows of the library's index: costs, demand rows and node entries
+        # are gathered from its arrays, not from a template object per column (7,500 blocks a
+        # fleet20 day); every value and every row's term order are the per-template loop's
+        position = ix.position
+        pos = np.fromiter((position[key] for key in free), dtype=np.intp, count=n)
+        running = [inst.running[key] for key in free]
+        cost = p.costs[pos]
+        new = np.asarray(running) == 0 if n else np.zeros(0, dtype=bool)
+        x_cost = np.where(new, cost * (1.0 + k), cost)
+        added: list[int] = np.flatnonzero(~new).tolist() if k > 0 else []  # column of each added one
         n_add = len(added)
         self.n_added = n_add
         self._added = added
         self.keys = free
         bounds = np.asarray([float(inst.bound[key]) for key in free])
-        a_cost = np.asarray([p.template_cost(free[i]) * k for i in added])
+        a_cost = cost[added] * k
         self.costs = np.concatenate([a_cost, x_cost])
         self.upper = np.concatenate([bounds[added] if n_add else np.zeros(0), bounds])
         starts: list[int] = []
@@ -183,18 +184,31 @@ class DirectRun:
             upper.append(hi)
 
         for j, i in enumerate(added):  # a_t - x_t >= -r_t
-            row([(j, 1.0), (n_add + i, -1.0)], -float(inst.running[free[i]]), _INF)
+            row([(j, 1.0), (n_add + i, -1.0)], -float(running[i]), _INF)
         by_rc: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        if inst.rows and n:
+            first, count = ix.ptr[pos], ix.ptr[pos + 1] - ix.ptr[pos]
+            entry = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+            enforced = [ix.rc_id[rc] for rc in inst.rows if rc in ix.rc_id]
+            keep = np.isin(ix.rc[entry], enforced)
+            cols = np.repeat(np.arange(n), count)[keep] + n_add
+            rcs = ix.rcs
+            for r, col, use in zip(ix.rc[entry][keep].tolist(), cols.tolist(), ix.k[entry][keep].tolist(),
+                                   strict=True):
+                by_rc.setdefault(rcs[r], []).append((col, use))
         by_service: dict[str, list[tuple[int, float]]] = {}
-        regions: list[str] = []  # of each template column, for the risk rows
-        for i, key in enumerate(free):
-            t = p.template(key)
-            for c, use in t.node_use:
-                if (t.region, c) in inst.rows:
-                    by_rc.setdefault((t.region, c), []).append((n_add + i, float(use)))
-            for s, thr in t.covers:
-                by_service.setdefault(s, []).append((n_add + i, thr))
-            regions.append(t.region)
+        names = ix.services
+        own = zip(ix.cover1[pos].tolist(), ix.throughput[pos].tolist(), strict=True)
+        for col, (sid, thr) in enumerate(own):
+            by_service.setdefault(names[sid], []).append((n_add + col, thr))
+        if ix.any_colocated:
+            second = ix.cover2[pos]
+            for col in np.flatnonzero(second >= 0).tolist():
+                by_service.setdefault(names[int(second[col])], []).append(
+                    (n_add + col, float(ix.throughput2[pos[col]])))
+            for terms in by_service.values():
+                terms.sort()  # in column order, as one pass over the templates' covers gives them
+        regions = [p.template(key).region for key in free] if p.risk else []  # for the risk rows
         risk = self._risk_rows(inst, by_service, regions, n_add) if p.risk else []
         self._knapsack: _Cover | None = None
         one_row = not by_rc and not risk and len(inst.services) == 1

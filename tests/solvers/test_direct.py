@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from alloc_instances import matches_brute_force, random_problem, with_spot_tier
 
@@ -108,3 +109,56 @@ def test_risk_rows_in_arrays_equal_pulp_s(seed: int, risk: Risk) -> None:
         if status_of(pulp_run) is SolveStatus.OPTIMAL:
             assert arrays.column_objective == pytest.approx(pulp_run.column_objective, abs=1e-9)
             assert extract(inst, arrays.values()) == extract(inst, model.values())
+
+
+Terms = list[tuple[int, float]]
+
+
+def _per_template_arrays(inst: RoundInstance) -> tuple[list[float], list[float], list[Terms]]:
+    """(costs, upper, each row's terms) as one pass over the block's template objects states them:
+    the reference the array build (gathered from the library's index) must equal to the bit."""
+    p = inst.problem
+    k = p.startup_weight
+    free = inst.free
+    added = [i for i, key in enumerate(free) if inst.running[key] != 0] if k > 0 else []
+    x_cost = [p.template_cost(key) * (1.0 + k) if inst.running[key] == 0 else p.template_cost(key)
+              for key in free]
+    costs = [p.template_cost(free[i]) * k for i in added] + x_cost
+    upper = [float(inst.bound[free[i]]) for i in added] + [float(inst.bound[key]) for key in free]
+    rows: list[list[tuple[int, float]]] = [[(j, 1.0), (len(added) + i, -1.0)] for j, i in enumerate(added)]
+    by_rc: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    by_service: dict[str, list[tuple[int, float]]] = {}
+    for i, key in enumerate(free):
+        t = p.template(key)
+        for c, use in t.node_use:
+            if (t.region, c) in inst.rows:
+                by_rc.setdefault((t.region, c), []).append((len(added) + i, float(use)))
+        for s, thr in t.covers:
+            by_service.setdefault(s, []).append((len(added) + i, thr))
+    rows += [by_rc[rc] for rc in sorted(by_rc)]
+    rows += [by_service.get(s, []) for s in inst.services]
+    return costs, upper, rows
+
+
+@pytest.mark.parametrize("colocated", [False, True])
+@pytest.mark.parametrize("seed", range(12))
+def test_the_array_build_is_the_per_template_loop_to_the_bit(seed: int, colocated: bool) -> None:
+    rng = random.Random(seed)
+    problem = random_problem(800 + seed, n_models=rng.choice([1, 2, 3]), regions=("r1", "r2"),
+                             max_templates=8, avail_max=3, with_running=True, colocated=colocated)
+    if seed % 3 == 0:  # a corrected library: the index's throughputs are the scaled templates'
+        scale = [rng.choice([1.0, 0.87, 1.13]) for _ in problem.templates]
+        scaled = problem.index.rescaled(np.asarray(scale)).templates
+        problem = problem.with_changes(templates=scaled)
+    rows = frozenset(rng.sample(sorted(problem.prices), rng.randint(0, len(problem.prices))))
+    for inst in (RoundInstance(problem, r) for r in (rows, None, frozenset())):
+        if not inst.free:
+            continue
+        run = DirectRun(inst, None, None, problem.gap)
+        costs, upper, terms = _per_template_arrays(inst)
+        assert run.costs.tolist() == costs and run.upper.tolist() == upper
+        starts, index, value, _, _ = run._rows
+        ends = [*starts.tolist()[1:], len(index)]
+        got = [list(zip(index[a:b].tolist(), value[a:b].tolist(), strict=True))
+               for a, b in zip(starts.tolist(), ends, strict=True)]
+        assert got == terms
