@@ -17,6 +17,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from atoll.solvers.allocation import direct, kinds
 from atoll.solvers.allocation.blocks import combined_start_status, split_blocks
 from atoll.solvers.allocation.diagnosis import FEAS_TOL, diagnose_infeasible
@@ -261,7 +263,10 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
         if inst.overused:
             return result(SolveStatus.INFEASIBLE, None, "models held fixed exceed availability at "
                           + "; ".join(inst.overused) + "; re-optimize them too")
-        served_by = {s for k in inst.free for s, _ in problem.template(k).covers}
+        ix = problem.index  # the demand rows the free templates serve, from the index's arrays
+        pos = np.fromiter((ix.position[k] for k in inst.free), dtype=np.intp, count=len(inst.free))
+        rows_served = np.unique(np.concatenate([ix.cover1[pos], ix.cover2[pos]])).tolist()
+        served_by = {ix.services[i] for i in rows_served if i >= 0}
         if problem.mode == "cost" and any(s not in served_by for s in inst.services):
             return result(SolveStatus.INFEASIBLE, None, why_infeasible(inst))
         rows: set[tuple[str, str]] = set()
