@@ -59,12 +59,9 @@ def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
         if ra != rb:
             parent[rb] = ra
     if inst.rows and len(pos):
-        count = ix.ptr[pos + 1] - ix.ptr[pos]
-        entry = np.repeat(ix.ptr[pos] - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
-        enforced = [ix.rc_id[rc] for rc in inst.rows if rc in ix.rc_id]
-        keep = np.isin(ix.rc[entry], enforced)
         owner: dict[int, str] = {}  # built row -> a service with a term in it
-        for rc, sid in zip(ix.rc[entry][keep].tolist(), np.repeat(first, count)[keep].tolist(), strict=True):
+        rc_ids, cols, _ = inst.built_entries(pos)
+        for rc, sid in zip(rc_ids.tolist(), first[cols].tolist(), strict=True):
             svc = names[sid]
             ra, rb = find(owner.setdefault(rc, svc)), find(svc)
             if ra != rb:

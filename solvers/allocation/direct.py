@@ -187,14 +187,9 @@ class DirectRun:
             row([(j, 1.0), (n_add + i, -1.0)], -float(running[i]), _INF)
         by_rc: dict[tuple[str, str], list[tuple[int, float]]] = {}
         if inst.rows and n:
-            first, count = ix.ptr[pos], ix.ptr[pos + 1] - ix.ptr[pos]
-            entry = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
-            enforced = [ix.rc_id[rc] for rc in inst.rows if rc in ix.rc_id]
-            keep = np.isin(ix.rc[entry], enforced)
-            cols = np.repeat(np.arange(n), count)[keep] + n_add
             rcs = ix.rcs
-            for r, col, use in zip(ix.rc[entry][keep].tolist(), cols.tolist(), ix.k[entry][keep].tolist(),
-                                   strict=True):
+            rc_ids, cols, uses = inst.built_entries(pos)
+            for r, col, use in zip(rc_ids.tolist(), (cols + n_add).tolist(), uses.tolist(), strict=True):
                 by_rc.setdefault(rcs[r], []).append((col, use))
         by_service: dict[str, list[tuple[int, float]]] = {}
         names = ix.services

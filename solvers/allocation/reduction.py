@@ -18,6 +18,7 @@ without room for one node always count, since they only remove templates.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from collections import OrderedDict, defaultdict
@@ -144,6 +145,31 @@ class RoundInstance:
         the model's headroom) minus its floor's capacity (tokens/s; <= 0 when the kept instances
         already cover it)."""
         return self.problem.planning_demand(service) - self.held.get(service, 0.0)
+
+    @functools.cached_property
+    def enforced_rc(self) -> np.ndarray:
+        """Per (region, config) id of the library's index: whether this round builds its row.
+        Computed once per round (a block copied from it after keeps it)."""
+        ix = self.problem.index
+        mask = np.zeros(len(ix.rcs), dtype=bool)
+        mask[[ix.rc_id[rc] for rc in self.rows if rc in ix.rc_id]] = True
+        return mask
+
+    def built_entries(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row's (region, config) id, column, nodes used) of each node entry of the templates at
+        index positions ``pos`` (column i is ``pos[i]``) in a row this round builds, in column
+        order and each template's entry order: what a pass over their ``node_use`` gives."""
+        ix = self.problem.index
+        first = ix.ptr[pos]
+        count = ix.ptr[pos + 1] - first
+        if len(pos) and (count == 1).all():  # one (region, config) each: the common case
+            entry, cols = first, np.arange(len(pos))
+        else:
+            entry = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+            cols = np.repeat(np.arange(len(pos)), count)
+        rc = ix.rc[entry]
+        keep = self.enforced_rc[rc]
+        return rc[keep], cols[keep], ix.k[entry][keep]
 
     def constants(self) -> dict[str, int]:
         """Instances that are not variables: the fixed models' and the grow models' floors."""
