@@ -15,7 +15,7 @@ import math
 import operator
 import weakref
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -87,6 +87,11 @@ class Allocation:
 
     def __getitem__(self, key: str) -> int:
         return self._dict.get(key, 0)
+
+    def counts_of(self, keys: Sequence[str]) -> list[int]:
+        """``[self[k] for k in keys]`` without a method call per key (a block's columns)."""
+        get = self._dict.get
+        return [get(k, 0) for k in keys]
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.counts)
@@ -359,6 +364,15 @@ class TemplateIndex:
             for j, s in enumerate(self.services)})
         _remember(index)
         return index
+
+    @functools.cached_property
+    def one_entry_rc(self) -> np.ndarray | None:
+        """The (region, config) id of each template when every template has exactly one node
+        entry (a whole library of one-config templates), else None: a block's node entries are
+        then one gather, not a ragged expansion."""
+        if len(self.ptr) > 1 and bool((np.diff(self.ptr) == 1).all()):
+            return self.rc[self.ptr[:-1]]
+        return None
 
     @functools.cached_property
     def _service_positions(self) -> list[list[int]]:

@@ -155,8 +155,8 @@ class DirectRun:
         # are gathered from its arrays, not from a template object per column (7,500 blocks a
         # fleet20 day); every value and every row's term order are the per-template loop's
         position = ix.position
-        pos = np.fromiter((position[key] for key in free), dtype=np.intp, count=n)
-        running = [inst.running[key] for key in free]
+        pos = np.fromiter(map(position.__getitem__, free), dtype=np.intp, count=n)
+        running = inst.running.counts_of(free)
         cost = p.costs[pos]
         new = np.asarray(running) == 0 if n else np.zeros(0, dtype=bool)
         x_cost = np.where(new, cost * (1.0 + k), cost)
@@ -165,7 +165,8 @@ class DirectRun:
         self.n_added = n_add
         self._added = added
         self.keys = free
-        bounds = np.asarray([float(inst.bound[key]) for key in free])
+        bound_list = [inst.bound[key] for key in free]
+        bounds = np.asarray(bound_list, dtype=np.float64)
         a_cost = cost[added] * k
         self.costs = np.concatenate([a_cost, x_cost])
         self.upper = np.concatenate([bounds[added] if n_add else np.zeros(0), bounds])
@@ -207,14 +208,15 @@ class DirectRun:
         risk = self._risk_rows(inst, by_service, regions, n_add) if p.risk else []
         self._knapsack: _Cover | None = None
         one_row = not by_rc and not risk and len(inst.services) == 1
-        if one_row and k >= 0 and (x_cost >= 0).all() and all(float(b).is_integer() for b in bounds):
+        if one_row and k >= 0 and (x_cost >= 0).all() and all(float(b).is_integer() for b in bound_list):
             service = inst.services[0]
             widths = [0.0] * n
             for col, coef in by_service.get(service, []):
                 widths[col - n_add] = coef
-            held = [int(inst.running[key]) if k > 0 else 0 for key in free]
-            extra = [float(x_cost[i]) if held[i] == 0 else float(x_cost[i]) * (1.0 + k) for i in range(n)]
-            self._knapsack = ([float(v) for v in x_cost], extra, held, [int(b) for b in bounds], widths,
+            held = [int(r) for r in running] if k > 0 else [0] * n
+            x_list = x_cost.tolist()
+            extra = [x if h == 0 else x * (1.0 + k) for x, h in zip(x_list, held, strict=True)]
+            self._knapsack = (x_list, extra, held, [int(b) for b in bound_list], widths,
                               float(inst.target(service)))
         for rc in sorted(by_rc):
             row(by_rc[rc], -_INF, inst.residual[rc])

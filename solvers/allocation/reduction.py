@@ -160,13 +160,15 @@ class RoundInstance:
         index positions ``pos`` (column i is ``pos[i]``) in a row this round builds, in column
         order and each template's entry order: what a pass over their ``node_use`` gives."""
         ix = self.problem.index
+        one = ix.one_entry_rc
+        if one is not None:  # one (region, config) per template: the common library
+            rc = one[pos]
+            keep = self.enforced_rc[rc]
+            return rc[keep], np.flatnonzero(keep), ix.k[ix.ptr[pos[keep]]]
         first = ix.ptr[pos]
         count = ix.ptr[pos + 1] - first
-        if len(pos) and (count == 1).all():  # one (region, config) each: the common case
-            entry, cols = first, np.arange(len(pos))
-        else:
-            entry = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
-            cols = np.repeat(np.arange(len(pos)), count)
+        entry = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+        cols = np.repeat(np.arange(len(pos)), count)
         rc = ix.rc[entry]
         keep = self.enforced_rc[rc]
         return rc[keep], cols[keep], ix.k[entry][keep]

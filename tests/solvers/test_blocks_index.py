@@ -71,3 +71,27 @@ def test_blocks_from_the_index_are_the_blocks_of_the_templates(seed: int, coloca
             continue
         got = [(list(b.services), list(b.free)) for b in split_blocks(inst)]
         assert got == _reference(inst)
+
+
+def test_built_entries_one_gather_equals_the_ragged_expansion() -> None:
+    """A library whose templates each have one node entry takes one gather; it must give what
+    the general (ragged) expansion gives, on every round."""
+    fast = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        problem = random_problem(300 + seed, n_models=2, regions=("r1", "r2"), max_templates=6, avail_max=3,
+                                 with_running=True)
+        if problem.index.one_entry_rc is None:
+            continue
+        fast += 1
+        rows = frozenset(rng.sample(sorted(problem.prices), rng.randint(1, len(problem.prices))))
+        for inst in (RoundInstance(problem, r) for r in (rows, None)):
+            pos = np.asarray([problem.index.position[k] for k in inst.free], dtype=np.intp)
+            gathered = inst.built_entries(pos)
+            problem.index.__dict__["one_entry_rc"] = None  # the general path, on the same round
+            try:
+                ragged = inst.built_entries(pos)
+            finally:
+                del problem.index.__dict__["one_entry_rc"]
+            assert all(np.array_equal(a, b) for a, b in zip(gathered, ragged, strict=True))
+    assert fast >= 3
