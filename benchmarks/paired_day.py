@@ -5,8 +5,8 @@ A speed change is measured as a paired ratio: the same ``atoll simulate`` comman
 processes, this checkout and a baseline checkout taking turns (base, new, base, new, ...), so a
 machine whose speed drifts over minutes (this project's shared 2-core machines do, by 20% and
 more) weighs on both sides alike. Each pair gives new / base wall seconds; the document has the
-pairs, their mean and a 95% interval (t over the pairs), and each run's totals so a change that
-moved the day's cost or SLO shows.
+pairs, their mean ratio with a 95% t interval (``paired_ratio``, as the contests report) and
+each run's totals, so a change that moved the day's cost or SLO shows.
 
 The baseline is a checkout of another commit (``git worktree add <dir> <commit>``) whose
 packages are put first on ``PYTHONPATH`` through a folder of symlinks named as the package::
@@ -31,8 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from scipy import stats
+from atoll.training.lever_oracle import paired_ratio
 
 FLEET20_CONTEST_DAY = ["simulate", "--scenario", "fleet20", "--days", "11", "--policy", "fixed:1@0.9",
                        "--availability", "spot", "--capacity-error", "calibration", "--correction",
@@ -67,15 +66,6 @@ def run(args: list[str], pythonpath: str | None) -> dict[str, Any]:
             "load": [round(v, 2) for v in os.getloadavg()]}
 
 
-def interval(ratios: list[float]) -> list[float] | None:
-    """95% t interval of the mean of ``ratios`` (None below two pairs)."""
-    if len(ratios) < 2:
-        return None
-    a = np.asarray(ratios)
-    half = float(stats.t.ppf(0.975, len(a) - 1) * a.std(ddof=1) / np.sqrt(len(a)))
-    return [round(float(a.mean()) - half, 4), round(float(a.mean()) + half, 4)]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", required=True, help="PYTHONPATH entry holding the baseline's atoll/ folder")
@@ -97,10 +87,9 @@ def main() -> None:
         new = run(command, None)
         pairs.append({"base": base, "new": new, "ratio": round(new["wall_s"] / base["wall_s"], 4)})
         log(f"pair {k}: base {base['wall_s']} s, new {new['wall_s']} s")
-    ratios = [p["ratio"] for p in pairs]
     same = all(p["base"]["totals"].get("cost_usd") == p["new"]["totals"].get("cost_usd") for p in pairs)
     doc = {"command": "atoll " + " ".join(command), "baseline": args.baseline, "pairs": pairs,
-           "mean_ratio": round(float(np.mean(ratios)), 4), "interval95": interval(ratios),
+           "ratio": paired_ratio([p["new"]["wall_s"] for p in pairs], [p["base"]["wall_s"] for p in pairs]),
            "same_cost": same, "cpus": os.cpu_count()}
     text = json.dumps(doc, indent=1)
     if args.out:
