@@ -228,7 +228,7 @@ def poisson_excess(m: npt.ArrayLike, c: npt.ArrayLike) -> tuple[FloatArray, Floa
 
 def poisson_excess_at(m: npt.ArrayLike, cs: Sequence[npt.ArrayLike]) -> list[tuple[FloatArray, FloatArray]]:
     """:func:`poisson_excess` of the same ``m`` at each of ``cs`` (the latency model reads the
-    excess at c and c +- 1/2, and the online inversion calls it ~27 times a step)."""
+    excess at c and c +- 1/2, and the online inversion calls it 9 times a step)."""
     m = np.asarray(m, dtype=float)
     try:
         shapes = [np.broadcast_shapes(m.shape, np.shape(c)) for c in cs]
@@ -329,7 +329,7 @@ def _field(name: str, value: npt.ArrayLike, size: int, positive: bool = False) -
 @dataclass(frozen=True)
 class ServiceArrays:
     """The per-service constants of :func:`phase_signals` as arrays, built once for a sequence of
-    services that is evaluated many times (the online inversion calls it ~27 times a phase)."""
+    services that is evaluated many times (the online inversion calls it 9 times a step)."""
 
     budget_s: FloatArray
     fixed_share: FloatArray

@@ -178,7 +178,7 @@ def implied_capacities(services: Sequence[ServiceLatency], served: np.ndarray, o
     if not ok.any():
         return cap, ok, weight
     srv = np.where(ok, served, 1.0)
-    arrays = ServiceArrays.of(services)  # once: the bisection evaluates the model ~27 times
+    arrays = ServiceArrays.of(services)  # once: the inversion evaluates the model 9 times
 
     def latency_at(capacity: np.ndarray) -> np.ndarray:
         return observed_latency(srv, capacity, arrays, step_s=step_s, instances=n)[0]
@@ -194,7 +194,7 @@ def implied_capacities(services: Sequence[ServiceLatency], served: np.ndarray, o
     if len(rows):
         s_srv, s_n, s_obs = srv[rows], n[rows], obs[rows]
         lo, hi = np.log(s_srv / RHO_TOP), np.log(s_srv / RHO_MIN)  # latency falls as capacity rises
-        wide = {k: arrays.take(np.tile(rows, k)) for k in (2**_BISECT_LEVELS - 1,)}
+        wide: dict[int, ServiceArrays] = {}  # the constants tiled k times, made once per k
 
         def above_at(mids: np.ndarray, k: int) -> np.ndarray:
             if k not in wide:
@@ -237,7 +237,7 @@ def learn(correction: CapacityCorrection, models: Sequence[str],
     the cluster disagree most. ``fade_silent``: a serving, steady service whose interval taught
     nothing (no usable signal) fades toward the prior (:meth:`CapacityCorrection.fade`)."""
     used: dict[str, float] = {}
-    # both phases in one inversion: the model is elementwise per service, and its ~27 evaluations
+    # both phases in one inversion: the model is elementwise per service, and its 9 evaluations
     # a step cost the same for 2M services as for M
     m = len(models)
 
