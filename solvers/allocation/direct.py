@@ -157,6 +157,7 @@ class DirectRun:
         position = ix.position
         pos = np.fromiter(map(position.__getitem__, free), dtype=np.intp, count=n)
         running = inst.running.counts_of(free)
+        self._running = np.asarray(running, dtype=np.float64)
         cost = p.costs[pos]
         new = np.asarray(running) == 0 if n else np.zeros(0, dtype=bool)
         x_cost = np.where(new, cost * (1.0 + k), cost)
@@ -284,9 +285,12 @@ class DirectRun:
     def _start_vector(self, inst: RoundInstance, start: Allocation) -> np.ndarray:
         """The start as a full column vector, as :func:`~atoll.solvers.allocation.model.start_values`
         gives it: x clipped to its bound (less a grow model's floor), a = max(0, x - r)."""
-        x = np.asarray([min(max(start[key] - inst.floor.get(key, 0), 0), inst.bound[key])
-                        for key in self.keys], dtype=np.float64)
-        a = np.asarray([max(0.0, x[i] - inst.running[self.keys[i]]) for i in self._added])
+        held = np.asarray(start.counts_of(self.keys), dtype=np.float64)
+        if inst.floor:
+            held -= np.asarray([inst.floor.get(key, 0) for key in self.keys], dtype=np.float64)
+        # integers as floats: the same values as min(max(start - floor, 0), bound) key by key
+        x = np.minimum(np.maximum(held, 0.0), self.upper[self.n_added:])
+        a = np.maximum(0.0, x[self._added] - self._running[self._added])
         return np.concatenate([a, x])
 
     def _highs(self, time_limit: float | None, extra: Mapping[str, HighsOption]) -> highspy.Highs:
@@ -319,7 +323,7 @@ class DirectRun:
             return False
         costs, extra, held, units, widths, demand = self._knapsack
         n_add = self.n_added
-        start = None if self._start is None else [int(round(v)) for v in self._start[n_add:]]
+        start = None if self._start is None else np.rint(self._start[n_add:]).astype(np.int64).tolist()
         t0 = time.perf_counter()
         found = cover(costs, extra, held, units, widths, demand, gap=self.gap, start=start)
         if found is None:
@@ -333,7 +337,7 @@ class DirectRun:
             self._x = None
             return True
         x = np.asarray(found.counts, dtype=np.float64)
-        a = np.asarray([max(0.0, x[i] - held[i]) for i in self._added])
+        a = np.maximum(0.0, x[self._added] - np.asarray(held, dtype=np.float64)[self._added])
         self._x = np.concatenate([a, x])
         self.sol_status, self.stop = pulp.LpSolutionOptimal, "kOptimal"
         self.bound, self.reported_objective = found.bound, found.objective
