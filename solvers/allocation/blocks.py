@@ -46,7 +46,7 @@ def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
     # service's when none is), the first of them its service here, and its built-row entries
     ix = p.index
     names = ix.services
-    pos = np.fromiter((ix.position[key] for key in inst.free), dtype=np.intp, count=len(inst.free))
+    pos = inst.free_pos
     in_round = np.asarray([name in parent for name in names], dtype=bool)
     c1, c2 = ix.cover1[pos], ix.cover2[pos]
     has1 = in_round[c1]
@@ -66,7 +66,6 @@ def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
             ra, rb = find(owner.setdefault(rc, svc)), find(svc)
             if ra != rb:
                 parent[rb] = ra
-    service_of = dict(zip(inst.free, (names[i] for i in first.tolist()), strict=True))
     if len(served & set(inst.services)) < len(inst.services):
         return [inst]
     groups: dict[str, list[str]] = defaultdict(list)
@@ -75,15 +74,16 @@ def split_blocks(inst: RoundInstance) -> list[RoundInstance]:
     if len(groups) < 2:
         return [inst]
     # one pass over the templates, not one per block: a 1,000-model round has ~2,000 blocks
-    free_of: dict[str, list[str]] = defaultdict(list)
-    for key in inst.free:
-        free_of[find(service_of[key])].append(key)
+    free_of: dict[str, list[int]] = defaultdict(list)  # root -> columns of inst.free
+    for col, sid in enumerate(first.tolist()):  # its service in the round, as above
+        free_of[find(names[sid])].append(col)
     blocks = []
     for root, services in groups.items():
         block = copy.copy(inst)
         block.services = services
         block.models = sorted({model_of(s) for s in services})
-        block.free = free_of[root]
+        block.free = [inst.free[c] for c in free_of[root]]
+        block.free_pos = pos[free_of[root]]
         block.fixed = {}
         block.floor = {}
         blocks.append(block)

@@ -154,12 +154,11 @@ class DirectRun:
         # the block's columns as rows of the library's index: costs, demand rows and node entries
         # are gathered from its arrays, not from a template object per column (7,500 blocks a
         # fleet20 day); every value and every row's term order are the per-template loop's
-        position = ix.position
-        pos = np.fromiter(map(position.__getitem__, free), dtype=np.intp, count=n)
+        pos = inst.free_pos
         running = inst.running.counts_of(free)
         self._running = np.asarray(running, dtype=np.float64)
         cost = p.costs[pos]
-        new = np.asarray(running) == 0 if n else np.zeros(0, dtype=bool)
+        new = self._running == 0
         x_cost = np.where(new, cost * (1.0 + k), cost)
         added: list[int] = np.flatnonzero(~new).tolist() if k > 0 else []  # column of each added one
         n_add = len(added)

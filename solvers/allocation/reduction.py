@@ -18,7 +18,6 @@ without room for one node always count, since they only remove templates.
 
 from __future__ import annotations
 
-import functools
 import math
 import weakref
 from collections import OrderedDict, defaultdict
@@ -100,6 +99,11 @@ class RoundInstance:
             reduced = None
         chosen, bound = reduced if reduced is not None else self._reduce(demand, enforced, resid, pinned)
         self.free = [ix.keys[i] for i in chosen]
+        # the free templates' index positions (column i is free[i]) and, per (region, config) id,
+        # whether this round builds its row: the array build and the block split read these
+        # (split_blocks sets a block's own free_pos beside its free)
+        self.free_pos = np.asarray(chosen, dtype=np.intp)
+        self.enforced_rc = enforced
         self.bound = {ix.keys[i]: int(b) for i, b in zip(chosen, bound.tolist(), strict=True)}
         if problem.removal_weight > 0:  # a kept template's service joins, demand or none
             extra = {s for k in self.free for s, _ in p.template(k).covers} - set(self.services)
@@ -145,15 +149,6 @@ class RoundInstance:
         the model's headroom) minus its floor's capacity (tokens/s; <= 0 when the kept instances
         already cover it)."""
         return self.problem.planning_demand(service) - self.held.get(service, 0.0)
-
-    @functools.cached_property
-    def enforced_rc(self) -> np.ndarray:
-        """Per (region, config) id of the library's index: whether this round builds its row.
-        Computed once per round (a block copied from it after keeps it)."""
-        ix = self.problem.index
-        mask = np.zeros(len(ix.rcs), dtype=bool)
-        mask[[ix.rc_id[rc] for rc in self.rows if rc in ix.rc_id]] = True
-        return mask
 
     def built_entries(self, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row's (region, config) id, column, nodes used) of each node entry of the templates at

@@ -264,7 +264,7 @@ def solve_allocation(problem: AllocationProblem, *, warm_start: Allocation | Non
             return result(SolveStatus.INFEASIBLE, None, "models held fixed exceed availability at "
                           + "; ".join(inst.overused) + "; re-optimize them too")
         ix = problem.index  # the demand rows the free templates serve, from the index's arrays
-        pos = np.fromiter((ix.position[k] for k in inst.free), dtype=np.intp, count=len(inst.free))
+        pos = inst.free_pos
         rows_served = np.unique(np.concatenate([ix.cover1[pos], ix.cover2[pos]])).tolist()
         served_by = {ix.services[i] for i in rows_served if i >= 0}
         if problem.mode == "cost" and any(s not in served_by for s in inst.services):

@@ -69,8 +69,11 @@ def test_blocks_from_the_index_are_the_blocks_of_the_templates(seed: int, coloca
     for inst in (RoundInstance(problem, r) for r in (rows, frozenset(), None)):
         if not inst.free:
             continue
-        got = [(list(b.services), list(b.free)) for b in split_blocks(inst)]
+        blocks = split_blocks(inst)
+        got = [(list(b.services), list(b.free)) for b in blocks]
         assert got == _reference(inst)
+        for b in blocks:  # each block's positions are its own free templates'
+            assert b.free_pos.tolist() == [problem.index.position[k] for k in b.free]
 
 
 def test_built_entries_one_gather_equals_the_ragged_expansion() -> None:
